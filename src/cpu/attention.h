@@ -1,0 +1,28 @@
+/* attention.h — fused multi-head attention over segments (images / temporal slices), no mask, no n×n matrix.
+ *
+ * q, k, v: float32 rows of one token each, head h at columns [h·hd, (h+1)·hd) of each row, row strides ldq,
+ * ldk, ldv (so they can be the Q, K, V thirds of a fused [S, 3H] qkv buffer). Rotary is already applied.
+ * For each segment s = [cu[s], cu[s+1]) and head h: out[i] = softmax_j(q_i·k_j·scale)·v_j over j in the segment,
+ * computed with an online (streaming) softmax in f32 over key tiles. out: [S, nh·hd] row stride ldo.
+ * Threads: over (segment, head, query tile); results independent of the thread count. `ws` has
+ * attn_workspace_size(hd, n_threads) bytes, so the call never allocates. */
+#ifndef QVL_CPU_ATTENTION_H
+#define QVL_CPU_ATTENTION_H
+
+#include <stddef.h>
+
+typedef struct attn_args {
+    const float *q, *k, *v;
+    size_t ldq, ldk, ldv;
+    float *out; size_t ldo;
+    int n_heads, head_dim;
+    const int *cu; int n_seg;      /* cu[0] = 0 ... cu[n_seg] = S */
+    float scale;
+} attn_args;
+
+size_t attn_workspace_size(int head_dim, int n_threads);
+void attn_run(const attn_args *a, void *ws, int n_threads);
+/* Scalar reference: one full softmax row at a time (allocates; tests only). */
+void attn_ref(const attn_args *a);
+
+#endif

@@ -1,0 +1,54 @@
+/* fileutil.c — see fileutil.h. */
+#include "io/fileutil.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/error.h"
+
+int qvl_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+qvl_status qvl_join(char *buf, size_t n, const char *dir, const char *name, qvl_error *err) {
+    int k = snprintf(buf, n, "%s/%s", dir, name);
+    if (k < 0 || (size_t)k >= n) return qvl_fail(err, QVL_ERR_LIMIT, "path too long: %s/%s", dir, name);
+    return QVL_OK;
+}
+
+qvl_status qvl_read_file(const char *path, size_t limit, char **out, size_t *len, qvl_error *err) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return qvl_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return qvl_fail(err, QVL_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((unsigned long long)st.st_size > limit) {
+        fclose(f);
+        return qvl_fail(err, QVL_ERR_LIMIT, "%s: %lld bytes, more than the %zu allowed", path,
+                        (long long)st.st_size, limit);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(f);
+        return qvl_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
+    }
+    if (fread(buf, 1, n, f) != n) {
+        free(buf);
+        fclose(f);
+        return qvl_fail(err, QVL_ERR_IO, "%s: short read", path);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return QVL_OK;
+}

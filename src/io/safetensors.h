@@ -1,0 +1,83 @@
+/* safetensors.h — zero-copy reader (mmap) and writer for the safetensors format.
+ *
+ * Format: an 8-byte little-endian header length N, N bytes of UTF-8 JSON mapping tensor names to
+ * {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the byte after the header) plus an
+ * optional "__metadata__" object of string values, then the data. The reader validates everything before use:
+ * N bounded by the file and by ST_MAX_HEADER, valid JSON object, known dtype, shape × dtype size == end − begin
+ * (overflow-checked), spans inside the file, spans pairwise non-overlapping. */
+#ifndef QVL_IO_SAFETENSORS_H
+#define QVL_IO_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qvl.h"
+
+#define ST_MAX_HEADER (100u * 1024u * 1024u) /* 100 MiB, as the reference implementation */
+#define ST_MAX_DIMS 8
+
+typedef enum st_dtype {
+    ST_F32, ST_F16, ST_BF16, ST_F64, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL, ST_U16, ST_U32, ST_U64,
+    ST_F8_E4M3, ST_F8_E5M2, ST_DTYPE_COUNT
+} st_dtype;
+
+typedef struct st_tensor {
+    char *name;                /* owned, NUL-terminated */
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    uint64_t nbytes;
+    const void *data;          /* points into the mapping (or the parsed buffer); alignment not guaranteed */
+} st_tensor;
+
+typedef struct st_file {
+    char *path;                /* owned copy, may be NULL for buffers */
+    void *map;                 /* mmap base, NULL for buffers */
+    size_t size;
+    st_tensor *tensors;        /* sorted by name */
+    size_t n_tensors;
+    char **meta_keys;          /* __metadata__ keys and values, owned */
+    char **meta_vals;
+    size_t n_meta;
+} st_file;
+
+/* Size in bytes of one element; 0 for an invalid dtype. Name as written in the header ("BF16"...). */
+size_t st_dtype_size(st_dtype d);
+const char *st_dtype_name(st_dtype d);
+
+/* Map and validate a file. On failure *out is NULL and nothing leaks. */
+qvl_status st_open(const char *path, st_file **out, qvl_error *err);
+/* Validate a buffer in memory (used by the fuzz target); tensors point into `buf`, which must outlive the result. */
+qvl_status st_parse(const void *buf, size_t len, const char *label, st_file **out, qvl_error *err);
+void st_close(st_file *f);
+
+/* Binary search by exact name; NULL if absent. */
+const st_tensor *st_find(const st_file *f, const char *name);
+/* __metadata__ value or NULL. */
+const char *st_meta(const st_file *f, const char *key);
+
+/* Writer: tensors are written in the order given (offsets ascending, 8-byte aligned header). */
+typedef struct st_wtensor {
+    const char *name;
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    const void *data;          /* nbytes = prod(shape) * dtype size */
+} st_wtensor;
+
+qvl_status st_write(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta,
+                    qvl_error *err);
+
+/* st_write's meta_kv holds n_meta key/value pairs as 2·n_meta strings (key0, value0, key1, ...), written as the
+ * "__metadata__" object first in the header.
+ *
+ * Streaming writer (st_write.c): like st_write, but tensor i's bytes are produced on demand by
+ * fill(user, i, buf, nbytes, err) into a scratch buffer of exactly nbytes (t[i].data is ignored), so at most one
+ * tensor is held in memory. A non-OK status from fill aborts the write (the temporary file is removed). */
+typedef qvl_status (*st_fill_fn)(void *user, size_t i, void *buf, size_t nbytes, qvl_error *err);
+qvl_status st_write_stream(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv,
+                           size_t n_meta, st_fill_fn fill, void *user, qvl_error *err);
+/* Validate a writer descriptor and return its byte size, prod(shape) · dtype size (overflow-checked). */
+qvl_status st_wtensor_nbytes(const st_wtensor *t, uint64_t *nbytes, qvl_error *err);
+
+#endif

@@ -1,0 +1,124 @@
+/* model.c — load, describe, fingerprint and free a vision tower. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "io/fileutil.h"
+#include "model/model.h"
+
+void qvl_model_free(qvl_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_files; i++) st_close(m->files[i]);
+    free(m->files);
+    free(m->blocks);
+    free(m->bound);
+    free(m->owned_patch);
+    free(m->small);
+    pthread_mutex_destroy(&m->fp_lock);
+    free(m);
+}
+
+static void fill_info(qvl_model *m) {
+    const qvl_config *c = &m->cfg;
+    qvl_model_info *in = &m->info;
+    snprintf(in->model_type, sizeof in->model_type, "%s", c->model_type);
+    in->depth = c->depth;
+    in->hidden = c->hidden;
+    in->heads = c->heads;
+    in->head_dim = c->head_dim;
+    in->intermediate = c->intermediate;
+    in->out_hidden = c->out_hidden;
+    in->patch = c->patch;
+    in->temporal_patch = c->temporal_patch;
+    in->merge = c->merge;
+    in->in_channels = c->in_channels;
+    in->num_pos = c->num_pos;
+    in->row_len = c->row_len;
+    in->n_deepstack = c->n_deepstack;
+    memcpy(in->deepstack_index, c->deepstack_index, sizeof in->deepstack_index);
+    in->weight_dtype = m->blocks[0].qkv.w.dtype;
+    in->n_files = m->n_files;
+    in->n_tensors = m->n_bound;
+    in->n_params = 0;
+    in->weight_bytes = 0;
+    for (size_t i = 0; i < m->n_bound; i++) {
+        uint64_t n = 1;
+        for (int d = 0; d < m->bound[i].ndim; d++) n *= (uint64_t)m->bound[i].shape[d];
+        in->n_params += n;
+        in->weight_bytes += m->bound[i].nbytes;
+    }
+}
+
+qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err) {
+    qvl_error_clear(err);
+    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: out is NULL");
+    *out = NULL;
+    if (!dir) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: dir is NULL");
+    if (params && params->reserved != 0)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: params.reserved must be 0");
+    qvl_model *m = calloc(1, sizeof *m);
+    if (!m) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&m->fp_lock, NULL);
+    char path[4096];
+    qvl_status s = qvl_join(path, sizeof path, dir, "config.json", err);
+    if (s == QVL_OK) s = qvl_config_load(path, &m->cfg, err);
+    if (s == QVL_OK) s = qvl_checkpoint_bind(m, dir, err);
+    if (s != QVL_OK) {
+        qvl_model_free(m);
+        return s;
+    }
+    fill_info(m);
+    *out = m;
+    return QVL_OK;
+}
+
+void qvl_model_get_info(const qvl_model *m, qvl_model_info *info) {
+    if (m && info) *info = m->info;
+}
+
+/* XXH3-128 over a versioned header, then per tensor in canonical order: name, NUL, dtype name, NUL, ndim and
+ * dims as little-endian u64, byte count, bytes. The conv weight enters in HF layout whatever was stored. */
+static int fingerprint(qvl_model *m) {
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return 0;
+    XXH3_128bits_reset(st);
+    static const char tag[] = "qvl-fingerprint-v1";
+    XXH3_128bits_update(st, tag, sizeof tag);
+    for (size_t i = 0; i < m->n_bound; i++) {
+        const bound_tensor *t = &m->bound[i];
+        const char *dt = qvl_dtype_name(t->dtype);
+        unsigned char le[8];
+        XXH3_128bits_update(st, t->name, strlen(t->name) + 1);
+        XXH3_128bits_update(st, dt, strlen(dt) + 1);
+        uint64_t vals[7] = {(uint64_t)t->ndim};
+        for (int d = 0; d < t->ndim; d++) vals[1 + d] = (uint64_t)t->shape[d];
+        vals[1 + t->ndim] = t->nbytes;
+        for (int v = 0; v < t->ndim + 2; v++) {
+            for (int k = 0; k < 8; k++) le[k] = (unsigned char)(vals[v] >> (8 * k));
+            XXH3_128bits_update(st, le, 8);
+        }
+        XXH3_128bits_update(st, t->data, (size_t)t->nbytes);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, h);
+    memcpy(m->fp, canon.digest, 16);
+    return 1;
+}
+
+qvl_status qvl_model_fingerprint(qvl_model *m, uint8_t digest[16], char hex[33], qvl_error *err) {
+    if (!m) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_fingerprint: model is NULL");
+    pthread_mutex_lock(&m->fp_lock);
+    if (!m->fp_done) m->fp_done = fingerprint(m);
+    int done = m->fp_done;
+    pthread_mutex_unlock(&m->fp_lock);
+    if (!done) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory hashing the weights");
+    if (digest) memcpy(digest, m->fp, 16);
+    if (hex) {
+        for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", m->fp[i]);
+    }
+    return QVL_OK;
+}

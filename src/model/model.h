@@ -1,0 +1,76 @@
+/* model.h — the loaded vision tower: configuration, bound weights, identity. Private to the library. */
+#ifndef QVL_MODEL_MODEL_H
+#define QVL_MODEL_MODEL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "qvl.h"
+
+/* A weight matrix [rows = out, cols = in] in its stored dtype (may point into a mapping, unaligned). */
+typedef struct wmat {
+    const void *data;
+    qvl_dtype dtype;
+    int rows, cols;
+} wmat;
+
+/* A Linear layer: weight in stored dtype, bias widened to f32. */
+typedef struct linear {
+    wmat w;
+    const float *b; /* [w.rows] */
+} linear;
+
+typedef struct layernorm {
+    const float *w, *b; /* [dim] f32 */
+    int dim;
+} layernorm;
+
+typedef struct block_w {
+    layernorm norm1, norm2;
+    linear qkv;  /* [3H, H] */
+    linear proj; /* [H, H] */
+    linear fc1;  /* [I, H] */
+    linear fc2;  /* [H, I] */
+} block_w;
+
+typedef struct merger_w {
+    layernorm norm; /* [H] for the final merger (pre-shuffle), [4H] for DeepStack (post-shuffle) */
+    linear fc1;     /* [4H, 4H] */
+    linear fc2;     /* [O, 4H] */
+} merger_w;
+
+/* One bound tower tensor, for the fingerprint: canonical name, dtype, canonical (HF) shape, bytes. */
+typedef struct bound_tensor {
+    char name[96];
+    qvl_dtype dtype;
+    int ndim;
+    int64_t shape[5];
+    const void *data;
+    uint64_t nbytes;
+} bound_tensor;
+
+struct qvl_model {
+    qvl_config cfg;
+    qvl_model_info info;
+    st_file **files;
+    int n_files;
+    linear patch;       /* [H, row_len], columns in (c, t, y, x) order */
+    wmat pos;           /* [num_pos, H] */
+    block_w *blocks;    /* [depth] */
+    merger_w merger;
+    merger_w deepstack[QVL_MAX_DEEPSTACK];
+    bound_tensor *bound; /* canonical order */
+    size_t n_bound;
+    void *owned_patch;   /* the patch weight permuted from MLX layout, when it had to be */
+    float *small;        /* every f32-widened vector (biases, norms), one allocation */
+    pthread_mutex_t fp_lock;
+    int fp_done;
+    uint8_t fp[16];
+};
+
+/* Locate the weights of `dir` and bind every tower tensor of `cfg` into `m` (checkpoint.c). */
+qvl_status qvl_checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err);
+
+#endif

@@ -1,0 +1,287 @@
+/* tower.c — the encoder context and the forward pass of the vision tower.
+ *
+ *   pixels [S, K] ─ patch GEMM ─▶ x [S, H] ─ + pos ─▶ blocks ─▶ merger ─▶ merged [S/4, O]
+ *                                                      └─ after block b_k: DeepStack merger k ─▶ ds_k [S/4, O]
+ * A block: a = LN1(x); qkv = a·Wqkvᵀ + b; rotary on q, k; o = attention per segment; x += o·Wprojᵀ + b;
+ * a = LN2(x); x += fc2(gelu_tanh(fc1(a))). Final merger: LN per token, view [S/4, 4H], fc1, erf GELU, fc2.
+ * DeepStack merger: view [S/4, 4H], LN over 4H, fc1, erf GELU, fc2. Rows are merge-block-major, so the 2×2
+ * shuffle is a plain reinterpretation of the row-major buffer.
+ * All scratch lives in one block reserved for the largest input seen; encode never allocates otherwise. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "cpu/attention.h"
+#include "cpu/gemm.h"
+#include "cpu/ops.h"
+#include "model/model.h"
+#include "model/tables.h"
+
+struct qvl_ctx {
+    const qvl_model *m;
+    qvl_ctx_params p;
+    int n_threads;
+    qvl_tap_fn tap;
+    void *tap_user;
+    /* scratch, reserved for cap_rows patch rows */
+    size_t cap_rows, cap_seg;
+    void *block;
+    float *x;      /* [S, H] residual stream */
+    float *a;      /* [S, H] normalized (also [S/4, 4H]) */
+    float *qkv;    /* [S, 3H] */
+    float *o;      /* [S, H] attention output; the position table before the blocks */
+    float *mlp;    /* [S, max(I, H)] MLP hidden; merger fc1 output [S/4, 4H] */
+    float *ds;     /* [S/4, O] DeepStack output when the caller wants only the tap */
+    float *cos_t;  /* [S, hd/2] */
+    float *sin_t;
+    void *gemm_ws, *attn_ws, *taps;
+    int *cu;       /* [segments + 1] */
+    size_t cap_cu;
+};
+
+void qvl_ctx_params_default(qvl_ctx_params *p) {
+    memset(p, 0, sizeof *p);
+    p->n_threads = 0;
+    p->pos_mode = QVL_POS_CLOSED_FORM;
+}
+
+qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_ctx **out, qvl_error *err) {
+    qvl_error_clear(err);
+    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: out is NULL");
+    *out = NULL;
+    if (!m) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: model is NULL");
+    qvl_ctx *c = calloc(1, sizeof *c);
+    if (!c) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory");
+    c->m = m;
+    if (params) c->p = *params; else qvl_ctx_params_default(&c->p);
+    if (c->p.pos_mode != QVL_POS_CLOSED_FORM && c->p.pos_mode != QVL_POS_LINSPACE) {
+        free(c);
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: unknown pos_mode %d", (int)c->p.pos_mode);
+    }
+    c->n_threads = c->p.n_threads > 0 ? c->p.n_threads : omp_get_num_procs();
+    if (c->n_threads < 1) c->n_threads = 1;
+    *out = c;
+    return QVL_OK;
+}
+
+void qvl_ctx_free(qvl_ctx *c) {
+    if (!c) return;
+    free(c->block);
+    free(c->cu);
+    free(c);
+}
+
+void qvl_ctx_set_tap(qvl_ctx *c, qvl_tap_fn fn, void *user) {
+    if (!c) return;
+    c->tap = fn;
+    c->tap_user = user;
+}
+
+/* Carve 64-byte-aligned regions out of one allocation; with base NULL only measures. */
+typedef struct carver {
+    unsigned char *base;
+    size_t used;
+    int overflow;
+} carver;
+
+static void *carve(carver *cv, size_t count, size_t elem) {
+    size_t bytes;
+    if (qvl_mul_overflow(count, elem, &bytes) || qvl_add_overflow(bytes, 63, &bytes)) {
+        cv->overflow = 1;
+        return NULL;
+    }
+    bytes &= ~(size_t)63;
+    void *p = cv->base ? cv->base + cv->used : NULL;
+    if (qvl_add_overflow(cv->used, bytes, &cv->used)) cv->overflow = 1;
+    return p;
+}
+
+static void layout(qvl_ctx *c, carver *cv, size_t S) {
+    const qvl_config *k = &c->m->cfg;
+    size_t H = (size_t)k->hidden, I = (size_t)k->intermediate, mm = (size_t)k->merge * k->merge;
+    size_t wide = I > H ? I : H;
+    c->x = carve(cv, S * H, sizeof(float));
+    c->a = carve(cv, S * H, sizeof(float));
+    c->qkv = carve(cv, S * 3 * H, sizeof(float));
+    c->o = carve(cv, S * H, sizeof(float));
+    c->mlp = carve(cv, S * wide, sizeof(float));
+    c->ds = carve(cv, (S / mm) * (size_t)k->out_hidden, sizeof(float));
+    c->cos_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
+    c->sin_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
+    c->gemm_ws = carve(cv, gemm_workspace_size(c->n_threads), 1);
+    c->attn_ws = carve(cv, attn_workspace_size(k->head_dim, c->n_threads), 1);
+    c->taps = carve(cv, TABLES_TAPS_BYTES, 1);
+}
+
+qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_error *err) {
+    if (!c) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_reserve: ctx is NULL");
+    (void)max_segment; /* attention memory does not grow with the segment length */
+    if (max_rows <= c->cap_rows && c->block) return QVL_OK;
+    carver cv = {0};
+    layout(c, &cv, max_rows);
+    if (cv.overflow) return qvl_fail(err, QVL_ERR_LIMIT, "%zu rows: scratch size overflows", max_rows);
+    void *block = aligned_alloc(64, cv.used);
+    if (!block)
+        return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu rows", cv.used, max_rows);
+    free(c->block);
+    c->block = block;
+    cv = (carver){.base = block};
+    layout(c, &cv, max_rows);
+    c->cap_rows = max_rows;
+    c->cap_seg = max_segment;
+    return QVL_OK;
+}
+
+size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids) {
+    size_t total = 0, n;
+    if (!grids) return 0;
+    for (size_t i = 0; i < n_grids; i++) {
+        if (grids[i].t < 1 || grids[i].h < 1 || grids[i].w < 1) return 0;
+        if (qvl_mul_overflow((size_t)grids[i].t, (size_t)grids[i].h, &n) || qvl_mul_overflow(n, (size_t)grids[i].w, &n) ||
+            qvl_add_overflow(total, n, &total))
+            return 0;
+    }
+    return total;
+}
+
+size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids) { return qvl_patch_rows(grids, n_grids) / 4; }
+
+/* Validate grids against the model and the row count; fill the segment table. */
+static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size_t n_grids, qvl_error *err) {
+    const qvl_config *k = &c->m->cfg;
+    if (!grids || n_grids == 0) return qvl_fail(err, QVL_ERR_INVALID_ARG, "no grids given");
+    size_t n_seg = 0, max_seg = 0;
+    for (size_t i = 0; i < n_grids; i++) {
+        const qvl_grid *g = &grids[i];
+        if (g->t < 1 || g->h < k->merge || g->w < k->merge || g->h % k->merge || g->w % k->merge ||
+            g->h > QVL_MAX_SIDE || g->w > QVL_MAX_SIDE)
+            return qvl_fail(err, QVL_ERR_INVALID_ARG, "grid %zu (t=%d, h=%d, w=%d): t must be ≥ 1 and h, w positive "
+                            "multiples of the merge size %d, at most %d", i, g->t, g->h, g->w, k->merge,
+                            QVL_MAX_SIDE);
+        size_t hw = (size_t)g->h * (size_t)g->w;
+        if (hw > max_seg) max_seg = hw;
+        if (qvl_add_overflow(n_seg, (size_t)g->t, &n_seg)) return qvl_fail(err, QVL_ERR_LIMIT, "too many segments");
+    }
+    size_t S = qvl_patch_rows(grids, n_grids);
+    if (S == 0 || S > (size_t)INT32_MAX) return qvl_fail(err, QVL_ERR_LIMIT, "patch row count overflows");
+    if (S != n_rows)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "%zu pixel rows given, the grids need %zu", n_rows, S);
+    QVL_TRY(qvl_ctx_reserve(c, S, max_seg, err));
+    if (n_seg + 1 > c->cap_cu) {
+        int *cu = realloc(c->cu, (n_seg + 1) * sizeof *cu);
+        if (!cu) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory for %zu segments", n_seg);
+        c->cu = cu;
+        c->cap_cu = n_seg + 1;
+    }
+    size_t s = 0, row = 0;
+    c->cu[0] = 0;
+    for (size_t i = 0; i < n_grids; i++)
+        for (int t = 0; t < grids[i].t; t++) {
+            row += (size_t)grids[i].h * (size_t)grids[i].w;
+            c->cu[++s] = (int)row;
+        }
+    return QVL_OK;
+}
+
+static void tap(qvl_ctx *c, const char *name, const float *data, size_t rows, size_t cols) {
+    if (c->tap) c->tap(c->tap_user, name, data, rows, cols);
+}
+
+static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, size_t M, float *C, size_t ldc,
+                       int accumulate, gemm_epilogue epi) {
+    gemm_args g = {.M = (int)M, .N = l->w.rows, .K = l->w.cols, .A = A, .lda = lda, .B = l->w.data,
+                   .b_dtype = l->w.dtype, .ldb = (size_t)l->w.cols, .bias = l->b, .C = C, .ldc = ldc,
+                   .accumulate = accumulate, .epilogue = epi};
+    gemm_run(&g, c->gemm_ws, c->n_threads);
+}
+
+/* fc1 → erf GELU → fc2 over `in` [S/4, 4H] into out [S/4, O]. */
+static void merger_mlp(qvl_ctx *c, const merger_w *mw, const float *in, size_t rows, float *out) {
+    size_t h4 = (size_t)mw->fc1.w.cols;
+    linear_run(c, &mw->fc1, in, h4, rows, c->mlp, h4, 0, GEMM_EPI_GELU_ERF);
+    linear_run(c, &mw->fc2, c->mlp, h4, rows, out, (size_t)mw->fc2.w.rows, 0, GEMM_EPI_NONE);
+}
+
+static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) {
+    const qvl_config *k = &c->m->cfg;
+    size_t H = (size_t)k->hidden, I = (size_t)k->intermediate;
+    op_layernorm(c->x, H, c->a, H, S, H, b->norm1.w, b->norm1.b, k->ln_eps, c->n_threads);
+    linear_run(c, &b->qkv, c->a, H, S, c->qkv, 3 * H, 0, GEMM_EPI_NONE);
+    rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->n_threads);
+    attn_args at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
+                    .out = c->o, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
+                    .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim)};
+    attn_run(&at, c->attn_ws, c->n_threads);
+    linear_run(c, &b->proj, c->o, H, S, c->x, H, 1, GEMM_EPI_NONE);
+    op_layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->n_threads);
+    linear_run(c, &b->fc1, c->a, H, S, c->mlp, I, 0,
+               k->act == QVL_ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF);
+    linear_run(c, &b->fc2, c->mlp, I, S, c->x, H, 1, GEMM_EPI_NONE);
+}
+
+/* Blocks from c->x (rotary tables and segments prepared), DeepStack features, and optionally the merger. */
+static void run_chain(qvl_ctx *c, size_t S, size_t n_seg, float *merged, float *const *deepstack) {
+    const qvl_config *k = &c->m->cfg;
+    size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge, T = S / mm, O = (size_t)k->out_hidden;
+    char name[32];
+    for (int i = 0; i < k->depth; i++) {
+        block_forward(c, &c->m->blocks[i], S, n_seg);
+        snprintf(name, sizeof name, "blk%d", i);
+        tap(c, name, c->x, S, H);
+        for (int d = 0; d < k->n_deepstack; d++) {
+            if (k->deepstack_index[d] != i) continue;
+            float *dst = deepstack && deepstack[d] ? deepstack[d] : c->tap ? c->ds : NULL;
+            if (!dst) continue;
+            const merger_w *mw = &c->m->deepstack[d];
+            op_layernorm(c->x, H * mm, c->a, H * mm, T, H * mm, mw->norm.w, mw->norm.b, k->ln_eps, c->n_threads);
+            merger_mlp(c, mw, c->a, T, dst);
+            snprintf(name, sizeof name, "deepstack%d", d);
+            tap(c, name, dst, T, O);
+        }
+    }
+    if (!merged) return;
+    const merger_w *mw = &c->m->merger;
+    op_layernorm(c->x, H, c->a, H, S, H, mw->norm.w, mw->norm.b, k->ln_eps, c->n_threads);
+    merger_mlp(c, mw, c->a, T, merged);
+    tap(c, "merged", merged, T, O);
+}
+
+qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_grid *grids, size_t n_grids,
+                      float *merged, float *const *deepstack, qvl_error *err) {
+    qvl_error_clear(err);
+    if (!c || !pixels || !merged)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_encode: ctx, pixels and merged must not be NULL");
+    QVL_TRY(prepare(c, n_rows, grids, n_grids, err));
+    const qvl_config *k = &c->m->cfg;
+    size_t S = n_rows, H = (size_t)k->hidden;
+    size_t n_seg = 0;
+    for (size_t i = 0; i < n_grids; i++) n_seg += (size_t)grids[i].t;
+
+    linear_run(c, &c->m->patch, pixels, (size_t)k->row_len, S, c->x, H, 0, GEMM_EPI_NONE);
+    tap(c, "patch", c->x, S, H);
+    tables_pos(c->m, c->p.pos_mode, grids, n_grids, c->o, c->taps, c->n_threads);
+    tap(c, "pos", c->o, S, H);
+    for (size_t i = 0; i < S * H; i++) c->x[i] = c->x[i] + c->o[i];
+    tables_rope(k, grids, n_grids, c->cos_t, c->sin_t);
+    run_chain(c, S, n_seg, merged, deepstack);
+    return QVL_OK;
+}
+
+qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const qvl_grid *grids, size_t n_grids,
+                          int through_merger, float *out, qvl_error *err) {
+    qvl_error_clear(err);
+    if (!c || !hidden || !out)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_run_blocks: ctx, hidden and out must not be NULL");
+    QVL_TRY(prepare(c, n_rows, grids, n_grids, err));
+    const qvl_config *k = &c->m->cfg;
+    size_t S = n_rows, H = (size_t)k->hidden, n_seg = 0;
+    for (size_t i = 0; i < n_grids; i++) n_seg += (size_t)grids[i].t;
+    memcpy(c->x, hidden, S * H * sizeof(float));
+    tables_rope(k, grids, n_grids, c->cos_t, c->sin_t);
+    run_chain(c, S, n_seg, through_merger ? out : NULL, NULL);
+    if (!through_merger) memcpy(out, c->x, S * H * sizeof(float));
+    return QVL_OK;
+}

@@ -1,0 +1,40 @@
+/* testutil.c — see testutil.h. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int tu_failures = 0;
+int tu_checks = 0;
+
+void tu_report(const char *file, int line, const char *what) { fprintf(stderr, "%s:%d: check failed: %s\n", file, line, what); }
+
+int tu_finish(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, tu_checks - tu_failures, tu_failures);
+    return tu_failures ? 1 : 0;
+}
+
+const char *tu_source_path(const char *rel, char *buf, size_t n) {
+    const char *root = getenv("QVL_SOURCE_DIR");
+    snprintf(buf, n, "%s/%s", root ? root : ".", rel);
+    return buf;
+}
+
+const char *tu_tmpdir(char *buf, size_t n) {
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, n, "%s/qvl-test-XXXXXX", t ? t : "/tmp");
+    return mkdtemp(buf);
+}
+
+double tu_relerr(const float *a, const float *b, size_t n, double *maxabs) {
+    double num = 0, den = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+        if (fabs(d) > mx || d != d) mx = d != d ? INFINITY : fabs(d);
+    }
+    if (maxabs) *maxabs = mx;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}

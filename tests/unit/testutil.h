@@ -1,0 +1,26 @@
+/* testutil.h — tiny assertion helpers shared by the unit tests. A failed check prints file:line and the
+ * expression, counts the failure and lets the test continue; main returns tu_finish(). */
+#ifndef QVL_TESTUTIL_H
+#define QVL_TESTUTIL_H
+
+#include <stddef.h>
+
+extern int tu_failures;
+extern int tu_checks;
+
+#define CHECK(cond)                                                                                                   \
+    do {                                                                                                              \
+        tu_checks++;                                                                                                  \
+        if (!(cond)) { tu_failures++; tu_report(__FILE__, __LINE__, #cond); }                                        \
+    } while (0)
+
+void tu_report(const char *file, int line, const char *what);
+/* Print "N passed, M failed" for the checks and return the process exit status. */
+int tu_finish(const char *name);
+/* Path helpers: QVL_SOURCE_DIR/rel, QVL_BIN; a fresh temp directory (mkdtemp under TMPDIR or /tmp). */
+const char *tu_source_path(const char *rel, char *buf, size_t n);
+const char *tu_tmpdir(char *buf, size_t n);
+/* ‖a − b‖ / ‖b‖ and max |a − b| in double. */
+double tu_relerr(const float *a, const float *b, size_t n, double *maxabs);
+
+#endif
