@@ -84,7 +84,7 @@ static qvl_status as_qvl_dtype(const st_tensor *t, qvl_dtype *dt, qvl_error *err
  * shape `canon` (NULL: the same). */
 static qvl_status lookup2(binder *b, const char *canonical, int ndim, const int64_t *shape, const int64_t *canon,
                           const st_tensor **out) {
-    char full[160], want[96], got[96], files[512];
+    char full[256], want[96], got[96], files[512];
     snprintf(full, sizeof full, "%s%s", b->prefix, canonical);
     const st_tensor *t = find_any(b->m, full);
     shape_str(shape, ndim, want, sizeof want);
@@ -141,7 +141,7 @@ static qvl_status bind_vec(binder *b, const char *canonical, int n, const float 
 }
 
 static qvl_status bind_linear(binder *b, const char *base, int out, int in, linear *l) {
-    char name[128];
+    char name[160];
     snprintf(name, sizeof name, "%s.weight", base);
     QVL_TRY(bind_mat(b, name, out, in, &l->w));
     snprintf(name, sizeof name, "%s.bias", base);
@@ -149,7 +149,7 @@ static qvl_status bind_linear(binder *b, const char *base, int out, int in, line
 }
 
 static qvl_status bind_norm(binder *b, const char *base, int dim, layernorm *n) {
-    char name[128];
+    char name[160];
     n->dim = dim;
     snprintf(name, sizeof name, "%s.weight", base);
     QVL_TRY(bind_vec(b, name, dim, &n->w));
@@ -159,7 +159,7 @@ static qvl_status bind_norm(binder *b, const char *base, int dim, layernorm *n) 
 
 static qvl_status bind_merger(binder *b, const char *base, int norm_dim, merger_w *mw) {
     const qvl_config *c = &b->m->cfg;
-    char name[128];
+    char name[120];
     int h4 = c->hidden * c->merge * c->merge; /* one merged token: merge² patch tokens side by side */
     snprintf(name, sizeof name, "%s.norm", base);
     QVL_TRY(bind_norm(b, name, norm_dim, &mw->norm));
@@ -173,7 +173,7 @@ static qvl_status bind_merger(binder *b, const char *base, int norm_dim, merger_
 static qvl_status bind_patch(binder *b) {
     qvl_model *m = b->m;
     const qvl_config *c = &m->cfg;
-    char full[160];
+    char full[256];
     snprintf(full, sizeof full, "%spatch_embed.proj.weight", b->prefix);
     const st_tensor *t = find_any(m, full);
     int64_t hf[5] = {c->hidden, c->in_channels, c->temporal_patch, c->patch, c->patch};
@@ -243,7 +243,7 @@ static qvl_status bind_all(binder *b) {
 
 /* Prefix under which `patch_embed.proj.weight` exists in the opened files. */
 static const char *detect_prefix(const qvl_model *m) {
-    char full[160];
+    char full[256];
     for (const char *const *p = k_prefixes; *p; p++) {
         snprintf(full, sizeof full, "%spatch_embed.proj.weight", *p);
         if (find_any(m, full)) return *p;
@@ -267,7 +267,7 @@ static qvl_status open_sharded(qvl_model *m, const char *dir, const char *index,
     }
     qvl_status s = QVL_OK;
     const char *prefix = NULL;
-    char full[160];
+    char full[256];
     for (const char *const *p = k_prefixes; *p && !prefix; p++) {
         snprintf(full, sizeof full, "%spatch_embed.proj.weight", *p);
         if (cJSON_GetObjectItemCaseSensitive(wm, full)) prefix = *p;
@@ -342,7 +342,7 @@ qvl_status qvl_checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err) {
     snprintf(m->info.prefix, sizeof m->info.prefix, "%s", prefix);
 
     /* A quantized tower ships .scales/.biases companions: out of scope, and silently wrong if bound as bf16. */
-    char qname[160];
+    char qname[256];
     snprintf(qname, sizeof qname, "%sblocks.0.attn.qkv.scales", prefix);
     if (find_any(m, qname))
         return qvl_fail(err, QVL_ERR_UNSUPPORTED, "quantized vision tower ('%s' present): only F32/F16/BF16 towers "

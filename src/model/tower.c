@@ -58,8 +58,9 @@ qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_
     c->m = m;
     if (params) c->p = *params; else qvl_ctx_params_default(&c->p);
     if (c->p.pos_mode != QVL_POS_CLOSED_FORM && c->p.pos_mode != QVL_POS_LINSPACE) {
+        int mode = (int)c->p.pos_mode;
         free(c);
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: unknown pos_mode %d", (int)c->p.pos_mode);
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: unknown pos_mode %d", mode);
     }
     c->n_threads = c->p.n_threads > 0 ? c->p.n_threads : omp_get_num_procs();
     if (c->n_threads < 1) c->n_threads = 1;

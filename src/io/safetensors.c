@@ -1,0 +1,451 @@
+/* safetensors.c — the reader half of safetensors.h: map a file, validate its header completely, and expose the
+ * tensors as pointers into the mapping. (The writer, st_write, lives in st_write.c.)
+ *
+ * Everything read from the file is untrusted: every size is bounded and overflow-checked before it is used, every
+ * failure returns a status with a message naming the file, the tensor and the numbers involved, and every failure
+ * path frees what it built. */
+#include "io/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/error.h"
+
+/* Largest integer a JSON number (a double in cJSON) holds exactly: 2^53. */
+#define ST_MAX_JSON_INT 9007199254740992.0
+
+/* Tensor names are printed with this many bytes at most, so the rest of a message survives a long name. */
+#define ST_NAME_FMT "%.200s"
+
+static const struct {
+    const char *name;
+    size_t size;
+} st_dtypes[ST_DTYPE_COUNT] = {
+    [ST_F32] = {"F32", 4},   [ST_F16] = {"F16", 2},   [ST_BF16] = {"BF16", 2},         [ST_F64] = {"F64", 8},
+    [ST_I64] = {"I64", 8},   [ST_I32] = {"I32", 4},   [ST_I16] = {"I16", 2},           [ST_I8] = {"I8", 1},
+    [ST_U8] = {"U8", 1},     [ST_BOOL] = {"BOOL", 1}, [ST_U16] = {"U16", 2},           [ST_U32] = {"U32", 4},
+    [ST_U64] = {"U64", 8},   [ST_F8_E4M3] = {"F8_E4M3", 1}, [ST_F8_E5M2] = {"F8_E5M2", 1},
+};
+
+size_t st_dtype_size(st_dtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].size : 0; }
+
+const char *st_dtype_name(st_dtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].name : "?"; }
+
+static int st_dtype_parse(const char *s, st_dtype *out) {
+    for (int i = 0; i < ST_DTYPE_COUNT; i++) {
+        if (strcmp(s, st_dtypes[i].name) == 0) {
+            *out = (st_dtype)i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void st_close(st_file *f) {
+    if (!f) return;
+    for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
+    free(f->tensors);
+    for (size_t i = 0; i < f->n_meta; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_vals[i]);
+    }
+    free(f->meta_keys);
+    free(f->meta_vals);
+    if (f->map) munmap(f->map, f->size);
+    free(f->path);
+    free(f);
+}
+
+static char *st_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* A JSON number that is an integer in [0, 2^53): cJSON keeps numbers as doubles, so "1.5", "-1", "1e300" and
+ * non-numbers are all rejected here rather than silently truncated. */
+static int st_json_uint(const cJSON *j, uint64_t *out) {
+    if (!cJSON_IsNumber(j)) return 0;
+    double v = j->valuedouble;
+    if (!(v >= 0.0 && v < ST_MAX_JSON_INT)) return 0; /* also rejects NaN */
+    uint64_t u = (uint64_t)v;
+    if ((double)u != v) return 0;
+    *out = u;
+    return 1;
+}
+
+/* Parse one tensor entry `e` (already known not to be __metadata__) into `t`; its name is copied last so that a
+ * failure leaves nothing to free. `begin`/`end` receive the span relative to the data section. */
+static qvl_status st_parse_entry(const cJSON *e, const char *label, const uint8_t *data, size_t data_size,
+                                 st_tensor *t, uint64_t *begin, uint64_t *end, qvl_error *err) {
+    const char *name = e->string;
+    if (!cJSON_IsObject(e))
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' is not a JSON object", label, name);
+
+    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!jd || !js || !jo)
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' lacks \"%s\"", label, name,
+                        !jd ? "dtype" : !js ? "shape" : "data_offsets");
+
+    if (!cJSON_IsString(jd) || !jd->valuestring)
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' dtype is not a string", label, name);
+    if (!st_dtype_parse(jd->valuestring, &t->dtype))
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' has unknown dtype '%.32s'", label, name,
+                        jd->valuestring);
+
+    if (!cJSON_IsArray(js))
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' shape is not an array", label, name);
+    int ndim = cJSON_GetArraySize(js);
+    if (ndim > ST_MAX_DIMS)
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' has %d dimensions, at most %d supported",
+                        label, name, ndim, ST_MAX_DIMS);
+    uint64_t elems = 1;
+    int overflow = 0;
+    int k = 0;
+    for (const cJSON *d = js->child; d; d = d->next, k++) {
+        uint64_t v;
+        if (!st_json_uint(d, &v))
+            return qvl_fail(err, QVL_ERR_FORMAT,
+                            "%s: tensor '" ST_NAME_FMT "' shape[%d] is not a non-negative integer below 2^53", label,
+                            name, k);
+        t->shape[k] = (int64_t)v;
+        if (__builtin_mul_overflow(elems, v, &elems)) overflow = 1;
+    }
+    t->ndim = ndim;
+    for (k = ndim; k < ST_MAX_DIMS; k++) t->shape[k] = 0;
+    /* A zero dimension makes the product 0 whatever overflowed before it. */
+    for (k = 0; k < ndim; k++)
+        if (t->shape[k] == 0) overflow = 0, elems = 0;
+
+    if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2)
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' data_offsets is not a [begin, end] pair",
+                        label, name);
+    if (!st_json_uint(jo->child, begin) || !st_json_uint(jo->child->next, end))
+        return qvl_fail(err, QVL_ERR_FORMAT,
+                        "%s: tensor '" ST_NAME_FMT "' data_offsets are not non-negative integers below 2^53", label,
+                        name);
+    if (*begin > *end || *end > data_size)
+        return qvl_fail(err, QVL_ERR_FORMAT,
+                        "%s: tensor '" ST_NAME_FMT "' data_offsets [%llu, %llu] outside the data section (%zu bytes)",
+                        label, name, (unsigned long long)*begin, (unsigned long long)*end, data_size);
+
+    uint64_t nbytes;
+    if (overflow || __builtin_mul_overflow(elems, (uint64_t)st_dtype_size(t->dtype), &nbytes))
+        return qvl_fail(err, QVL_ERR_FORMAT,
+                        "%s: tensor '" ST_NAME_FMT "' shape x %s size overflows 64 bits (data_offsets span %llu bytes)",
+                        label, name, st_dtype_name(t->dtype), (unsigned long long)(*end - *begin));
+    if (nbytes != *end - *begin)
+        return qvl_fail(err, QVL_ERR_FORMAT,
+                        "%s: tensor '" ST_NAME_FMT "' shape and dtype %s need %llu bytes but data_offsets [%llu, %llu] "
+                        "span %llu",
+                        label, name, st_dtype_name(t->dtype), (unsigned long long)nbytes,
+                        (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)(*end - *begin));
+    t->nbytes = nbytes;
+    t->data = data + *begin;
+
+    t->name = st_strdup(name);
+    if (!t->name) return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying a tensor name", label);
+    return QVL_OK;
+}
+
+/* Copy __metadata__ (an object of strings; null counts as absent) into f, sorted by key, duplicates rejected. */
+typedef struct st_kv {
+    const char *k, *v;
+} st_kv;
+
+static int st_kv_cmp(const void *a, const void *b) { return strcmp(((const st_kv *)a)->k, ((const st_kv *)b)->k); }
+
+static qvl_status st_parse_meta(const cJSON *m, const char *label, st_file *f, qvl_error *err) {
+    if (cJSON_IsNull(m)) return QVL_OK;
+    if (!cJSON_IsObject(m)) return qvl_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ is not a JSON object", label);
+    size_t n = 0;
+    for (const cJSON *e = m->child; e; e = e->next, n++) {
+        if (!cJSON_IsString(e) || !e->valuestring)
+            return qvl_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ value for '" ST_NAME_FMT "' is not a string",
+                            label, e->string);
+    }
+    if (n == 0) return QVL_OK;
+    st_kv *kv = malloc(n * sizeof *kv);
+    f->meta_keys = calloc(n, sizeof *f->meta_keys);
+    f->meta_vals = calloc(n, sizeof *f->meta_vals);
+    if (!kv || !f->meta_keys || !f->meta_vals) {
+        free(kv);
+        return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %zu metadata entries", label, n);
+    }
+    size_t i = 0;
+    for (const cJSON *e = m->child; e; e = e->next, i++) kv[i] = (st_kv){e->string, e->valuestring};
+    qsort(kv, n, sizeof *kv, st_kv_cmp);
+    for (i = 0; i + 1 < n; i++) {
+        if (strcmp(kv[i].k, kv[i + 1].k) == 0) {
+            qvl_status s = qvl_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ key '" ST_NAME_FMT "' appears twice",
+                                    label, kv[i].k);
+            free(kv);
+            return s;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        f->meta_keys[i] = st_strdup(kv[i].k);
+        f->meta_vals[i] = st_strdup(kv[i].v);
+        f->n_meta = i + 1; /* st_close frees entries [0, n_meta) even if one of this pair is NULL */
+        if (!f->meta_keys[i] || !f->meta_vals[i]) {
+            free(kv);
+            return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying metadata", label);
+        }
+    }
+    free(kv);
+    return QVL_OK;
+}
+
+/* Span of tensor `idx`, for the overlap check. */
+typedef struct st_span {
+    uint64_t begin, end;
+    size_t idx;
+} st_span;
+
+static int st_span_cmp(const void *a, const void *b) {
+    const st_span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+static int st_tensor_cmp(const void *a, const void *b) {
+    return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+}
+
+/* Parse the JSON header text `json` (NUL-terminated copy, `n` bytes) into f. */
+static qvl_status st_parse_header(const char *json, size_t n, const char *label, const uint8_t *data,
+                                  size_t data_size, st_file *f, qvl_error *err) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
+    if (!root) {
+        size_t at = end && end >= json && end <= json + n ? (size_t)(end - json) : 0;
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: header is not valid JSON (error near byte %zu of %zu)", label, at,
+                        n);
+    }
+    qvl_status s = QVL_OK;
+    st_span *spans = NULL;
+    /* serde (the reference reader) allows only whitespace after the value; the Python writer pads with spaces. */
+    for (const char *p = end ? end : json + n; p < json + n; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            s = qvl_fail(err, QVL_ERR_FORMAT, "%s: header has trailing bytes after the JSON value (at byte %zu of %zu)",
+                         label, (size_t)(p - json), n);
+            goto done;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        s = qvl_fail(err, QVL_ERR_FORMAT, "%s: header is JSON but not an object", label);
+        goto done;
+    }
+
+    size_t count = 0;
+    int have_meta = 0;
+    for (const cJSON *e = root->child; e; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0) {
+            if (have_meta) {
+                s = qvl_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ appears twice", label);
+                goto done;
+            }
+            have_meta = 1;
+            if ((s = st_parse_meta(e, label, f, err)) != QVL_OK) goto done;
+        } else {
+            count++;
+        }
+    }
+    if (count == 0) goto done;
+
+    f->tensors = calloc(count, sizeof *f->tensors);
+    spans = malloc(count * sizeof *spans);
+    if (!f->tensors || !spans) {
+        s = qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %zu tensors", label, count);
+        goto done;
+    }
+    size_t i = 0;
+    for (const cJSON *e = root->child; e; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0) continue;
+        s = st_parse_entry(e, label, data, data_size, &f->tensors[i], &spans[i].begin, &spans[i].end, err);
+        if (s != QVL_OK) goto done;
+        spans[i].idx = i;
+        f->n_tensors = ++i;
+    }
+
+    /* Overlap: sorted by begin, every non-empty span must start at or after the furthest end seen so far. Empty
+     * spans hold no bytes and overlap nothing. */
+    qsort(spans, count, sizeof *spans, st_span_cmp);
+    uint64_t reach = 0;
+    size_t reach_idx = 0;
+    int have_reach = 0;
+    for (i = 0; i < count; i++) {
+        if (spans[i].begin == spans[i].end) continue;
+        if (have_reach && spans[i].begin < reach) {
+            s = qvl_fail(err, QVL_ERR_FORMAT,
+                         "%s: tensor '" ST_NAME_FMT "' data_offsets [%llu, %llu] overlap tensor '" ST_NAME_FMT
+                         "' ending at %llu",
+                         label, f->tensors[spans[i].idx].name, (unsigned long long)spans[i].begin,
+                         (unsigned long long)spans[i].end, f->tensors[reach_idx].name, (unsigned long long)reach);
+            goto done;
+        }
+        reach = spans[i].end;
+        reach_idx = spans[i].idx;
+        have_reach = 1;
+    }
+
+    /* cJSON keeps duplicate keys; after sorting by name they are neighbours. */
+    qsort(f->tensors, count, sizeof *f->tensors, st_tensor_cmp);
+    for (i = 0; i + 1 < count; i++) {
+        if (strcmp(f->tensors[i].name, f->tensors[i + 1].name) == 0) {
+            s = qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' appears twice in the header", label,
+                         f->tensors[i].name);
+            goto done;
+        }
+    }
+
+done:
+    free(spans);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* Validate `buf` and fill a fresh st_file (map/path left to the caller). */
+static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
+    *out = NULL;
+    if (len < 8)
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", label,
+                        len);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = (n << 8) | buf[i];
+    if (n > ST_MAX_HEADER)
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", label,
+                        (unsigned long long)n, (unsigned)ST_MAX_HEADER);
+    if (n > len - 8)
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: header length %llu exceeds the %zu bytes after the length field",
+                        label, (unsigned long long)n, len - 8);
+    if (n < 2) return qvl_fail(err, QVL_ERR_FORMAT, "%s: header length %llu is too short for a JSON object", label,
+                               (unsigned long long)n);
+
+    st_file *f = calloc(1, sizeof *f);
+    /* A NUL-terminated copy keeps the JSON parser inside the header even if it looked one byte too far. */
+    char *json = malloc((size_t)n + 1);
+    if (!f || !json) {
+        free(f);
+        free(json);
+        return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory for a %llu-byte header", label,
+                        (unsigned long long)n);
+    }
+    memcpy(json, buf + 8, (size_t)n);
+    json[n] = '\0';
+    f->size = len;
+    qvl_status s = st_parse_header(json, (size_t)n, label, buf + 8 + n, len - 8 - (size_t)n, f, err);
+    free(json);
+    if (s != QVL_OK) {
+        st_close(f);
+        return s;
+    }
+    *out = f;
+    return QVL_OK;
+}
+
+qvl_status st_parse(const void *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
+    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "st_parse: out is NULL");
+    *out = NULL;
+    if (!label) label = "<buffer>";
+    if (!buf && len) return qvl_fail(err, QVL_ERR_INVALID_ARG, "%s: buffer is NULL but length is %zu", label, len);
+    return st_parse_impl(buf, len, label, out, err);
+}
+
+static const char *st_errstr(int e, char *buf, size_t n) {
+#if defined(__GLIBC__) && defined(_GNU_SOURCE)
+    return strerror_r(e, buf, n);
+#else
+    if (strerror_r(e, buf, n) != 0) snprintf(buf, n, "error %d", e);
+    return buf;
+#endif
+}
+
+qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
+    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "st_open: out is NULL");
+    *out = NULL;
+    if (!path) return qvl_fail(err, QVL_ERR_INVALID_ARG, "st_open: path is NULL");
+    char eb[128];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return qvl_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, st_errstr(errno, eb, sizeof eb));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return qvl_fail(err, QVL_ERR_IO, "%s: cannot stat: %s", path, st_errstr(e, eb, sizeof eb));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return qvl_fail(err, QVL_ERR_IO, "%s: not a regular file", path);
+    }
+    if (sb.st_size < 0 || (uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
+        close(fd);
+        return qvl_fail(err, QVL_ERR_LIMIT, "%s: file size %lld does not fit in memory", path,
+                        (long long)sb.st_size);
+    }
+    size_t size = (size_t)sb.st_size;
+    if (size < 8) { /* mmap of 0 bytes fails; report the format problem instead */
+        close(fd);
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", path,
+                        size);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED)
+        return qvl_fail(err, QVL_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, st_errstr(e, eb, sizeof eb));
+
+    st_file *f = NULL;
+    qvl_status s = st_parse_impl(map, size, path, &f, err);
+    if (s != QVL_OK) {
+        munmap(map, size);
+        return s;
+    }
+    f->map = map;
+    f->size = size;
+    f->path = st_strdup(path);
+    if (!f->path) {
+        st_close(f);
+        return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying the path", path);
+    }
+    *out = f;
+    return QVL_OK;
+}
+
+const st_tensor *st_find(const st_file *f, const char *name) {
+    if (!f || !name) return NULL;
+    size_t lo = 0, hi = f->n_tensors;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(name, f->tensors[mid].name);
+        if (c == 0) return &f->tensors[mid];
+        if (c < 0) hi = mid;
+        else lo = mid + 1;
+    }
+    return NULL;
+}
+
+const char *st_meta(const st_file *f, const char *key) {
+    if (!f || !key) return NULL;
+    size_t lo = 0, hi = f->n_meta;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(key, f->meta_keys[mid]);
+        if (c == 0) return f->meta_vals[mid];
+        if (c < 0) hi = mid;
+        else lo = mid + 1;
+    }
+    return NULL;
+}

@@ -1,0 +1,324 @@
+/* test_safetensors.c — the safetensors reader against hand-built files: every malformed header gives a status and a
+ * message (never a crash, checked under ASan/LSan), and valid files expose the right names, shapes, dtypes, data
+ * pointers and metadata. Uses only st_open/st_parse, not the writer. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "testutil.h"
+
+/* Bytes of a safetensors file: 8-byte little-endian `hlen`, `json` (its length may differ from hlen), `data`. */
+typedef struct buf {
+    uint8_t *p;
+    size_t n;
+} buf;
+
+static buf make_raw(uint64_t hlen, const char *json, const void *data, size_t dlen) {
+    size_t jl = strlen(json);
+    buf b = {malloc(8 + jl + dlen + 1), 8 + jl + dlen};
+    for (int i = 0; i < 8; i++) b.p[i] = (uint8_t)(hlen >> (8 * i));
+    memcpy(b.p + 8, json, jl);
+    if (dlen) memcpy(b.p + 8 + jl, data, dlen);
+    return b;
+}
+
+static buf make_st(const char *json, const void *data, size_t dlen) { return make_raw(strlen(json), json, data, dlen); }
+
+static char g_dir[256];
+
+static const char *write_file(const char *name, const buf *b, char *path, size_t n) {
+    snprintf(path, n, "%s/%s", g_dir, name);
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    if (fp) {
+        if (b->n) CHECK(fwrite(b->p, 1, b->n, fp) == b->n);
+        fclose(fp);
+    }
+    return path;
+}
+
+/* Both st_parse on the bytes and st_open on a file holding them must fail with `want` and a message. */
+static void expect_fail_buf(const char *what, buf b, qvl_status want) {
+    qvl_error err;
+    st_file *f = (st_file *)&err; /* poison: must come back NULL */
+    qvl_error_clear(&err);
+    qvl_status s = st_parse(b.p, b.n, what, &f, &err);
+    CHECK(s == want);
+    CHECK(err.status == want);
+    CHECK(f == NULL);
+    CHECK(err.message[0] != '\0');
+    CHECK(strstr(err.message, what) != NULL); /* names the file */
+    if (s != want) fprintf(stderr, "  %s: st_parse gave %d (%s)\n", what, (int)s, err.message);
+    st_close(f == (st_file *)&err ? NULL : f);
+
+    char path[512];
+    write_file(what, &b, path, sizeof path);
+    f = (st_file *)&err;
+    qvl_error_clear(&err);
+    s = st_open(path, &f, &err);
+    CHECK(s == want);
+    CHECK(f == NULL);
+    CHECK(err.message[0] != '\0');
+    CHECK(strstr(err.message, what) != NULL);
+    if (s != want) fprintf(stderr, "  %s: st_open gave %d (%s)\n", what, (int)s, err.message);
+    else printf("  %-22s -> %s\n", what, err.message);
+    st_close(f == (st_file *)&err ? NULL : f);
+    free(b.p);
+}
+
+static void expect_bad(const char *what, const char *json, size_t dlen) {
+    uint8_t *data = calloc(dlen ? dlen : 1, 1);
+    expect_fail_buf(what, make_st(json, data, dlen), QVL_ERR_FORMAT);
+    free(data);
+}
+
+static void test_malformed(void) {
+    /* Size and framing. */
+    expect_fail_buf("empty", (buf){calloc(1, 1), 0}, QVL_ERR_FORMAT);
+    expect_fail_buf("seven", (buf){calloc(7, 1), 7}, QVL_ERR_FORMAT);
+    expect_fail_buf("truncated", make_raw(100, "{}", NULL, 0), QVL_ERR_FORMAT);
+    expect_fail_buf("huge_hlen", make_raw(UINT64_C(1) << 63, "{}", NULL, 0), QVL_ERR_FORMAT);
+    expect_fail_buf("max_hlen", make_raw(UINT64_MAX, "{}", NULL, 0), QVL_ERR_FORMAT);
+    expect_fail_buf("over_limit", make_raw((uint64_t)ST_MAX_HEADER + 1, "{}", NULL, 0), QVL_ERR_FORMAT);
+    expect_fail_buf("zero_hlen", make_raw(0, "", NULL, 0), QVL_ERR_FORMAT);
+    /* JSON. */
+    expect_bad("bad_json", "{\"a\": {", 0);
+    expect_bad("not_object", "[1, 2, 3]", 0);
+    expect_bad("string_root", "\"hello\"", 0);
+    expect_bad("trailing", "{} x", 0);
+    expect_bad("entry_not_obj", "{\"a\": 5}", 0);
+    expect_bad("no_dtype", "{\"a\": {\"shape\": [], \"data_offsets\": [0, 4]}}", 4);
+    expect_bad("no_shape", "{\"a\": {\"dtype\": \"F32\", \"data_offsets\": [0, 4]}}", 4);
+    expect_bad("no_offsets", "{\"a\": {\"dtype\": \"F32\", \"shape\": []}}", 4);
+    /* dtype. */
+    expect_bad("unknown_dtype", "{\"a\": {\"dtype\": \"F128\", \"shape\": [1], \"data_offsets\": [0, 16]}}", 16);
+    expect_bad("dtype_number", "{\"a\": {\"dtype\": 7, \"shape\": [1], \"data_offsets\": [0, 4]}}", 4);
+    expect_bad("dtype_lower", "{\"a\": {\"dtype\": \"f32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4);
+    /* shape. */
+    expect_bad("shape_negative", "{\"a\": {\"dtype\": \"U8\", \"shape\": [-1], \"data_offsets\": [0, 0]}}", 0);
+    expect_bad("shape_fraction", "{\"a\": {\"dtype\": \"U8\", \"shape\": [1.5], \"data_offsets\": [0, 1]}}", 4);
+    expect_bad("shape_string", "{\"a\": {\"dtype\": \"U8\", \"shape\": [\"2\"], \"data_offsets\": [0, 2]}}", 4);
+    expect_bad("shape_huge", "{\"a\": {\"dtype\": \"U8\", \"shape\": [1e300], \"data_offsets\": [0, 2]}}", 4);
+    expect_bad("shape_2p53", "{\"a\": {\"dtype\": \"U8\", \"shape\": [9007199254740992], \"data_offsets\": [0, 2]}}",
+               4);
+    expect_bad("shape_not_array", "{\"a\": {\"dtype\": \"U8\", \"shape\": 4, \"data_offsets\": [0, 4]}}", 4);
+    expect_bad("too_many_dims",
+               "{\"a\": {\"dtype\": \"U8\", \"shape\": [1,1,1,1,1,1,1,1,1], \"data_offsets\": [0, 1]}}", 1);
+    expect_bad("shape_mismatch", "{\"a\": {\"dtype\": \"F32\", \"shape\": [2, 3], \"data_offsets\": [0, 20]}}", 24);
+    expect_bad("shape_overflow",
+               "{\"a\": {\"dtype\": \"F64\", \"shape\": [4294967296, 4294967296, 16], \"data_offsets\": [0, 0]}}", 0);
+    expect_bad("size_overflow",
+               "{\"a\": {\"dtype\": \"F64\", \"shape\": [4294967296, 536870912], \"data_offsets\": [0, 0]}}", 0);
+    /* data_offsets. */
+    expect_bad("span_outside", "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}", 8);
+    expect_bad("span_reversed", "{\"a\": {\"dtype\": \"U8\", \"shape\": [0], \"data_offsets\": [4, 0]}}", 8);
+    expect_bad("offsets_arity1", "{\"a\": {\"dtype\": \"U8\", \"shape\": [0], \"data_offsets\": [0]}}", 8);
+    expect_bad("offsets_arity3", "{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1, 2]}}", 8);
+    expect_bad("offsets_negative", "{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [-1, 0]}}", 8);
+    expect_bad("offsets_fraction", "{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0.5, 1.5]}}", 8);
+    expect_bad("overlap",
+               "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+               " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}",
+               12);
+    expect_bad("overlap_nested",
+               "{\"a\": {\"dtype\": \"U8\", \"shape\": [16], \"data_offsets\": [0, 16]},"
+               " \"b\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [2, 4]},"
+               " \"c\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [8, 12]}}",
+               16);
+    expect_bad("same_span",
+               "{\"a\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 4]},"
+               " \"b\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 4]}}",
+               4);
+    /* Names and metadata. */
+    expect_bad("duplicate",
+               "{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]},"
+               " \"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [1, 2]}}",
+               2);
+    expect_bad("meta_number", "{\"__metadata__\": {\"format\": \"pt\", \"n\": 3}}", 0);
+    expect_bad("meta_not_obj", "{\"__metadata__\": [\"pt\"]}", 0);
+    expect_bad("meta_twice", "{\"__metadata__\": {}, \"__metadata__\": {}}", 0);
+    expect_bad("meta_dupkey", "{\"__metadata__\": {\"k\": \"1\", \"k\": \"2\"}}", 0);
+    /* Failure after some tensors and metadata were already copied must free them (LeakSanitizer). */
+    expect_bad("late_failure",
+               "{\"__metadata__\": {\"format\": \"pt\"},"
+               " \"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]},"
+               " \"b\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [1, 2]},"
+               " \"c\": {\"dtype\": \"BAD\", \"shape\": [1], \"data_offsets\": [2, 3]}}",
+               3);
+
+    /* A missing file and a directory are I/O errors. */
+    qvl_error err;
+    st_file *f = NULL;
+    char path[512];
+    snprintf(path, sizeof path, "%s/does-not-exist.safetensors", g_dir);
+    qvl_error_clear(&err);
+    CHECK(st_open(path, &f, &err) == QVL_ERR_IO);
+    CHECK(f == NULL && err.status == QVL_ERR_IO && strstr(err.message, "does-not-exist") != NULL);
+    qvl_error_clear(&err);
+    CHECK(st_open(g_dir, &f, &err) == QVL_ERR_IO);
+    CHECK(f == NULL && err.message[0] != '\0');
+    /* NULL arguments. */
+    qvl_error_clear(&err);
+    CHECK(st_parse(NULL, 0, "x", NULL, &err) == QVL_ERR_INVALID_ARG);
+    qvl_error_clear(&err);
+    CHECK(st_parse(NULL, 8, "x", &f, &err) == QVL_ERR_INVALID_ARG && f == NULL);
+    CHECK(st_open(path, &f, NULL) == QVL_ERR_IO); /* err may be NULL */
+}
+
+static void test_valid_empty(void) {
+    qvl_error err;
+    st_file *f = NULL;
+    char path[512];
+    /* Zero tensors, with the Python writer's space padding after the object. */
+    buf b = make_st("{}      ", NULL, 0);
+    write_file("zero.safetensors", &b, path, sizeof path);
+    qvl_error_clear(&err);
+    CHECK(st_open(path, &f, &err) == QVL_OK);
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(f->n_tensors == 0 && f->n_meta == 0);
+        CHECK(st_find(f, "a") == NULL);
+        CHECK(st_meta(f, "format") == NULL);
+        CHECK(f->path && strcmp(f->path, path) == 0);
+        CHECK(f->size == b.n);
+    }
+    st_close(f);
+    free(b.p);
+
+    /* Only metadata (null metadata counts as none). */
+    b = make_st("{\"__metadata__\": null}", NULL, 0);
+    qvl_error_clear(&err);
+    CHECK(st_parse(b.p, b.n, "nullmeta", &f, &err) == QVL_OK);
+    if (f) CHECK(f->n_tensors == 0 && f->n_meta == 0 && f->path == NULL && f->map == NULL);
+    st_close(f);
+    free(b.p);
+
+    /* A 0-size tensor (a zero dimension) and a scalar (no dimensions), plus a zero-length span inside another. */
+    const float scalar = 2.5f;
+    b = make_st("{\"empty\": {\"dtype\": \"BF16\", \"shape\": [3, 0, 7], \"data_offsets\": [2, 2]},"
+                " \"s\": {\"dtype\": \"F32\", \"shape\": [], \"data_offsets\": [0, 4]}}",
+                &scalar, sizeof scalar);
+    qvl_error_clear(&err);
+    f = NULL;
+    CHECK(st_parse(b.p, b.n, "zerosize", &f, &err) == QVL_OK);
+    if (f) {
+        CHECK(f->n_tensors == 2);
+        const st_tensor *e = st_find(f, "empty");
+        CHECK(e && e->ndim == 3 && e->shape[0] == 3 && e->shape[1] == 0 && e->shape[2] == 7 && e->nbytes == 0);
+        CHECK(e && e->dtype == ST_BF16);
+        const st_tensor *s = st_find(f, "s");
+        CHECK(s && s->ndim == 0 && s->nbytes == 4 && s->dtype == ST_F32);
+        if (s) {
+            float v;
+            memcpy(&v, s->data, sizeof v);
+            CHECK(v == 2.5f);
+            CHECK((const uint8_t *)s->data == b.p + b.n - 4);
+        }
+    } else {
+        fprintf(stderr, "  zerosize: %s\n", err.message);
+    }
+    st_close(f);
+    free(b.p);
+}
+
+static void test_valid_several(void) {
+    /* Tensors listed out of name order and out of offset order, with a gap, all dtypes of interest, metadata. */
+    uint8_t data[64];
+    for (int i = 0; i < 64; i++) data[i] = (uint8_t)i;
+    const char *json = "{\"zeta\": {\"dtype\": \"F32\", \"shape\": [2, 2], \"data_offsets\": [40, 56]},"
+                       " \"__metadata__\": {\"format\": \"pt\", \"note\": \"qvl test\", \"a\": \"\"},"
+                       " \"alpha.weight\": {\"dtype\": \"BF16\", \"shape\": [2, 3], \"data_offsets\": [0, 12]},"
+                       " \"mid\": {\"dtype\": \"I64\", \"shape\": [1, 1, 2], \"data_offsets\": [16, 32]},"
+                       " \"f8\": {\"dtype\": \"F8_E4M3\", \"shape\": [4], \"data_offsets\": [32, 36]},"
+                       " \"b\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [56, 64], \"extra\": 1}}";
+    buf b = make_st(json, data, sizeof data);
+    char path[512];
+    write_file("several.safetensors", &b, path, sizeof path);
+    qvl_error err;
+    qvl_error_clear(&err);
+    st_file *f = NULL;
+    CHECK(st_open(path, &f, &err) == QVL_OK);
+    if (!f) {
+        fprintf(stderr, "  several: %s\n", err.message);
+        free(b.p);
+        return;
+    }
+    CHECK(err.status == QVL_OK);
+    CHECK(f->n_tensors == 5);
+    const char *sorted[] = {"alpha.weight", "b", "f8", "mid", "zeta"};
+    for (size_t i = 0; i < 5 && i < f->n_tensors; i++) CHECK(strcmp(f->tensors[i].name, sorted[i]) == 0);
+    const uint8_t *base = (const uint8_t *)f->map + (b.n - sizeof data);
+
+    const st_tensor *t = st_find(f, "alpha.weight");
+    CHECK(t && t->dtype == ST_BF16 && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3 && t->nbytes == 12);
+    CHECK(t && (const uint8_t *)t->data == base && memcmp(t->data, data, 12) == 0);
+    t = st_find(f, "mid");
+    CHECK(t && t->dtype == ST_I64 && t->ndim == 3 && t->shape[2] == 2 && t->nbytes == 16);
+    CHECK(t && (const uint8_t *)t->data == base + 16 && ((const uint8_t *)t->data)[0] == 16);
+    t = st_find(f, "f8");
+    CHECK(t && t->dtype == ST_F8_E4M3 && t->nbytes == 4 && (const uint8_t *)t->data == base + 32);
+    t = st_find(f, "zeta");
+    CHECK(t && t->dtype == ST_F32 && t->nbytes == 16 && (const uint8_t *)t->data == base + 40);
+    t = st_find(f, "b");
+    CHECK(t && t->dtype == ST_U8 && t->nbytes == 8 && ((const uint8_t *)t->data)[7] == 63);
+    CHECK(st_find(f, "alpha") == NULL);
+    CHECK(st_find(f, "zz") == NULL);
+    CHECK(st_find(f, "") == NULL);
+    CHECK(st_find(f, "__metadata__") == NULL);
+    CHECK(st_find(NULL, "b") == NULL);
+
+    CHECK(f->n_meta == 3);
+    CHECK(st_meta(f, "format") && strcmp(st_meta(f, "format"), "pt") == 0);
+    CHECK(st_meta(f, "note") && strcmp(st_meta(f, "note"), "qvl test") == 0);
+    CHECK(st_meta(f, "a") && st_meta(f, "a")[0] == '\0');
+    CHECK(st_meta(f, "missing") == NULL);
+    CHECK(st_meta(NULL, "format") == NULL);
+    st_close(f);
+    st_close(NULL);
+    free(b.p);
+}
+
+static void test_dtypes(void) {
+    CHECK(st_dtype_size(ST_F32) == 4 && st_dtype_size(ST_BF16) == 2 && st_dtype_size(ST_F64) == 8);
+    CHECK(st_dtype_size(ST_BOOL) == 1 && st_dtype_size(ST_F8_E5M2) == 1 && st_dtype_size(ST_U64) == 8);
+    CHECK(st_dtype_size(ST_DTYPE_COUNT) == 0 && st_dtype_size((st_dtype)-1) == 0);
+    CHECK(strcmp(st_dtype_name(ST_BF16), "BF16") == 0 && strcmp(st_dtype_name(ST_F8_E4M3), "F8_E4M3") == 0);
+    CHECK(st_dtype_name(ST_DTYPE_COUNT) != NULL);
+    for (int d = 0; d < ST_DTYPE_COUNT; d++) {
+        /* Every dtype name round-trips through a header. */
+        char json[160];
+        size_t sz = st_dtype_size((st_dtype)d);
+        snprintf(json, sizeof json, "{\"t\": {\"dtype\": \"%s\", \"shape\": [3], \"data_offsets\": [0, %zu]}}",
+                 st_dtype_name((st_dtype)d), 3 * sz);
+        uint8_t data[24] = {0};
+        buf b = make_st(json, data, 3 * sz);
+        qvl_error err;
+        qvl_error_clear(&err);
+        st_file *f = NULL;
+        CHECK(st_parse(b.p, b.n, "dtype", &f, &err) == QVL_OK);
+        CHECK(f && f->n_tensors == 1 && f->tensors[0].dtype == (st_dtype)d && f->tensors[0].nbytes == 3 * sz);
+        st_close(f);
+        free(b.p);
+    }
+}
+
+int main(void) {
+    if (!tu_tmpdir(g_dir, sizeof g_dir)) {
+        fprintf(stderr, "test_safetensors: cannot create a temp dir\n");
+        return 1;
+    }
+    test_dtypes();
+    test_malformed();
+    test_valid_empty();
+    test_valid_several();
+
+    /* Clean up the temp dir. */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "test_safetensors: could not remove %s\n", g_dir);
+    return tu_finish("test_safetensors");
+}
