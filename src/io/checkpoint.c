@@ -98,7 +98,7 @@ static qvl_status lookup2(binder *b, const char *canonical, int ndim, const int6
         shape_str(t->shape, t->ndim, got, sizeof got);
         return qvl_fail(b->err, QVL_ERR_SHAPE, "tensor '%s' has shape %s, expected %s", full, got, want);
     }
-    qvl_dtype dt;
+    qvl_dtype dt = QVL_DTYPE_F32;
     QVL_TRY(as_qvl_dtype(t, &dt, b->err));
     bound_tensor *bt = &b->m->bound[b->m->n_bound++];
     snprintf(bt->name, sizeof bt->name, "%s", canonical);
@@ -132,7 +132,7 @@ static qvl_status bind_vec(binder *b, const char *canonical, int n, const float 
     if (b->small_used + (size_t)n > b->small_cap)
         return qvl_fail(b->err, QVL_ERR_INTERNAL, "vector storage undersized at '%s'", canonical);
     float *dst = b->m->small + b->small_used;
-    qvl_dtype dt;
+    qvl_dtype dt = QVL_DTYPE_F32;
     QVL_TRY(as_qvl_dtype(t, &dt, b->err));
     op_to_f32(t->data, dt, dst, (size_t)n);
     b->small_used += (size_t)n;

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install the Debian packages qvl builds against, when any is missing. Safe to run repeatedly.
+set -euo pipefail
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v gcc >/dev/null || need+=(build-essential)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+pkg-config --exists libcjson 2>/dev/null || need+=(libcjson-dev)
+pkg-config --exists libxxhash 2>/dev/null || need+=(libxxhash-dev)
+if ((${#need[@]})); then
+  echo "deps: installing ${need[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,174 @@
+/* files.c — the public file helpers of qvl.h ("Files"): pixel rows in from .npy or safetensors, float32 outputs
+ * out to .npy or safetensors. Thin wrappers over io/npy.c and io/safetensors.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "cpu/ops.h"
+#include "io/npy.h"
+#include "io/safetensors.h"
+
+void qvl_free(void *p) { free(p); }
+
+/* Widen a stored tensor's elements to float32. Only the float dtypes that pixel values plausibly come in. */
+static qvl_status tensor_to_f32(const st_tensor *t, float *dst, size_t n, const char *path, qvl_error *err) {
+    const unsigned char *src = t->data;
+    switch (t->dtype) {
+    case ST_F32: memcpy(dst, src, n * sizeof(float)); return QVL_OK;
+    case ST_F16: op_to_f32(src, QVL_DTYPE_F16, dst, n); return QVL_OK;
+    case ST_BF16: op_to_f32(src, QVL_DTYPE_BF16, dst, n); return QVL_OK;
+    case ST_F64:
+        for (size_t i = 0; i < n; i++) {
+            double d;
+            memcpy(&d, src + 8 * i, 8);
+            dst[i] = (float)d;
+        }
+        return QVL_OK;
+    default:
+        return qvl_fail(err, QVL_ERR_SHAPE, "%s: %s has dtype %s (want F32, F16, BF16 or F64)", path, t->name,
+                        st_dtype_name(t->dtype));
+    }
+}
+
+static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
+    const st_tensor *g = st_find(f, "grid_thw");
+    if (!g) return QVL_OK;
+    if (g->dtype != ST_I64 && g->dtype != ST_I32)
+        return qvl_fail(err, QVL_ERR_SHAPE, "%s: grid_thw has dtype %s (want I64 or I32)", path,
+                        st_dtype_name(g->dtype));
+    size_t n;
+    if (g->ndim == 2 && g->shape[1] == 3) n = (size_t)g->shape[0];
+    else if (g->ndim == 1 && g->shape[0] == 3) n = 1;
+    else return qvl_fail(err, QVL_ERR_SHAPE, "%s: grid_thw must have shape [n, 3]", path);
+    if (n == 0) return QVL_OK;
+    qvl_grid *out = calloc(n, sizeof *out);
+    if (!out) return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    const unsigned char *p = g->data;
+    for (size_t i = 0; i < n; i++) {
+        int64_t v[3];
+        for (int k = 0; k < 3; k++) {
+            if (g->dtype == ST_I64) {
+                memcpy(&v[k], p + 8 * (3 * i + (size_t)k), 8);
+            } else {
+                int32_t x;
+                memcpy(&x, p + 4 * (3 * i + (size_t)k), 4);
+                v[k] = x;
+            }
+            if (v[k] < 1 || v[k] > INT32_MAX) {
+                free(out);
+                return qvl_fail(err, QVL_ERR_SHAPE, "%s: grid_thw[%zu][%d] = %lld is out of range", path, i, k,
+                                (long long)v[k]);
+            }
+        }
+        out[i] = (qvl_grid){(int32_t)v[0], (int32_t)v[1], (int32_t)v[2]};
+    }
+    *grids = out;
+    *n_grids = n;
+    return QVL_OK;
+}
+
+static qvl_status read_safetensors_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len,
+                                        qvl_grid **grids, size_t *n_grids, qvl_error *err) {
+    st_file *f = NULL;
+    QVL_TRY(st_open(path, &f, err));
+    qvl_status s = QVL_OK;
+    float *out = NULL;
+    const st_tensor *t = st_find(f, "pixel_values");
+    if (!t) {
+        s = qvl_fail(err, QVL_ERR_SHAPE, "%s: no tensor \"pixel_values\"", path);
+        goto done;
+    }
+    if (t->ndim != 2) {
+        s = qvl_fail(err, QVL_ERR_SHAPE, "%s: pixel_values has %d dimensions (want 2)", path, t->ndim);
+        goto done;
+    }
+    size_t r = (size_t)t->shape[0], c = (size_t)t->shape[1], n;
+    if (qvl_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float)) {
+        s = qvl_fail(err, QVL_ERR_LIMIT, "%s: pixel_values size overflows", path);
+        goto done;
+    }
+    out = malloc(n ? n * sizeof(float) : 1);
+    if (!out) {
+        s = qvl_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
+        goto done;
+    }
+    if ((s = tensor_to_f32(t, out, n, path, err)) != QVL_OK) goto done;
+    if (grids && (s = read_grids(f, path, grids, n_grids, err)) != QVL_OK) goto done;
+    *rows = out;
+    out = NULL;
+    *n_rows = r;
+    *row_len = c;
+done:
+    free(out);
+    st_close(f);
+    return s;
+}
+
+qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len, qvl_grid **grids,
+                         size_t *n_grids, qvl_error *err) {
+    qvl_error_clear(err);
+    if (!path || !rows || !n_rows || !row_len || (grids && !n_grids))
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_read_rows: NULL argument");
+    *rows = NULL;
+    *n_rows = *row_len = 0;
+    if (grids) {
+        *grids = NULL;
+        *n_grids = 0;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) return qvl_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    unsigned char magic[6] = {0};
+    size_t got = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    if (got == sizeof magic && memcmp(magic, "\x93NUMPY", 6) == 0)
+        return npy_read_f32(path, rows, n_rows, row_len, err);
+    return read_safetensors_rows(path, rows, n_rows, row_len, grids, n_grids, err);
+}
+
+qvl_status qvl_write_npy(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err) {
+    qvl_error_clear(err);
+    return npy_write_f32(path, data, rows, cols, err);
+}
+
+qvl_status qvl_write_safetensors(const char *path, const qvl_out_tensor *t, size_t n, const qvl_grid *grids,
+                                 size_t n_grids, const char *const *meta_kv, size_t n_meta, qvl_error *err) {
+    qvl_error_clear(err);
+    if (!path || (n && !t) || (n_grids && !grids))
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_write_safetensors: NULL argument");
+    size_t total;
+    if (qvl_add_overflow(n, n_grids ? 1 : 0, &total) || total > SIZE_MAX / sizeof(st_wtensor))
+        return qvl_fail(err, QVL_ERR_LIMIT, "qvl_write_safetensors: too many tensors");
+    st_wtensor *w = calloc(total ? total : 1, sizeof *w);
+    int64_t *g = n_grids ? calloc(n_grids, 3 * sizeof(int64_t)) : NULL;
+    if (!w || (n_grids && !g)) {
+        free(w);
+        free(g);
+        return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (t[i].rows > INT64_MAX || t[i].cols > INT64_MAX) {
+            free(w);
+            free(g);
+            return qvl_fail(err, QVL_ERR_LIMIT, "%s: tensor %s is too large", path, t[i].name ? t[i].name : "?");
+        }
+        w[i] = (st_wtensor){.name = t[i].name, .dtype = ST_F32, .ndim = 2, .data = t[i].data};
+        w[i].shape[0] = (int64_t)t[i].rows;
+        w[i].shape[1] = (int64_t)t[i].cols;
+    }
+    if (n_grids) {
+        for (size_t i = 0; i < n_grids; i++) {
+            g[3 * i] = grids[i].t;
+            g[3 * i + 1] = grids[i].h;
+            g[3 * i + 2] = grids[i].w;
+        }
+        w[n] = (st_wtensor){.name = "grid_thw", .dtype = ST_I64, .ndim = 2, .data = g};
+        w[n].shape[0] = (int64_t)n_grids;
+        w[n].shape[1] = 3;
+    }
+    qvl_status s = st_write(path, w, total, meta_kv, n_meta, err);
+    free(w);
+    free(g);
+    return s;
+}

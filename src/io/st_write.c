@@ -1,0 +1,241 @@
+/* st_write.c — the safetensors writer: a deterministic header (tensors in the caller's order, offsets ascending,
+ * "__metadata__" first, padded with spaces to a multiple of 8 bytes), then the data, written to "<path>.tmp" and
+ * renamed into place so a reader never sees a half-written file. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+/* A growable byte buffer for the header. `failed` is sticky so callers check once at the end. */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int failed;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->failed) return;
+    if (n > SIZE_MAX - b->len - 1) { b->failed = 1; return; }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) {
+            if (cap > SIZE_MAX / 2) { b->failed = 1; return; }
+            cap *= 2;
+        }
+        char *q = realloc(b->p, cap);
+        if (!q) { b->failed = 1; return; }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_u64(sbuf *b, uint64_t v) {
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+    sb_put(b, tmp, (size_t)n);
+}
+
+/* A JSON string literal: quotes, backslashes and control characters escaped; other bytes copied (UTF-8 passes). */
+static void sb_json_str(sbuf *b, const char *s) {
+    sb_put(b, "\"", 1);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') {
+            char e[2] = {'\\', (char)*c};
+            sb_put(b, e, 2);
+        } else if (*c < 0x20) {
+            char e[8];
+            snprintf(e, sizeof e, "\\u%04x", *c);
+            sb_put(b, e, 6);
+        } else {
+            sb_put(b, (const char *)c, 1);
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+/* Validate one tensor descriptor and compute its byte size (overflow-checked). */
+static qvl_status wtensor_nbytes(const st_wtensor *t, uint64_t *nbytes, qvl_error *err) {
+    if (!t->name || !t->name[0]) return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: tensor without a name");
+    if (strcmp(t->name, "__metadata__") == 0)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: tensor name \"__metadata__\" is reserved");
+    size_t es = st_dtype_size(t->dtype);
+    if (es == 0)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: invalid dtype %d", t->name, (int)t->dtype);
+    if (t->ndim < 0 || t->ndim > ST_MAX_DIMS)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: %d dimensions (max %d)", t->name, t->ndim,
+                        ST_MAX_DIMS);
+    uint64_t n = es;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0)
+            return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: negative dimension %" PRId64, t->name,
+                            t->shape[d]);
+        if (__builtin_mul_overflow(n, (uint64_t)t->shape[d], &n))
+            return qvl_fail(err, QVL_ERR_LIMIT, "safetensors writer: %s: size overflows", t->name);
+    }
+    if (n > SIZE_MAX) return qvl_fail(err, QVL_ERR_LIMIT, "safetensors writer: %s: size overflows", t->name);
+    *nbytes = n;
+    return QVL_OK;
+}
+
+/* Build the padded header. On success *hdr is malloc'd, *hdr_len a multiple of 8. */
+static qvl_status build_header(const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta,
+                               char **hdr, size_t *hdr_len, uint64_t *data_len, qvl_error *err) {
+    for (size_t i = 0; i < n_meta; i++)
+        if (!meta_kv || !meta_kv[2 * i] || !meta_kv[2 * i + 1])
+            return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: metadata pair %zu is NULL", i);
+    /* Duplicate names would make the header ambiguous; n is a few hundred at most in practice. */
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (t[i].name && t[j].name && strcmp(t[i].name, t[j].name) == 0)
+                return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: duplicate tensor name %s", t[i].name);
+
+    sbuf b = {0};
+    int first = 1;
+    sb_put(&b, "{", 1);
+    if (n_meta) {
+        sb_str(&b, "\"__metadata__\":{");
+        for (size_t i = 0; i < n_meta; i++) {
+            if (i) sb_put(&b, ",", 1);
+            sb_json_str(&b, meta_kv[2 * i]);
+            sb_put(&b, ":", 1);
+            sb_json_str(&b, meta_kv[2 * i + 1]);
+        }
+        sb_put(&b, "}", 1);
+        first = 0;
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t nb;
+        qvl_status s = wtensor_nbytes(&t[i], &nb, err);
+        if (s != QVL_OK) { free(b.p); return s; }
+        if (!first) sb_put(&b, ",", 1);
+        first = 0;
+        sb_json_str(&b, t[i].name);
+        sb_str(&b, ":{\"dtype\":");
+        sb_json_str(&b, st_dtype_name(t[i].dtype));
+        sb_str(&b, ",\"shape\":[");
+        for (int d = 0; d < t[i].ndim; d++) {
+            if (d) sb_put(&b, ",", 1);
+            sb_u64(&b, (uint64_t)t[i].shape[d]);
+        }
+        sb_str(&b, "],\"data_offsets\":[");
+        sb_u64(&b, off);
+        sb_put(&b, ",", 1);
+        if (__builtin_add_overflow(off, nb, &off)) {
+            free(b.p);
+            return qvl_fail(err, QVL_ERR_LIMIT, "safetensors writer: total size overflows");
+        }
+        sb_u64(&b, off);
+        sb_str(&b, "]}");
+    }
+    sb_put(&b, "}", 1);
+    while (!b.failed && b.len % 8 != 0) sb_put(&b, " ", 1);
+    if (b.failed) {
+        free(b.p);
+        return qvl_fail(err, QVL_ERR_NOMEM, "safetensors writer: out of memory building the header");
+    }
+    if (b.len > ST_MAX_HEADER) {
+        free(b.p);
+        return qvl_fail(err, QVL_ERR_LIMIT, "safetensors writer: header of %zu bytes exceeds %u", b.len, ST_MAX_HEADER);
+    }
+    *hdr = b.p;
+    *hdr_len = b.len;
+    *data_len = off;
+    return QVL_OK;
+}
+
+/* The shared body of st_write and st_write_stream: with fill == NULL each tensor's bytes come from t[i].data. */
+static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv,
+                             size_t n_meta, st_fill_fn fill, void *user, qvl_error *err) {
+    if (!path || (n && !t)) return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL argument");
+    char *hdr = NULL;
+    size_t hdr_len = 0;
+    uint64_t data_len = 0;
+    QVL_TRY(build_header(t, n, meta_kv, n_meta, &hdr, &hdr_len, &data_len, err));
+    (void)data_len;
+
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 5);
+    if (!tmp) { free(hdr); return qvl_fail(err, QVL_ERR_NOMEM, "safetensors writer: out of memory"); }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+
+    qvl_status s = QVL_OK;
+    void *scratch = NULL;
+    size_t scratch_cap = 0;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        s = qvl_fail(err, QVL_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    unsigned char len8[8];
+    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr_len >> (8 * k));
+    if (fwrite(len8, 1, 8, f) != 8 || fwrite(hdr, 1, hdr_len, f) != hdr_len) goto write_error;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t nb;
+        if ((s = wtensor_nbytes(&t[i], &nb, err)) != QVL_OK) goto done;
+        const void *src = t[i].data;
+        if (fill) {
+            if (nb > scratch_cap) {
+                void *q = realloc(scratch, (size_t)nb);
+                if (!q) {
+                    s = qvl_fail(err, QVL_ERR_NOMEM, "safetensors writer: %s: cannot allocate %" PRIu64 " bytes",
+                                 t[i].name, nb);
+                    goto done;
+                }
+                scratch = q;
+                scratch_cap = (size_t)nb;
+            }
+            if ((s = fill(user, i, scratch, (size_t)nb, err)) != QVL_OK) goto done;
+            src = scratch;
+        } else if (nb && !src) {
+            s = qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: NULL data", t[i].name);
+            goto done;
+        }
+        if (nb && fwrite(src, 1, (size_t)nb, f) != (size_t)nb) goto write_error;
+    }
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) goto write_error;
+    int rc = fclose(f);
+    f = NULL;
+    if (rc != 0) goto write_error;
+    if (rename(tmp, path) != 0) {
+        s = qvl_fail(err, QVL_ERR_IO, "%s: cannot rename from %s: %s", path, tmp, strerror(errno));
+        goto done;
+    }
+    goto done;
+
+write_error:
+    s = qvl_fail(err, QVL_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+done:
+    if (f) fclose(f);
+    if (s != QVL_OK) remove(tmp);
+    free(scratch);
+    free(tmp);
+    free(hdr);
+    return s;
+}
+
+qvl_status st_write(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta,
+                    qvl_error *err) {
+    return write_file(path, t, n, meta_kv, n_meta, NULL, NULL, err);
+}
+
+qvl_status st_write_stream(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv,
+                           size_t n_meta, st_fill_fn fill, void *user, qvl_error *err) {
+    if (!fill) return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL fill callback");
+    return write_file(path, t, n, meta_kv, n_meta, fill, user, err);
+}
+
+qvl_status st_wtensor_nbytes(const st_wtensor *t, uint64_t *nbytes, qvl_error *err) {
+    return wtensor_nbytes(t, nbytes, err);
+}

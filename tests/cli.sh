@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# cli.sh — end-to-end tests of the qvl CLI: help and usage errors, synth determinism and layouts, info, encode
+# (on a tiny synthetic checkpoint with a generated .npy), and the one-line error contract.
+# Environment: QVL_BIN (the qvl binary), QVL_SOURCE_DIR, QVL_BUILD_DIR (optional). Needs only bash and coreutils.
+set -u
+
+QVL=${QVL_BIN:-${QVL_BUILD_DIR:-build}/qvl}
+if [[ ! -x $QVL ]]; then
+    echo "cli.sh: qvl binary not found (QVL_BIN=$QVL)" >&2
+    exit 1
+fi
+T=$(mktemp -d "${TMPDIR:-/tmp}/qvl-cli-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() {
+    fail=$((fail + 1))
+    echo "FAIL: $*" >&2
+}
+
+# expect CODE DESC CMD...: run CMD, check its exit status; stdout/stderr kept in $T/out, $T/err.
+expect() {
+    local want=$1 desc=$2
+    shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [[ $rc -eq $want ]]; then ok; else
+        bad "$desc: exit $rc, want $want"
+        sed 's/^/    /' "$T/err" | head -5 >&2
+    fi
+}
+
+# The last command's stderr is exactly one line starting "qvl: error: ".
+one_line_error() {
+    local desc=$1
+    if [[ $(wc -l <"$T/err") -eq 1 ]] && grep -q '^qvl: error: ' "$T/err"; then ok; else
+        bad "$desc: stderr is not one 'qvl: error:' line:"
+        sed 's/^/    /' "$T/err" | head -5 >&2
+    fi
+}
+
+# stdout of the last command matches an extended regex.
+out_has() {
+    if grep -Eq "$2" "$T/out"; then ok; else
+        bad "$1: stdout lacks /$2/"
+        sed 's/^/    /' "$T/out" | head -30 >&2
+    fi
+}
+
+# write_npy PATH ROWS COLS: a float32 .npy whose row r holds the 4-byte pattern of byte 0x3c + r%4 (positive) or
+# 0xbc + r%4 (negative), alternating: finite values near ±0.01..0.19, different per row, no python needed.
+write_npy() {
+    local path=$1 rows=$2 cols=$3
+    local dict="{'descr': '<f4', 'fortran_order': False, 'shape': ($rows, $cols), }"
+    local total=$(((10 + ${#dict} + 1 + 63) / 64 * 64))
+    local hlen=$((total - 10))
+    {
+        printf '\x93NUMPY\x01\x00'
+        printf "\\x$(printf %02x $((hlen & 255)))\\x$(printf %02x $((hlen >> 8)))"
+        printf '%s' "$dict"
+        printf '%*s' $((total - 10 - ${#dict} - 1)) ''
+        printf '\n'
+        local r
+        for ((r = 0; r < rows; r++)); do
+            local b=$((r % 2 ? 0xbc + r % 4 : 0x3c + r % 4))
+            head -c $((cols * 4)) /dev/zero | tr '\0' "\\$(printf %03o $b)"
+        done
+    } >"$path"
+}
+
+# ---- help, version, usage errors -----------------------------------------------------------------------------
+expect 0 "--help" "$QVL" --help
+out_has "--help" "Usage: qvl"
+expect 0 "--version" "$QVL" --version
+out_has "--version" "^qvl [0-9]+\.[0-9]+\.[0-9]+$"
+for cmd in info encode synth; do
+    expect 0 "$cmd --help" "$QVL" $cmd --help
+    out_has "$cmd --help" "Usage: qvl $cmd"
+done
+expect 2 "no command" "$QVL"
+expect 2 "unknown command" "$QVL" frobnicate
+one_line_error "unknown command"
+expect 2 "unknown global flag" "$QVL" --frobnicate
+one_line_error "unknown global flag"
+expect 2 "unknown synth flag" "$QVL" synth --frobnicate -o "$T/x"
+one_line_error "unknown synth flag"
+expect 2 "missing option value" "$QVL" encode --model
+one_line_error "missing option value"
+expect 2 "bad layout" "$QVL" synth --layout zip -o "$T/x"
+one_line_error "bad layout"
+expect 2 "bad preset" "$QVL" synth --preset nope -o "$T/x"
+one_line_error "bad preset"
+expect 2 "encode without args" "$QVL" encode
+one_line_error "encode without args"
+expect 2 "bad grid syntax" "$QVL" encode --model "$T" --pixels x.npy -o y.npy --grid 1,2
+one_line_error "bad grid syntax"
+
+# ---- synth: determinism and layouts --------------------------------------------------------------------------
+expect 0 "synth hf" "$QVL" synth --preset tiny --seed 3 --layout hf -o "$T/hf"
+expect 0 "synth hf again" "$QVL" synth --preset tiny --seed 3 --layout hf -o "$T/hf2"
+for f in config.json preprocessor_config.json model.safetensors; do
+    if cmp -s "$T/hf/$f" "$T/hf2/$f"; then ok; else bad "synth determinism: $f differs"; fi
+done
+expect 0 "synth seed 4" "$QVL" synth --preset tiny --seed 4 --layout hf -o "$T/hf4"
+if cmp -s "$T/hf/model.safetensors" "$T/hf4/model.safetensors"; then bad "seed does not change weights"; else ok; fi
+
+declare -A files=(
+    [hf]="config.json preprocessor_config.json model.safetensors"
+    [mlx]="config.json preprocessor_config.json model.safetensors"
+    [sidecar]="config.json preprocessor_config.json model.safetensors optiq/optiq_vision.safetensors"
+    [sharded]="config.json preprocessor_config.json model.safetensors.index.json model-00001-of-00003.safetensors model-00002-of-00003.safetensors model-00003-of-00003.safetensors"
+    [nested]="config.json preprocessor_config.json model.safetensors"
+)
+for layout in mlx sidecar sharded nested; do
+    expect 0 "synth $layout" "$QVL" synth --preset tiny --seed 3 --layout $layout -o "$T/$layout"
+done
+for layout in hf mlx sidecar sharded nested; do
+    for f in ${files[$layout]}; do
+        if [[ -s $T/$layout/$f ]]; then ok; else bad "synth $layout: missing $f"; fi
+    done
+done
+if grep -q '"model.visual.blocks.0.attn.qkv.weight"' "$T/sharded/model.safetensors.index.json"; then ok; else
+    bad "sharded index lacks the tower"
+fi
+expect 0 "synth f32 depth 2" "$QVL" synth --preset tiny-3.5 --dtype f32 --depth 2 --layout hf -o "$T/d2"
+expect 1 "synth deepstack on qwen3.5" "$QVL" synth --preset tiny-3.5 --deepstack 1 -o "$T/bad35"
+one_line_error "synth deepstack on qwen3.5"
+
+# ---- info ----------------------------------------------------------------------------------------------------
+expect 0 "info hf" "$QVL" info --model "$T/hf"
+out_has "info tensor count" "^tensors: +69$"
+out_has "info family" "^family: +qwen3_vl$"
+out_has "info deepstack" "^deepstack: +1,3$"
+out_has "info prefix" "^prefix: +model\.visual\.$"
+out_has "info conv layout" "^conv_layout: +hf$"
+fp=$(grep '^fingerprint:' "$T/out" | awk '{print $2}')
+if [[ $fp =~ ^[0-9a-f]{32}$ ]]; then ok; else bad "info fingerprint: '$fp'"; fi
+declare -A want_source=([mlx]=single [sidecar]=sidecar [sharded]=sharded [nested]=single)
+declare -A want_prefix=([mlx]='vision_tower\.' [sidecar]='vision_tower\.' [sharded]='model\.visual\.' [nested]='model\.language_model\.visual\.')
+for layout in mlx sidecar sharded nested; do
+    expect 0 "info $layout" "$QVL" info --model "$T/$layout"
+    out_has "info $layout tensors" "^tensors: +69$"
+    out_has "info $layout source" "^source: +${want_source[$layout]}"
+    out_has "info $layout prefix" "^prefix: +${want_prefix[$layout]}$"
+    # The fingerprint covers canonical names, dtypes, shapes (HF conv layout) and bytes: the same in every layout.
+    out_has "info $layout fingerprint" "^fingerprint: +$fp$"
+done
+expect 0 "info qwen3.5 depth 2" "$QVL" info --model "$T/d2"
+out_has "info qwen3.5 tensors" "^tensors: +33$"
+out_has "info qwen3.5 deepstack" "^deepstack: +none$"
+expect 1 "info missing dir" "$QVL" info --model "$T/nope"
+one_line_error "info missing dir"
+
+# ---- encode --------------------------------------------------------------------------------------------------
+write_npy "$T/px16.npy" 16 1536
+expect 0 "encode npy" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/out.npy" --threads 2
+out_has "encode report item" "item 0: grid 1x4x4.* 4 tokens"
+out_has "encode report output" "output: .*out\.npy"
+# 4 tokens × 96 floats after a 128-byte header
+if [[ $(stat -c %s "$T/out.npy" 2>/dev/null) -eq $((128 + 4 * 96 * 4)) ]]; then ok; else bad "encode npy: output size"; fi
+
+expect 0 "encode threads 1" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/out1.npy" --threads 1
+if cmp -s "$T/out.npy" "$T/out1.npy"; then ok; else bad "encode: output depends on the thread count"; fi
+expect 0 "encode mlx layout" "$QVL" encode --model "$T/sidecar" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/outs.npy"
+if cmp -s "$T/out.npy" "$T/outs.npy"; then ok; else bad "encode: sidecar (MLX) output differs from hf"; fi
+
+expect 0 "encode two items + stages" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,2,2 --grid 1,2,6 \
+    -o "$T/out.safetensors" --stages --pos-mode linspace
+out_has "encode two items" "item 1: grid 1x2x6.* 3 tokens"
+hdr=$(head -c 4096 "$T/out.safetensors" | tr -d '\0')
+for name in merged deepstack0 deepstack1 grid_thw patch pos blk0 blk3; do
+    if [[ $hdr == *"\"$name\""* ]]; then ok; else bad "encode --stages: no tensor $name in the output"; fi
+done
+
+# ---- encode errors -------------------------------------------------------------------------------------------
+expect 1 "encode missing model" "$QVL" encode --model "$T/nope" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/e.npy"
+one_line_error "encode missing model"
+expect 1 "encode odd grid" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,3,4 -o "$T/e.npy"
+one_line_error "encode odd grid"
+expect 1 "encode rows/grid mismatch" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,6 -o "$T/e.npy"
+one_line_error "encode rows/grid mismatch"
+expect 1 "encode no grid" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" -o "$T/e.npy"
+one_line_error "encode no grid"
+write_npy "$T/px_narrow.npy" 16 100
+expect 1 "encode wrong row length" "$QVL" encode --model "$T/hf" --pixels "$T/px_narrow.npy" --grid 1,4,4 -o "$T/e.npy"
+one_line_error "encode wrong row length"
+printf 'not an array' >"$T/junk.npy"
+expect 1 "encode junk input" "$QVL" encode --model "$T/hf" --pixels "$T/junk.npy" --grid 1,4,4 -o "$T/e.npy"
+one_line_error "encode junk input"
+if [[ ! -e $T/e.npy ]]; then ok; else bad "a failed encode left an output file"; fi
+
+echo "cli.sh: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]

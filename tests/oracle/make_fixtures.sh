@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Regenerate every committed oracle fixture under tests/fixtures/.
+#
+# usage: tests/oracle/make_fixtures.sh [QVL_BIN]      (default: build/qvl)
+# env:   PYTHON   interpreter with tests/oracle/requirements.txt installed (default: .venv/bin/python)
+#        ONLY     space-separated case names to regenerate (default: all)
+#        OUTDIR   where fixtures go (default: tests/fixtures)
+#        KEEP_CKPT=1  keep the synthesized checkpoints (their temp dir is printed)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+QVL="${1:-build/qvl}"
+PYTHON="${PYTHON:-.venv/bin/python}"
+cd "$ROOT"
+[[ -x "$QVL" ]] || { echo "make_fixtures: no executable qvl at $QVL (build it first or pass its path)" >&2; exit 1; }
+[[ -x "$PYTHON" ]] || { echo "make_fixtures: no python at $PYTHON (see tests/oracle/README.md)" >&2; exit 1; }
+
+OUTDIR="${OUTDIR:-$ROOT/tests/fixtures}"
+mkdir -p "$OUTDIR"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/qvl-fixtures.XXXXXX")"
+if [[ "${KEEP_CKPT:-0}" == 1 ]]; then echo "make_fixtures: checkpoints kept in $TMP"; else trap 'rm -rf "$TMP"' EXIT; fi
+
+# name | preset | seed | depth (0: preset's) | deepstack (preset, none, or a list) | oracle args
+# Grid sides are chosen so that most of them do not land exactly on position-table rows (real bilinear weights).
+CASES=(
+  "tiny_single   | tiny        | 1 | 0 | preset | --grid 1,8,8 --seed 101"
+  "tiny_multi    | tiny        | 1 | 0 | preset | --grid 1,4,6 --grid 1,8,4 --grid 1,2,2 --seed 102"
+  "tiny_video    | tiny        | 1 | 0 | preset | --grid 3,2,8 --grid 1,8,4 --seed 103"
+  "tiny35_single | tiny-3.5    | 4 | 0 | preset | --grid 1,10,6 --seed 106"
+  "wide_single   | qwen3.5-27b | 2 | 2 | preset | --grid 1,4,4 --seed 104"
+  "w2b_deepstack | qwen3-vl-2b | 3 | 4 | 1,3    | --grid 1,4,4 --grid 1,2,4 --seed 105"
+)
+
+trim() { local s="$1"; s="${s#"${s%%[![:space:]]*}"}"; printf '%s' "${s%"${s##*[![:space:]]}"}"; }
+
+for c in "${CASES[@]}"; do
+  IFS='|' read -r name preset seed depth ds oracle <<<"$c"
+  name="$(trim "$name")"; preset="$(trim "$preset")"; seed="$(trim "$seed")"; depth="$(trim "$depth")"
+  ds="$(trim "$ds")"; oracle="$(trim "$oracle")"
+  synth="--preset $preset --seed $seed"
+  [[ "$depth" == 0 ]] || synth+=" --depth $depth"
+  [[ "$ds" == preset ]] || synth+=" --deepstack $ds"
+  if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then continue; fi
+  ckpt="$TMP/$name"
+  echo "== $name: qvl synth $synth"
+  # shellcheck disable=SC2086
+  "$QVL" synth $synth --layout hf -o "$ckpt"
+  fp="$("$QVL" info --model "$ckpt" | awk '$1 == "fingerprint:" {print $2}')"
+  [[ -n "$fp" ]] || { echo "make_fixtures: no fingerprint from qvl info" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  "$PYTHON" tests/oracle/oracle.py --model "$ckpt" $oracle --stages all --out "$OUTDIR/$name.safetensors" \
+    --meta synth_preset="$preset" --meta synth_seed="$seed" --meta synth_depth="$depth" \
+    --meta synth_deepstack="$ds" --meta fingerprint="$fp" --meta pos_mode=closed
+done
+echo "make_fixtures: done ($OUTDIR)"

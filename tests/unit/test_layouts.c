@@ -1,0 +1,159 @@
+/* test_layouts.c — the same weights in every checkpoint layout give the same fingerprint and bit-identical
+ * outputs; different weights give a different fingerprint; results do not depend on the thread count. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qvl.h"
+#include "testutil.h"
+
+typedef struct result {
+    char hex[33];
+    float *merged;
+    float *ds[QVL_MAX_DEEPSTACK];
+    size_t n_merged;
+    int n_ds;
+    qvl_model_info info;
+} result;
+
+/* Deterministic pixel rows in [-1, 1]. */
+static void fill_pixels(float *p, size_t n) {
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        p[i] = (float)((s >> 40) & 0xffff) / 32767.5f - 1.0f;
+    }
+}
+
+static const qvl_grid k_grids[] = {{1, 4, 6}, {2, 2, 4}};
+
+static int encode_dir(const char *dir, int n_threads, result *r) {
+    qvl_error err;
+    qvl_model *m = NULL;
+    if (qvl_model_load(dir, NULL, &m, &err) != QVL_OK) {
+        fprintf(stderr, "load %s: %s\n", dir, err.message);
+        return 0;
+    }
+    qvl_model_get_info(m, &r->info);
+    qvl_model_fingerprint(m, NULL, r->hex, &err);
+    size_t S = qvl_patch_rows(k_grids, 2);
+    float *px = malloc(S * (size_t)r->info.row_len * sizeof(float));
+    fill_pixels(px, S * (size_t)r->info.row_len);
+    r->n_merged = S / 4 * (size_t)r->info.out_hidden;
+    r->merged = malloc(r->n_merged * sizeof(float));
+    r->n_ds = r->info.n_deepstack;
+    for (int k = 0; k < r->n_ds; k++) r->ds[k] = malloc(r->n_merged * sizeof(float));
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    cp.n_threads = n_threads;
+    qvl_ctx *ctx = NULL;
+    int ok = qvl_ctx_create(m, &cp, &ctx, &err) == QVL_OK &&
+             qvl_encode(ctx, px, S, k_grids, 2, r->merged, r->ds, &err) == QVL_OK;
+    if (!ok) fprintf(stderr, "encode %s: %s\n", dir, err.message);
+    qvl_ctx_free(ctx);
+    qvl_model_free(m);
+    free(px);
+    return ok;
+}
+
+static void free_result(result *r) {
+    free(r->merged);
+    for (int k = 0; k < r->n_ds; k++) free(r->ds[k]);
+}
+
+static int same_outputs(const result *a, const result *b) {
+    if (a->n_merged != b->n_merged || a->n_ds != b->n_ds) return 0;
+    if (memcmp(a->merged, b->merged, a->n_merged * sizeof(float)) != 0) return 0;
+    for (int k = 0; k < a->n_ds; k++)
+        if (memcmp(a->ds[k], b->ds[k], a->n_merged * sizeof(float)) != 0) return 0;
+    return 1;
+}
+
+static int synth(const char *preset, uint64_t seed, qvl_synth_layout layout, qvl_dtype dt, const char *dir) {
+    qvl_synth_params p;
+    qvl_synth_params_default(&p);
+    p.preset = preset;
+    p.seed = seed;
+    p.layout = layout;
+    p.dtype = dt;
+    qvl_error err;
+    if (qvl_synth_write(&p, dir, &err) != QVL_OK) {
+        fprintf(stderr, "synth %s: %s\n", dir, err.message);
+        return 0;
+    }
+    return 1;
+}
+
+static void check_preset(const char *preset, const char *root) {
+    static const struct { qvl_synth_layout l; const char *name; qvl_weight_source src; int mlx; const char *prefix; }
+        layouts[] = {
+            {QVL_LAYOUT_HF, "hf", QVL_SOURCE_SINGLE, 0, "model.visual."},
+            {QVL_LAYOUT_MLX, "mlx", QVL_SOURCE_SINGLE, 1, "vision_tower."},
+            {QVL_LAYOUT_SIDECAR, "sidecar", QVL_SOURCE_SIDECAR, 1, "vision_tower."},
+            {QVL_LAYOUT_SHARDED, "sharded", QVL_SOURCE_SHARDED, 0, "model.visual."},
+            {QVL_LAYOUT_NESTED, "nested", QVL_SOURCE_SINGLE, 0, "model.language_model.visual."},
+        };
+    result ref = {0};
+    char dir[512];
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/%s-%s", root, preset, layouts[i].name);
+        CHECK(synth(preset, 7, layouts[i].l, QVL_DTYPE_BF16, dir));
+        result r = {0};
+        CHECK(encode_dir(dir, 2, &r));
+        CHECK(r.info.source == layouts[i].src);
+        CHECK(r.info.conv_layout_mlx == layouts[i].mlx);
+        CHECK(strcmp(r.info.prefix, layouts[i].prefix) == 0);
+        CHECK(r.info.weight_dtype == QVL_DTYPE_BF16);
+        CHECK(r.info.n_tensors == (size_t)r.info.depth * 12 + 9 + 6 * (size_t)r.info.n_deepstack);
+        if (i == 0) {
+            ref = r;
+            printf("%s: fingerprint %s, %zu tensors, %llu params\n", preset, r.hex, r.info.n_tensors,
+                   (unsigned long long)r.info.n_params);
+            continue;
+        }
+        printf("  layout %-8s fingerprint %s outputs %s\n", layouts[i].name, r.hex,
+               same_outputs(&ref, &r) ? "identical" : "DIFFER");
+        CHECK(strcmp(r.hex, ref.hex) == 0);
+        CHECK(same_outputs(&ref, &r));
+        free_result(&r);
+    }
+    /* Thread count: 1 thread gives the same bits as 2. */
+    snprintf(dir, sizeof dir, "%s/%s-hf", root, preset);
+    result one = {0};
+    CHECK(encode_dir(dir, 1, &one));
+    CHECK(same_outputs(&ref, &one));
+    free_result(&one);
+    /* Another seed: different weights, different fingerprint. */
+    snprintf(dir, sizeof dir, "%s/%s-seed8", root, preset);
+    CHECK(synth(preset, 8, QVL_LAYOUT_HF, QVL_DTYPE_BF16, dir));
+    result other = {0};
+    CHECK(encode_dir(dir, 2, &other));
+    CHECK(strcmp(other.hex, ref.hex) != 0);
+    free_result(&other);
+    /* Stored as f16 and f32: loads, same shapes, outputs close to the bf16 ones (weights differ by rounding). */
+    for (int d = 0; d < 2; d++) {
+        qvl_dtype dt = d ? QVL_DTYPE_F32 : QVL_DTYPE_F16;
+        snprintf(dir, sizeof dir, "%s/%s-%s", root, preset, qvl_dtype_name(dt));
+        CHECK(synth(preset, 7, QVL_LAYOUT_HF, dt, dir));
+        result r = {0};
+        CHECK(encode_dir(dir, 2, &r));
+        CHECK(r.info.weight_dtype == dt);
+        CHECK(strcmp(r.hex, ref.hex) != 0);
+        double maxabs, rel = r.merged ? tu_relerr(r.merged, ref.merged, ref.n_merged, &maxabs) : 1;
+        printf("  dtype %-4s vs bf16: rel %.3e\n", qvl_dtype_name(dt), rel);
+        CHECK(rel < 0.05);
+        free_result(&r);
+    }
+    free_result(&ref);
+}
+
+int main(void) {
+    char root[256];
+    CHECK(tu_tmpdir(root, sizeof root) != NULL);
+    check_preset("tiny", root);
+    check_preset("tiny-3.5", root);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+    return tu_finish("test_layouts");
+}

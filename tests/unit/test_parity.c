@@ -1,0 +1,174 @@
+/* test_parity.c — per-stage parity against the transformers oracle.
+ *
+ * Each fixture in tests/fixtures was written by tests/oracle/oracle.py (pinned torch/transformers) from a
+ * checkpoint made by `qvl synth`; its metadata records the synth parameters and the checkpoint's fingerprint.
+ * This test re-creates the checkpoint, checks the fingerprint (so a drifted synth cannot pass silently), encodes
+ * the fixture's pixel rows and compares every stage the fixture holds:
+ *   gate 1: ‖ours − ref‖ / ‖ref‖ ≤ 1e-4 against the float32 oracle;
+ *   gate 2: that error is no larger than transformers' own bf16 run's error at the same stage. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ops.h"
+#include "io/safetensors.h"
+#include "core/error.h"
+#include "qvl.h"
+#include "testutil.h"
+
+#define REL_GATE 1e-4
+
+typedef struct stage_store {
+    char names[64][32];
+    float *data[64];
+    size_t rows[64], cols[64];
+    int n;
+} stage_store;
+
+static void on_tap(void *user, const char *stage, const float *data, size_t rows, size_t cols) {
+    stage_store *s = user;
+    if (s->n >= 64) return;
+    snprintf(s->names[s->n], sizeof s->names[0], "%s", stage);
+    s->data[s->n] = malloc(rows * cols * sizeof(float));
+    memcpy(s->data[s->n], data, rows * cols * sizeof(float));
+    s->rows[s->n] = rows;
+    s->cols[s->n] = cols;
+    s->n++;
+}
+
+static float *tensor_f32(const st_tensor *t, size_t *n) {
+    size_t count = 1;
+    for (int i = 0; i < t->ndim; i++) count *= (size_t)t->shape[i];
+    float *out = malloc(count * sizeof(float) + 1);
+    if (t->dtype == ST_F32) memcpy(out, t->data, count * sizeof(float));
+    *n = count;
+    return out;
+}
+
+static int meta_int(const st_file *f, const char *key, int dflt) {
+    const char *v = st_meta(f, key);
+    return v ? atoi(v) : dflt;
+}
+
+static void run_fixture(const char *path) {
+    st_file *fx = NULL;
+    qvl_error err;
+    qvl_error_clear(&err);
+    CHECK(st_open(path, &fx, &err) == QVL_OK);
+    if (!fx) { fprintf(stderr, "%s: %s\n", path, err.message); return; }
+    const char *preset = st_meta(fx, "synth_preset");
+    const char *fp_want = st_meta(fx, "fingerprint");
+    CHECK(preset != NULL && fp_want != NULL);
+    if (!preset || !fp_want) { st_close(fx); return; }
+
+    qvl_synth_params sp;
+    qvl_synth_params_default(&sp);
+    sp.preset = preset;
+    sp.seed = (uint64_t)meta_int(fx, "synth_seed", 0);
+    sp.depth = meta_int(fx, "synth_depth", 0);
+    const char *ds = st_meta(fx, "synth_deepstack");
+    if (ds && strcmp(ds, "preset") != 0) {
+        sp.n_deepstack = 0;
+        for (char *p = (char *)ds; *p && strcmp(p, "none") != 0;) {
+            sp.deepstack_index[sp.n_deepstack++] = (int)strtol(p, &p, 10);
+            if (*p == ',') p++;
+        }
+    }
+    char dir[256];
+    CHECK(tu_tmpdir(dir, sizeof dir) != NULL);
+    CHECK(qvl_synth_write(&sp, dir, &err) == QVL_OK);
+    qvl_model *m = NULL;
+    CHECK(qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
+    if (!m) { fprintf(stderr, "%s: %s\n", path, err.message); st_close(fx); return; }
+    char hex[33];
+    qvl_model_fingerprint(m, NULL, hex, &err);
+    CHECK(strcmp(hex, fp_want) == 0);
+    if (strcmp(hex, fp_want) != 0) fprintf(stderr, "%s: synth fingerprint %s, fixture made from %s\n", path, hex, fp_want);
+
+    const st_tensor *px = st_find(fx, "pixel_values"), *gt = st_find(fx, "grid_thw");
+    CHECK(px && gt && px->dtype == ST_F32 && gt->dtype == ST_I64 && gt->ndim == 2 && gt->shape[1] == 3);
+    if (!(px && gt && px->dtype == ST_F32 && gt->dtype == ST_I64)) { qvl_model_free(m); st_close(fx); return; }
+    size_t n_grids = (size_t)gt->shape[0], n_px;
+    qvl_grid grids[16];
+    for (size_t i = 0; i < n_grids && i < 16; i++) {
+        int64_t v[3];
+        memcpy(v, (const unsigned char *)gt->data + 24 * i, 24);
+        grids[i] = (qvl_grid){(int32_t)v[0], (int32_t)v[1], (int32_t)v[2]};
+    }
+    float *pixels = tensor_f32(px, &n_px);
+    qvl_model_info info;
+    qvl_model_get_info(m, &info);
+    size_t S = qvl_patch_rows(grids, n_grids);
+    float *merged = malloc(S / 4 * (size_t)info.out_hidden * sizeof(float));
+
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    const char *pm = st_meta(fx, "pos_mode");
+    cp.pos_mode = pm && strcmp(pm, "linspace") == 0 ? QVL_POS_LINSPACE : QVL_POS_CLOSED_FORM;
+    qvl_ctx *ctx = NULL;
+    CHECK(qvl_ctx_create(m, &cp, &ctx, &err) == QVL_OK);
+    stage_store st = {0};
+    qvl_ctx_set_tap(ctx, on_tap, &st);
+    CHECK(qvl_encode(ctx, pixels, S, grids, n_grids, merged, NULL, &err) == QVL_OK);
+
+    printf("%s (%s, grids %zu, S=%zu)\n", strrchr(path, '/') ? strrchr(path, '/') + 1 : path, preset, n_grids, S);
+    printf("  %-12s %12s %12s %12s\n", "stage", "rel err", "max abs", "bf16 rel");
+    int compared = 0;
+    for (int i = 0; i < st.n; i++) {
+        const st_tensor *ref = st_find(fx, st.names[i]);
+        if (!ref) continue;
+        size_t n;
+        float *r = tensor_f32(ref, &n);
+        CHECK(n == st.rows[i] * st.cols[i]);
+        if (n != st.rows[i] * st.cols[i]) { free(r); continue; }
+        double maxabs, rel = tu_relerr(st.data[i], r, n, &maxabs);
+        char key[64];
+        snprintf(key, sizeof key, "bf16_relerr.%s", st.names[i]);
+        const char *b = st_meta(fx, key);
+        double bf = b ? atof(b) : -1;
+        printf("  %-12s %12.3e %12.3e %12.3e%s\n", st.names[i], rel, maxabs, bf,
+               rel <= REL_GATE && (bf < 0 || rel <= bf) ? "" : "  FAIL");
+        CHECK(rel <= REL_GATE);
+        if (bf >= 0) CHECK(rel <= bf);
+        compared++;
+        free(r);
+    }
+    CHECK(compared >= 4);
+    for (int i = 0; i < st.n; i++) free(st.data[i]);
+    free(pixels);
+    free(merged);
+    qvl_ctx_free(ctx);
+    qvl_model_free(m);
+    st_close(fx);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+int main(int argc, char **argv) {
+    char dirpath[512];
+    tu_source_path("tests/fixtures", dirpath, sizeof dirpath);
+    if (argc > 1) {
+        for (int i = 1; i < argc; i++) run_fixture(argv[i]);
+        return tu_finish("test_parity");
+    }
+    DIR *d = opendir(dirpath);
+    CHECK(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    char names[64][256];
+    while (d && (e = readdir(d)) && n < 64) {
+        size_t len = strlen(e->d_name);
+        if (len > 12 && strcmp(e->d_name + len - 12, ".safetensors") == 0) snprintf(names[n++], 256, "%s", e->d_name);
+    }
+    if (d) closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    CHECK(n >= 5);
+    for (int i = 0; i < n; i++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dirpath, names[i]);
+        run_fixture(p);
+    }
+    return tu_finish("test_parity");
+}

@@ -1,0 +1,34 @@
+/* cli.h — helpers shared by the qvl CLI's source files (every .c file under tools/). The CLI uses only the
+ * public qvl.h. */
+#ifndef QVL_TOOLS_CLI_H
+#define QVL_TOOLS_CLI_H
+
+#include <stdint.h>
+
+#include "qvl.h"
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLI_PRINTF(a, b)
+#endif
+
+/* Exit statuses: 1 for a failed operation, 2 for a usage error. */
+enum { CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+/* Print one line "qvl: error: <message>" on stderr and return CLI_EXIT_FAIL / CLI_EXIT_USAGE. */
+int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
+int cli_usage(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* The usage error for getopt_long's '?' and ':' returns (opterr must be 0, optstring must start with ':'). */
+int cli_bad_option(const char *cmd, int c, char **argv);
+
+/* Strict integer parsing: the whole string, base 10, within [lo, hi]. 0 on success, -1 otherwise. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+int cli_parse_u64(const char *s, uint64_t *out);
+
+/* Monotonic milliseconds. */
+double cli_now_ms(void);
+
+int cmd_encode(int argc, char **argv);
+
+#endif

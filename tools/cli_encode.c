@@ -1,0 +1,246 @@
+/* cli_encode.c — `qvl encode`: preprocessed pixel rows in (.npy or safetensors), merged tokens and DeepStack
+ * features out (.npy or safetensors), optionally with every stage tap for parity bisection. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char encode_help[] =
+    "Usage: qvl encode --model DIR --pixels ROWS [--grid T,H,W ...] -o OUT [--stages] [--threads N]\n"
+    "                  [--pos-mode closed|linspace]\n"
+    "\n"
+    "Encode preprocessed patch rows with the model's vision tower.\n"
+    "\n"
+    "ROWS is a .npy float32 array [S, row_len], or a safetensors file with \"pixel_values\" [S, row_len] and\n"
+    "optionally \"grid_thw\" [n, 3] (used when no --grid is given). Rows are merge-block-major as the Qwen\n"
+    "preprocessor emits them; S must equal the sum of t*h*w over the grids.\n"
+    "\n"
+    "If OUT ends in .npy it receives the merged tokens [S/4, out_hidden] only; otherwise OUT is a safetensors file\n"
+    "with \"merged\", \"deepstack{k}\" for each DeepStack feature, \"grid_thw\" (int64 [n, 3]) and, with --stages,\n"
+    "every stage tap under its stage name (patch, pos, blk0..., deepstack{k}, merged).\n"
+    "\n"
+    "Options:\n"
+    "  -m, --model DIR        model directory\n"
+    "  -p, --pixels ROWS      input rows (.npy or .safetensors)\n"
+    "  -g, --grid T,H,W       one image (T = 1) or video in patch units; repeat for several items, in row order\n"
+    "  -o, --output OUT       output file (.npy or .safetensors)\n"
+    "      --stages           also write every stage tap (safetensors output only)\n"
+    "  -t, --threads N        worker threads (default 0: all cores)\n"
+    "      --pos-mode MODE    position-embedding interpolation: closed (default) or linspace\n"
+    "  -h, --help             show this help\n";
+
+/* Stage taps copied out of the encoder as they arrive. */
+typedef struct stage_rec {
+    char name[48];
+    float *data;
+    size_t rows, cols;
+} stage_rec;
+
+typedef struct stage_list {
+    stage_rec *v;
+    size_t n, cap;
+    int failed;
+} stage_list;
+
+static void on_tap(void *user, const char *stage, const float *data, size_t rows, size_t cols) {
+    stage_list *l = user;
+    if (l->failed) return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 32;
+        stage_rec *q = realloc(l->v, cap * sizeof *q);
+        if (!q) { l->failed = 1; return; }
+        l->v = q;
+        l->cap = cap;
+    }
+    stage_rec *r = &l->v[l->n];
+    /* A repeated stage name (should not happen) keeps every copy under a unique name. */
+    int dup = 0;
+    for (size_t i = 0; i < l->n; i++) dup += strncmp(l->v[i].name, stage, sizeof r->name - 1) == 0;
+    if (dup) snprintf(r->name, sizeof r->name, "%s.%d", stage, dup);
+    else snprintf(r->name, sizeof r->name, "%s", stage);
+    if (rows && cols > ((size_t)-1 / sizeof(float)) / rows) { l->failed = 1; return; }
+    r->data = malloc(rows * cols * sizeof(float) + 1);
+    if (!r->data) { l->failed = 1; return; }
+    memcpy(r->data, data, rows * cols * sizeof(float));
+    r->rows = rows;
+    r->cols = cols;
+    l->n++;
+}
+
+static int parse_grid(const char *s, qvl_grid *g) {
+    char buf[64];
+    if (strlen(s) >= sizeof buf) return -1;
+    strcpy(buf, s);
+    long v[3];
+    char *save = NULL, *tok = strtok_r(buf, ",x", &save);
+    for (int k = 0; k < 3; k++, tok = strtok_r(NULL, ",x", &save))
+        if (!tok || cli_parse_long(tok, 1, 1L << 20, &v[k]) != 0) return -1;
+    if (tok) return -1;
+    *g = (qvl_grid){(int32_t)v[0], (int32_t)v[1], (int32_t)v[2]};
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+int cmd_encode(int argc, char **argv) {
+    enum { OPT_STAGES = 256, OPT_POS_MODE };
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
+        {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
+        {"stages", no_argument, NULL, OPT_STAGES}, {"threads", required_argument, NULL, 't'},
+        {"pos-mode", required_argument, NULL, OPT_POS_MODE}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *model_dir = NULL, *pixels_path = NULL, *out_path = NULL;
+    qvl_grid cli_grids[64];
+    size_t n_cli_grids = 0;
+    int stages = 0;
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    int c;
+    long v;
+    while ((c = getopt_long(argc, argv, ":m:p:g:o:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model_dir = optarg; break;
+        case 'p': pixels_path = optarg; break;
+        case 'g':
+            if (n_cli_grids == sizeof cli_grids / sizeof cli_grids[0]) return cli_usage("--grid: at most 64 grids");
+            if (parse_grid(optarg, &cli_grids[n_cli_grids]) != 0)
+                return cli_usage("--grid: '%s' is not T,H,W (positive integers)", optarg);
+            n_cli_grids++;
+            break;
+        case 'o': out_path = optarg; break;
+        case OPT_STAGES: stages = 1; break;
+        case 't':
+            if (cli_parse_long(optarg, 0, 4096, &v) != 0) return cli_usage("--threads: '%s' is not in 0..4096", optarg);
+            cp.n_threads = (int)v;
+            break;
+        case OPT_POS_MODE:
+            if (strcmp(optarg, "closed") == 0) cp.pos_mode = QVL_POS_CLOSED_FORM;
+            else if (strcmp(optarg, "linspace") == 0) cp.pos_mode = QVL_POS_LINSPACE;
+            else return cli_usage("--pos-mode: unknown mode '%s' (closed, linspace)", optarg);
+            break;
+        case 'h': fputs(encode_help, stdout); return 0;
+        default: return cli_bad_option("encode", c, argv);
+        }
+    }
+    if (optind < argc) return cli_usage("unexpected argument '%s' (see 'qvl encode --help')", argv[optind]);
+    if (!model_dir || !pixels_path || !out_path)
+        return cli_usage("encode needs --model, --pixels and -o (see 'qvl encode --help')");
+    int npy_out = ends_with(out_path, ".npy");
+    if (npy_out && stages) return cli_usage("--stages needs a safetensors output, not .npy");
+
+    int rc = CLI_EXIT_FAIL;
+    qvl_error err;
+    qvl_model *m = NULL;
+    qvl_ctx *ctx = NULL;
+    float *rows = NULL, *merged = NULL, *ds[QVL_MAX_DEEPSTACK] = {0};
+    qvl_grid *file_grids = NULL;
+    size_t n_rows = 0, row_len = 0, n_file_grids = 0;
+    stage_list taps = {0};
+    qvl_out_tensor *outs = NULL;
+
+    double t_load = cli_now_ms();
+    if (qvl_model_load(model_dir, NULL, &m, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
+    t_load = cli_now_ms() - t_load;
+    qvl_model_info in;
+    qvl_model_get_info(m, &in);
+
+    if (qvl_read_rows(pixels_path, &rows, &n_rows, &row_len, &file_grids, &n_file_grids, &err) != QVL_OK) {
+        rc = cli_fail("%s", err.message);
+        goto done;
+    }
+    const qvl_grid *grids = n_cli_grids ? cli_grids : file_grids;
+    size_t n_grids = n_cli_grids ? n_cli_grids : n_file_grids;
+    if (n_grids == 0) {
+        rc = cli_fail("%s: no grid_thw in the input; pass --grid T,H,W", pixels_path);
+        goto done;
+    }
+    if (row_len != (size_t)in.row_len) {
+        rc = cli_fail("%s: rows have %zu values, the model expects %d", pixels_path, row_len, in.row_len);
+        goto done;
+    }
+    for (size_t i = 0; i < n_grids; i++) {
+        if (grids[i].t < 1 || grids[i].h < 1 || grids[i].w < 1 || grids[i].h % in.merge || grids[i].w % in.merge) {
+            rc = cli_fail("grid %zu (%d,%d,%d): t, h, w must be positive and h, w multiples of %d", i, grids[i].t,
+                          grids[i].h, grids[i].w, in.merge);
+            goto done;
+        }
+    }
+    size_t want = qvl_patch_rows(grids, n_grids);
+    if (want == 0 || want != n_rows) {
+        rc = cli_fail("%s: %zu rows, but the grids need %zu", pixels_path, n_rows, want);
+        goto done;
+    }
+    size_t n_tok = qvl_merged_tokens(grids, n_grids), O = (size_t)in.out_hidden;
+    if (n_tok && O > ((size_t)-1 / sizeof(float)) / n_tok) { rc = cli_fail("output size overflows"); goto done; }
+    merged = malloc(n_tok * O * sizeof(float) + 1);
+    int ok = merged != NULL;
+    for (int k = 0; k < in.n_deepstack && ok; k++) ok = (ds[k] = malloc(n_tok * O * sizeof(float) + 1)) != NULL;
+    if (!ok) { rc = cli_fail("out of memory for %zu output tokens", n_tok); goto done; }
+
+    if (qvl_ctx_create(m, &cp, &ctx, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
+    if (stages) qvl_ctx_set_tap(ctx, on_tap, &taps);
+    double t_enc = cli_now_ms();
+    if (qvl_encode(ctx, rows, n_rows, grids, n_grids, merged, in.n_deepstack ? ds : NULL, &err) != QVL_OK) {
+        rc = cli_fail("%s", err.message);
+        goto done;
+    }
+    t_enc = cli_now_ms() - t_enc;
+    if (taps.failed) { rc = cli_fail("out of memory collecting stage taps"); goto done; }
+
+    if (npy_out) {
+        if (qvl_write_npy(out_path, merged, n_tok, O, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
+    } else {
+        size_t n_out = 0;
+        outs = calloc(1 + (size_t)in.n_deepstack + taps.n, sizeof *outs);
+        if (!outs) { rc = cli_fail("out of memory"); goto done; }
+        char ds_names[QVL_MAX_DEEPSTACK][24];
+        outs[n_out++] = (qvl_out_tensor){"merged", merged, n_tok, O};
+        for (int k = 0; k < in.n_deepstack; k++) {
+            snprintf(ds_names[k], sizeof ds_names[k], "deepstack%d", k);
+            outs[n_out++] = (qvl_out_tensor){ds_names[k], ds[k], n_tok, O};
+        }
+        /* Stage taps, except those that duplicate an output above (the final merged and DeepStack taps). */
+        for (size_t i = 0; i < taps.n; i++) {
+            int dup = 0;
+            for (size_t j = 0; j < n_out && !dup; j++) dup = strcmp(outs[j].name, taps.v[i].name) == 0;
+            if (!dup) outs[n_out++] = (qvl_out_tensor){taps.v[i].name, taps.v[i].data, taps.v[i].rows, taps.v[i].cols};
+        }
+        char ver[32];
+        snprintf(ver, sizeof ver, "%d.%d.%d", QVL_VERSION_MAJOR, QVL_VERSION_MINOR, QVL_VERSION_PATCH);
+        const char *meta[] = {"producer", "qvl", "qvl_version", ver, "pos_mode",
+                              cp.pos_mode == QVL_POS_LINSPACE ? "linspace" : "closed"};
+        if (qvl_write_safetensors(out_path, outs, n_out, grids, n_grids, meta, 3, &err) != QVL_OK) {
+            rc = cli_fail("%s", err.message);
+            goto done;
+        }
+    }
+
+    for (size_t i = 0, first = 0; i < n_grids; i++) {
+        size_t t = qvl_merged_tokens(&grids[i], 1);
+        printf("item %zu: grid %dx%dx%d, %zu patches, %zu tokens (rows %zu..%zu)\n", i, grids[i].t, grids[i].h,
+               grids[i].w, t * 4, t, first, first + t * 4 - 1);
+        first += t * 4;
+    }
+    printf("tokens: %zu x %zu, deepstack features: %d%s\n", n_tok, O, in.n_deepstack,
+           stages ? ", stages written" : "");
+    printf("time: %.1f ms encode (%.1f ms load)\n", t_enc, t_load);
+    printf("output: %s\n", out_path);
+    rc = 0;
+done:
+    for (size_t i = 0; i < taps.n; i++) free(taps.v[i].data);
+    free(taps.v);
+    free(outs);
+    for (int k = 0; k < QVL_MAX_DEEPSTACK; k++) free(ds[k]);
+    free(merged);
+    qvl_free(rows);
+    qvl_free(file_grids);
+    qvl_ctx_free(ctx);
+    qvl_model_free(m);
+    return rc;
+}

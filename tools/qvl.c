@@ -1,0 +1,301 @@
+/* qvl.c — the qvl command-line tool: dispatch, shared helpers, and the `info` and `synth` commands
+ * (`encode` lives in cli_encode.c). Errors print one line "qvl: error: <reason>" on stderr; a failed operation
+ * exits 1, a usage error 2. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Shared helpers
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static int vreport(int code, const char *fmt, va_list ap) CLI_PRINTF(2, 0);
+static int vreport(int code, const char *fmt, va_list ap) {
+    char msg[1200];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    /* Keep the report to one line whatever the message holds. */
+    for (char *c = msg; *c; c++)
+        if (*c == '\n' || *c == '\r') *c = ' ';
+    fprintf(stderr, "qvl: error: %s\n", msg);
+    return code;
+}
+
+int cli_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vreport(CLI_EXIT_FAIL, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+int cli_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vreport(CLI_EXIT_USAGE, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+int cli_bad_option(const char *cmd, int c, char **argv) {
+    const char *arg = argv[optind - 1];
+    if (c == ':') return cli_usage("option '%s' needs a value (see 'qvl %s --help')", arg, cmd);
+    if (optopt) return cli_usage("unknown option '-%c' (see 'qvl %s --help')", optopt, cmd);
+    return cli_usage("unknown option '%s' (see 'qvl %s --help')", arg, cmd);
+}
+
+int cli_parse_long(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_u64(const char *s, uint64_t *out) {
+    if (!s || *s < '0' || *s > '9') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+double cli_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * qvl info
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static const char info_help[] =
+    "Usage: qvl info --model DIR\n"
+    "\n"
+    "Load the vision tower of a model directory and describe it: family, dimensions, DeepStack taps, tensor and\n"
+    "parameter counts, weight dtype and bytes, where the weights were found, tensor prefix, conv layout and the\n"
+    "content fingerprint.\n"
+    "\n"
+    "Options:\n"
+    "  -m, --model DIR   model directory (config.json + safetensors)\n"
+    "  -h, --help        show this help\n";
+
+static const char *source_name(qvl_weight_source s) {
+    switch (s) {
+    case QVL_SOURCE_SIDECAR: return "sidecar";
+    case QVL_SOURCE_SHARDED: return "sharded";
+    case QVL_SOURCE_SINGLE: return "single";
+    }
+    return "?";
+}
+
+static int cmd_info(int argc, char **argv) {
+    static const struct option opts[] = {{"model", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *dir = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': dir = optarg; break;
+        case 'h': fputs(info_help, stdout); return 0;
+        default: return cli_bad_option("info", c, argv);
+        }
+    }
+    if (optind < argc) return cli_usage("unexpected argument '%s' (see 'qvl info --help')", argv[optind]);
+    if (!dir) return cli_usage("info needs --model DIR (see 'qvl info --help')");
+
+    qvl_error err;
+    qvl_model *m = NULL;
+    if (qvl_model_load(dir, NULL, &m, &err) != QVL_OK) return cli_fail("%s", err.message);
+    qvl_model_info in;
+    qvl_model_get_info(m, &in);
+    char hex[33] = "";
+    uint8_t digest[16];
+    if (qvl_model_fingerprint(m, digest, hex, &err) != QVL_OK) {
+        qvl_model_free(m);
+        return cli_fail("%s", err.message);
+    }
+    char ds[16 * QVL_MAX_DEEPSTACK] = "none";
+    if (in.n_deepstack > 0) {
+        size_t len = 0;
+        for (int k = 0; k < in.n_deepstack && len < sizeof ds; k++)
+            len += (size_t)snprintf(ds + len, sizeof ds - len, "%s%d", k ? "," : "", in.deepstack_index[k]);
+    }
+    printf("model:         %s\n", dir);
+    printf("family:        %s\n", in.model_type);
+    printf("depth:         %d\n", in.depth);
+    printf("hidden:        %d\n", in.hidden);
+    printf("heads:         %d (head_dim %d)\n", in.heads, in.head_dim);
+    printf("intermediate:  %d\n", in.intermediate);
+    printf("out_hidden:    %d\n", in.out_hidden);
+    printf("patch:         %d (temporal %d, merge %d, in_channels %d, row_len %d)\n", in.patch, in.temporal_patch,
+           in.merge, in.in_channels, in.row_len);
+    printf("pos_embed:     %d\n", in.num_pos);
+    printf("deepstack:     %s\n", ds);
+    printf("tensors:       %zu\n", in.n_tensors);
+    printf("params:        %llu\n", (unsigned long long)in.n_params);
+    printf("weight_bytes:  %llu (%.1f MiB)\n", (unsigned long long)in.weight_bytes,
+           (double)in.weight_bytes / (1024.0 * 1024.0));
+    printf("dtype:         %s\n", qvl_dtype_name(in.weight_dtype));
+    printf("source:        %s (%d file%s)\n", source_name(in.source), in.n_files, in.n_files == 1 ? "" : "s");
+    printf("prefix:        %s\n", in.prefix);
+    printf("conv_layout:   %s\n", in.conv_layout_mlx ? "mlx" : "hf");
+    printf("fingerprint:   %s\n", hex);
+    qvl_model_free(m);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * qvl synth
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static void synth_help(void) {
+    fputs("Usage: qvl synth --preset NAME --seed N --layout LAYOUT [--dtype DT] [--depth N] [--deepstack LIST|none]\n"
+          "                 -o DIR\n"
+          "\n"
+          "Write a deterministic synthetic checkpoint (config.json, preprocessor_config.json, weights) into DIR.\n"
+          "The same options always give byte-identical files, and every layout holds the same values.\n"
+          "\n"
+          "Options:\n"
+          "  -p, --preset NAME      tower shape (default tiny):",
+          stdout);
+    for (const char *const *p = qvl_synth_presets(); *p; p++) printf(" %s", *p);
+    fputs("\n"
+          "  -s, --seed N           value seed (default 0)\n"
+          "  -l, --layout LAYOUT    hf (default), mlx, sidecar, sharded or nested\n"
+          "  -d, --dtype DT         bf16 (default), f16 or f32\n"
+          "      --depth N          number of blocks (default: the preset's)\n"
+          "      --deepstack LIST   DeepStack block indexes, e.g. 1,3, or none (default: the preset's, those < depth)\n"
+          "  -o, --output DIR       output directory (created if missing)\n"
+          "  -h, --help             show this help\n",
+          stdout);
+}
+
+static int parse_deepstack(const char *s, qvl_synth_params *p) {
+    if (strcmp(s, "none") == 0) {
+        p->n_deepstack = 0;
+        return 0;
+    }
+    char buf[256];
+    if (strlen(s) >= sizeof buf) return -1;
+    strcpy(buf, s);
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (n == QVL_MAX_DEEPSTACK || cli_parse_long(tok, 0, 1000, &v) != 0) return -1;
+        p->deepstack_index[n++] = (int)v;
+    }
+    if (n == 0) return -1;
+    p->n_deepstack = n;
+    return 0;
+}
+
+static int cmd_synth(int argc, char **argv) {
+    enum { OPT_DEPTH = 256, OPT_DEEPSTACK };
+    static const struct option opts[] = {
+        {"preset", required_argument, NULL, 'p'}, {"seed", required_argument, NULL, 's'},
+        {"layout", required_argument, NULL, 'l'}, {"dtype", required_argument, NULL, 'd'},
+        {"depth", required_argument, NULL, OPT_DEPTH}, {"deepstack", required_argument, NULL, OPT_DEEPSTACK},
+        {"output", required_argument, NULL, 'o'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    qvl_synth_params p;
+    qvl_synth_params_default(&p);
+    const char *out = NULL;
+    int c;
+    long v;
+    while ((c = getopt_long(argc, argv, ":p:s:l:d:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p': p.preset = optarg; break;
+        case 's':
+            if (cli_parse_u64(optarg, &p.seed) != 0)
+                return cli_usage("--seed: '%s' is not a non-negative integer", optarg);
+            break;
+        case 'l':
+            if (strcmp(optarg, "hf") == 0) p.layout = QVL_LAYOUT_HF;
+            else if (strcmp(optarg, "mlx") == 0) p.layout = QVL_LAYOUT_MLX;
+            else if (strcmp(optarg, "sidecar") == 0) p.layout = QVL_LAYOUT_SIDECAR;
+            else if (strcmp(optarg, "sharded") == 0) p.layout = QVL_LAYOUT_SHARDED;
+            else if (strcmp(optarg, "nested") == 0) p.layout = QVL_LAYOUT_NESTED;
+            else return cli_usage("--layout: unknown layout '%s' (hf, mlx, sidecar, sharded, nested)", optarg);
+            break;
+        case 'd':
+            if (strcmp(optarg, "bf16") == 0) p.dtype = QVL_DTYPE_BF16;
+            else if (strcmp(optarg, "f16") == 0) p.dtype = QVL_DTYPE_F16;
+            else if (strcmp(optarg, "f32") == 0) p.dtype = QVL_DTYPE_F32;
+            else return cli_usage("--dtype: unknown dtype '%s' (bf16, f16, f32)", optarg);
+            break;
+        case OPT_DEPTH:
+            if (cli_parse_long(optarg, 1, 64, &v) != 0) return cli_usage("--depth: '%s' is not in 1..64", optarg);
+            p.depth = (int)v;
+            break;
+        case OPT_DEEPSTACK:
+            if (parse_deepstack(optarg, &p) != 0)
+                return cli_usage("--deepstack: '%s' is not a comma-separated list of block indexes or 'none'", optarg);
+            break;
+        case 'o': out = optarg; break;
+        case 'h': synth_help(); return 0;
+        default: return cli_bad_option("synth", c, argv);
+        }
+    }
+    if (optind < argc) return cli_usage("unexpected argument '%s' (see 'qvl synth --help')", argv[optind]);
+    if (!out) return cli_usage("synth needs -o DIR (see 'qvl synth --help')");
+    int known = 0;
+    for (const char *const *n = qvl_synth_presets(); *n; n++) known |= strcmp(*n, p.preset) == 0;
+    if (!known) return cli_usage("--preset: unknown preset '%s' (see 'qvl synth --help')", p.preset);
+
+    qvl_error err;
+    double t0 = cli_now_ms();
+    if (qvl_synth_write(&p, out, &err) != QVL_OK) return cli_fail("%s", err.message);
+    printf("wrote %s (preset %s, seed %llu, %.0f ms)\n", out, p.preset, (unsigned long long)p.seed, cli_now_ms() - t0);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Dispatch
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static const char main_help[] =
+    "Usage: qvl COMMAND [OPTIONS]\n"
+    "\n"
+    "The Qwen3-VL / Qwen3.5 vision encoder.\n"
+    "\n"
+    "Commands:\n"
+    "  info     describe a model directory's vision tower\n"
+    "  encode   encode preprocessed pixel rows into visual tokens\n"
+    "  synth    write a deterministic synthetic checkpoint\n"
+    "\n"
+    "Options:\n"
+    "  -h, --help      show this help ('qvl COMMAND --help' for a command's options)\n"
+    "  -V, --version   print the version\n";
+
+int main(int argc, char **argv) {
+    opterr = 0;
+    if (argc < 2) {
+        fputs(main_help, stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(main_help, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("qvl %d.%d.%d\n", QVL_VERSION_MAJOR, QVL_VERSION_MINOR, QVL_VERSION_PATCH);
+        return 0;
+    }
+    if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "encode") == 0) return cmd_encode(argc - 1, argv + 1);
+    if (strcmp(cmd, "synth") == 0) return cmd_synth(argc - 1, argv + 1);
+    if (cmd[0] == '-') return cli_usage("unknown option '%s' (see 'qvl --help')", cmd);
+    return cli_usage("unknown command '%s' (see 'qvl --help')", cmd);
+}
