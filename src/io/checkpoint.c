@@ -43,13 +43,19 @@ static qvl_status open_file(qvl_model *m, const char *path, qvl_error *err) {
     return QVL_OK;
 }
 
-static const st_tensor *find_any(const qvl_model *m, const char *name) {
+/* First file holding `name` (its index in *file when not NULL). */
+static const st_tensor *find_in(const qvl_model *m, const char *name, int *file) {
     for (int i = 0; i < m->n_files; i++) {
         const st_tensor *t = st_find(m->files[i], name);
-        if (t) return t;
+        if (t) {
+            if (file) *file = i;
+            return t;
+        }
     }
     return NULL;
 }
+
+static const st_tensor *find_any(const qvl_model *m, const char *name) { return find_in(m, name, NULL); }
 
 static void files_searched(const qvl_model *m, char *buf, size_t n) {
     size_t used = 0;
@@ -86,7 +92,8 @@ static qvl_status lookup2(binder *b, const char *canonical, int ndim, const int6
                           const st_tensor **out) {
     char full[256], want[96], got[96], files[512];
     snprintf(full, sizeof full, "%s%s", b->prefix, canonical);
-    const st_tensor *t = find_any(b->m, full);
+    int file = 0;
+    const st_tensor *t = find_in(b->m, full, &file);
     shape_str(shape, ndim, want, sizeof want);
     if (!t) {
         files_searched(b->m, files, sizeof files);
@@ -96,7 +103,8 @@ static qvl_status lookup2(binder *b, const char *canonical, int ndim, const int6
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (!same) {
         shape_str(t->shape, t->ndim, got, sizeof got);
-        return qvl_fail(b->err, QVL_ERR_SHAPE, "tensor '%s' has shape %s, expected %s", full, got, want);
+        return qvl_fail(b->err, QVL_ERR_SHAPE, "tensor '%s' in %s has shape %s, expected %s", full,
+                        b->m->files[file]->path, got, want);
     }
     qvl_dtype dt = QVL_DTYPE_F32;
     QVL_TRY(as_qvl_dtype(t, &dt, b->err));

@@ -135,6 +135,29 @@ static void run_fixture(const char *path) {
         free(r);
     }
     CHECK(compared >= 4);
+
+    /* Block-chain debug entry: the reference's own post-position hidden state (patch + pos), through the blocks
+     * and the merger, must land on the reference's last block and merged output. */
+    const st_tensor *rp = st_find(fx, "patch"), *rq = st_find(fx, "pos"), *rm = st_find(fx, "merged");
+    char last[32];
+    snprintf(last, sizeof last, "blk%d", info.depth - 1);
+    const st_tensor *rl = st_find(fx, last);
+    CHECK(rp && rq && rm && rl);
+    if (rp && rq && rm && rl) {
+        size_t n, n2, H = (size_t)info.hidden;
+        float *hid = tensor_f32(rp, &n), *pq = tensor_f32(rq, &n2), *ref_l = tensor_f32(rl, &n2);
+        float *ref_m = tensor_f32(rm, &n2);
+        for (size_t i = 0; i < n; i++) hid[i] = hid[i] + pq[i];
+        float *outb = malloc(S * H * sizeof(float));
+        qvl_ctx_set_tap(ctx, NULL, NULL);
+        CHECK(qvl_run_blocks(ctx, hid, S, grids, n_grids, 0, outb, &err) == QVL_OK);
+        double mx1, r1 = tu_relerr(outb, ref_l, S * H, &mx1);
+        CHECK(qvl_run_blocks(ctx, hid, S, grids, n_grids, 1, merged, &err) == QVL_OK);
+        double mx2, r2 = tu_relerr(merged, ref_m, S / 4 * (size_t)info.out_hidden, &mx2);
+        printf("  run_blocks from the reference's patch+pos: %s rel %.3e, merged rel %.3e\n", last, r1, r2);
+        CHECK(r1 <= REL_GATE && r2 <= REL_GATE);
+        free(hid); free(pq); free(ref_l); free(ref_m); free(outb);
+    }
     for (int i = 0; i < st.n; i++) free(st.data[i]);
     free(pixels);
     free(merged);
