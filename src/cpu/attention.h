@@ -24,5 +24,7 @@ size_t attn_workspace_size(int head_dim, int n_threads);
 void attn_run(const attn_args *a, void *ws, int n_threads);
 /* Scalar reference: one full softmax row at a time (allocates; tests only). */
 void attn_ref(const attn_args *a);
+/* attn_run with the portable (non-SIMD) kernel whatever the CPU (tests and benchmarks). */
+void attn_run_scalar(const attn_args *a, void *ws, int n_threads);
 
 #endif

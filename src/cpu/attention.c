@@ -1,0 +1,163 @@
+/* attention.c — fused multi-head attention over segments: the work-item driver (threads over (segment, head,
+ * query tile)), the portable flash-attention block and the exact reference.
+ *
+ * A work item is up to ATTN_BQ query rows of one (segment, head). It streams the segment's keys in tiles of
+ * ATTN_BK with an online softmax (running max m, running sum l; when the max grows, the partial output and sum
+ * are rescaled by exp(m_old − m_new)), so memory is O(tile) whatever the segment length. Items are split over the
+ * threads statically and each is computed by the same code whichever thread runs it, so results do not depend on
+ * the thread count. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/attention.h"
+#include "cpu/kernels_avx2.h"
+
+size_t attn_workspace_size(int head_dim, int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    if (head_dim < 1) head_dim = 1;
+    /* + 64: attn_run aligns the workspace itself (the SIMD block uses aligned loads), whatever the caller gives. */
+    return (size_t)n_threads * attn_block_floats(head_dim) * sizeof(float) + 64;
+}
+
+/* Portable work item: same contract and tile structure as attn_block_avx2 (kernels_avx2.h), any hd. */
+static void attn_block_scalar(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+                              float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+    float *s = ws;                              /* [BQ][BK] */
+    float *o = s + (size_t)ATTN_BQ * ATTN_BK;   /* [BQ][hd] */
+    float *mrow = o + (size_t)ATTN_BQ * hd;     /* [BQ] */
+    float *lrow = mrow + ATTN_BQ;               /* [BQ] */
+    for (int i = 0; i < nq; i++) {
+        memset(o + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
+        mrow[i] = -INFINITY;
+        lrow[i] = 0.0f;
+    }
+    for (int j0 = 0; j0 < nk; j0 += ATTN_BK) {
+        const int nkt = nk - j0 < ATTN_BK ? nk - j0 : ATTN_BK;
+        for (int i = 0; i < nq; i++) {
+            const float *qi = q + (size_t)i * ldq;
+            float *si = s + (size_t)i * ATTN_BK, *oi = o + (size_t)i * hd;
+            float mx = -INFINITY;
+            for (int j = 0; j < nkt; j++) {
+                const float *kj = k + (size_t)(j0 + j) * ldk;
+                float dot = 0.0f;
+                for (int d = 0; d < hd; d++) dot += qi[d] * kj[d];
+                si[j] = dot * scale;
+                mx = fmaxf(mx, si[j]);
+            }
+            const float m_new = fmaxf(mrow[i], mx);
+            const float alpha = expf(mrow[i] - m_new);
+            float sum = 0.0f;
+            for (int j = 0; j < nkt; j++) {
+                si[j] = expf(si[j] - m_new);
+                sum += si[j];
+            }
+            lrow[i] = lrow[i] * alpha + sum;
+            mrow[i] = m_new;
+            for (int d = 0; d < hd; d++) oi[d] *= alpha;
+            for (int j = 0; j < nkt; j++) {
+                const float *vj = v + (size_t)(j0 + j) * ldv;
+                const float p = si[j];
+                for (int d = 0; d < hd; d++) oi[d] += p * vj[d];
+            }
+        }
+    }
+    for (int i = 0; i < nq; i++)
+        for (int d = 0; d < hd; d++) out[(size_t)i * ldo + d] = o[(size_t)i * hd + d] / lrow[i];
+}
+
+typedef void (*attn_block_fn)(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+                              float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
+
+static void attn_run_with(const attn_args *a, void *ws, int n_threads, attn_block_fn block) {
+    const int nh = a->n_heads, hd = a->head_dim;
+    if (nh <= 0 || hd <= 0 || a->n_seg <= 0) return;
+    long items = 0;
+    for (int s = 0; s < a->n_seg; s++) {
+        const int len = a->cu[s + 1] - a->cu[s];
+        if (len > 0) items += (long)nh * ((len + ATTN_BQ - 1) / ATTN_BQ);
+    }
+    if (items == 0) return;
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > items) n_threads = (int)items;
+#pragma omp parallel num_threads(n_threads) if (n_threads > 1)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const long lo = items * t / nt, hi = items * (t + 1) / nt;
+        float *ws0 = (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+        float *wst = ws0 + (size_t)t * attn_block_floats(hd);
+        /* Walk the items in (segment, head, query tile) order: one thread's consecutive items share K and V. */
+        long it = 0;
+        for (int s = 0; s < a->n_seg && it < hi; s++) {
+            const int base = a->cu[s], len = a->cu[s + 1] - a->cu[s];
+            if (len <= 0) continue;
+            const long tiles = (len + ATTN_BQ - 1) / ATTN_BQ;
+            if (it + (long)nh * tiles <= lo) {
+                it += (long)nh * tiles;
+                continue;
+            }
+            for (int h = 0; h < nh; h++)
+                for (long qt = 0; qt < tiles; qt++, it++) {
+                    if (it < lo || it >= hi) continue;
+                    const int i0 = base + (int)qt * ATTN_BQ;
+                    const int nq = len - (int)qt * ATTN_BQ < ATTN_BQ ? len - (int)qt * ATTN_BQ : ATTN_BQ;
+                    const size_t col = (size_t)h * hd;
+                    block(a->q + (size_t)i0 * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
+                          a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)i0 * a->ldo + col, a->ldo, nq,
+                          len, hd, a->scale, wst);
+                }
+        }
+    }
+}
+
+void attn_run(const attn_args *a, void *ws, int n_threads) {
+    const int simd = qvl_cpu_has_avx2() && a->head_dim % 8 == 0;
+    attn_run_with(a, ws, n_threads, simd ? attn_block_avx2 : attn_block_scalar);
+}
+
+void attn_run_scalar(const attn_args *a, void *ws, int n_threads) { attn_run_with(a, ws, n_threads, attn_block_scalar); }
+
+void attn_ref(const attn_args *a) {
+    const int nh = a->n_heads, hd = a->head_dim;
+    int max_len = 0;
+    for (int s = 0; s < a->n_seg; s++)
+        if (a->cu[s + 1] - a->cu[s] > max_len) max_len = a->cu[s + 1] - a->cu[s];
+    float *p = malloc((size_t)(max_len > 0 ? max_len : 1) * sizeof(float));
+    double *acc = malloc((size_t)hd * sizeof(double));
+    if (!p || !acc) {
+        free(p);
+        free(acc);
+        return;
+    }
+    for (int s = 0; s < a->n_seg; s++) {
+        const int base = a->cu[s], len = a->cu[s + 1] - a->cu[s];
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < len; i++) {
+                const float *qi = a->q + (size_t)(base + i) * a->ldq + (size_t)h * hd;
+                float mx = -INFINITY;
+                for (int j = 0; j < len; j++) {
+                    const float *kj = a->k + (size_t)(base + j) * a->ldk + (size_t)h * hd;
+                    float dot = 0.0f;
+                    for (int d = 0; d < hd; d++) dot += qi[d] * kj[d];
+                    p[j] = dot * a->scale;
+                    mx = fmaxf(mx, p[j]);
+                }
+                double sum = 0.0;
+                for (int j = 0; j < len; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                for (int d = 0; d < hd; d++) acc[d] = 0.0;
+                for (int j = 0; j < len; j++) {
+                    const float *vj = a->v + (size_t)(base + j) * a->ldv + (size_t)h * hd;
+                    for (int d = 0; d < hd; d++) acc[d] += (double)p[j] * vj[d];
+                }
+                float *oi = a->out + (size_t)(base + i) * a->ldo + (size_t)h * hd;
+                for (int d = 0; d < hd; d++) oi[d] = (float)(acc[d] / sum);
+            }
+    }
+    free(p);
+    free(acc);
+}

@@ -1,0 +1,134 @@
+/* gemm_avx2.c — AVX2+FMA GEMM microkernel (6 x 16 f32 tile) and packers (f32/f16/bf16 B → f32 panels).
+ * Compiled with -mavx2 -mfma -mf16c; called only after qvl_cpu_has_avx2(). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu/kernels_avx2.h"
+#include "cpu/ops.h"
+
+/* 12 accumulators (6 rows x 2 vectors), 2 B loads and 6 broadcasts per k: FMA-bound on 2-FMA-port cores. */
+void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t ldc, int first) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 a0 = _mm256_broadcast_ss(a + 0), a1 = _mm256_broadcast_ss(a + 1);
+        c00 = _mm256_fmadd_ps(a0, b0, c00);
+        c01 = _mm256_fmadd_ps(a0, b1, c01);
+        c10 = _mm256_fmadd_ps(a1, b0, c10);
+        c11 = _mm256_fmadd_ps(a1, b1, c11);
+        a0 = _mm256_broadcast_ss(a + 2);
+        a1 = _mm256_broadcast_ss(a + 3);
+        c20 = _mm256_fmadd_ps(a0, b0, c20);
+        c21 = _mm256_fmadd_ps(a0, b1, c21);
+        c30 = _mm256_fmadd_ps(a1, b0, c30);
+        c31 = _mm256_fmadd_ps(a1, b1, c31);
+        a0 = _mm256_broadcast_ss(a + 4);
+        a1 = _mm256_broadcast_ss(a + 5);
+        c40 = _mm256_fmadd_ps(a0, b0, c40);
+        c41 = _mm256_fmadd_ps(a0, b1, c41);
+        c50 = _mm256_fmadd_ps(a1, b0, c50);
+        c51 = _mm256_fmadd_ps(a1, b1, c51);
+        a += 6;
+        b += 16;
+    }
+    __m256 acc[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++) {
+        float *ci = c + (size_t)i * ldc;
+        if (first) {
+            _mm256_storeu_ps(ci, acc[2 * i]);
+            _mm256_storeu_ps(ci + 8, acc[2 * i + 1]);
+        } else {
+            _mm256_storeu_ps(ci, _mm256_add_ps(_mm256_loadu_ps(ci), acc[2 * i]));
+            _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), acc[2 * i + 1]));
+        }
+    }
+}
+
+static inline void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* 8 consecutive elements of a row, widened to f32; p may be unaligned. */
+static inline __m256 load8(const unsigned char *p, qvl_dtype dt) {
+    switch (dt) {
+    case QVL_DTYPE_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)), 16));
+    case QVL_DTYPE_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+    case QVL_DTYPE_F32: break;
+    }
+    return _mm256_loadu_ps((const float *)(const void *)p);
+}
+
+static inline float load1(const unsigned char *p, qvl_dtype dt) {
+    if (dt == QVL_DTYPE_F32) {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return dt == QVL_DTYPE_BF16 ? op_bf16_to_f32(h) : op_f16_to_f32(h);
+}
+
+void gemm_pack_b16_avx2(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp) {
+    const size_t esz = dt == QVL_DTYPE_F32 ? 4 : 2;
+    const unsigned char *row[16];
+    for (int j = 0; j < 16; j++) row[j] = (const unsigned char *)b + (size_t)(j < nr ? j : 0) * ldb * esz;
+    int k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        __m256 lo[8], hi[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            lo[j] = j < nr ? load8(row[j] + (size_t)k * esz, dt) : _mm256_setzero_ps();
+            hi[j] = j + 8 < nr ? load8(row[j + 8] + (size_t)k * esz, dt) : _mm256_setzero_ps();
+        }
+        transpose8(lo);
+        transpose8(hi);
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            _mm256_store_ps(bp + (size_t)(k + t) * 16, lo[t]);
+            _mm256_store_ps(bp + (size_t)(k + t) * 16 + 8, hi[t]);
+        }
+    }
+    for (; k < kc; k++)
+        for (int j = 0; j < 16; j++) bp[(size_t)k * 16 + j] = j < nr ? load1(row[j] + (size_t)k * esz, dt) : 0.0f;
+}
+
+void gemm_pack_a6_avx2(const float *a, size_t lda, int mr, int kc, float *ap) {
+    int k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 6; i++) r[i] = i < mr ? _mm256_loadu_ps(a + (size_t)i * lda + k) : _mm256_setzero_ps();
+        r[6] = r[7] = _mm256_setzero_ps();
+        transpose8(r);
+        for (int t = 0; t < 8; t++) {
+            float *d = ap + (size_t)(k + t) * 6;
+            _mm_storeu_ps(d, _mm256_castps256_ps128(r[t]));
+            _mm_storel_pi((__m64 *)(void *)(d + 4), _mm256_extractf128_ps(r[t], 1));
+        }
+    }
+    for (; k < kc; k++)
+        for (int i = 0; i < 6; i++) ap[(size_t)k * 6 + i] = i < mr ? a[(size_t)i * lda + k] : 0.0f;
+}

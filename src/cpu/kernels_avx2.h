@@ -1,0 +1,75 @@
+/* kernels_avx2.h — entry points of the AVX2+FMA+F16C kernels (gemm_avx2.c, attention_avx2.c) and the run-time
+ * check that must pass before any of them is called. The portable drivers (gemm.c, attention.c) own the loops,
+ * the blocking and the threads; these functions only compute on data the driver has laid out. */
+#ifndef QVL_CPU_KERNELS_AVX2_H
+#define QVL_CPU_KERNELS_AVX2_H
+
+#include <stddef.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "qvl.h"
+
+/* Nonzero when this CPU runs the *_avx2.c code. Cheap (reads what the compiler runtime detected at start-up). */
+static inline int qvl_cpu_has_avx2(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c". AVX2 and FMA
+     * through the builtin, which also checks that the OS saves the YMM state. */
+    unsigned a, b, c, d;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+/* Attention tile sizes shared by attention.c (scalar) and attention_avx2.c: a work item is up to ATTN_BQ query
+ * rows of one (segment, head); keys stream in tiles of ATTN_BK. BQ is a multiple of 12 (6-row score and 4-row P·V
+ * register blocks), BK a multiple of 16. */
+enum { ATTN_BQ = 48, ATTN_BK = 64 };
+
+/* Floats of per-thread scratch one attention work item needs (64-byte multiple): Q tile, Kᵀ tile, score tile,
+ * output accumulator, running max and sum. */
+static inline size_t attn_block_floats(int hd) {
+    size_t n = (size_t)ATTN_BQ * (size_t)hd * 2 + (size_t)hd * ATTN_BK + (size_t)ATTN_BQ * ATTN_BK + 2 * ATTN_BQ;
+    return (n + 15) & ~(size_t)15;
+}
+
+/* One attention work item: nq <= ATTN_BQ query rows q (row stride ldq, hd floats of one head) against nk >= 1 key
+ * and value rows k, v (strides ldk, ldv), online softmax over key tiles, written to out (stride ldo).
+ * Needs hd % 8 == 0. ws: attn_block_floats(hd) floats, 64-byte aligned. */
+void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
+                     size_t ldo, int nq, int nk, int hd, float scale, float *ws);
+
+#endif
+}
+
+/* GEMM micro-tile, 6 x 16 (gemm.c: GEMM_MR x GEMM_NR). a: packed A micro-panel, kc steps of 6 floats; b: packed
+ * B micro-panel, kc steps of 16 floats (64-byte aligned); c: 6 rows of 16 floats at row stride ldc.
+ * first != 0: c = a·b; else c += a·b. */
+void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t ldc, int first);
+/* Pack rows [0, nr) (nr <= 16) of B (row-major, row stride ldb elements of dtype dt, possibly unaligned), columns
+ * [0, kc), into a 16-wide f32 micro-panel: bp[k·16 + j] = B[j][k], zero for j >= nr. */
+void gemm_pack_b16_avx2(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp);
+/* Pack rows [0, mr) (mr <= 6) of A (row stride lda), columns [0, kc), into a 6-tall micro-panel:
+ * ap[k·6 + i] = A[i][k], zero for i >= mr. */
+void gemm_pack_a6_avx2(const float *a, size_t lda, int mr, int kc, float *ap);
+
+/* Attention tile sizes shared by attention.c (scalar) and attention_avx2.c: a work item is up to ATTN_BQ query
+ * rows of one (segment, head); keys stream in tiles of ATTN_BK. BQ is a multiple of 12 (6-row score and 4-row P·V
+ * register blocks), BK a multiple of 16. */
+enum { ATTN_BQ = 48, ATTN_BK = 64 };
+
+/* Floats of per-thread scratch one attention work item needs (64-byte multiple): Q tile, Kᵀ tile, score tile,
+ * output accumulator, running max and sum. */
+static inline size_t attn_block_floats(int hd) {
+    size_t n = (size_t)ATTN_BQ * (size_t)hd * 2 + (size_t)hd * ATTN_BK + (size_t)ATTN_BQ * ATTN_BK + 2 * ATTN_BQ;
+    return (n + 15) & ~(size_t)15;
+}
+
+/* One attention work item: nq <= ATTN_BQ query rows q (row stride ldq, hd floats of one head) against nk >= 1 key
+ * and value rows k, v (strides ldk, ldv), online softmax over key tiles, written to out (stride ldo).
+ * Needs hd % 8 == 0. ws: attn_block_floats(hd) floats, 64-byte aligned. */
+void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
+                     size_t ldo, int nq, int nk, int hd, float scale, float *ws);
+
+#endif

@@ -1,0 +1,137 @@
+/* test_gemm.c — gemm_run (scalar and AVX2 kernel sets) against gemm_ref on edge sizes around the block sizes,
+ * every B dtype, bias, epilogue and accumulate; NaN-poisoned C; unaligned B; bit-identical over thread counts. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/gemm.h"
+#include "cpu/kernels_avx2.h"
+#include "cpu/ops.h"
+#include "testutil.h"
+
+static uint32_t rng = 12345u;
+static float frand(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
+}
+
+/* Widened B value, for the tolerance bound. */
+static float bval(const unsigned char *b, qvl_dtype dt, size_t i) {
+    uint16_t h;
+    float f;
+    if (dt == QVL_DTYPE_F32) {
+        memcpy(&f, b + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, b + 2 * i, 2);
+    return dt == QVL_DTYPE_BF16 ? op_bf16_to_f32(h) : op_f16_to_f32(h);
+}
+
+/* One case: returns 1 when every element is within tolerance of gemm_ref and threads 1/2 agree bit for bit. */
+static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilogue epi, int accumulate, gemm_isa isa,
+                    void *ws) {
+    const size_t lda = (size_t)K + 3, ldb = (size_t)K + 1, ldc = (size_t)N + 5;
+    const size_t esz = dt == QVL_DTYPE_F32 ? 4 : 2;
+    float *A = malloc(((size_t)M * lda + 1) * sizeof(float));
+    unsigned char *Bbuf = malloc((size_t)N * ldb * esz + 8);
+    unsigned char *B = Bbuf + 2; /* deliberately misaligned, as in an mmapped file */
+    float *bias = malloc(((size_t)N + 1) * sizeof(float));
+    float *C0 = malloc(((size_t)M * ldc + 1) * sizeof(float));
+    float *C1 = malloc(((size_t)M * ldc + 1) * sizeof(float));
+    float *C2 = malloc(((size_t)M * ldc + 1) * sizeof(float));
+    float *Cr = malloc(((size_t)M * ldc + 1) * sizeof(float));
+    for (size_t i = 0; i < (size_t)M * lda; i++) A[i] = frand();
+    for (size_t i = 0; i < (size_t)N * ldb; i++) {
+        float f = frand();
+        if (dt == QVL_DTYPE_F32) memcpy(B + 4 * i, &f, 4);
+        else {
+            uint16_t h = dt == QVL_DTYPE_BF16 ? op_f32_to_bf16(f) : op_f32_to_f16(f);
+            memcpy(B + 2 * i, &h, 2);
+        }
+    }
+    for (int i = 0; i < N; i++) bias[i] = frand();
+    const float nan = nanf("");
+    for (size_t i = 0; i < (size_t)M * ldc; i++) {
+        float init = accumulate ? frand() : nan;
+        Cr[i] = C1[i] = C2[i] = init;
+    }
+    memcpy(C0, Cr, (size_t)M * ldc * sizeof(float));
+    gemm_args g = {M, N, K, A, lda, B, dt, ldb, with_bias ? bias : NULL, Cr, ldc, accumulate, epi};
+    gemm_ref(&g);
+    g.C = C1;
+    gemm_run_isa(&g, ws, 1, isa);
+    g.C = C2;
+    gemm_run_isa(&g, ws, 2, isa);
+
+    int ok = 1;
+    for (int i = 0; i < M && ok; i++)
+        for (int j = 0; j < N; j++) {
+            /* An independent double-precision value checks gemm_ref itself (it shares the epilogue code). */
+            double mag = 0.0, x = 0.0;
+            for (int k = 0; k < K; k++) {
+                const double p = (double)A[(size_t)i * lda + k] * bval(B, dt, (size_t)j * ldb + k);
+                mag += fabs(p);
+                x += p;
+            }
+            if (with_bias) mag += fabs(bias[j]), x += bias[j];
+            if (epi == GEMM_EPI_GELU_TANH) x = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+            if (epi == GEMM_EPI_GELU_ERF) x = 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+            if (accumulate) mag += fabs(C0[(size_t)i * ldc + j]), x += C0[(size_t)i * ldc + j];
+            const float r = Cr[(size_t)i * ldc + j], f = C1[(size_t)i * ldc + j];
+            const double tol = 1e-6 * (mag + 1.0) * 4.0;
+            if (!(fabs((double)r - f) <= tol) || !(fabs(r - x) <= tol) ||
+                memcmp(&C1[(size_t)i * ldc + j], &C2[(size_t)i * ldc + j], 4)) {
+                fprintf(stderr, "M=%d N=%d K=%d dt=%d bias=%d epi=%d acc=%d isa=%d: C[%d,%d] exact %.9g ref %.9g fast %.9g (2 thr %.9g)\n",
+                        M, N, K, (int)dt, with_bias, (int)epi, accumulate, (int)isa, i, j, x, r, f,
+                        C2[(size_t)i * ldc + j]);
+                ok = 0;
+                break;
+            }
+        }
+    /* Padding between rows of C (columns N..ldc) must be untouched. */
+    for (int i = 0; i < M && ok; i++)
+        for (size_t j = (size_t)N; j < ldc; j++)
+            if (memcmp(&C1[(size_t)i * ldc + j], &C0[(size_t)i * ldc + j], 4)) ok = 0;
+    free(A), free(Bbuf), free(bias), free(C0), free(C1), free(C2), free(Cr);
+    return ok;
+}
+
+int main(void) {
+    /* A workspace that is not 64-byte aligned: gemm_run must cope (it aligns inside its own slack). */
+    unsigned char *wsbuf = malloc(gemm_workspace_size(2) + 8);
+    void *ws = wsbuf + 8;
+    gemm_isa isas[2] = {GEMM_ISA_SCALAR, GEMM_ISA_AVX2};
+    const int n_isa = qvl_cpu_has_avx2() ? 2 : 1;
+    if (n_isa == 1) printf("test_gemm: no AVX2 on this CPU, scalar kernels only\n");
+    const qvl_dtype dts[3] = {QVL_DTYPE_F32, QVL_DTYPE_F16, QVL_DTYPE_BF16};
+
+    /* Edge sizes around MR = 6, NR = 16, KC = 256, MC = 144, NC = 192. */
+    const int ms[] = {1, 2, 5, 6, 7, 15, 143, 145, 289};
+    const int ns[] = {1, 15, 16, 17, 35, 191, 193, 400};
+    const int ks[] = {0, 1, 7, 8, 9, 255, 256, 257, 520};
+    for (int ii = 0; ii < n_isa; ii++) {
+        /* Every dtype x bias x epilogue x accumulate on one awkward shape. */
+        for (int d = 0; d < 3; d++)
+            for (int bias = 0; bias < 2; bias++)
+                for (int epi = 0; epi < 3; epi++)
+                    for (int acc = 0; acc < 2; acc++)
+                        CHECK(run_case(13, 35, 263, dts[d], bias, (gemm_epilogue)epi, acc, isas[ii], ws));
+        /* Sizes sweep, rotating through the options so the product stays cheap. */
+        int c = 0;
+        for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+                for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++, c++) {
+                    long work = (long)ms[a] * ns[b] * (ks[k] + 1);
+                    if (work > 3000000 && (c % 5)) continue; /* keep a sample of the big ones */
+                    CHECK(run_case(ms[a], ns[b], ks[k], dts[c % 3], c % 2, (gemm_epilogue)(c % 3), (c / 3) % 2,
+                                   isas[ii], ws));
+                }
+    }
+    /* Tower-like shapes (one M block past the first, N not a multiple of 16, K not a multiple of 8). */
+    CHECK(run_case(150, 4304 / 8, 4304 / 8 + 1, QVL_DTYPE_BF16, 1, GEMM_EPI_GELU_TANH, 0, GEMM_ISA_AUTO, ws));
+    CHECK(run_case(40, 200, 1150, QVL_DTYPE_BF16, 1, GEMM_EPI_NONE, 1, GEMM_ISA_AUTO, ws));
+    free(wsbuf);
+    return tu_finish("test_gemm");
+}

@@ -1,0 +1,181 @@
+/* test_ops.c — LayerNorm and GELU against double-precision references; dtype conversions: every f16 and bf16
+ * value round-trips, and f32 → f16/bf16 rounds to nearest even at every midpoint between adjacent values. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ops.h"
+#include "testutil.h"
+
+static uint32_t rng = 4242u;
+static float frand(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_layernorm(size_t rows, size_t cols, float offset, int in_place) {
+    const size_t ldx = cols + 3, ldy = cols + 1;
+    float *x = malloc(rows * ldx * sizeof(float)), *y1 = malloc(rows * ldx * sizeof(float));
+    float *y2 = malloc(rows * ldx * sizeof(float)), *w = malloc(cols * sizeof(float)), *b = malloc(cols * sizeof(float));
+    for (size_t i = 0; i < rows * ldx; i++) x[i] = offset + frand() * (1.0f + (float)(i % 7));
+    for (size_t c = 0; c < cols; c++) w[c] = 1.0f + 0.5f * frand(), b[c] = frand();
+    const float eps = 1e-6f;
+    size_t ld1 = ldy;
+    if (in_place) {
+        memcpy(y1, x, rows * ldx * sizeof(float));
+        memcpy(y2, x, rows * ldx * sizeof(float));
+        ld1 = ldx;
+        op_layernorm(y1, ldx, y1, ldx, rows, cols, w, b, eps, 1);
+        op_layernorm(y2, ldx, y2, ldx, rows, cols, w, b, eps, 2);
+    } else {
+        op_layernorm(x, ldx, y1, ldy, rows, cols, w, b, eps, 1);
+        op_layernorm(x, ldx, y2, ldy, rows, cols, w, b, eps, 2);
+    }
+    int ok = 1, same = 1;
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * ldx;
+        double mean = 0.0, var = 0.0;
+        for (size_t c = 0; c < cols; c++) mean += xr[c];
+        mean /= (double)cols;
+        for (size_t c = 0; c < cols; c++) var += (xr[c] - mean) * (xr[c] - mean);
+        var /= (double)cols;
+        const double rstd = 1.0 / sqrt(var + eps);
+        for (size_t c = 0; c < cols; c++) {
+            const double t = (xr[c] - mean) * rstd, ref = t * w[c] + b[c];
+            /* f32 budget: a few ulps of each term, including |x|·rstd from rounding x − mean */
+            const double tol = 4e-7 * (fabs(xr[c]) * rstd * fabs(w[c]) + fabs(t * w[c]) + fabs(b[c])) + 1e-30;
+            const float got = y1[r * ld1 + c];
+            if (!(fabs(got - ref) <= tol)) {
+                if (ok) fprintf(stderr, "layernorm %zux%zu off %g: [%zu,%zu] %.9g vs %.9g\n", rows, cols, offset, r, c, got, ref);
+                ok = 0;
+            }
+            if (memcmp(&y1[r * ld1 + c], &y2[r * ld1 + c], 4)) same = 0;
+        }
+    }
+    CHECK(ok);
+    CHECK(same);
+    free(x), free(y1), free(y2), free(w), free(b);
+}
+
+static void test_gelu(void) {
+    enum { N = 40001 };
+    float *xt = malloc(N * sizeof(float)), *xe = malloc(N * sizeof(float)), *x0 = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) x0[i] = xt[i] = xe[i] = -10.0f + 20.0f * (float)i / (N - 1) + 1e-3f * frand();
+    op_gelu_tanh(xt, N);
+    op_gelu_erf(xe, N);
+    int ok_t = 1, ok_e = 1;
+    const double k0 = sqrt(2.0 / M_PI);
+    for (int i = 0; i < N; i++) {
+        const double x = x0[i];
+        const double rt = 0.5 * x * (1.0 + tanh(k0 * (x + 0.044715 * x * x * x)));
+        const double re = 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+        const double tol = 4e-7 * fabs(x) + 1e-30;
+        if (!(fabs(xt[i] - rt) <= tol)) ok_t = 0;
+        if (!(fabs(xe[i] - re) <= tol)) ok_e = 0;
+    }
+    CHECK(ok_t);
+    CHECK(ok_e);
+    /* Specials: ±0 stay zero, +inf → +inf, NaN → NaN, large negative → -0 or tiny. */
+    float s[4] = {0.0f, -0.0f, INFINITY, NAN};
+    float e[4];
+    memcpy(e, s, sizeof s);
+    op_gelu_tanh(s, 4);
+    op_gelu_erf(e, 4);
+    CHECK(s[0] == 0.0f && s[1] == 0.0f && s[2] == INFINITY && isnan(s[3]));
+    CHECK(e[0] == 0.0f && e[1] == 0.0f && e[2] == INFINITY && isnan(e[3]));
+    free(xt), free(xe), free(x0);
+}
+
+static void test_conversions(void) {
+    int rt16 = 1, rtbf = 1, nan16 = 1, nanbf = 1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = op_f16_to_f32((uint16_t)h), g = op_bf16_to_f32((uint16_t)h);
+        const int is_nan16 = (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu);
+        const int is_nanbf = (h & 0x7f80u) == 0x7f80u && (h & 0x7fu);
+        if (is_nan16) {
+            if (!isnan(f) || !(op_f32_to_f16(f) & 0x200u) || (op_f32_to_f16(f) & 0x7c00u) != 0x7c00u) nan16 = 0;
+        } else if (op_f32_to_f16(f) != h) rt16 = 0;
+        if (is_nanbf) {
+            uint16_t r = op_f32_to_bf16(g);
+            if (!isnan(g) || (r & 0x7f80u) != 0x7f80u || !(r & 0x40u) || (r & 0x8000u) != (h & 0x8000u)) nanbf = 0;
+        } else if (op_f32_to_bf16(g) != h) rtbf = 0;
+    }
+    CHECK(rt16);
+    CHECK(rtbf);
+    CHECK(nan16);
+    CHECK(nanbf);
+    /* Ties and their neighbours between every pair of adjacent finite values (both signs): the midpoint is exact
+     * in f32 and must go to the even one; one f32 ulp either side goes to the nearer one. */
+    int ties16 = 1, tiesbf = 1;
+    for (uint32_t sign = 0; sign <= 0x8000u; sign += 0x8000u) {
+        for (uint32_t h = 0; h < 0x7bffu; h++) {
+            const float a = op_f16_to_f32((uint16_t)(sign | h)), b = op_f16_to_f32((uint16_t)(sign | (h + 1)));
+            const float m = (float)(((double)a + (double)b) / 2.0);
+            const uint16_t even = (uint16_t)(sign | ((h & 1u) ? h + 1 : h));
+            if (op_f32_to_f16(m) != even || op_f32_to_f16(nextafterf(m, a)) != (sign | h) ||
+                op_f32_to_f16(nextafterf(m, b)) != (sign | (h + 1)))
+                ties16 = 0;
+        }
+        for (uint32_t h = 0; h < 0x7f7fu; h++) {
+            const float a = op_bf16_to_f32((uint16_t)(sign | h)), b = op_bf16_to_f32((uint16_t)(sign | (h + 1)));
+            const float m = (float)(((double)a + (double)b) / 2.0);
+            const uint16_t even = (uint16_t)(sign | ((h & 1u) ? h + 1 : h));
+            if (op_f32_to_bf16(m) != even || op_f32_to_bf16(nextafterf(m, a)) != (sign | h) ||
+                op_f32_to_bf16(nextafterf(m, b)) != (sign | (h + 1)))
+                tiesbf = 0;
+        }
+    }
+    CHECK(ties16);
+    CHECK(tiesbf);
+    /* Overflow: 65504 is the largest f16; from the 65520 midpoint up everything rounds to inf. */
+    CHECK(op_f32_to_f16(65504.0f) == 0x7bffu);
+    CHECK(op_f32_to_f16(nextafterf(65520.0f, 0.0f)) == 0x7bffu);
+    CHECK(op_f32_to_f16(65520.0f) == 0x7c00u);
+    CHECK(op_f32_to_f16(-1e10f) == 0xfc00u);
+    CHECK(op_f32_to_f16(INFINITY) == 0x7c00u && op_f32_to_f16(-INFINITY) == 0xfc00u);
+    CHECK(op_f32_to_bf16(INFINITY) == 0x7f80u && op_f32_to_bf16(-INFINITY) == 0xff80u);
+    CHECK(op_f32_to_bf16(bits_f32(0x7f7fffffu)) == 0x7f80u); /* FLT_MAX rounds up to inf in bf16 */
+    /* f32 subnormals: to bf16 they keep their top bits; to f16 they flush to signed zero. */
+    CHECK(op_f32_to_bf16(bits_f32(0x00010000u)) == 0x0001u);
+    CHECK(op_f32_to_f16(bits_f32(0x00000001u)) == 0x0000u && op_f32_to_f16(bits_f32(0x80000001u)) == 0x8000u);
+    CHECK(op_f16_to_f32(0x0001u) == 5.9604644775390625e-8f && op_f16_to_f32(0x8400u) == -6.103515625e-5f);
+
+    /* op_to_f32 from unaligned sources. */
+    unsigned char buf[2 + 4 * 37];
+    float out[37];
+    int ok = 1;
+    for (int i = 0; i < 37; i++) {
+        uint16_t h = (uint16_t)(0x3c00u + 97u * (uint32_t)i);
+        memcpy(buf + 1 + 2 * i, &h, 2);
+    }
+    op_to_f32(buf + 1, QVL_DTYPE_F16, out, 37);
+    for (int i = 0; i < 37; i++) ok &= out[i] == op_f16_to_f32((uint16_t)(0x3c00u + 97u * (uint32_t)i));
+    op_to_f32(buf + 1, QVL_DTYPE_BF16, out, 37);
+    for (int i = 0; i < 37; i++) ok &= out[i] == op_bf16_to_f32((uint16_t)(0x3c00u + 97u * (uint32_t)i));
+    unsigned char fbuf[2 + 4 * 36];
+    for (int i = 0; i < 36; i++) {
+        float f = (float)i * 0.25f - 3.0f;
+        memcpy(fbuf + 2 + 4 * i, &f, 4);
+    }
+    op_to_f32(fbuf + 2, QVL_DTYPE_F32, out, 36);
+    for (int i = 0; i < 36; i++) ok &= out[i] == (float)i * 0.25f - 3.0f;
+    CHECK(ok);
+}
+
+int main(void) {
+    test_layernorm(5, 1152, 0.0f, 0);
+    test_layernorm(7, 1152, 100.0f, 0); /* large mean: a one-pass E[x²] − E[x]² would lose it */
+    test_layernorm(3, 7, -3.0f, 1);
+    test_layernorm(33, 64, 0.5f, 1);
+    test_gelu();
+    test_conversions();
+    return tu_finish("test_ops");
+}
