@@ -11,16 +11,18 @@
 
 static char g_root[256];
 
-static void write_text(const char *dir, const char *name, const char *text) {
+static void write_bytes(const char *dir, const char *name, const char *bytes, size_t n) {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
+    FILE *f = fopen(p, "wb");
     CHECK(f != NULL);
     if (f) {
-        fputs(text, f);
+        CHECK(fwrite(bytes, 1, n, f) == n);
         fclose(f);
     }
 }
+
+static void write_text(const char *dir, const char *name, const char *text) { write_bytes(dir, name, text, strlen(text)); }
 
 static void copy_config(const char *from, const char *to) {
     char cmd[1200];
@@ -30,7 +32,8 @@ static void copy_config(const char *from, const char *to) {
 
 /* Rewrite the tiny HF checkpoint into `to`, dropping tensor `drop`, reshaping `reshape` to [1, n], or adding a
  * companion `extra` tensor. */
-static void rewrite(const char *from, const char *to, const char *drop, const char *reshape, const char *extra) {
+static void rewrite(const char *from, const char *to, const char *drop, const char *reshape, const char *extra,
+                    const char *flip) {
     copy_config(from, to);
     char src[512], dst[512];
     snprintf(src, sizeof src, "%s/model.safetensors", from);
@@ -41,11 +44,20 @@ static void rewrite(const char *from, const char *to, const char *drop, const ch
     CHECK(st_open(src, &f, &err) == QVL_OK);
     if (!f) return;
     st_wtensor *w = calloc(f->n_tensors + 1, sizeof *w);
+    unsigned char *flipped = NULL;
     size_t n = 0;
     for (size_t i = 0; i < f->n_tensors; i++) {
         const st_tensor *t = &f->tensors[i];
         if (drop && strcmp(t->name, drop) == 0) continue;
         w[n] = (st_wtensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .data = t->data};
+        if (flip && strcmp(t->name, flip) == 0) {
+            /* One bit of the last element's bytes flipped, in a private copy. */
+            unsigned char *copy = malloc((size_t)t->nbytes);
+            memcpy(copy, t->data, (size_t)t->nbytes);
+            copy[t->nbytes - 1] ^= 1;
+            w[n].data = copy;
+            flipped = copy;
+        }
         memcpy(w[n].shape, t->shape, sizeof t->shape);
         if (reshape && strcmp(t->name, reshape) == 0) {
             int64_t count = 1;
@@ -59,6 +71,7 @@ static void rewrite(const char *from, const char *to, const char *drop, const ch
     static const uint16_t one[4] = {0};
     if (extra) w[n++] = (st_wtensor){.name = extra, .dtype = ST_BF16, .ndim = 1, .shape = {4}, .data = one};
     CHECK(st_write(dst, w, n, NULL, 0, &err) == QVL_OK);
+    free(flipped);
     free(w);
     st_close(f);
 }
@@ -113,33 +126,54 @@ int main(void) {
     expect_load_error(d, QVL_ERR_FORMAT, "deepstack_visual_indexes[1]");
 
     snprintf(d, sizeof d, "%s/missing-tensor", g_root);
-    rewrite(good, d, "model.visual.blocks.2.mlp.linear_fc2.weight", NULL, NULL);
+    rewrite(good, d, "model.visual.blocks.2.mlp.linear_fc2.weight", NULL, NULL, NULL);
     expect_load_error(d, QVL_ERR_SHAPE, "model.visual.blocks.2.mlp.linear_fc2.weight");
 
     snprintf(d, sizeof d, "%s/missing-deepstack", g_root);
-    rewrite(good, d, "model.visual.deepstack_merger_list.1.norm.bias", NULL, NULL);
+    rewrite(good, d, "model.visual.deepstack_merger_list.1.norm.bias", NULL, NULL, NULL);
     expect_load_error(d, QVL_ERR_SHAPE, "deepstack_merger_list.1.norm.bias");
 
     snprintf(d, sizeof d, "%s/misshapen-tensor", g_root);
-    rewrite(good, d, NULL, "model.visual.blocks.0.attn.qkv.weight", NULL);
+    rewrite(good, d, NULL, "model.visual.blocks.0.attn.qkv.weight", NULL, NULL);
     expect_load_error(d, QVL_ERR_SHAPE, "expected [192, 64]");
 
     snprintf(d, sizeof d, "%s/misshapen-conv", g_root);
-    rewrite(good, d, NULL, "model.visual.patch_embed.proj.weight", NULL);
+    rewrite(good, d, NULL, "model.visual.patch_embed.proj.weight", NULL, NULL);
     expect_load_error(d, QVL_ERR_SHAPE, "patch_embed.proj.weight");
 
     snprintf(d, sizeof d, "%s/quantized", g_root);
-    rewrite(good, d, NULL, NULL, "model.visual.blocks.0.attn.qkv.scales");
+    rewrite(good, d, NULL, NULL, "model.visual.blocks.0.attn.qkv.scales", NULL);
     expect_load_error(d, QVL_ERR_UNSUPPORTED, "quantized");
 
     snprintf(d, sizeof d, "%s/no-tower", g_root);
-    rewrite(good, d, "model.visual.patch_embed.proj.weight", NULL, NULL);
+    rewrite(good, d, "model.visual.patch_embed.proj.weight", NULL, NULL, NULL);
     expect_load_error(d, QVL_ERR_SHAPE, "no vision tower");
 
     snprintf(d, sizeof d, "%s/corrupt-weights", g_root);
     copy_config(good, d);
-    write_text(d, "model.safetensors", "\x10\0\0\0\0\0\0\0{\"a\":");
+    static const char trunc_header[] = "\x10\0\0\0\0\0\0\0{\"a\":"; /* claims 16 header bytes, has 5 */
+    write_bytes(d, "model.safetensors", trunc_header, sizeof trunc_header - 1);
     expect_load_error(d, QVL_ERR_FORMAT, "model.safetensors");
+
+    /* The fingerprint changes when a single bit of a single weight changes, and only then. */
+    snprintf(d, sizeof d, "%s/one-bit", g_root);
+    rewrite(good, d, NULL, NULL, NULL, "model.visual.blocks.3.mlp.linear_fc2.bias");
+    char same[512];
+    snprintf(same, sizeof same, "%s/rewritten", g_root);
+    rewrite(good, same, NULL, NULL, NULL, NULL);
+    {
+        const char *dirs[3] = {good, same, d};
+        char hex[3][33];
+        for (int i = 0; i < 3; i++) {
+            qvl_model *fm = NULL;
+            CHECK(qvl_model_load(dirs[i], NULL, &fm, &err) == QVL_OK);
+            CHECK(qvl_model_fingerprint(fm, NULL, hex[i], &err) == QVL_OK);
+            qvl_model_free(fm);
+        }
+        printf("  fingerprints: synth %s, rewritten %s, one bit flipped %s\n", hex[0], hex[1], hex[2]);
+        CHECK(strcmp(hex[0], hex[1]) == 0);
+        CHECK(strcmp(hex[0], hex[2]) != 0);
+    }
 
     /* Bad encode arguments on a good model: clear errors, and the context stays usable. */
     qvl_model *m = NULL;
