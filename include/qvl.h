@@ -244,6 +244,116 @@ typedef struct qvl_out_tensor {
 qvl_status qvl_write_safetensors(const char *path, const qvl_out_tensor *t, size_t n, const qvl_grid *grids,
                                  size_t n_grids, const char *const *meta_kv, size_t n_meta, qvl_error *err);
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * Images and video in: decode, smart-resize, exact resize, normalize, patchify
+ *
+ * The rows these functions produce equal, value for value, what transformers' Qwen3-VL processors produce: the
+ * default ("fast", torchvision) image processor or the PIL one (qvl_resize_mode), and Qwen3VLVideoProcessor.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+/* A decoded RGB image: rgb[(y·width + x)·3 + c], 8 bits per channel. Owned by the struct: free with qvl_image_free. */
+typedef struct qvl_image {
+    int32_t width, height;
+    uint8_t *rgb;
+} qvl_image;
+
+typedef struct qvl_decode_params {
+    uint64_t max_pixels; /* the header's width·height above this is refused before decoding (decompression bombs);
+                            default 178956970, the limit at which PIL raises DecompressionBombError */
+    int apply_exif;      /* 1 (default): apply the EXIF orientation, as transformers' load_image does */
+} qvl_decode_params;
+
+void qvl_decode_params_default(qvl_decode_params *p);
+
+/* Decode JPEG (baseline, progressive, gray, CMYK/YCCK), PNG (8/16-bit, gray, palette, alpha), WebP (lossy, lossless,
+ * alpha), GIF (first frame) or BMP from memory, and convert to RGB exactly as PIL's convert("RGB") does (alpha
+ * dropped, not composited). `p` may be NULL. On failure *out is zeroed. */
+qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_params *p, qvl_image *out,
+                            qvl_error *err);
+qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_image *out, qvl_error *err);
+void qvl_image_free(qvl_image *img);
+
+/* Frame sampling of a video (Qwen3VLVideoProcessor.sample_frames). */
+typedef struct qvl_video_params {
+    double fps;            /* frames to sample per second of video (default 2); ignored when num_frames > 0 */
+    int32_t num_frames;    /* exact number of frames to sample (0: from fps) */
+    int32_t min_frames;    /* default 4 */
+    int32_t max_frames;    /* default 768 */
+    double default_fps;    /* source frame rate assumed when the container has none (default 24) */
+    uint64_t max_pixels;   /* per-frame decompression limit (as qvl_decode_params.max_pixels) */
+} qvl_video_params;
+
+void qvl_video_params_default(qvl_video_params *p);
+
+/* Source frame indices to sample from a video of `total` frames at `video_fps`: numpy
+ * linspace(0, total − 1, n) rounded half to even, n from fps or num_frames and clamped as the reference does.
+ * Writes up to `cap` indices and their count to *n. */
+qvl_status qvl_video_sample_indices(int64_t total, double video_fps, const qvl_video_params *p, int64_t *indices,
+                                    size_t cap, size_t *n, qvl_error *err);
+
+/* Sampled frames of a video, all of one size: rgb[((f·height + y)·width + x)·3 + c]. Free with qvl_video_free. */
+typedef struct qvl_video {
+    int32_t width, height;
+    int32_t n_frames;      /* frames held (sampled) */
+    uint8_t *rgb;
+    int64_t *indices;      /* [n_frames] source frame index of each */
+    int64_t total_frames;  /* frames in the source */
+    double fps;            /* source frame rate */
+} qvl_video;
+
+/* Decode a video file through FFmpeg's libraries, keeping only the sampled frames (converted to RGB24; frames with
+ * alpha are blended over white as transformers' video processor does). */
+qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err);
+/* A video given as frame images (in order), sampled like a file at p->default_fps frames per second. */
+qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
+                                 qvl_error *err);
+void qvl_video_free(qvl_video *v);
+
+typedef enum qvl_resize_mode {
+    QVL_RESIZE_TORCHVISION = 0, /* transformers' default (fast) processor on CPU: torch's uint8 antialiased bicubic */
+    QVL_RESIZE_PIL = 1          /* transformers' PIL processor and mlx-vlm: PIL Image.resize(BICUBIC) */
+} qvl_resize_mode;
+
+typedef struct qvl_preprocess_params {
+    qvl_resize_mode resize;
+    uint64_t min_pixels, max_pixels;             /* image budget (preprocessor_config.json size) */
+    uint64_t video_min_pixels, video_max_pixels; /* whole-clip budget (video_preprocessor_config.json size) */
+    int32_t size_h, size_w;                      /* exact target size in pixels (multiples of patch·merge); 0: off */
+    float image_mean[3], image_std[3];
+    double rescale_factor;
+    int32_t patch, temporal_patch, merge;
+    int n_threads;                               /* 0: all cores */
+} qvl_preprocess_params;
+
+/* Qwen3-VL's published values (min 65536 / max 16777216 pixels for images, 4096 / 25165824 for video, patch 16,
+ * temporal 2, merge 2, mean = std = 0.5, rescale 1/255), torchvision resize. */
+void qvl_preprocess_params_default(qvl_preprocess_params *p);
+
+/* Read preprocessor_config.json and video_preprocessor_config.json from a model directory where present (either
+ * output may be NULL); absent files or keys keep the values already in *p / *v. */
+qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_params *p, qvl_video_params *v,
+                                      qvl_error *err);
+
+/* transformers' smart_resize: sides rounded half-to-even to multiples of `factor`, then scaled into
+ * [min_pixels, max_pixels]; refuses an aspect ratio above 200 and sides below `factor`. */
+qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint64_t min_pixels, uint64_t max_pixels,
+                            int32_t *out_height, int32_t *out_width, qvl_error *err);
+
+/* Resize an RGB image with one of the exact kernels (the resize step of the processors, for tests and tools). */
+qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode,
+                            int n_threads, qvl_image *out, qvl_error *err);
+
+/* The grid an image or video will have (the size query: rows = t·h·w of row_len = 3·Tp·P² floats). */
+qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
+qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
+
+/* Resize, normalize and patchify into caller-owned rows [t·h·w, row_len] (merge-block-major rows, (c, t, y, x)
+ * columns); an image fills both temporal slots; a video with an odd frame count repeats its last frame. */
+qvl_status qvl_preprocess_image(const qvl_image *img, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+                                qvl_error *err);
+qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+                                qvl_error *err);
+
 #ifdef __cplusplus
 }
 #endif

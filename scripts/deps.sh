@@ -7,6 +7,13 @@ command -v gcc >/dev/null || need+=(build-essential)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 pkg-config --exists libcjson 2>/dev/null || need+=(libcjson-dev)
 pkg-config --exists libxxhash 2>/dev/null || need+=(libxxhash-dev)
+pkg-config --exists libjpeg 2>/dev/null || need+=(libjpeg62-turbo-dev)
+pkg-config --exists libpng 2>/dev/null || need+=(libpng-dev)
+pkg-config --exists libwebp libwebpdemux 2>/dev/null || need+=(libwebp-dev)
+pkg-config --exists libexif 2>/dev/null || need+=(libexif-dev)
+[ -f /usr/include/gif_lib.h ] || need+=(libgif-dev)
+pkg-config --exists libavformat libavcodec libavutil libswscale 2>/dev/null ||
+  need+=(libavformat-dev libavcodec-dev libavutil-dev libswscale-dev)
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
