@@ -6,19 +6,24 @@ Writes one safetensors file (default tests/fixtures/resize/corpus.safetensors) w
   cases   I32 [N, 8]   per case: sw, sh, c, dw, dh, gen, seed, stored
                        gen 0: the input is stored as src_IDX; gen 1/2: the input is generated from `seed` by
                        gen_image() below (test_resize.c has the same recipe), only the outputs' xxh64 are stored
-                       stored 1: tv_IDX / pil_IDX hold the outputs, 0: only `hashes` does
-  hashes  U64 [N, 2]   xxh64 (seed 0) of the torchvision and the Pillow output bytes, every case
-  src_IDX, tv_IDX, pil_IDX   U8 [h, w, c] (IDX = three digits)
+                       stored 1: tv_IDX / pil_IDX / pilh_IDX hold the outputs, 0: only `hashes` does
+  hashes  U64 [N, 3]   xxh64 (seed 0) of the torchvision, Pillow and Pillow-horizontal-first output bytes
+  src_IDX, tv_IDX, pil_IDX, pilh_IDX   U8 [h, w, c] (IDX = three digits)
 
 torchvision: F.resize(uint8 CHW view of the HWC array, [dh, dw], BICUBIC, antialias=True) on CPU, exactly the call
 transformers' Qwen2VLImageProcessor makes. Pillow: Image.resize((dw, dh), BICUBIC) on mode L / RGB / RGBX (c = 1/3/4;
-RGBX resamples all four bytes without the RGBA premultiplication). Versions go to __metadata__.
+RGBX resamples all four bytes without the RGBA premultiplication). Run it on an AVX2 or AVX-512 machine:
+torch's generic (ATEN_CPU_CAPABILITY=default) kernel returns garbage for a width-1 input whose width is unchanged. Pillow >= 13 runs the vertical pass first when
+the height loses more than twice the pixels the width does; "pilh" is the older order (Pillow <= 12.1: horizontal
+first, uint8 intermediate), made here with two single-axis resizes. Versions go to __metadata__.
 
 usage: .venv/bin/python tests/oracle/resize_oracle.py [--out PATH]
 """
 import argparse
+import json
 import os
 import platform
+import struct
 
 import numpy as np
 import PIL
@@ -27,7 +32,6 @@ import torch
 import torchvision
 import xxhash
 from PIL import Image
-from safetensors.numpy import save_file
 from torchvision.transforms.v2 import functional as F
 
 M64 = (1 << 64) - 1
@@ -90,8 +94,9 @@ SMALL = [
     # extreme ratios (high torch precision, wide windows)
     (3000, 3, 2, 2, 3, "noise"), (4000, 2, 1, 1, 1, "noise"), (2, 2000, 1, 3, 3, "noise"),
     (800, 4, 3, 4, 3, "grad"), (1000, 2, 28, 1, 3, "noise"), (5, 700, 5, 6, 1, "noise"),
-    # tall / wide: Pillow >= 12.2 reorders passes for H > 100·W when shrinking H
+    # pass order: Pillow 12.2/12.3 go vertical first for H > 100·W shrinking H, Pillow 13 when ΔH > 2·ΔW
     (2, 300, 3, 100, 3, "noise"), (3, 400, 2, 50, 3, "noise"), (2, 250, 2, 77, 3, "noise"), (300, 2, 100, 3, 3, "noise"),
+    (64, 48, 60, 20, 3, "noise"), (30, 80, 25, 33, 4, "edges"), (40, 61, 38, 20, 1, "noise"), (40, 61, 35, 50, 3, "noise"),
     # upscale
     (2, 1, 3, 1, 3, "noise"), (5, 4, 37, 29, 3, "noise"), (1, 1, 7, 5, 3, "noise"), (1, 1, 3, 1, 1, "noise"),
     (8, 8, 64, 64, 3, "checker"), (13, 11, 28, 28, 3, "edges"), (20, 15, 31, 23, 3, "grad"), (3, 2, 32, 32, 4, "noise"),
@@ -121,6 +126,8 @@ LARGE = [
     (640, 480, 1344, 1008, 3, 1, 4),
     (1333, 1000, 448, 336, 3, 1, 5),
     (1024, 20, 3072, 8, 4, 1, 6),
+    (500, 1500, 224, 672, 3, 1, 7),  # Pillow 13 goes vertical first in these two
+    (900, 1600, 700, 672, 3, 2, 8),
 ]
 
 
@@ -130,17 +137,37 @@ def resize_tv(a, dw, dh):
     return np.ascontiguousarray(out.permute(1, 2, 0).numpy())
 
 
-def resize_pil(a, dw, dh):
+def resize_pil(a, dw, dh, h_first=False):
     c = a.shape[2]
     im = Image.frombytes({1: "L", 3: "RGB", 4: "RGBX"}[c], (a.shape[1], a.shape[0]), a.tobytes())
-    out = np.asarray(im.resize((dw, dh), Image.BICUBIC))
-    return np.ascontiguousarray(out.reshape(dh, dw, c))
+    if h_first:
+        im = im.resize((dw, a.shape[0]), Image.BICUBIC).resize((dw, dh), Image.BICUBIC)
+    else:
+        im = im.resize((dw, dh), Image.BICUBIC)
+    return np.ascontiguousarray(np.asarray(im).reshape(dh, dw, c))
+
+
+def save_sorted(tensors, path, meta):
+    """safetensors writer with a byte-stable header (the package orders __metadata__ keys at random): metadata first,
+    then tensors by name, data in the same order, header padded with spaces to a multiple of 8."""
+    dtypes = {np.dtype(np.uint8): "U8", np.dtype(np.int32): "I32", np.dtype(np.uint64): "U64"}
+    header, blobs, off = {"__metadata__": dict(sorted(meta.items()))}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        b = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": dtypes[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "fixtures", "resize",
-                                                  "corpus.safetensors"))
+    ap.add_argument("--out", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                                                   "fixtures", "resize", "corpus.safetensors")))
     args = ap.parse_args()
     torch.set_num_threads(1)
     rng = np.random.default_rng(20240611)
@@ -148,16 +175,18 @@ def main():
     idx = 0
     for sw, sh, dw, dh, c, kind in SMALL:
         a = small_image(kind, sh, sw, c, rng)
-        tv, pil = resize_tv(a, dw, dh), resize_pil(a, dw, dh)
-        tensors[f"src_{idx:03d}"], tensors[f"tv_{idx:03d}"], tensors[f"pil_{idx:03d}"] = a, tv, pil
+        outs = resize_tv(a, dw, dh), resize_pil(a, dw, dh), resize_pil(a, dw, dh, h_first=True)
+        tensors[f"src_{idx:03d}"] = a
+        for name, o in zip(("tv", "pil", "pilh"), outs):
+            tensors[f"{name}_{idx:03d}"] = o
         cases.append([sw, sh, c, dw, dh, 0, 0, 1])
-        hashes.append([xxhash.xxh64_intdigest(tv.tobytes()), xxhash.xxh64_intdigest(pil.tobytes())])
+        hashes.append([xxhash.xxh64_intdigest(o.tobytes()) for o in outs])
         idx += 1
     for sw, sh, dw, dh, c, gen, seed in LARGE:
         a = gen_image(gen, seed, sh, sw, c)
-        tv, pil = resize_tv(a, dw, dh), resize_pil(a, dw, dh)
+        outs = resize_tv(a, dw, dh), resize_pil(a, dw, dh), resize_pil(a, dw, dh, h_first=True)
         cases.append([sw, sh, c, dw, dh, gen, seed, 0])
-        hashes.append([xxhash.xxh64_intdigest(tv.tobytes()), xxhash.xxh64_intdigest(pil.tobytes())])
+        hashes.append([xxhash.xxh64_intdigest(o.tobytes()) for o in outs])
         idx += 1
     tensors["cases"] = np.array(cases, dtype=np.int32)
     tensors["hashes"] = np.array(hashes, dtype=np.uint64)
@@ -174,7 +203,7 @@ def main():
         "n_cases": str(idx),
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    save_file(tensors, args.out, metadata=meta)
+    save_sorted(tensors, args.out, meta)
     print(f"resize_oracle: {idx} cases -> {args.out} ({os.path.getsize(args.out)} bytes)")
 
 
