@@ -311,7 +311,8 @@ void qvl_video_free(qvl_video *v);
 
 typedef enum qvl_resize_mode {
     QVL_RESIZE_TORCHVISION = 0, /* transformers' default (fast) processor on CPU: torch's uint8 antialiased bicubic */
-    QVL_RESIZE_PIL = 1          /* transformers' PIL processor and mlx-vlm: PIL Image.resize(BICUBIC) */
+    QVL_RESIZE_PIL = 1,         /* transformers' PIL processor and mlx-vlm: PIL Image.resize(BICUBIC), Pillow >= 13 */
+    QVL_RESIZE_PIL_LEGACY = 2   /* the same with Pillow 9.4 .. 12.1 (always horizontal pass first) */
 } qvl_resize_mode;
 
 typedef struct qvl_preprocess_params {

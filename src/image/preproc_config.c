@@ -1,0 +1,128 @@
+/* preproc_config.c — preprocessing settings from a model's preprocessor_config.json and
+ * video_preprocessor_config.json, the way transformers' Qwen2-VL image and Qwen3-VL video processors read them:
+ * size.shortest_edge / size.longest_edge are the pixel budget, and legacy top-level min_pixels / max_pixels
+ * override them. Absent files and keys keep the values already in the structs. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "io/fileutil.h"
+
+static qvl_status num(const cJSON *obj, const char *key, double lo, double hi, double *out, const char *path,
+                      qvl_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) return QVL_OK;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a number in [%g, %g]", path, key, lo, hi);
+    *out = v->valuedouble;
+    return QVL_OK;
+}
+
+static qvl_status integer(const cJSON *obj, const char *key, double lo, double hi, double *out, const char *path,
+                          qvl_error *err) {
+    double v = NAN;
+    QVL_TRY(num(obj, key, lo, hi, &v, path, err));
+    if (isnan(v)) return QVL_OK;
+    if (v != floor(v)) return qvl_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be an integer", path, key);
+    *out = v;
+    return QVL_OK;
+}
+
+/* The pixel budget: size.{shortest_edge,longest_edge}, overridden by top-level min_pixels / max_pixels. */
+static qvl_status budget(const cJSON *root, const char *path, uint64_t *min_px, uint64_t *max_px, qvl_error *err) {
+    double lo = (double)*min_px, hi = (double)*max_px;
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(root, "size");
+    if (cJSON_IsObject(size)) {
+        QVL_TRY(integer(size, "shortest_edge", 1, 1e12, &lo, path, err));
+        QVL_TRY(integer(size, "longest_edge", 1, 1e12, &hi, path, err));
+    }
+    QVL_TRY(integer(root, "min_pixels", 1, 1e12, &lo, path, err));
+    QVL_TRY(integer(root, "max_pixels", 1, 1e12, &hi, path, err));
+    if (lo > hi) return qvl_fail(err, QVL_ERR_FORMAT, "%s: min pixels %.0f above max pixels %.0f", path, lo, hi);
+    *min_px = (uint64_t)lo;
+    *max_px = (uint64_t)hi;
+    return QVL_OK;
+}
+
+static qvl_status triple(const cJSON *root, const char *key, float out[3], const char *path, qvl_error *err) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!a || cJSON_IsNull(a)) return QVL_OK;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3)
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a list of 3 numbers", path, key);
+    for (int c = 0; c < 3; c++) {
+        const cJSON *e = cJSON_GetArrayItem(a, c);
+        if (!cJSON_IsNumber(e)) return qvl_fail(err, QVL_ERR_FORMAT, "%s: '%s'[%d] is not a number", path, key, c);
+        out[c] = (float)e->valuedouble;
+    }
+    return QVL_OK;
+}
+
+static qvl_status load_json(const char *path, cJSON **root, qvl_error *err) {
+    *root = NULL;
+    if (!qvl_is_file(path)) return QVL_OK;
+    char *text;
+    size_t len;
+    QVL_TRY(qvl_read_file(path, 1u << 20, &text, &len, err));
+    *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(*root)) {
+        cJSON_Delete(*root);
+        *root = NULL;
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    return QVL_OK;
+}
+
+static qvl_status image_config(const cJSON *r, const char *path, qvl_preprocess_params *p, qvl_error *err) {
+    double patch = p->patch, tp = p->temporal_patch, merge = p->merge, rescale = p->rescale_factor;
+    QVL_TRY(budget(r, path, &p->min_pixels, &p->max_pixels, err));
+    QVL_TRY(integer(r, "patch_size", 1, 1024, &patch, path, err));
+    QVL_TRY(integer(r, "temporal_patch_size", 1, 16, &tp, path, err));
+    QVL_TRY(integer(r, "merge_size", 1, 16, &merge, path, err));
+    QVL_TRY(num(r, "rescale_factor", 1e-9, 1e9, &rescale, path, err));
+    QVL_TRY(triple(r, "image_mean", p->image_mean, path, err));
+    QVL_TRY(triple(r, "image_std", p->image_std, path, err));
+    p->patch = (int32_t)patch;
+    p->temporal_patch = (int32_t)tp;
+    p->merge = (int32_t)merge;
+    p->rescale_factor = rescale;
+    return QVL_OK;
+}
+
+static qvl_status video_config(const cJSON *r, const char *path, qvl_preprocess_params *p, qvl_video_params *v,
+                               qvl_error *err) {
+    if (p) QVL_TRY(budget(r, path, &p->video_min_pixels, &p->video_max_pixels, err));
+    if (!v) return QVL_OK;
+    double fps = v->fps, minf = v->min_frames, maxf = v->max_frames, nf = v->num_frames;
+    QVL_TRY(num(r, "fps", 1e-6, 1e6, &fps, path, err));
+    QVL_TRY(integer(r, "min_frames", 1, 1e7, &minf, path, err));
+    QVL_TRY(integer(r, "max_frames", 1, 1e7, &maxf, path, err));
+    QVL_TRY(integer(r, "num_frames", 1, 1e7, &nf, path, err));
+    v->fps = fps;
+    v->min_frames = (int32_t)minf;
+    v->max_frames = (int32_t)maxf;
+    v->num_frames = (int32_t)nf;
+    return QVL_OK;
+}
+
+qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_params *p, qvl_video_params *v,
+                                      qvl_error *err) {
+    if (!model_dir) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params_load: model_dir is NULL");
+    char path[4096];
+    cJSON *root;
+    qvl_status s = QVL_OK;
+    if (p) {
+        QVL_TRY(qvl_join(path, sizeof path, model_dir, "preprocessor_config.json", err));
+        QVL_TRY(load_json(path, &root, err));
+        if (root) s = image_config(root, path, p, err);
+        cJSON_Delete(root);
+        QVL_TRY(s);
+    }
+    QVL_TRY(qvl_join(path, sizeof path, model_dir, "video_preprocessor_config.json", err));
+    QVL_TRY(load_json(path, &root, err));
+    if (root) s = video_config(root, path, p, v, err);
+    cJSON_Delete(root);
+    return s;
+}

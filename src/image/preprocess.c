@@ -1,0 +1,298 @@
+/* preprocess.c — from decoded RGB to the tower's pixel rows, as transformers' Qwen3-VL processors do it:
+ * smart_resize target → exact resize (torchvision or PIL kernel) → rescale + normalize (the chosen processor's
+ * float32 sequence, as a 256-entry table per channel) → temporal fill → merge-block-major patch rows.
+ * Compiled without FMA contraction: every float operation rounds as numpy/torch round it. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "image/resize.h"
+
+void qvl_preprocess_params_default(qvl_preprocess_params *p) {
+    memset(p, 0, sizeof *p);
+    p->resize = QVL_RESIZE_TORCHVISION;
+    p->min_pixels = 65536;            /* preprocessor_config.json size.shortest_edge of every Qwen3-VL release */
+    p->max_pixels = 16777216;         /* size.longest_edge */
+    p->video_min_pixels = 4096;       /* video_preprocessor_config.json */
+    p->video_max_pixels = 25165824;
+    for (int c = 0; c < 3; c++) {
+        p->image_mean[c] = 0.5f;
+        p->image_std[c] = 0.5f;
+    }
+    p->rescale_factor = 1.0 / 255.0;
+    p->patch = 16;
+    p->temporal_patch = 2;
+    p->merge = 2;
+}
+
+/* Python's round() on a non-negative double: half to even (nearbyint in the default rounding mode). */
+static double round_half_even(double x) { return nearbyint(x); }
+
+qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint64_t min_pixels, uint64_t max_pixels,
+                            int32_t *out_h, int32_t *out_w, qvl_error *err) {
+    if (height < 1 || width < 1 || factor < 1)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "smart_resize: %dx%d with factor %d", height, width, factor);
+    double hi = height > width ? height : width, lo = height > width ? width : height;
+    if (hi / lo > 200)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "image %dx%d: aspect ratio %.1f is above 200", width, height, hi / lo);
+    double f = factor;
+    double h_bar = round_half_even(height / f) * f, w_bar = round_half_even(width / f) * f;
+    double hw = (double)height * (double)width;
+    if (h_bar * w_bar > (double)max_pixels) {
+        double beta = sqrt(hw / (double)max_pixels);
+        h_bar = fmax(f, floor(height / beta / f) * f);
+        w_bar = fmax(f, floor(width / beta / f) * f);
+    } else if (h_bar * w_bar < (double)min_pixels) {
+        double beta = sqrt((double)min_pixels / hw);
+        h_bar = ceil(height * beta / f) * f;
+        w_bar = ceil(width * beta / f) * f;
+    }
+    if (h_bar < 1 || w_bar < 1 || h_bar > 1e9 || w_bar > 1e9)
+        return qvl_fail(err, QVL_ERR_LIMIT, "image %dx%d: target size %.0fx%.0f out of range", width, height, w_bar,
+                        h_bar);
+    *out_h = (int32_t)h_bar;
+    *out_w = (int32_t)w_bar;
+    return QVL_OK;
+}
+
+/* Qwen3VLVideoProcessor's smart_resize: one size for the whole clip, budget over t̄·h̄·w̄. */
+static qvl_status video_smart_resize(int32_t frames, int32_t height, int32_t width, int32_t factor, int32_t tfactor,
+                                     uint64_t min_pixels, uint64_t max_pixels, int32_t *out_h, int32_t *out_w,
+                                     qvl_error *err) {
+    if (frames < tfactor)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video has %d frame(s); at least %d are needed", frames, tfactor);
+    double h = height, w = width, f = factor;
+    if (height < factor || width < factor) {
+        double scale = fmax(f / h, f / w);
+        h = (double)(int64_t)(h * scale);
+        w = (double)(int64_t)(w * scale);
+    }
+    double hi = fmax(h, w), lo = fmin(h, w);
+    if (lo < 1 || hi / lo > 200)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video frames %dx%d: aspect ratio above 200", width, height);
+    double h_bar = round_half_even(h / f) * f, w_bar = round_half_even(w / f) * f;
+    double t_bar = round_half_even((double)frames / tfactor) * tfactor;
+    if (t_bar * h_bar * w_bar > (double)max_pixels) {
+        double beta = sqrt(((double)frames * h * w) / (double)max_pixels);
+        h_bar = fmax(f, floor(h / beta / f) * f);
+        w_bar = fmax(f, floor(w / beta / f) * f);
+    } else if (t_bar * h_bar * w_bar < (double)min_pixels) {
+        double beta = sqrt((double)min_pixels / ((double)frames * h * w));
+        h_bar = ceil(h * beta / f) * f;
+        w_bar = ceil(w * beta / f) * f;
+    }
+    if (h_bar < 1 || w_bar < 1 || h_bar > 1e9 || w_bar > 1e9)
+        return qvl_fail(err, QVL_ERR_LIMIT, "video %dx%d: target size out of range", width, height);
+    *out_h = (int32_t)h_bar;
+    *out_w = (int32_t)w_bar;
+    return QVL_OK;
+}
+
+static qvl_status check_params(const qvl_preprocess_params *p, qvl_error *err) {
+    if (!p) return qvl_fail(err, QVL_ERR_INVALID_ARG, "preprocess params are NULL");
+    if (p->patch < 1 || p->patch > 1024 || p->merge < 1 || p->merge > 16 || p->temporal_patch < 1 ||
+        p->temporal_patch > 16)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "patch %d, merge %d, temporal %d out of range", p->patch, p->merge,
+                        p->temporal_patch);
+    if (p->resize != QVL_RESIZE_TORCHVISION && p->resize != QVL_RESIZE_PIL && p->resize != QVL_RESIZE_PIL_LEGACY)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "unknown resize mode %d", (int)p->resize);
+    if (!(p->rescale_factor > 0))
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "rescale_factor must be positive");
+    for (int c = 0; c < 3; c++)
+        if (!(p->image_std[c] != 0))
+            return qvl_fail(err, QVL_ERR_INVALID_ARG, "image_std[%d] is zero", c);
+    int32_t f = p->patch * p->merge;
+    if ((p->size_h || p->size_w) && (p->size_h < f || p->size_w < f || p->size_h % f || p->size_w % f))
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "exact size %dx%d must be positive multiples of %d", p->size_h,
+                        p->size_w, f);
+    return QVL_OK;
+}
+
+static qvl_status image_target(int32_t h, int32_t w, const qvl_preprocess_params *p, int32_t *th, int32_t *tw,
+                               qvl_error *err) {
+    if (p->size_h && p->size_w) {
+        *th = p->size_h;
+        *tw = p->size_w;
+        return QVL_OK;
+    }
+    return qvl_smart_resize(h, w, p->patch * p->merge, p->min_pixels, p->max_pixels, th, tw, err);
+}
+
+qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err) {
+    if (!img || !img->rgb || !grid) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_grid: NULL argument");
+    QVL_TRY(check_params(p, err));
+    int32_t th = 0, tw = 0;
+    QVL_TRY(image_target(img->height, img->width, p, &th, &tw, err));
+    *grid = (qvl_grid){1, th / p->patch, tw / p->patch};
+    return QVL_OK;
+}
+
+static qvl_status video_target(const qvl_video *v, const qvl_preprocess_params *p, int32_t *th, int32_t *tw,
+                               qvl_error *err) {
+    if (p->size_h && p->size_w) {
+        if (v->n_frames < p->temporal_patch)
+            return qvl_fail(err, QVL_ERR_INVALID_ARG, "video has %d frame(s); at least %d are needed", v->n_frames,
+                            p->temporal_patch);
+        *th = p->size_h;
+        *tw = p->size_w;
+        return QVL_OK;
+    }
+    return video_smart_resize(v->n_frames, v->height, v->width, p->patch * p->merge, p->temporal_patch,
+                              p->video_min_pixels, p->video_max_pixels, th, tw, err);
+}
+
+qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err) {
+    if (!v || !v->rgb || !grid) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_grid: NULL argument");
+    QVL_TRY(check_params(p, err));
+    int32_t th = 0, tw = 0;
+    QVL_TRY(video_target(v, p, &th, &tw, err));
+    int32_t t = (v->n_frames + p->temporal_patch - 1) / p->temporal_patch;
+    *grid = (qvl_grid){t, th / p->patch, tw / p->patch};
+    return QVL_OK;
+}
+
+static resize_kind kind_of(qvl_resize_mode m) {
+    return m == QVL_RESIZE_PIL ? RESIZE_PIL : m == QVL_RESIZE_PIL_LEGACY ? RESIZE_PIL_LEGACY : RESIZE_TORCHVISION;
+}
+
+/* Resize one RGB frame into dst [th, tw, 3] (a copy when the size is unchanged). */
+static qvl_status resize_frame(const uint8_t *src, int32_t w, int32_t h, uint8_t *dst, int32_t tw, int32_t th,
+                               const qvl_preprocess_params *p, void *ws, qvl_error *err) {
+    if (w == tw && h == th) {
+        memcpy(dst, src, (size_t)w * (size_t)h * 3);
+        return QVL_OK;
+    }
+    return resize_u8(src, w, h, 3, dst, tw, th, kind_of(p->resize), ws, p->n_threads, err);
+}
+
+/* Per-channel value of each uint8 level after rescale + normalize, by the processor's own float sequence. */
+static void build_lut(const qvl_preprocess_params *p, float lut[3][256]) {
+    for (int c = 0; c < 3; c++) {
+        if (p->resize == QVL_RESIZE_TORCHVISION) {
+            /* Fast processor: mean and std fused with the rescale factor in float32, then
+             * torchvision normalize: (x − mean') / std' in float32. */
+            float inv = (float)(1.0 / p->rescale_factor);
+            float mean = p->image_mean[c] * inv, std = p->image_std[c] * inv;
+            for (int u = 0; u < 256; u++) lut[c][u] = ((float)u - mean) / std;
+        } else {
+            /* PIL processor: numpy rescale in float64 cast to float32, then (x − mean) / std in float32. */
+            for (int u = 0; u < 256; u++) {
+                float r = (float)((double)u * p->rescale_factor);
+                lut[c][u] = (r - p->image_mean[c]) / p->image_std[c];
+            }
+        }
+    }
+}
+
+/* Patchify `frames` (n_frames resized RGB frames [th, tw, 3], padded in time by repeating the last) into rows. */
+static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_t tw, const qvl_preprocess_params *p,
+                     const float lut[3][256], float *rows) {
+    const int P = p->patch, M = p->merge, T = p->temporal_patch;
+    const int gh = th / P, gw = tw / P, gt = (n_frames + T - 1) / T;
+    const size_t row_len = (size_t)3 * T * P * P, frame_bytes = (size_t)th * tw * 3;
+    const long n_rows = (long)gt * gh * gw;
+#pragma omp parallel for num_threads(p->n_threads > 0 ? p->n_threads : omp_get_num_procs()) schedule(static)
+    for (long r = 0; r < n_rows; r++) {
+        /* r = (((t·(gh/M) + bh)·(gw/M) + bw)·M + ih)·M + iw */
+        long q = r;
+        int iw = (int)(q % M); q /= M;
+        int ih = (int)(q % M); q /= M;
+        int bw = (int)(q % (gw / M)); q /= gw / M;
+        int bh = (int)(q % (gh / M)); q /= gh / M;
+        int t = (int)q;
+        int y0 = (bh * M + ih) * P, x0 = (bw * M + iw) * P;
+        float *out = rows + (size_t)r * row_len;
+        for (int c = 0; c < 3; c++)
+            for (int tp = 0; tp < T; tp++) {
+                int f = t * T + tp;
+                if (f >= n_frames) f = n_frames - 1;
+                const uint8_t *fr = frames + (size_t)f * frame_bytes;
+                for (int y = 0; y < P; y++) {
+                    const uint8_t *src = fr + ((size_t)(y0 + y) * tw + x0) * 3 + c;
+                    float *dst = out + (((size_t)c * T + tp) * P + y) * P;
+                    for (int x = 0; x < P; x++) dst[x] = lut[c][src[3 * x]];
+                }
+            }
+    }
+}
+
+/* Resize every frame to th × tw, then normalize and patchify. n_frames = 1 for an image (it fills every
+ * temporal slot); a video with n_frames not a multiple of Tp repeats its last frame. */
+static qvl_status frames_to_rows(const uint8_t *rgb, int32_t n_frames, int32_t w, int32_t h, int32_t tw, int32_t th,
+                                 int32_t slots, const qvl_preprocess_params *p, float *rows, qvl_error *err) {
+    size_t frame_bytes, all, ws_bytes = 0;
+    if (qvl_mul_overflow((size_t)tw * 3, (size_t)th, &frame_bytes) ||
+        qvl_mul_overflow(frame_bytes, (size_t)n_frames, &all))
+        return qvl_fail(err, QVL_ERR_LIMIT, "resized frames %dx%d x %d overflow", tw, th, n_frames);
+    if (w != tw || h != th) {
+        ws_bytes = resize_workspace_size(w, h, tw, th, 3);
+        if (!ws_bytes) return qvl_fail(err, QVL_ERR_LIMIT, "resize %dx%d -> %dx%d out of range", w, h, tw, th);
+    }
+    uint8_t *resized = malloc(all ? all : 1);
+    void *ws = ws_bytes ? malloc(ws_bytes) : NULL;
+    if (!resized || (ws_bytes && !ws)) {
+        free(resized);
+        free(ws);
+        return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for resized frames", all + ws_bytes);
+    }
+    qvl_status s = QVL_OK;
+    size_t src_bytes = (size_t)w * (size_t)h * 3;
+    for (int32_t f = 0; f < n_frames && s == QVL_OK; f++)
+        s = resize_frame(rgb + (size_t)f * src_bytes, w, h, resized + (size_t)f * frame_bytes, tw, th, p, ws, err);
+    if (s == QVL_OK) {
+        float lut[3][256];
+        build_lut(p, lut);
+        /* An image is one frame repeated into every temporal slot of its single temporal patch. */
+        patchify(resized, slots, th, tw, p, (const float(*)[256])lut, rows);
+    }
+    free(ws);
+    free(resized);
+    return s;
+}
+
+qvl_status qvl_preprocess_image(const qvl_image *img, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+                                qvl_error *err) {
+    if (!rows) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_image: rows is NULL");
+    QVL_TRY(qvl_image_grid(img, p, grid, err));
+    return frames_to_rows(img->rgb, 1, img->width, img->height, grid->w * p->patch, grid->h * p->patch, 1, p, rows,
+                          err);
+}
+
+qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+                                qvl_error *err) {
+    if (!rows) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_video: rows is NULL");
+    QVL_TRY(qvl_video_grid(v, p, grid, err));
+    return frames_to_rows(v->rgb, v->n_frames, v->width, v->height, grid->w * p->patch, grid->h * p->patch,
+                          v->n_frames, p, rows, err);
+}
+
+qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode, int n_threads,
+                            qvl_image *out, qvl_error *err) {
+    if (!src || !src->rgb || !out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: NULL argument");
+    memset(out, 0, sizeof *out);
+    qvl_preprocess_params p;
+    qvl_preprocess_params_default(&p);
+    p.resize = mode;
+    p.n_threads = n_threads;
+    size_t ws_bytes = resize_workspace_size(src->width, src->height, width, height, 3), bytes;
+    if (!ws_bytes || qvl_mul_overflow((size_t)width * 3, (size_t)height, &bytes))
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "resize %dx%d -> %dx%d: bad size", src->width, src->height, width,
+                        height);
+    void *ws = malloc(ws_bytes);
+    uint8_t *dst = malloc(bytes);
+    if (!ws || !dst) {
+        free(ws);
+        free(dst);
+        return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate a %dx%d image", width, height);
+    }
+    qvl_status s = resize_frame(src->rgb, src->width, src->height, dst, width, height, &p, ws, err);
+    free(ws);
+    if (s != QVL_OK) {
+        free(dst);
+        return s;
+    }
+    *out = (qvl_image){width, height, dst};
+    return QVL_OK;
+}
