@@ -169,6 +169,21 @@ qvl_status qvl_ctx_reserve(qvl_ctx *ctx, size_t max_rows, size_t max_segment, qv
 qvl_status qvl_encode(qvl_ctx *ctx, const float *pixels, size_t n_rows, const qvl_grid *grids, size_t n_grids,
                       float *merged, float *const *deepstack, qvl_error *err);
 
+/* Where the time of the last qvl_encode / qvl_run_blocks went, and the work it did. */
+typedef struct qvl_profile {
+    double total_ms;
+    double patch_ms;       /* patch-embedding GEMM */
+    double pos_rope_ms;    /* position interpolation, rotary tables, rotary applied to q and k */
+    double gemm_ms;        /* the blocks' qkv, proj, fc1 (+ GELU), fc2 GEMMs */
+    double attention_ms;   /* fused attention */
+    double norm_ms;        /* the blocks' LayerNorms and other elementwise work */
+    double merger_ms;      /* final and DeepStack mergers */
+    double gemm_flops;     /* 2·M·N·K summed over every GEMM, patch embed and mergers included */
+    double attention_flops;/* 4·n²·head_dim per segment and head */
+} qvl_profile;
+
+void qvl_ctx_get_profile(const qvl_ctx *ctx, qvl_profile *out);
+
 /* Stage taps for parity bisection. When set, every encode calls `fn` for each stage in order with float32 data:
  *   "patch" [S,H], "pos" [S,H], "blk0".."blk{depth-1}" [S,H], "deepstack{k}" [S/4,O], "merged" [S/4,O].
  * `data` is valid only during the call. Pass fn = NULL to clear. */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "cpu/attention.h"
@@ -40,7 +41,18 @@ struct qvl_ctx {
     void *gemm_ws, *attn_ws, *taps;
     int *cu;       /* [segments + 1] */
     size_t cap_cu;
+    qvl_profile prof;
 };
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+void qvl_ctx_get_profile(const qvl_ctx *c, qvl_profile *out) {
+    if (c && out) *out = c->prof;
+}
 
 void qvl_ctx_params_default(qvl_ctx_params *p) {
     memset(p, 0, sizeof *p);
@@ -197,6 +209,7 @@ static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, 
                    .b_dtype = l->w.dtype, .ldb = (size_t)l->w.cols, .bias = l->b, .C = C, .ldc = ldc,
                    .accumulate = accumulate, .epilogue = epi};
     gemm_run(&g, c->gemm_ws, c->n_threads);
+    c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
 }
 
 /* fc1 → erf GELU → fc2 over `in` [S/4, 4H] into out [S/4, O]. */
@@ -209,18 +222,31 @@ static void merger_mlp(qvl_ctx *c, const merger_w *mw, const float *in, size_t r
 static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) {
     const qvl_config *k = &c->m->cfg;
     size_t H = (size_t)k->hidden, I = (size_t)k->intermediate;
+    qvl_profile *pf = &c->prof;
+    double t0 = now_ms(), t1;
     op_layernorm(c->x, H, c->a, H, S, H, b->norm1.w, b->norm1.b, k->ln_eps, c->n_threads);
+    t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
     linear_run(c, &b->qkv, c->a, H, S, c->qkv, 3 * H, 0, GEMM_EPI_NONE);
+    t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->n_threads);
+    t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
     attn_args at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
                     .out = c->o, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
                     .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim)};
     attn_run(&at, c->attn_ws, c->n_threads);
+    for (size_t s = 0; s < n_seg; s++) {
+        double n = (double)(c->cu[s + 1] - c->cu[s]);
+        pf->attention_flops += 4.0 * n * n * k->head_dim * k->heads;
+    }
+    t1 = now_ms(), pf->attention_ms += t1 - t0, t0 = t1;
     linear_run(c, &b->proj, c->o, H, S, c->x, H, 1, GEMM_EPI_NONE);
+    t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     op_layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->n_threads);
+    t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
     linear_run(c, &b->fc1, c->a, H, S, c->mlp, I, 0,
                k->act == QVL_ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF);
     linear_run(c, &b->fc2, c->mlp, I, S, c->x, H, 1, GEMM_EPI_NONE);
+    pf->gemm_ms += now_ms() - t0;
 }
 
 /* Blocks from c->x (rotary tables and segments prepared), DeepStack features, and optionally the merger. */
@@ -237,16 +263,20 @@ static void run_chain(qvl_ctx *c, size_t S, size_t n_seg, float *merged, float *
             float *dst = deepstack && deepstack[d] ? deepstack[d] : c->tap ? c->ds : NULL;
             if (!dst) continue;
             const merger_w *mw = &c->m->deepstack[d];
+            double t0 = now_ms();
             op_layernorm(c->x, H * mm, c->a, H * mm, T, H * mm, mw->norm.w, mw->norm.b, k->ln_eps, c->n_threads);
             merger_mlp(c, mw, c->a, T, dst);
+            c->prof.merger_ms += now_ms() - t0;
             snprintf(name, sizeof name, "deepstack%d", d);
             tap(c, name, dst, T, O);
         }
     }
     if (!merged) return;
     const merger_w *mw = &c->m->merger;
+    double t0 = now_ms();
     op_layernorm(c->x, H, c->a, H, S, H, mw->norm.w, mw->norm.b, k->ln_eps, c->n_threads);
     merger_mlp(c, mw, c->a, T, merged);
+    c->prof.merger_ms += now_ms() - t0;
     tap(c, "merged", merged, T, O);
 }
 
@@ -261,13 +291,21 @@ qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_
     size_t n_seg = 0;
     for (size_t i = 0; i < n_grids; i++) n_seg += (size_t)grids[i].t;
 
+    memset(&c->prof, 0, sizeof c->prof);
+    double start = now_ms(), t0 = start;
     linear_run(c, &c->m->patch, pixels, (size_t)k->row_len, S, c->x, H, 0, GEMM_EPI_NONE);
+    c->prof.patch_ms = now_ms() - t0;
     tap(c, "patch", c->x, S, H);
+    t0 = now_ms();
     tables_pos(c->m, c->p.pos_mode, grids, n_grids, c->o, c->taps, c->n_threads);
+    c->prof.pos_rope_ms += now_ms() - t0;
     tap(c, "pos", c->o, S, H);
+    t0 = now_ms();
     for (size_t i = 0; i < S * H; i++) c->x[i] = c->x[i] + c->o[i];
     tables_rope(k, grids, n_grids, c->cos_t, c->sin_t);
+    c->prof.pos_rope_ms += now_ms() - t0;
     run_chain(c, S, n_seg, merged, deepstack);
+    c->prof.total_ms = now_ms() - start;
     return QVL_OK;
 }
 
@@ -280,9 +318,12 @@ qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const 
     const qvl_config *k = &c->m->cfg;
     size_t S = n_rows, H = (size_t)k->hidden, n_seg = 0;
     for (size_t i = 0; i < n_grids; i++) n_seg += (size_t)grids[i].t;
+    memset(&c->prof, 0, sizeof c->prof);
+    double start = now_ms();
     memcpy(c->x, hidden, S * H * sizeof(float));
     tables_rope(k, grids, n_grids, c->cos_t, c->sin_t);
     run_chain(c, S, n_seg, through_merger ? out : NULL, NULL);
+    c->prof.total_ms = now_ms() - start;
     if (!through_merger) memcpy(out, c->x, S * H * sizeof(float));
     return QVL_OK;
 }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Regenerate every committed oracle fixture under tests/fixtures/.
+# Regenerate every committed oracle fixture under tests/fixtures/tower/.
 #
 # usage: tests/oracle/make_fixtures.sh [QVL_BIN]      (default: build/qvl)
 # env:   PYTHON   interpreter with tests/oracle/requirements.txt installed (default: .venv/bin/python)
 #        ONLY     space-separated case names to regenerate (default: all)
-#        OUTDIR   where fixtures go (default: tests/fixtures)
+#        OUTDIR   where fixtures go (default: tests/fixtures/tower)
 #        KEEP_CKPT=1  keep the synthesized checkpoints (their temp dir is printed)
 set -euo pipefail
 
@@ -15,7 +15,7 @@ cd "$ROOT"
 [[ -x "$QVL" ]] || { echo "make_fixtures: no executable qvl at $QVL (build it first or pass its path)" >&2; exit 1; }
 [[ -x "$PYTHON" ]] || { echo "make_fixtures: no python at $PYTHON (see tests/oracle/README.md)" >&2; exit 1; }
 
-OUTDIR="${OUTDIR:-$ROOT/tests/fixtures}"
+OUTDIR="${OUTDIR:-$ROOT/tests/fixtures/tower}"
 mkdir -p "$OUTDIR"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/qvl-fixtures.XXXXXX")"
 if [[ "${KEEP_CKPT:-0}" == 1 ]]; then echo "make_fixtures: checkpoints kept in $TMP"; else trap 'rm -rf "$TMP"' EXIT; fi

@@ -171,7 +171,7 @@ static void run_fixture(const char *path) {
 
 int main(int argc, char **argv) {
     char dirpath[512];
-    tu_source_path("tests/fixtures", dirpath, sizeof dirpath);
+    tu_source_path("tests/fixtures/tower", dirpath, sizeof dirpath);
     if (argc > 1) {
         for (int i = 1; i < argc; i++) run_fixture(argv[i]);
         return tu_finish("test_parity");
