@@ -281,8 +281,10 @@ typedef struct qvl_decode_params {
 void qvl_decode_params_default(qvl_decode_params *p);
 
 /* Decode JPEG (baseline, progressive, gray, CMYK/YCCK), PNG (8/16-bit, gray, palette, alpha), WebP (lossy, lossless,
- * alpha), GIF (first frame) or BMP from memory, and convert to RGB exactly as PIL's convert("RGB") does (alpha
- * dropped, not composited). `p` may be NULL. On failure *out is zeroed. */
+ * alpha), GIF (first frame) or BMP (uncompressed) from memory, and convert to RGB exactly as transformers'
+ * load_image + convert_to_rgb do with Pillow: EXIF orientation applied, PIL's convert("RGB") rules (alpha dropped,
+ * not composited; CMYK, 16-bit and palette by Pillow's formulas), and a tRNS / GIF colour key that survives
+ * convert("RGB") whitened, as the processors' convert_to_rgb does. `p` may be NULL. On failure *out is zeroed. */
 qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_params *p, qvl_image *out,
                             qvl_error *err);
 qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_image *out, qvl_error *err);

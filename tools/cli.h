@@ -30,5 +30,27 @@ int cli_parse_u64(const char *s, uint64_t *out);
 double cli_now_ms(void);
 
 int cmd_encode(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* Options of `qvl encode` for image and video inputs (cli_media.c). */
+typedef struct media_opts {
+    const char *model_dir;
+    const char *out_path;
+    char *const *inputs;   /* image files, video files, or directories of frame images */
+    int n_inputs;
+    int preprocess_only;
+    int quiet;
+    qvl_ctx_params ctx;
+    qvl_preprocess_params pp;
+    qvl_video_params vp;
+    qvl_decode_params dp;
+    /* which preprocessing settings the command line set (they override the model's json files) */
+    int set_resize, set_min, set_max, set_size, set_fps, set_num_frames, set_max_frames;
+} media_opts;
+
+/* Exit status when some inputs failed and the others were written. */
+enum { CLI_EXIT_PARTIAL = 3 };
+
+int encode_media(media_opts *o);
 
 #endif

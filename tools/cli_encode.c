@@ -8,10 +8,31 @@
 #include "cli.h"
 
 static const char encode_help[] =
-    "Usage: qvl encode --model DIR --pixels ROWS [--grid T,H,W ...] -o OUT [--stages] [--threads N]\n"
-    "                  [--pos-mode closed|linspace]\n"
+    "Usage: qvl encode --model DIR INPUT... -o OUT [options]\n"
+    "       qvl encode --model DIR --pixels ROWS [--grid T,H,W ...] -o OUT [--stages] [--threads N]\n"
     "\n"
-    "Encode preprocessed patch rows with the model's vision tower.\n"
+    "Encode images and videos (or preprocessed patch rows) with the model's vision tower.\n"
+    "\n"
+    "INPUT is an image (JPEG, PNG, WebP, GIF, BMP), a video file (anything FFmpeg reads), or a directory of frame\n"
+    "images taken as one video. Each input is preprocessed exactly as transformers' Qwen3-VL processors do\n"
+    "(smart-resize with the model's preprocessor_config.json limits, bicubic resize, normalization, patchify) and\n"
+    "encoded on its own. OUT (.safetensors) gets, per input i, \"item{i}.merged\" [tokens, out_hidden] and\n"
+    "\"item{i}.deepstack{k}\", a \"grid_thw\" row per encoded input, and metadata naming each input and its status.\n"
+    "An input that fails (unreadable, corrupt, too large) is reported and skipped; the others are still written,\n"
+    "and the exit status is 3.\n"
+    "\n"
+    "Input options:\n"
+    "      --resize KIND      torchvision (default: transformers' default processor), pil (PIL processor, mlx-vlm;\n"
+    "                         Pillow >= 13) or pil-legacy (Pillow <= 12.1)\n"
+    "      --min-pixels N     image pixel budget (default: the model's preprocessor_config.json, else 65536)\n"
+    "      --max-pixels N     (default: the model's preprocessor_config.json, else 16777216)\n"
+    "      --size HxW         exact resize target in pixels (multiples of 32) instead of smart-resize\n"
+    "      --fps F            video frames sampled per second (default 2)\n"
+    "      --num-frames N     sample exactly N frames of each video\n"
+    "      --max-frames N     at most N frames per video (default 768)\n"
+    "      --max-decode-pixels N  refuse images and frames above N pixels before decoding (default 178956970)\n"
+    "      --preprocess-only  write \"item{i}.pixel_values\" and grids instead of encoding\n"
+    "  -q, --quiet            no progress lines on stderr\n"
     "\n"
     "ROWS is a .npy float32 array [S, row_len], or a safetensors file with \"pixel_values\" [S, row_len] and\n"
     "optionally \"grid_thw\" [n, 3] (used when no --grid is given). Rows are merge-block-major as the Qwen\n"
@@ -87,14 +108,41 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+static int parse_size(const char *s, int32_t *h, int32_t *w) {
+    long a, b;
+    char buf[64], *x;
+    if (strlen(s) >= sizeof buf) return -1;
+    strcpy(buf, s);
+    if (!(x = strchr(buf, 'x'))) return -1;
+    *x = '\0';
+    if (cli_parse_long(buf, 1, 1L << 20, &a) != 0 || cli_parse_long(x + 1, 1, 1L << 20, &b) != 0) return -1;
+    *h = (int32_t)a;
+    *w = (int32_t)b;
+    return 0;
+}
+
 int cmd_encode(int argc, char **argv) {
-    enum { OPT_STAGES = 256, OPT_POS_MODE };
+    enum { OPT_STAGES = 256, OPT_POS_MODE, OPT_RESIZE, OPT_MIN_PX, OPT_MAX_PX, OPT_SIZE, OPT_FPS, OPT_NUM_FRAMES,
+           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
         {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
         {"stages", no_argument, NULL, OPT_STAGES}, {"threads", required_argument, NULL, 't'},
         {"pos-mode", required_argument, NULL, OPT_POS_MODE}, {"help", no_argument, NULL, 'h'},
+        {"resize", required_argument, NULL, OPT_RESIZE}, {"min-pixels", required_argument, NULL, OPT_MIN_PX},
+        {"max-pixels", required_argument, NULL, OPT_MAX_PX}, {"size", required_argument, NULL, OPT_SIZE},
+        {"fps", required_argument, NULL, OPT_FPS}, {"num-frames", required_argument, NULL, OPT_NUM_FRAMES},
+        {"max-frames", required_argument, NULL, OPT_MAX_FRAMES},
+        {"max-decode-pixels", required_argument, NULL, OPT_MAX_DECODE},
+        {"preprocess-only", no_argument, NULL, OPT_PREPROCESS_ONLY}, {"quiet", no_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
+    media_opts mo;
+    memset(&mo, 0, sizeof mo);
+    qvl_preprocess_params_default(&mo.pp);
+    qvl_video_params_default(&mo.vp);
+    qvl_decode_params_default(&mo.dp);
+    uint64_t u;
+    char *endp;
     const char *model_dir = NULL, *pixels_path = NULL, *out_path = NULL;
     qvl_grid cli_grids[64];
     size_t n_cli_grids = 0;
@@ -103,7 +151,7 @@ int cmd_encode(int argc, char **argv) {
     qvl_ctx_params_default(&cp);
     int c;
     long v;
-    while ((c = getopt_long(argc, argv, ":m:p:g:o:t:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":m:p:g:o:t:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 'p': pixels_path = optarg; break;
@@ -124,11 +172,61 @@ int cmd_encode(int argc, char **argv) {
             else if (strcmp(optarg, "linspace") == 0) cp.pos_mode = QVL_POS_LINSPACE;
             else return cli_usage("--pos-mode: unknown mode '%s' (closed, linspace)", optarg);
             break;
+        case OPT_RESIZE:
+            if (strcmp(optarg, "torchvision") == 0) mo.pp.resize = QVL_RESIZE_TORCHVISION;
+            else if (strcmp(optarg, "pil") == 0) mo.pp.resize = QVL_RESIZE_PIL;
+            else if (strcmp(optarg, "pil-legacy") == 0) mo.pp.resize = QVL_RESIZE_PIL_LEGACY;
+            else return cli_usage("--resize: unknown kind '%s' (torchvision, pil, pil-legacy)", optarg);
+            mo.set_resize = 1;
+            break;
+        case OPT_MIN_PX:
+        case OPT_MAX_PX:
+            if (cli_parse_u64(optarg, &u) != 0 || u == 0) return cli_usage("--%s: '%s' is not a positive integer",
+                                                                            c == OPT_MIN_PX ? "min-pixels" : "max-pixels", optarg);
+            if (c == OPT_MIN_PX) mo.pp.min_pixels = u, mo.set_min = 1;
+            else mo.pp.max_pixels = u, mo.set_max = 1;
+            break;
+        case OPT_SIZE:
+            if (parse_size(optarg, &mo.pp.size_h, &mo.pp.size_w) != 0)
+                return cli_usage("--size: '%s' is not HxW (positive integers)", optarg);
+            mo.set_size = 1;
+            break;
+        case OPT_FPS:
+            mo.vp.fps = strtod(optarg, &endp);
+            if (*endp || !(mo.vp.fps > 0 && mo.vp.fps < 1e6)) return cli_usage("--fps: '%s' is not a positive number", optarg);
+            mo.set_fps = 1;
+            break;
+        case OPT_NUM_FRAMES:
+        case OPT_MAX_FRAMES:
+            if (cli_parse_long(optarg, 1, 1L << 24, &v) != 0)
+                return cli_usage("--%s: '%s' is not in 1..16777216", c == OPT_NUM_FRAMES ? "num-frames" : "max-frames", optarg);
+            if (c == OPT_NUM_FRAMES) mo.vp.num_frames = (int32_t)v, mo.set_num_frames = 1;
+            else mo.vp.max_frames = (int32_t)v, mo.set_max_frames = 1;
+            break;
+        case OPT_MAX_DECODE:
+            if (cli_parse_u64(optarg, &u) != 0 || u == 0) return cli_usage("--max-decode-pixels: '%s' is not a positive integer", optarg);
+            mo.dp.max_pixels = u;
+            mo.vp.max_pixels = u;
+            break;
+        case OPT_PREPROCESS_ONLY: mo.preprocess_only = 1; break;
+        case 'q': mo.quiet = 1; break;
         case 'h': fputs(encode_help, stdout); return 0;
         default: return cli_bad_option("encode", c, argv);
         }
     }
-    if (optind < argc) return cli_usage("unexpected argument '%s' (see 'qvl encode --help')", argv[optind]);
+    if (optind < argc) {
+        if (pixels_path || n_cli_grids || stages)
+            return cli_usage("file inputs do not combine with --pixels, --grid or --stages (see 'qvl encode --help')");
+        if (!out_path) return cli_usage("encode needs -o OUT (see 'qvl encode --help')");
+        if (!model_dir && !mo.preprocess_only) return cli_usage("encode needs --model DIR (see 'qvl encode --help')");
+        mo.model_dir = model_dir;
+        mo.out_path = out_path;
+        mo.inputs = argv + optind;
+        mo.n_inputs = argc - optind;
+        mo.ctx = cp;
+        mo.pp.n_threads = cp.n_threads;
+        return encode_media(&mo);
+    }
     if (!model_dir || !pixels_path || !out_path)
         return cli_usage("encode needs --model, --pixels and -o (see 'qvl encode --help')");
     int npy_out = ends_with(out_path, ".npy");

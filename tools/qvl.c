@@ -271,7 +271,8 @@ static const char main_help[] =
     "\n"
     "Commands:\n"
     "  info     describe a model directory's vision tower\n"
-    "  encode   encode preprocessed pixel rows into visual tokens\n"
+    "  encode   encode images, videos or preprocessed pixel rows into visual tokens\n"
+    "  bench    time encoding at several input sizes, with a per-phase breakdown\n"
     "  synth    write a deterministic synthetic checkpoint\n"
     "\n"
     "Options:\n"
@@ -296,6 +297,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "encode") == 0) return cmd_encode(argc - 1, argv + 1);
     if (strcmp(cmd, "synth") == 0) return cmd_synth(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (cmd[0] == '-') return cli_usage("unknown option '%s' (see 'qvl --help')", cmd);
     return cli_usage("unknown command '%s' (see 'qvl --help')", cmd);
 }

@@ -9,8 +9,8 @@ For every corpus image it records what transformers 5.23 produces with the Qwen3
 Large arrays are stored as xxh64 digests of their little-endian bytes plus their first row; the C test
 (tests/unit/test_preprocess.c) recomputes them with qvl and compares bit for bit.
 
-Inputs: the files in tests/data/photos and tests/data/images, decoded the way transformers' load_image does
-(PIL open, ImageOps.exif_transpose, convert("RGB")), and synthetic images whose pixels the C test regenerates
+Inputs: the files in tests/data/photos and tests/data/images, decoded the way transformers does for a file
+(load_image: PIL open, ImageOps.exif_transpose, convert("RGB"); then the processors' convert_to_rgb), and synthetic images whose pixels the C test regenerates
 from the recipe (see synth_image). An input the processor refuses (aspect ratio above 200) is recorded as an
 expected error.
 
@@ -29,6 +29,7 @@ import transformers
 import xxhash
 from PIL import Image
 from torchvision.transforms.v2 import functional as tvF
+from transformers.image_transforms import convert_to_rgb
 from transformers.image_utils import load_image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor, smart_resize
@@ -147,7 +148,9 @@ def main():
         rel = os.path.relpath(path, ROOT)
         name = "file:" + rel
         try:
-            img = load_image(path)
+            # What the processors see: load_image, then their convert_to_rgb (which whitens a colour key that
+            # survived load_image's convert("RGB")).
+            img = Image.fromarray(convert_to_rgb(load_image(path), return_numpy=True))
         except Exception as e:  # a file transformers cannot load is not part of this corpus
             print(f"{rel}: skipped ({type(e).__name__}: {e})")
             continue
@@ -163,7 +166,8 @@ def main():
         "settings": repr(SETTINGS),
         "fast_class": f"{type(fast).__module__}.{type(fast).__name__}",
         "pil_class": f"{type(pil).__module__}.{type(pil).__name__}",
-        "decode": "transformers.image_utils.load_image (PIL open, ImageOps.exif_transpose, convert('RGB'))",
+        "decode": "transformers.image_utils.load_image (PIL open, ImageOps.exif_transpose, convert('RGB')) then "
+                  "image_transforms.convert_to_rgb",
     })
     save_deterministic(tensors, args.out, meta)
     print(f"wrote {args.out}: {len(names)} cases")

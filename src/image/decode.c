@@ -1,0 +1,221 @@
+/* decode.c — qvl_image_decode/load: format detection by magic bytes, the pixel limit, and the two steps of
+ * transformers' load path that follow the decoder: PIL.ImageOps.exif_transpose (orientation 2..8) and the
+ * processors' convert_to_rgb, which composites a surviving info["transparency"] colour key onto white.
+ *
+ * The result equals convert_to_rgb(load_image(path), return_numpy=True) of transformers 5.23 with Pillow 13. */
+#include "image/decode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "io/fileutil.h"
+
+/* Files above this size are refused by qvl_image_load before reading (no image we accept needs more). */
+#define DEC_MAX_FILE_BYTES ((size_t)1 << 31)
+
+void qvl_decode_params_default(qvl_decode_params *p) {
+    if (!p) return;
+    p->max_pixels = 178956970u; /* 2 · PIL.Image.MAX_IMAGE_PIXELS: DecompressionBombError above it */
+    p->apply_exif = 1;
+}
+
+void qvl_image_free(qvl_image *img) {
+    if (!img) return;
+    free(img->rgb);
+    img->rgb = NULL;
+    img->width = img->height = 0;
+}
+
+qvl_status dec_check_dims(int64_t width, int64_t height, uint64_t max_pixels, const char *label, const char *fmt,
+                          qvl_error *err) {
+    if (width <= 0 || height <= 0)
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: %s: invalid image size %lldx%lld", label, fmt, (long long)width,
+                        (long long)height);
+    if (width > INT32_MAX || height > INT32_MAX || (uint64_t)width * (uint64_t)height > max_pixels)
+        return qvl_fail(err, QVL_ERR_LIMIT, "%s: %s: %lldx%lld image has more than the %llu pixels allowed", label,
+                        fmt, (long long)width, (long long)height, (unsigned long long)max_pixels);
+    return QVL_OK;
+}
+
+uint8_t *dec_alloc_pixels(int64_t width, int64_t height, int channels) {
+    size_t n;
+    if (width <= 0 || height <= 0 || channels <= 0) return NULL;
+    if (qvl_mul_overflow((size_t)width, (size_t)height, &n) || qvl_mul_overflow(n, (size_t)channels, &n))
+        return NULL;
+    return malloc(n);
+}
+
+/* ---- EXIF / XMP orientation ---------------------------------------------------------------------------------- */
+
+static uint32_t rd16(const uint8_t *p, int be) { return be ? (uint32_t)p[0] << 8 | p[1] : (uint32_t)p[1] << 8 | p[0]; }
+static uint32_t rd32(const uint8_t *p, int be) {
+    return be ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]
+              : (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+}
+
+/* Returns the tag's integer value; -1 when the tag is present with a value PIL would not map to a transpose
+ * (several values, a non-integer type): that still stops the XMP fallback. */
+int dec_exif_orientation(const uint8_t *d, size_t n) {
+    while (n >= 6 && memcmp(d, "Exif\0\0", 6) == 0) d += 6, n -= 6;
+    if (n < 8) return 0;
+    int be;
+    if (memcmp(d, "II\x2a\0", 4) == 0) be = 0;
+    else if (memcmp(d, "MM\0\x2a", 4) == 0) be = 1;
+    else return 0;
+    uint32_t off = rd32(d + 4, be);
+    if (off > n || n - off < 2) return 0;
+    uint32_t count = rd16(d + off, be);
+    int found = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        size_t e = (size_t)off + 2 + (size_t)i * 12;
+        if (e + 12 > n) break; /* PIL stops at a truncated directory, keeping the entries read so far */
+        if (rd16(d + e, be) != 0x0112) continue;
+        uint32_t type = rd16(d + e + 2, be), cnt = rd32(d + e + 4, be);
+        static const int sizes[13] = {0, 1, 1, 2, 4, 8, 1, 1, 2, 4, 8, 4, 8};
+        if (type == 0 || type > 12) continue; /* unknown type: PIL skips the entry */
+        uint64_t bytes = (uint64_t)sizes[type] * cnt;
+        const uint8_t *v = d + e + 8;
+        if (bytes > 4) {
+            uint32_t vo = rd32(d + e + 8, be);
+            if ((uint64_t)vo + bytes > n) continue; /* data outside the block: skipped */
+            found = -1;
+            continue;
+        }
+        if (cnt != 1) {
+            found = -1;
+            continue;
+        }
+        switch (type) {
+        case 1: found = v[0]; break;
+        case 6: found = (int8_t)v[0]; break;
+        case 3: found = (int)rd16(v, be); break;
+        case 8: found = (int16_t)rd16(v, be); break;
+        case 4: found = rd32(v, be) > 8 ? -1 : (int)rd32(v, be); break;
+        case 9: found = (int32_t)rd32(v, be); break;
+        default: found = -1; break;
+        }
+        if (found == 0) found = -1; /* present but 0: no transpose, and no XMP fallback */
+    }
+    return found;
+}
+
+int dec_xmp_orientation(const uint8_t *x, size_t n) {
+    static const char pat[] = "tiff:Orientation";
+    const size_t pl = sizeof pat - 1;
+    for (size_t i = 0; i + pl < n; i++) {
+        if (x[i] != 't' || memcmp(x + i, pat, pl) != 0) continue;
+        size_t j = i + pl;
+        if (x[j] == '>' && j + 1 < n && x[j + 1] >= '0' && x[j + 1] <= '9') return x[j + 1] - '0';
+        if (x[j] == '=' && j + 2 < n && x[j + 1] == '"' && x[j + 2] >= '0' && x[j + 2] <= '9') return x[j + 2] - '0';
+    }
+    return 0;
+}
+
+/* ---- post-processing ----------------------------------------------------------------------------------------- */
+
+/* convert_to_rgb: info["transparency"] present → RGBA with alpha 0 exactly where the pixel equals the key →
+ * alpha_composite over opaque white → those pixels white, all others unchanged. */
+static void apply_key(dec_out *o) {
+    if (!o->has_key) return;
+    for (int c = 0; c < 3; c++)
+        if (o->key[c] < 0 || o->key[c] > 255) return;
+    size_t n = (size_t)o->width * (size_t)o->height;
+    uint8_t *p = o->rgb;
+    for (size_t i = 0; i < n; i++, p += 3)
+        if (p[0] == o->key[0] && p[1] == o->key[1] && p[2] == o->key[2]) p[0] = p[1] = p[2] = 255;
+}
+
+/* PIL's Image.transpose for orientation 2..8 (exif_transpose's table). Returns NOMEM on allocation failure. */
+static qvl_status apply_orientation(dec_out *o, const char *label, qvl_error *err) {
+    int t = o->orientation;
+    if (t < 2 || t > 8) return QVL_OK;
+    size_t w = (size_t)o->width, h = (size_t)o->height;
+    int swap = t >= 5;
+    size_t ow = swap ? h : w, oh = swap ? w : h;
+    uint8_t *dst = dec_alloc_pixels((int64_t)ow, (int64_t)oh, 3);
+    if (!dst) return qvl_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate the rotated %zux%zu image", label, ow, oh);
+    const uint8_t *src = o->rgb;
+    for (size_t y = 0; y < oh; y++) {
+        for (size_t x = 0; x < ow; x++) {
+            size_t sx, sy;
+            switch (t) {
+            case 2: sx = w - 1 - x, sy = y; break;                 /* FLIP_LEFT_RIGHT */
+            case 3: sx = w - 1 - x, sy = h - 1 - y; break;         /* ROTATE_180 */
+            case 4: sx = x, sy = h - 1 - y; break;                 /* FLIP_TOP_BOTTOM */
+            case 5: sx = y, sy = x; break;                         /* TRANSPOSE */
+            case 6: sx = y, sy = h - 1 - x; break;                 /* ROTATE_270 */
+            case 7: sx = w - 1 - y, sy = h - 1 - x; break;         /* TRANSVERSE */
+            default: sx = w - 1 - y, sy = x; break;                /* 8: ROTATE_90 */
+            }
+            memcpy(dst + (y * ow + x) * 3, src + (sy * w + sx) * 3, 3);
+        }
+    }
+    free(o->rgb);
+    o->rgb = dst;
+    o->width = (int32_t)ow;
+    o->height = (int32_t)oh;
+    return QVL_OK;
+}
+
+/* ---- public entry points ------------------------------------------------------------------------------------- */
+
+static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_params *p, const char *label,
+                                 qvl_image *out, qvl_error *err) {
+    qvl_decode_params def;
+    if (!p) {
+        qvl_decode_params_default(&def);
+        p = &def;
+    }
+    dec_out o;
+    memset(&o, 0, sizeof o);
+    o.orientation = 1;
+    qvl_status s;
+    if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF)
+        s = dec_jpeg(d, n, label, p->max_pixels, &o, err);
+    else if (n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0)
+        s = dec_png(d, n, label, p->max_pixels, &o, err);
+    else if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0)
+        s = dec_webp(d, n, label, p->max_pixels, &o, err);
+    else if (n >= 6 && (memcmp(d, "GIF87a", 6) == 0 || memcmp(d, "GIF89a", 6) == 0))
+        s = dec_gif(d, n, label, p->max_pixels, &o, err);
+    else if (n >= 2 && d[0] == 'B' && d[1] == 'M')
+        s = dec_bmp(d, n, label, p->max_pixels, &o, err);
+    else if (n == 0)
+        s = qvl_fail(err, QVL_ERR_FORMAT, "%s: empty file, not an image", label);
+    else
+        s = qvl_fail(err, QVL_ERR_FORMAT, "%s: not a JPEG, PNG, WebP, GIF or BMP image (unknown magic bytes)", label);
+    if (s == QVL_OK && !o.rgb) s = qvl_fail(err, QVL_ERR_INTERNAL, "%s: decoder returned no pixels", label);
+    if (s == QVL_OK) {
+        apply_key(&o);
+        if (p->apply_exif) s = apply_orientation(&o, label, err);
+    }
+    if (s != QVL_OK) {
+        free(o.rgb);
+        return s;
+    }
+    out->width = o.width;
+    out->height = o.height;
+    out->rgb = o.rgb;
+    return QVL_OK;
+}
+
+qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_params *p, qvl_image *out,
+                            qvl_error *err) {
+    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!data && size) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: data is NULL");
+    return decode_labeled(data, size, p, "<memory>", out, err);
+}
+
+qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_image *out, qvl_error *err) {
+    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!path) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: path is NULL");
+    char *buf = NULL;
+    size_t n = 0;
+    QVL_TRY(qvl_read_file(path, DEC_MAX_FILE_BYTES, &buf, &n, err));
+    qvl_status s = decode_labeled((const uint8_t *)buf, n, p, path, out, err);
+    free(buf);
+    return s;
+}

@@ -1,0 +1,52 @@
+/* decode.h — private interface between the image dispatcher (decode.c) and the per-format decoders.
+ *
+ * Each decoder turns one file held in memory into 8-bit RGB the way Pillow 13 opens it and converts it with
+ * convert("RGB"), and reports what the rest of transformers' load path needs: the EXIF orientation and, for modes
+ * whose PIL info keeps a "transparency" colour after convert("RGB"), that colour key (the processors' convert_to_rgb
+ * then composites pixels of exactly that colour onto white). decode.c applies the key and the orientation.
+ *
+ * Contract for every dec_* function: on success out->rgb holds width·height·3 bytes (malloc'd, owned by the caller);
+ * on failure it returns a status with a message naming `label` and the format, and out->rgb is NULL. No decoder
+ * allocates pixel memory before dec_check_dims has accepted the header's dimensions. */
+#ifndef QVL_IMAGE_DECODE_H
+#define QVL_IMAGE_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qvl.h"
+
+typedef struct dec_out {
+    int32_t width, height;
+    uint8_t *rgb;        /* [height][width][3] */
+    int orientation;     /* EXIF/XMP orientation 1..8 (1 when absent or invalid) */
+    int has_key;         /* 1: pixels equal to key[] become white (PIL info["transparency"] survives as RGB) */
+    int32_t key[3];      /* the key as PIL holds it: values above 255 never match */
+} dec_out;
+
+qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+                    qvl_error *err);
+qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+                   qvl_error *err);
+qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+                    qvl_error *err);
+qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+                   qvl_error *err);
+qvl_status dec_bmp(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+                   qvl_error *err);
+
+/* Dimensions from a header: QVL_ERR_FORMAT for a zero or negative side, QVL_ERR_LIMIT for more than max_pixels
+ * pixels or sides above INT32_MAX; `fmt` names the format in the message. */
+qvl_status dec_check_dims(int64_t width, int64_t height, uint64_t max_pixels, const char *label, const char *fmt,
+                          qvl_error *err);
+
+/* malloc of width·height·channels bytes with overflow checks (NULL on overflow or failure). */
+uint8_t *dec_alloc_pixels(int64_t width, int64_t height, int channels);
+
+/* Orientation tag (0x0112) of IFD0 in a TIFF-structured EXIF block (an optional "Exif\0\0" prefix is skipped),
+ * as PIL's Image.getexif reads it; 0 when absent or unreadable. */
+int dec_exif_orientation(const uint8_t *exif, size_t n);
+/* PIL's XMP fallback: the first `tiff:Orientation="N` or `tiff:Orientation>N` (one digit); 0 when absent. */
+int dec_xmp_orientation(const uint8_t *xmp, size_t n);
+
+#endif

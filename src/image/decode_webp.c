@@ -1,0 +1,69 @@
+/* decode_webp.c — WebP (lossy, lossless, alpha, animated) the way Pillow 13 reads it: libwebp's WebPAnimDecoder in
+ * non-premultiplied RGBA, first frame of the canvas (the area outside a smaller first frame is transparent black),
+ * alpha dropped. EXIF and XMP come from the muxed chunks. The canvas size is checked against the pixel limit before
+ * the decoder allocates its canvas. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <webp/decode.h>
+#include <webp/demux.h>
+
+#include "core/error.h"
+#include "image/decode.h"
+
+static int webp_orientation(const WebPDemuxer *dmx) {
+    WebPChunkIterator it;
+    int o = 0;
+    if (WebPDemuxGetChunk(dmx, "EXIF", 1, &it)) {
+        o = dec_exif_orientation(it.chunk.bytes, it.chunk.size);
+        WebPDemuxReleaseChunkIterator(&it);
+    }
+    if (o == 0 && WebPDemuxGetChunk(dmx, "XMP ", 1, &it)) {
+        o = dec_xmp_orientation(it.chunk.bytes, it.chunk.size);
+        WebPDemuxReleaseChunkIterator(&it);
+    }
+    return o;
+}
+
+qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+                    qvl_error *err) {
+    WebPData wd = {data, size};
+    WebPDemuxer *dmx = WebPDemux(&wd);
+    if (!dmx) return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot parse the container", label);
+    uint32_t w = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_WIDTH), h = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_HEIGHT);
+    uint32_t frames = WebPDemuxGetI(dmx, WEBP_FF_FRAME_COUNT);
+    qvl_status s = dec_check_dims(w, h, max_pixels, label, "WebP", err);
+    if (s == QVL_OK && frames == 0) s = qvl_fail(err, QVL_ERR_FORMAT, "%s: WebP: no frames", label);
+    if (s != QVL_OK) {
+        WebPDemuxDelete(dmx);
+        return s;
+    }
+    out->orientation = webp_orientation(dmx);
+    WebPDemuxDelete(dmx);
+
+    WebPAnimDecoderOptions opt;
+    if (!WebPAnimDecoderOptionsInit(&opt))
+        return qvl_fail(err, QVL_ERR_INTERNAL, "%s: WebP: libwebp version mismatch", label);
+    opt.color_mode = MODE_RGBA;
+    opt.use_threads = 0;
+    WebPAnimDecoder *dec = WebPAnimDecoderNew(&wd, &opt);
+    if (!dec) return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt WebP: cannot create the decoder", label);
+    uint8_t *rgba = NULL;
+    int ts = 0;
+    if (!WebPAnimDecoderGetNext(dec, &rgba, &ts) || !rgba) {
+        WebPAnimDecoderDelete(dec);
+        return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot decode the first frame", label);
+    }
+    uint8_t *rgb = dec_alloc_pixels(w, h, 3);
+    if (!rgb) {
+        WebPAnimDecoderDelete(dec);
+        return qvl_fail(err, QVL_ERR_NOMEM, "%s: WebP: cannot allocate %ux%u pixels", label, w, h);
+    }
+    size_t n = (size_t)w * h;
+    for (size_t i = 0; i < n; i++) memcpy(rgb + 3 * i, rgba + 4 * i, 3);
+    WebPAnimDecoderDelete(dec);
+    out->width = (int32_t)w;
+    out->height = (int32_t)h;
+    out->rgb = rgb;
+    return QVL_OK;
+}

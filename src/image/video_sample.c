@@ -1,0 +1,93 @@
+/* video_sample.c — which source frames a video contributes: Qwen3VLVideoProcessor.sample_frames, exactly.
+ *
+ * transformers 5.23 (models/qwen3_vl/video_processing_qwen3_vl.py), with `metadata` the video's frame count and
+ * native rate:
+ *
+ *     fps = fps if fps is not None else self.fps                          # class default 2
+ *     if num_frames is None and fps is not None:
+ *         if metadata.fps is None: metadata.fps = 24                      # unknown native rate
+ *         num_frames = int(total_num_frames / metadata.fps * fps)         # truncation toward zero
+ *         num_frames = min(max(num_frames, self.min_frames), self.max_frames, total_num_frames)
+ *     if num_frames is None:                                              # fps=None and num_frames=None
+ *         num_frames = min(max(total_num_frames, self.min_frames), self.max_frames)
+ *     indices = np.linspace(0, total_num_frames - 1, num_frames).round().astype(int)
+ *
+ * An explicit num_frames is used as given: not clamped by min/max frames nor by the frame count, so asking for
+ * more frames than the video has repeats indices. So does the fps=None branch when total < min_frames. The
+ * fps branch never exceeds the frame count. numpy's linspace (numpy 2.x, function_base.py) evaluates
+ * y[i] = i · ((stop − start) / (num − 1)) + start in double and stores stop exactly in the last slot; np.round
+ * rounds half to even, which rint does in the default rounding mode. */
+#include <math.h>
+
+#include "core/error.h"
+
+void qvl_video_params_default(qvl_video_params *p) {
+    if (!p) return;
+    p->fps = 2.0;
+    p->num_frames = 0;
+    p->min_frames = 4;
+    p->max_frames = 768;
+    p->default_fps = 24.0;
+    p->max_pixels = 178956970u;
+}
+
+/* The number of frames sample_frames picks; *n_out is set on success. */
+static qvl_status sample_count(int64_t total, double video_fps, const qvl_video_params *p, int64_t *n_out,
+                               qvl_error *err) {
+    if (p->num_frames > 0) {
+        *n_out = p->num_frames;
+        return QVL_OK;
+    }
+    if (p->num_frames < 0)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: num_frames %d is negative", (int)p->num_frames);
+    if (!(p->fps > 0.0)) { /* fps=None: every frame, within [min_frames, max_frames] */
+        int64_t n = total > p->min_frames ? total : p->min_frames;
+        *n_out = n < p->max_frames ? n : p->max_frames;
+        return QVL_OK;
+    }
+    if (!(video_fps > 0.0) || !isfinite(video_fps)) video_fps = p->default_fps; /* unknown native rate */
+    if (!(video_fps > 0.0) || !isfinite(video_fps))
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: default_fps %g is not a positive rate",
+                        p->default_fps);
+    double x = (double)total / video_fps * p->fps; /* Python's float expression, left to right */
+    if (isnan(x)) return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: fps %g gives no frame count", p->fps);
+    /* int() truncates; the result is then clamped into [min_frames, max_frames] and to total, so a huge or
+       infinite x only needs to be brought into int64 range first. */
+    double t = trunc(x);
+    int64_t n = t >= 9.0e18 ? INT64_MAX : (int64_t)t;
+    if (n < p->min_frames) n = p->min_frames;
+    if (n > p->max_frames) n = p->max_frames;
+    if (n > total) n = total;
+    *n_out = n;
+    return QVL_OK;
+}
+
+qvl_status qvl_video_sample_indices(int64_t total, double video_fps, const qvl_video_params *p, int64_t *indices,
+                                    size_t cap, size_t *n, qvl_error *err) {
+    if (n) *n = 0;
+    if (!p || !n || (cap > 0 && !indices))
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_sample_indices: NULL argument");
+    if (total < 1)
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: the video has %lld frames", (long long)total);
+    int64_t count = 0;
+    QVL_TRY(sample_count(total, video_fps, p, &count, err));
+    if (count < 0) /* np.linspace raises on a negative count (max_frames < 0) */
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: %lld frames (max_frames %d)", (long long)count,
+                        (int)p->max_frames);
+    if ((uint64_t)count > SIZE_MAX)
+        return qvl_fail(err, QVL_ERR_LIMIT, "video sampling: %lld frames", (long long)count);
+    size_t m = (size_t)count < cap ? (size_t)count : cap;
+    double stop = (double)(total - 1);
+    if (count > 1) {
+        double step = stop / (double)(count - 1);
+        for (size_t i = 0; i < m; i++) {
+            /* step == 0 (total 1): numpy computes (i / div) · delta instead, also 0 */
+            double y = i + 1 == (size_t)count ? stop : (double)i * step;
+            indices[i] = (int64_t)rint(y);
+        }
+    } else if (m == 1) {
+        indices[0] = 0; /* num = 1: y = 0 · delta + start */
+    }
+    *n = (size_t)count;
+    return QVL_OK;
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# cli_media.sh — `qvl encode` on files: images and videos in one call, per-input outputs, a bad input that fails
+# only itself (exit 3, every good input still written), --preprocess-only, preprocessing overrides, and the
+# progress lines. Environment: QVL_BIN, QVL_SOURCE_DIR. Needs only bash and coreutils.
+set -u
+
+QVL=${QVL_BIN:-build/qvl}
+SRC=${QVL_SOURCE_DIR:-.}
+T=$(mktemp -d "${TMPDIR:-/tmp}/qvl-media-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() {
+    fail=$((fail + 1))
+    echo "FAIL: $*" >&2
+}
+expect() {
+    local want=$1 desc=$2
+    shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [[ $rc -eq $want ]]; then ok; else
+        bad "$desc: exit $rc, want $want"
+        sed 's/^/    /' "$T/err" | head -8 >&2
+    fi
+}
+has() { # has DESC FILE REGEX
+    if grep -Eq "$3" "$2"; then ok; else
+        bad "$1: $(basename "$2") lacks /$3/"
+        sed 's/^/    /' "$2" | head -20 >&2
+    fi
+}
+# Names of the tensors in a safetensors file (its JSON header), one per line.
+tensors() { head -c 65536 "$1" | tr ',' '\n' | grep -aEo '"[a-z0-9_.]+":\{"dtype"' | cut -d'"' -f2 | sort; }
+
+"$QVL" synth --preset tiny --seed 1 -o "$T/m" >/dev/null || bad "synth"
+PHOTO=$SRC/tests/data/photos/rocket.jpg
+PNG=$SRC/tests/data/photos/chelsea.png
+VIDEO=$(ls "$SRC"/tests/data/video/*.mp4 | head -n 1)
+FRAMES=$T/frames # frames of one size (the corpus directory also holds a mismatched one)
+mkdir -p "$FRAMES" && cp "$SRC"/tests/data/video/frames/video_frame_[0-4].png "$FRAMES"/
+
+# Images, a video and a frame directory in one call.
+expect 0 "encode images and videos" "$QVL" encode --model "$T/m" "$PHOTO" "$PNG" "$VIDEO" "$FRAMES" -o "$T/o.safetensors"
+has "report" "$T/out" '^item 0: .*rocket.jpg \(image 640x427, 1 frame\): grid 1x26x40, 260 tokens'
+has "report" "$T/out" '^item 2: .*\(video '
+has "report" "$T/out" '^item 3: .*\(frames '
+has "report" "$T/out" '^4 of 4 inputs encoded'
+has "progress" "$T/err" '^\[1/4\] .*rocket.jpg: image 640x427 -> grid 1x26x40, 260 tokens'
+tensors "$T/o.safetensors" >"$T/names"
+for want in item0.merged item0.deepstack0 item0.deepstack1 item1.merged item2.merged item3.deepstack1 grid_thw; do
+    has "tensor $want" "$T/names" "^$want\$"
+done
+
+# One bad file fails only itself: exit 3, the others still written, the reason named.
+expect 3 "bad input" "$QVL" encode --model "$T/m" "$PHOTO" "$SRC/tests/data/bad/video_not_video.mp4" "$PNG" -o "$T/p.safetensors"
+has "failed item" "$T/out" '^item 1: .*video_not_video.mp4: FAILED: '
+has "partial" "$T/out" '^2 of 3 inputs encoded'
+tensors "$T/p.safetensors" >"$T/names"
+has "good kept" "$T/names" '^item0.merged$'
+has "good kept" "$T/names" '^item2.merged$'
+if grep -q '^item1\.' "$T/names"; then bad "bad item has tensors"; else ok; fi
+
+# Everything bad: exit 1.
+expect 1 "all bad" "$QVL" encode --model "$T/m" "$T/missing.jpg" -o "$T/q.safetensors"
+has "missing file" "$T/out" 'FAILED: .*missing.jpg'
+
+# Same image through both resize paths and an exact size: grids as smart_resize / --size say.
+expect 0 "pil path" "$QVL" encode --model "$T/m" --resize pil "$PHOTO" -o "$T/r.safetensors"
+has "pil grid" "$T/out" 'grid 1x26x40'
+expect 0 "exact size" "$QVL" encode --model "$T/m" --size 224x320 "$PHOTO" -o "$T/s.safetensors"
+has "size grid" "$T/out" 'grid 1x14x20, 70 tokens'
+expect 0 "max pixels" "$QVL" encode --model "$T/m" --max-pixels 50000 "$PHOTO" -o "$T/t.safetensors"
+has "budget grid" "$T/out" 'grid 1x10x16, 40 tokens'
+expect 2 "bad size" "$QVL" encode --model "$T/m" --size 100x100x3 "$PHOTO" -o "$T/u.safetensors"
+expect 1 "size not a multiple" "$QVL" encode --model "$T/m" --size 100x100 "$PHOTO" -o "$T/u.safetensors"
+
+# Video sampling overrides.
+expect 0 "num frames" "$QVL" encode --model "$T/m" --num-frames 6 "$VIDEO" -o "$T/v.safetensors"
+has "six frames" "$T/out" '\(video [0-9]+x[0-9]+, 6 frames\): grid 3x'
+
+# --preprocess-only writes pixel rows, and they are what an encode of the same rows gives.
+expect 0 "preprocess only" "$QVL" encode --preprocess-only --model "$T/m" "$PNG" -o "$T/pp.safetensors"
+tensors "$T/pp.safetensors" >"$T/names"
+has "pixel rows" "$T/names" '^item0.pixel_values$'
+expect 0 "no model needed" "$QVL" encode --preprocess-only "$PNG" -o "$T/pp2.safetensors"
+if cmp -s "$T/pp.safetensors" "$T/pp2.safetensors"; then ok; else bad "preprocess-only output depends on --model"; fi
+
+# Quiet: no progress lines.
+expect 0 "quiet" "$QVL" encode -q --model "$T/m" "$PNG" -o "$T/w.safetensors"
+if [[ -s "$T/err" ]]; then bad "quiet still wrote to stderr"; else ok; fi
+
+echo "cli_media: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Reference oracle for qvl's video input: frame sampling, preprocessing of given frames, decoding of the corpus.
+
+Writes tests/fixtures/video.safetensors (byte-reproducibly) with
+
+  sample.params   F64 [N, 6]  per case: total frames, native fps (0: unknown, metadata.fps=None),
+                              requested fps (0: fps=None), num_frames (0: None), min_frames, max_frames
+  sample.offsets  I64 [N + 1] case i's indices are sample.indices[offsets[i]:offsets[i+1]]
+  sample.indices  I64 [sum]   Qwen3VLVideoProcessor.sample_frames(metadata, num_frames=, fps=) with the
+                              processor's min_frames/max_frames (and fps when requested fps is 0) set per case
+
+  pre.lut               F32 [3, 256]  the processor's fused rescale+normalize of u8 value u in channel c
+  pre.<case>.frames     U8  [T, H, W, 3]  input frames (deterministic, see make_frames)
+  pre.<case>.size       I64 [2]       size = {shortest_edge, longest_edge} given to the processor
+  pre.<case>.grid       I64 [3]       video_grid_thw
+  pre.<case>.codes      U8  [rows, 1536]  pixel_values_videos = pre.lut[c][codes] exactly (c = column // 512);
+                                      the oracle checks that, so the float rows are stored losslessly in a quarter
+                                      of the bytes
+
+  dec.<clip>.info       F64 [2]       total frames and fps as qvl_video_load reports them (PyAV's stream.frames,
+                                      or the decoded frame count where PyAV reports 0 or more than decode;
+                                      stream.average_rate)
+  dec.<clip>.indices    I64 [n]       sample_frames with the default parameters (fps 2, min 4, max 768)
+  dec.<clip>.rgb        U8  [n, H, W, 3]  PyAV frame.to_ndarray(format="rgb24") of each sampled frame; for a
+                                      clip with alpha: to_ndarray(format="rgba") through transformers'
+                                      video_utils.convert_to_rgb (float32 blend over white), rounded half to even
+
+Frames given as arrays are processed with do_sample_frames=False, cap_pixels_per_frame=False, return_tensors="pt".
+
+Usage:  .venv/bin/python tests/oracle/video_oracle.py [--out tests/fixtures/video.safetensors]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+
+import av
+import numpy as np
+import torch
+import transformers
+from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+from transformers.video_utils import VideoMetadata, convert_to_rgb
+
+import safetensors
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# pixel formats of the corpus that carry alpha (qvl: AV_PIX_FMT_FLAG_ALPHA)
+ALPHA_FORMATS = {"rgba", "bgra", "argb", "abgr", "yuva420p", "yuva444p", "ya8", "pal8"}
+CLIPS = ["video_testsrc_30.mp4", "video_testsrc_30.webm", "video_25fps.mkv", "video_3frames.mp4", "video_alpha.mov",
+         "video_editlist.mp4"]
+
+
+def die(msg: str) -> None:
+    print(f"video_oracle: error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def save_deterministic(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str]) -> None:
+    """oracle.py's writer with the dtypes this fixture needs: sorted header keys, tensors in sorted-name order."""
+    dtypes = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.uint8: "U8"}
+    header: dict = {"__metadata__": dict(sorted(metadata.items()))}
+    blobs, off = [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        b = t.numpy().astype(t.numpy().dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":"), sort_keys=False).encode()
+    h += b" " * (-len(h) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+    with safetensors.safe_open(path, framework="pt") as f:
+        if f.metadata() != metadata or sorted(f.keys()) != sorted(tensors):
+            die(f"{path}: read-back mismatch")
+        for name in tensors:
+            if not torch.equal(f.get_tensor(name), tensors[name]):
+                die(f"{path}: read-back mismatch in {name}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# (a) frame sampling
+
+
+def sample(total: int, video_fps: float, fps: float, num_frames: int, min_frames: int, max_frames: int) -> np.ndarray:
+    proc = Qwen3VLVideoProcessor()
+    proc.min_frames, proc.max_frames = min_frames, max_frames
+    if fps == 0 and num_frames == 0:
+        proc.fps = None  # the fps=None, num_frames=None branch
+    meta = VideoMetadata(total_num_frames=total, fps=video_fps if video_fps > 0 else None)
+    if num_frames > 0:
+        idx = proc.sample_frames(meta, num_frames=num_frames, fps=None)
+    else:
+        idx = proc.sample_frames(meta, fps=fps if fps > 0 else None)
+    return np.asarray(idx, dtype=np.int64)
+
+
+def sampling_cases() -> list[tuple]:
+    cases = []
+    totals = [1, 3, 4, 7, 30, 90, 300, 7200, 10001]
+    for total in totals:
+        for vfps in [24, 25, 29.97, 30, 60]:
+            for fps in [2, 1, 0.5, 4]:
+                cases.append((total, vfps, fps, 0, 4, 768))
+        for nf in [5, 16]:
+            cases.append((total, 30, 0, nf, 4, 768))
+        cases.append((total, 0, 2, 0, 4, 768))      # native fps unknown: 24 assumed
+        cases.append((total, 30, 2, 0, 4, 8))       # max_frames 8
+        cases.append((total, 30, 0.5, 0, 1, 768))   # min_frames 1
+        cases.append((total, 30, 2, 0, 10, 768))    # min_frames 10 (> total for short clips)
+        cases.append((total, 30, 0, 0, 4, 768))     # fps=None, num_frames=None: every frame within [min, max]
+        cases.append((total, 30, 0, 0, 4, 8))
+    cases += [(30000 * 1001 // 1000, 30000 / 1001, 2, 0, 4, 768), (59, 29.97, 3, 0, 4, 768), (1, 30, 0, 1, 4, 768)]
+    return cases
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# (b) preprocessing of frames given as arrays
+
+
+def make_frames(t: int, h: int, w: int, seed: int) -> np.ndarray:
+    """Smooth gradients plus a little hashed noise, different in every frame."""
+    f, y, x, c = np.meshgrid(np.arange(t), np.arange(h), np.arange(w), np.arange(3), indexing="ij")
+    v = (x * 3 + y * 5 + f * 17 + c * 60 + seed * 7) % 256
+    noise = ((x * 73856093) ^ (y * 19349663) ^ (f * 83492791) ^ (c * 2654435761) ^ seed) % 23
+    return ((v + noise) % 256).astype(np.uint8)
+
+
+PRE_CASES = [
+    # name, T, H, W, (shortest_edge, longest_edge), seed
+    ("t5_96x136", 5, 96, 136, (4096, 25165824), 1),     # odd T, json limits
+    ("t7_70x50", 7, 70, 50, (4096, 25165824), 2),       # odd T, sides rounded down and up
+    ("t4_64x48", 4, 64, 48, (4096, 25165824), 3),       # even T
+    ("t2_32x40_min", 2, 32, 40, (4096, 25165824), 4),   # t̄·h̄·w̄ < min_pixels: scaled up
+    ("t3_100x90_max", 3, 100, 90, (4096, 16384), 5),    # t̄·h̄·w̄ > max_pixels: scaled down
+    ("t2_20x48_small", 2, 20, 48, (4096, 25165824), 6),  # a side below 32: scaled up to 32 first
+]
+
+
+def rescale_lut(proc: Qwen3VLVideoProcessor) -> torch.Tensor:
+    ramp = torch.arange(256, dtype=torch.uint8).view(1, 1, 1, 1, 256).expand(1, 1, 3, 1, 256).contiguous()
+    out = proc.rescale_and_normalize(ramp, True, proc.rescale_factor, True, proc.image_mean, proc.image_std)
+    return out.reshape(3, 256).to(torch.float32).contiguous()
+
+
+def preprocess_case(frames: np.ndarray, size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    proc = Qwen3VLVideoProcessor(size={"shortest_edge": size[0], "longest_edge": size[1]})
+    out = proc(videos=[frames], do_sample_frames=False, cap_pixels_per_frame=False, return_tensors="pt")
+    return out["pixel_values_videos"], out["video_grid_thw"]
+
+
+def encode_codes(pv: torch.Tensor, lut: torch.Tensor, name: str) -> torch.Tensor:
+    """Inverse of lut per column channel; fails unless lut[c][codes] reproduces pv bit for bit."""
+    cols = pv.shape[1]
+    chan = torch.arange(cols) // (cols // 3)
+    codes = torch.empty(pv.shape, dtype=torch.uint8)
+    for c in range(3):
+        sel = pv[:, chan == c]
+        # lut is increasing: nearest entry by searchsorted on the sorted table
+        pos = torch.searchsorted(lut[c].contiguous(), sel.contiguous()).clamp(0, 255)
+        codes[:, chan == c] = pos.to(torch.uint8)
+        if not torch.equal(lut[c][pos], sel):
+            die(f"{name}: pixel values of channel {c} are not all in the rescale table")
+    return codes
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# (c) decoding of the corpus with PyAV, as transformers' read_video_pyav does
+
+
+def decode_clip(path: str) -> tuple[float, float, np.ndarray, np.ndarray]:
+    with av.open(path) as c:
+        s = c.streams.video[0]
+        total = s.frames
+        fps = float(s.average_rate) if s.average_rate else 24.0
+        decoded = sum(1 for _ in c.decode(video=0))
+        # as qvl does: no count in the header (webm, mkv) -> count by decoding; a header count above the frames
+        # the stream decodes to (an mp4 edit list) -> sample over the decoded frames. (read_video_pyav would sample
+        # with the header's count and silently return fewer frames.)
+        if total == 0 or decoded < total:
+            total = decoded
+    idx = sample(total, fps, 2, 0, 4, 768)
+    frames = []
+    with av.open(path) as c:
+        for i, f in enumerate(c.decode(video=0)):
+            if i > idx[-1]:
+                break
+            for _ in range(int((idx == i).sum())):
+                if f.format.name in ALPHA_FORMATS:
+                    rgba = torch.from_numpy(f.to_ndarray(format="rgba")).permute(2, 0, 1).unsqueeze(0)
+                    blended = convert_to_rgb(rgba)  # float32 when any alpha < 255
+                    rgb = blended.float().round().clamp(0, 255).to(torch.uint8)[0].permute(1, 2, 0).numpy()
+                else:
+                    rgb = f.to_ndarray(format="rgb24")
+                frames.append(rgb)
+    return float(total), fps, idx, np.stack(frames)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "video.safetensors"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    tensors: dict[str, torch.Tensor] = {}
+
+    cases = sampling_cases()
+    params, offsets, indices = [], [0], []
+    for case in cases:
+        idx = sample(*case)
+        params.append([float(x) for x in case])
+        indices.append(idx)
+        offsets.append(offsets[-1] + len(idx))
+    tensors["sample.params"] = torch.tensor(params, dtype=torch.float64)
+    tensors["sample.offsets"] = torch.tensor(offsets, dtype=torch.int64)
+    tensors["sample.indices"] = torch.from_numpy(np.concatenate(indices)).to(torch.int64)
+
+    lut = rescale_lut(Qwen3VLVideoProcessor())
+    tensors["pre.lut"] = lut
+    pre_desc = {}
+    for name, t, h, w, size, seed in PRE_CASES:
+        frames = make_frames(t, h, w, seed)
+        pv, grid = preprocess_case(frames, size)
+        tensors[f"pre.{name}.frames"] = torch.from_numpy(frames)
+        tensors[f"pre.{name}.size"] = torch.tensor(size, dtype=torch.int64)
+        tensors[f"pre.{name}.grid"] = grid.reshape(3).to(torch.int64)
+        tensors[f"pre.{name}.codes"] = encode_codes(pv.to(torch.float32), lut, name)
+        pre_desc[name] = {"T": t, "H": h, "W": w, "size": list(size), "grid": grid.reshape(3).tolist(),
+                          "rows": pv.shape[0]}
+
+    dec_desc = {}
+    for clip in CLIPS:
+        total, fps, idx, rgb = decode_clip(os.path.join(ROOT, "tests", "data", "video", clip))
+        key = clip.replace("video_", "").replace(".", "_")
+        tensors[f"dec.{key}.info"] = torch.tensor([total, fps], dtype=torch.float64)
+        tensors[f"dec.{key}.indices"] = torch.from_numpy(idx)
+        tensors[f"dec.{key}.rgb"] = torch.from_numpy(np.ascontiguousarray(rgb))
+        dec_desc[key] = {"file": clip, "total": total, "fps": fps, "indices": idx.tolist(), "shape": list(rgb.shape)}
+
+    metadata = {
+        "generator": "tests/oracle/video_oracle.py",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "av": av.__version__,
+        "av_ffmpeg": json.dumps({k: ".".join(map(str, v)) for k, v in av.library_versions.items()}, sort_keys=True),
+        "python": platform.python_version(),
+        "sample_columns": "total,video_fps(0=unknown),fps(0=None),num_frames(0=None),min_frames,max_frames",
+        "n_sample_cases": str(len(cases)),
+        "pre_cases": json.dumps(pre_desc, sort_keys=True),
+        "dec_clips": json.dumps(dec_desc, sort_keys=True),
+    }
+    save_deterministic(tensors, args.out, metadata)
+    print(f"wrote {args.out}: {len(cases)} sampling cases, {len(PRE_CASES)} preprocess cases, {len(CLIPS)} clips, "
+          f"{os.path.getsize(args.out)} bytes")
+
+
+if __name__ == "__main__":
+    main()

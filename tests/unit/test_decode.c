@@ -1,0 +1,234 @@
+/* test_decode.c — qvl_image_load/decode against transformers' load path (Pillow 13), byte for byte.
+ *
+ * tests/fixtures/decode.safetensors (tests/oracle/decode_oracle.py) holds, for every file of tests/data/images/,
+ * the RGB array convert_to_rgb(load_image(path)) returns, and for the photos of tests/data/photos/ their shape and
+ * xxh64. Also: the files of tests/data/bad/ are refused with the right status and a message naming the file, the
+ * pixel limit is applied from the header, apply_exif = 0 keeps the stored orientation, qvl_image_free is safe on NULL
+ * and twice, and decoding from memory names "<memory>". Runs under ASan/UBSan/LSan in CI. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "qvl.h"
+#include "testutil.h"
+
+/* Compare and describe a mismatch. */
+static int same(const uint8_t *got, const uint8_t *want, size_t n, const char *what) {
+    size_t bad = 0, first = 0;
+    int maxd = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = abs((int)got[i] - (int)want[i]);
+        if (d) {
+            if (!bad) first = i;
+            bad++;
+            if (d > maxd) maxd = d;
+        }
+    }
+    if (bad)
+        fprintf(stderr, "  %s: %zu of %zu bytes differ, max |diff| %d, first at byte %zu (got %d want %d)\n", what,
+                bad, n, maxd, first, got[first], want[first]);
+    return bad == 0;
+}
+
+static void test_corpus(const st_file *f) {
+    char path[4096], rel[1024];
+    size_t n_images = 0, n_photos = 0;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const st_tensor *t = &f->tensors[i];
+        int photo = strncmp(t->name, "photos/", 7) == 0;
+        if (!photo && strncmp(t->name, "images/", 7) != 0) continue;
+        snprintf(rel, sizeof rel, "tests/data/%s", t->name);
+        tu_source_path(rel, path, sizeof path);
+        qvl_image img;
+        qvl_error err;
+        qvl_error_clear(&err);
+        qvl_status s = qvl_image_load(path, NULL, &img, &err);
+        CHECK(s == QVL_OK);
+        if (s != QVL_OK) {
+            fprintf(stderr, "  %s: %s\n", t->name, err.message);
+            continue;
+        }
+        if (photo) {
+            n_photos++;
+            CHECK(t->dtype == ST_U64 && t->ndim == 1 && t->shape[0] == 4);
+            uint64_t want[4];
+            memcpy(want, t->data, sizeof want);
+            int ok = (uint64_t)img.height == want[0] && (uint64_t)img.width == want[1];
+            uint64_t h = ok ? XXH64(img.rgb, (size_t)img.width * (size_t)img.height * 3, 0) : 0;
+            if (!ok || h != want[3])
+                fprintf(stderr, "  %s: got %dx%d xxh64 %016llx, want %llux%llu %016llx\n", t->name, img.width,
+                        img.height, (unsigned long long)h, (unsigned long long)want[1], (unsigned long long)want[0],
+                        (unsigned long long)want[3]);
+            CHECK(ok && h == want[3]);
+        } else {
+            n_images++;
+            CHECK(t->dtype == ST_U8 && t->ndim == 3 && t->shape[2] == 3);
+            int ok = t->shape[0] == img.height && t->shape[1] == img.width;
+            if (!ok)
+                fprintf(stderr, "  %s: got %dx%d, want %lldx%lld\n", t->name, img.width, img.height,
+                        (long long)t->shape[1], (long long)t->shape[0]);
+            else
+                ok = same(img.rgb, t->data, (size_t)t->nbytes, t->name);
+            CHECK(ok);
+        }
+        qvl_image_free(&img);
+    }
+    printf("decoded %zu corpus images and %zu photos\n", n_images, n_photos);
+    CHECK(n_images >= 40);
+}
+
+typedef struct bad_case {
+    const char *name;
+    qvl_status want;
+} bad_case;
+
+static void test_bad(void) {
+    static const bad_case cases[] = {
+        {"truncated.jpg", QVL_ERR_FORMAT},       {"truncated_header.jpg", QVL_ERR_FORMAT},
+        {"truncated_progressive.jpg", QVL_ERR_FORMAT},
+        {"huge.jpg", QVL_ERR_LIMIT},             {"bad_crc.png", QVL_ERR_FORMAT},
+        {"bad_crc_ihdr.png", QVL_ERR_FORMAT},
+        {"truncated_idat.png", QVL_ERR_FORMAT},  {"zero_width.png", QVL_ERR_FORMAT},
+        {"huge.png", QVL_ERR_LIMIT},             {"empty.png", QVL_ERR_FORMAT},
+        {"text.txt", QVL_ERR_FORMAT},            {"truncated.webp", QVL_ERR_FORMAT},
+        {"truncated.gif", QVL_ERR_FORMAT},       {"huge.gif", QVL_ERR_LIMIT},
+        {"truncated.bmp", QVL_ERR_FORMAT},       {"zero_width.bmp", QVL_ERR_FORMAT},
+    };
+    char path[4096], rel[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(rel, sizeof rel, "tests/data/bad/%s", cases[i].name);
+        tu_source_path(rel, path, sizeof path);
+        qvl_image img;
+        memset(&img, 0x5a, sizeof img);
+        qvl_error err;
+        qvl_error_clear(&err);
+        qvl_status s = qvl_image_load(path, NULL, &img, &err);
+        int ok = s == cases[i].want && err.status == s && strstr(err.message, cases[i].name) != NULL &&
+                 img.rgb == NULL && img.width == 0 && img.height == 0;
+        if (!ok)
+            fprintf(stderr, "  bad/%s: status %s (want %s): %s\n", cases[i].name, qvl_status_name(s),
+                    qvl_status_name(cases[i].want), err.message);
+        CHECK(ok);
+        qvl_image_free(&img);
+    }
+    /* a missing file is an I/O error */
+    qvl_image img;
+    qvl_error err;
+    qvl_error_clear(&err);
+    CHECK(qvl_image_load("/nonexistent/dir/x.png", NULL, &img, &err) == QVL_ERR_IO);
+    CHECK(strstr(err.message, "/nonexistent/dir/x.png") != NULL);
+    /* from memory: "<memory>" is the label */
+    qvl_error_clear(&err);
+    CHECK(qvl_image_decode("GIF89a", 6, NULL, &img, &err) == QVL_ERR_FORMAT);
+    CHECK(strstr(err.message, "<memory>") != NULL);
+    qvl_error_clear(&err);
+    CHECK(qvl_image_decode(NULL, 0, NULL, &img, &err) == QVL_ERR_FORMAT);
+    CHECK(img.rgb == NULL);
+}
+
+/* Every truncation of a few small files must fail cleanly or decode (never crash, never leak). */
+static void test_truncations(void) {
+    static const char *names[] = {"jpeg_odd_420.jpg", "png_p2_interlaced.png", "webp_lossless.webp",
+                                  "gif_offset_trans.gif", "bmp_1.bmp", "jpeg_progressive.jpg"};
+    char path[4096], rel[256];
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        snprintf(rel, sizeof rel, "tests/data/images/%s", names[k]);
+        tu_source_path(rel, path, sizeof path);
+        FILE *fp = fopen(path, "rb");
+        CHECK(fp != NULL);
+        if (!fp) continue;
+        uint8_t buf[65536];
+        size_t n = fread(buf, 1, sizeof buf, fp);
+        fclose(fp);
+        size_t failed = 0;
+        for (size_t cut = 0; cut < n; cut += 1 + cut / 64) {
+            uint8_t *copy = malloc(cut ? cut : 1);
+            memcpy(copy, buf, cut);
+            qvl_image img;
+            qvl_error err;
+            qvl_error_clear(&err);
+            qvl_status s = qvl_image_decode(copy, cut, NULL, &img, &err);
+            if (s != QVL_OK) {
+                failed++;
+                CHECK(s == QVL_ERR_FORMAT && img.rgb == NULL);
+                if (s != QVL_ERR_FORMAT) fprintf(stderr, "  %s cut at %zu: %s\n", names[k], cut, err.message);
+            }
+            qvl_image_free(&img);
+            free(copy);
+        }
+        CHECK(failed > 0);
+    }
+}
+
+static void test_limits_and_options(void) {
+    char path[4096];
+    tu_source_path("tests/data/images/jpeg_exif_6.jpg", path, sizeof path);
+    qvl_decode_params p;
+    qvl_decode_params_default(&p);
+    CHECK(p.max_pixels == 178956970u && p.apply_exif == 1);
+    qvl_image img;
+    qvl_error err;
+    /* 40x24 stored, rotated to 24x40 */
+    qvl_error_clear(&err);
+    CHECK(qvl_image_load(path, &p, &img, &err) == QVL_OK && img.width == 24 && img.height == 40);
+    qvl_image_free(&img);
+    p.apply_exif = 0;
+    CHECK(qvl_image_load(path, &p, &img, &err) == QVL_OK && img.width == 40 && img.height == 24);
+    qvl_image_free(&img);
+    /* exactly at the limit passes, one below refuses, for every format */
+    static const char *names[] = {"jpeg_exif_6.jpg", "png_rgb.png", "webp_lossy.webp", "gif_single.gif",
+                                  "bmp_24.bmp", "gif_offset_grow.gif"};
+    static const uint64_t pixels[] = {40 * 24, 48 * 40, 56 * 40, 40 * 30, 27 * 21, 25 * 15};
+    char rel[256];
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        snprintf(rel, sizeof rel, "tests/data/images/%s", names[k]);
+        tu_source_path(rel, path, sizeof path);
+        qvl_decode_params_default(&p);
+        p.max_pixels = pixels[k];
+        qvl_error_clear(&err);
+        qvl_status s = qvl_image_load(path, &p, &img, &err);
+        CHECK(s == QVL_OK);
+        if (s != QVL_OK) fprintf(stderr, "  %s at its size: %s\n", names[k], err.message);
+        qvl_image_free(&img);
+        p.max_pixels = pixels[k] - 1;
+        qvl_error_clear(&err);
+        s = qvl_image_load(path, &p, &img, &err);
+        CHECK(s == QVL_ERR_LIMIT && img.rgb == NULL && strstr(err.message, names[k]) != NULL);
+        if (s != QVL_ERR_LIMIT) fprintf(stderr, "  %s below its size: %s\n", names[k], qvl_status_name(s));
+    }
+    /* free: NULL, zeroed, twice */
+    qvl_image_free(NULL);
+    memset(&img, 0, sizeof img);
+    qvl_image_free(&img);
+    qvl_image_free(&img);
+    qvl_decode_params_default(NULL);
+    CHECK(qvl_image_decode("x", 1, NULL, NULL, NULL) == QVL_ERR_INVALID_ARG);
+    CHECK(qvl_image_load(NULL, NULL, &img, NULL) == QVL_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    char path[4096];
+    tu_source_path("tests/fixtures/decode.safetensors", path, sizeof path);
+    st_file *f = NULL;
+    qvl_error err;
+    qvl_error_clear(&err);
+    qvl_status s = st_open(path, &f, &err);
+    CHECK(s == QVL_OK);
+    if (s != QVL_OK) {
+        fprintf(stderr, "%s\n", err.message);
+        return tu_finish("test_decode");
+    }
+    const char *v = st_meta(f, "oracle");
+    if (v) printf("oracle: %s\n", v);
+    test_corpus(f);
+    st_close(f);
+    test_bad();
+    test_truncations();
+    test_limits_and_options();
+    return tu_finish("test_decode");
+}

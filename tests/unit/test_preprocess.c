@@ -1,0 +1,225 @@
+/* test_preprocess.c — images to pixel rows, bit for bit against transformers' Qwen3-VL image processors.
+ *
+ * tests/fixtures/preprocess.safetensors (tests/oracle/preprocess_oracle.py) holds, per corpus image, the grid,
+ * xxh64 digests of both processors' rows and of both resized uint8 images, and each path's first row. Synthetic
+ * inputs are regenerated here from their recipe; files are decoded with qvl_image_load. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "qvl.h"
+#include "testutil.h"
+
+static uint64_t splitmix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The oracle's synth_image. */
+static int synth_image(const char *recipe, qvl_image *img) {
+    char kind[16];
+    int w, h, seed;
+    if (sscanf(recipe, "%15[a-z],%d,%d,%d", kind, &w, &h, &seed) != 4) return 0;
+    uint8_t *p = malloc((size_t)w * h * 3);
+    uint64_t base = (uint64_t)seed * 0x9E3779B97F4A7C15ull;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < 3; c++) {
+                size_t i = ((size_t)y * w + x) * 3 + c;
+                if (strcmp(kind, "noise") == 0) p[i] = (uint8_t)(splitmix64(base + i) >> 56);
+                else p[i] = (uint8_t)(c == 0 ? x * 255 / (w > 1 ? w - 1 : 1)
+                                      : c == 1 ? y * 255 / (h > 1 ? h - 1 : 1) : (7 * (x + y)) % 256);
+            }
+    *img = (qvl_image){w, h, p};
+    return 1;
+}
+
+static int digest_matches(const st_file *fx, const char *name, const char *what, const void *data, size_t n) {
+    char key[300];
+    snprintf(key, sizeof key, "%s.%s.xxh64", name, what);
+    const char *want = st_meta(fx, key);
+    if (!want) return 0;
+    unsigned long long got = (unsigned long long)XXH64(data, n, 0);
+    return strtoull(want, NULL, 10) == got;
+}
+
+/* First differing row element against the stored row0, for the report. */
+static void report_row0(const st_file *fx, const char *name, const char *path, const float *row, size_t len) {
+    char key[300];
+    snprintf(key, sizeof key, "%s.%s.row0", name, path);
+    const st_tensor *t = st_find(fx, key);
+    if (!t || t->nbytes != len * 4) return;
+    const float *ref = t->data;
+    for (size_t i = 0; i < len; i++)
+        if (memcmp(&ref[i], &row[i], 4) != 0) {
+            printf("    %s row 0 first differs at column %zu: ours %.9g, reference %.9g\n", path, i, row[i], ref[i]);
+            return;
+        }
+    printf("    %s row 0 identical; the difference is further down\n", path);
+}
+
+static void run_case(const st_file *fx, const char *name) {
+    qvl_image img = {0};
+    qvl_error err;
+    qvl_error_clear(&err);
+    char key[300];
+    snprintf(key, sizeof key, "%s.recipe", name);
+    const char *recipe = st_meta(fx, key);
+    if (recipe) {
+        CHECK(synth_image(recipe, &img));
+    } else {
+        char path[1024];
+        tu_source_path(name + 5 /* "file:" */, path, sizeof path);
+        CHECK(qvl_image_load(path, NULL, &img, &err) == QVL_OK);
+        if (!img.rgb) {
+            printf("%s: %s\n", name, err.message);
+            return;
+        }
+    }
+    CHECK(digest_matches(fx, name, "input", img.rgb, (size_t)img.width * img.height * 3) || !st_meta(fx, key) ||
+          snprintf(key, sizeof key, "%s.error", name) < 0 || st_meta(fx, key));
+
+    qvl_preprocess_params p;
+    qvl_preprocess_params_default(&p);
+    snprintf(key, sizeof key, "%s.error", name);
+    qvl_grid grid;
+    if (st_meta(fx, key)) {
+        qvl_status s = qvl_image_grid(&img, &p, &grid, &err);
+        printf("%-40s %dx%d refused: %s\n", name, img.width, img.height, err.message);
+        CHECK(s == QVL_ERR_INVALID_ARG);
+        qvl_image_free(&img);
+        return;
+    }
+    snprintf(key, sizeof key, "%s.grid", name);
+    const st_tensor *g = st_find(fx, key);
+    CHECK(g && g->nbytes == 24);
+    CHECK(qvl_image_grid(&img, &p, &grid, &err) == QVL_OK);
+    int64_t want[3] = {0};
+    if (g) memcpy(want, g->data, 24);
+    CHECK(grid.t == want[0] && grid.h == want[1] && grid.w == want[2]);
+    size_t n_rows = (size_t)grid.t * grid.h * grid.w, row_len = 1536;
+    float *rows = malloc(n_rows * row_len * sizeof(float));
+    static const struct { qvl_resize_mode mode; const char *rows, *resized; } paths[] = {
+        {QVL_RESIZE_TORCHVISION, "rows_fast", "resized_tv"}, {QVL_RESIZE_PIL, "rows_pil", "resized_pil"}};
+    int ok_all = 1;
+    for (int k = 0; k < 2; k++) {
+        p.resize = paths[k].mode;
+        qvl_image rs = {0};
+        CHECK(qvl_image_resize(&img, grid.h * 16, grid.w * 16, paths[k].mode, 0, &rs, &err) == QVL_OK);
+        int ok_resized = rs.rgb && digest_matches(fx, name, paths[k].resized, rs.rgb, (size_t)rs.width * rs.height * 3);
+        qvl_image_free(&rs);
+        qvl_grid g2;
+        CHECK(qvl_preprocess_image(&img, &p, rows, &g2, &err) == QVL_OK);
+        int ok_rows = digest_matches(fx, name, paths[k].rows, rows, n_rows * row_len * sizeof(float));
+        CHECK(ok_resized);
+        CHECK(ok_rows);
+        if (!ok_rows) report_row0(fx, name, paths[k].rows, rows, row_len);
+        ok_all &= ok_resized && ok_rows;
+    }
+    printf("%-40s %4dx%-4d -> grid %dx%dx%d (%zu tokens): resized and rows %s on both paths\n", name, img.width,
+           img.height, grid.t, grid.h, grid.w, n_rows / 4, ok_all ? "bit-exact" : "DIFFER");
+    free(rows);
+    qvl_image_free(&img);
+}
+
+/* Videos given as frame arrays: tests/fixtures/video.safetensors (tests/oracle/video_oracle.py) holds
+ * Qwen3VLVideoProcessor's rows as uint8 codes into a per-channel table of normalized values. */
+static void run_video_cases(void) {
+    char path[1024];
+    tu_source_path("tests/fixtures/video.safetensors", path, sizeof path);
+    st_file *fx = NULL;
+    qvl_error err;
+    qvl_error_clear(&err);
+    CHECK(st_open(path, &fx, &err) == QVL_OK);
+    if (!fx) return;
+    const st_tensor *lut = st_find(fx, "pre.lut");
+    CHECK(lut && lut->nbytes == 3 * 256 * 4);
+    int n = 0;
+    for (size_t i = 0; lut && i < fx->n_tensors; i++) {
+        const char *name = fx->tensors[i].name;
+        size_t len = strlen(name);
+        if (strncmp(name, "pre.", 4) != 0 || len < 7 || strcmp(name + len - 6, ".codes") != 0) continue;
+        char base[128], key[160];
+        snprintf(base, sizeof base, "%.*s", (int)(len - 6), name);
+        const st_tensor *codes = &fx->tensors[i], *frames, *grid, *size;
+        snprintf(key, sizeof key, "%s.frames", base);
+        frames = st_find(fx, key);
+        snprintf(key, sizeof key, "%s.grid", base);
+        grid = st_find(fx, key);
+        snprintf(key, sizeof key, "%s.size", base);
+        size = st_find(fx, key);
+        CHECK(frames && grid && size && frames->ndim == 4);
+        if (!(frames && grid && size)) continue;
+        int64_t g[3], sz[2];
+        memcpy(g, grid->data, 24);
+        memcpy(sz, size->data, 16);
+        qvl_video v = {.width = (int32_t)frames->shape[2], .height = (int32_t)frames->shape[1],
+                       .n_frames = (int32_t)frames->shape[0], .rgb = (uint8_t *)frames->data};
+        qvl_preprocess_params p;
+        qvl_preprocess_params_default(&p);
+        p.video_min_pixels = (uint64_t)sz[0];
+        p.video_max_pixels = (uint64_t)sz[1];
+        qvl_grid got;
+        CHECK(qvl_video_grid(&v, &p, &got, &err) == QVL_OK);
+        CHECK(got.t == g[0] && got.h == g[1] && got.w == g[2]);
+        size_t rows = (size_t)codes->shape[0], cols = (size_t)codes->shape[1];
+        CHECK(rows == qvl_patch_rows(&got, 1) && cols == 1536);
+        float *ours = malloc(rows * cols * sizeof(float)), *ref = malloc(rows * cols * sizeof(float));
+        const float *tab = lut->data;
+        const uint8_t *cd = codes->data;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++) ref[r * cols + c] = tab[(c / 512) * 256 + cd[r * cols + c]];
+        CHECK(qvl_preprocess_video(&v, &p, ours, &got, &err) == QVL_OK);
+        size_t diff = 0;
+        for (size_t k = 0; k < rows * cols; k++) diff += memcmp(&ours[k], &ref[k], 4) != 0;
+        printf("%-40s %d frames %dx%d -> grid %dx%dx%d: %zu of %zu values differ\n", base, v.n_frames, v.width,
+               v.height, got.t, got.h, got.w, diff, rows * cols);
+        CHECK(diff == 0);
+        free(ours);
+        free(ref);
+        n++;
+    }
+    CHECK(n >= 5);
+    st_close(fx);
+}
+
+int main(void) {
+    char path[1024];
+    tu_source_path("tests/fixtures/preprocess.safetensors", path, sizeof path);
+    st_file *fx = NULL;
+    qvl_error err;
+    qvl_error_clear(&err);
+    CHECK(st_open(path, &fx, &err) == QVL_OK);
+    if (!fx) return tu_finish("test_preprocess");
+    const char *cases = st_meta(fx, "cases");
+    CHECK(cases != NULL);
+    char *list = strdup(cases ? cases : "");
+    int n = 0;
+    for (char *save = NULL, *name = strtok_r(list, ";", &save); name; name = strtok_r(NULL, ";", &save), n++)
+        run_case(fx, name);
+    CHECK(n >= 10);
+    free(list);
+
+    /* smart_resize worked examples from the preprocessing reference (Qwen3-VL json limits). */
+    static const int ex[][4] = {{480, 640, 480, 640},    {1000, 1000, 992, 992},   {1080, 1920, 1088, 1920},
+                                {720, 1280, 704, 1280},  {336, 336, 320, 320},     {100, 100, 256, 256},
+                                {32, 32, 256, 256},      {200, 300, 224, 320},     {3024, 4032, 3008, 4032},
+                                {4000, 6000, 3328, 4992}};
+    for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++) {
+        int32_t h, w;
+        CHECK(qvl_smart_resize(ex[i][0], ex[i][1], 32, 65536, 16777216, &h, &w, &err) == QVL_OK);
+        CHECK(h == ex[i][2] && w == ex[i][3]);
+    }
+    run_video_cases();
+
+    int32_t h, w;
+    CHECK(qvl_smart_resize(1, 201, 32, 65536, 16777216, &h, &w, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(qvl_smart_resize(0, 10, 32, 65536, 16777216, &h, &w, &err) == QVL_ERR_INVALID_ARG);
+    st_close(fx);
+    return tu_finish("test_preprocess");
+}

@@ -1,0 +1,266 @@
+/* test_video.c — frame sampling and video decoding against transformers and PyAV.
+ *
+ * tests/fixtures/video.safetensors (tests/oracle/video_oracle.py) holds 255 sampling cases from
+ * Qwen3VLVideoProcessor.sample_frames and, for each clip of tests/data/video/, the frame count, rate, sampled
+ * indices and PyAV's rgb24 frames (alpha blended over white as transformers does). Both must match exactly. Also:
+ * repeated indices, the pixel limit, bad files (status and a message naming the file), frames from images. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "testutil.h"
+
+static const st_tensor *need(const st_file *f, const char *name, st_dtype dt) {
+    const st_tensor *t = st_find(f, name);
+    if (!t || t->dtype != dt) {
+        fprintf(stderr, "  fixture lacks %s\n", name);
+        return NULL;
+    }
+    return t;
+}
+
+static double get_f64(const st_tensor *t, size_t i) {
+    double v;
+    memcpy(&v, (const uint8_t *)t->data + 8 * i, 8);
+    return v;
+}
+
+static int64_t get_i64(const st_tensor *t, size_t i) {
+    int64_t v;
+    memcpy(&v, (const uint8_t *)t->data + 8 * i, 8);
+    return v;
+}
+
+static void test_sampling(const st_file *f) {
+    const st_tensor *par = need(f, "sample.params", ST_F64), *off = need(f, "sample.offsets", ST_I64),
+                    *idx = need(f, "sample.indices", ST_I64);
+    CHECK(par && off && idx);
+    if (!par || !off || !idx) return;
+    size_t n_cases = (size_t)par->shape[0], bad = 0;
+    CHECK(par->shape[1] == 6 && (size_t)off->shape[0] == n_cases + 1);
+    int64_t *got = malloc(1024 * sizeof *got);
+    for (size_t c = 0; c < n_cases; c++) {
+        qvl_video_params p;
+        qvl_video_params_default(&p);
+        int64_t total = (int64_t)get_f64(par, 6 * c);
+        double vfps = get_f64(par, 6 * c + 1);
+        p.fps = get_f64(par, 6 * c + 2);
+        p.num_frames = (int32_t)get_f64(par, 6 * c + 3);
+        p.min_frames = (int32_t)get_f64(par, 6 * c + 4);
+        p.max_frames = (int32_t)get_f64(par, 6 * c + 5);
+        size_t want_n = (size_t)(get_i64(off, c + 1) - get_i64(off, c)), n = 0;
+        qvl_error err;
+        qvl_error_clear(&err);
+        qvl_status s = qvl_video_sample_indices(total, vfps, &p, got, 1024, &n, &err);
+        int ok = s == QVL_OK && n == want_n && n <= 1024;
+        for (size_t i = 0; ok && i < n; i++) ok = got[i] == get_i64(idx, (size_t)get_i64(off, c) + i);
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "  case %zu (total %lld, video fps %g, fps %g, num %d, min %d, max %d): %zu indices, want %zu%s%s\n",
+                    c, (long long)total, vfps, p.fps, (int)p.num_frames, (int)p.min_frames, (int)p.max_frames, n, want_n,
+                    s ? ": " : "", s ? err.message : "");
+    }
+    CHECK(bad == 0);
+    printf("sampling: %zu cases, %zu differ\n", n_cases, bad);
+
+    /* The count query (cap 0), a short buffer, and refusals. */
+    qvl_video_params p;
+    qvl_video_params_default(&p);
+    size_t n = 99;
+    CHECK(qvl_video_sample_indices(300, 30.0, &p, NULL, 0, &n, NULL) == QVL_OK && n == 20);
+    CHECK(qvl_video_sample_indices(300, 30.0, &p, got, 3, &n, NULL) == QVL_OK && n == 20);
+    CHECK(got[0] == 0 && got[1] == 16 && got[2] == 31); /* preprocessing reference §8.1 example */
+    qvl_error err;
+    CHECK(qvl_video_sample_indices(0, 30.0, &p, got, 8, &n, &err) == QVL_ERR_INVALID_ARG && n == 0);
+    CHECK(qvl_video_sample_indices(30, 30.0, NULL, got, 8, &n, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(qvl_video_sample_indices(30, 30.0, &p, NULL, 8, &n, &err) == QVL_ERR_INVALID_ARG);
+    p.num_frames = -1;
+    CHECK(qvl_video_sample_indices(30, 30.0, &p, got, 8, &n, &err) == QVL_ERR_INVALID_ARG);
+    qvl_video_params_default(&p);
+    p.max_frames = -1;
+    CHECK(qvl_video_sample_indices(30, 30.0, &p, got, 8, &n, &err) == QVL_ERR_INVALID_ARG);
+    qvl_video_params_default(&p);
+    p.default_fps = 0.0;
+    CHECK(qvl_video_sample_indices(30, 0.0, &p, got, 8, &n, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(qvl_video_sample_indices(30, 30.0, &p, got, 8, &n, &err) == QVL_OK && n == 4);
+    free(got);
+}
+
+/* Load one clip with default parameters and compare everything with the oracle's PyAV decode. */
+static void test_clip(const st_file *f, const char *file, const char *key) {
+    char rel[256], path[1024], name[128];
+    snprintf(rel, sizeof rel, "tests/data/video/%s", file);
+    tu_source_path(rel, path, sizeof path);
+    snprintf(name, sizeof name, "dec.%s.info", key);
+    const st_tensor *info = need(f, name, ST_F64);
+    snprintf(name, sizeof name, "dec.%s.indices", key);
+    const st_tensor *idx = need(f, name, ST_I64);
+    snprintf(name, sizeof name, "dec.%s.rgb", key);
+    const st_tensor *rgb = need(f, name, ST_U8);
+    CHECK(info && idx && rgb);
+    if (!info || !idx || !rgb) return;
+    qvl_video v;
+    qvl_error err;
+    qvl_error_clear(&err);
+    qvl_status s = qvl_video_load(path, NULL, &v, &err);
+    CHECK(s == QVL_OK);
+    if (s != QVL_OK) {
+        fprintf(stderr, "  %s: %s\n", file, err.message);
+        return;
+    }
+    CHECK(v.total_frames == (int64_t)get_f64(info, 0));
+    CHECK(v.fps == get_f64(info, 1));
+    CHECK(v.n_frames == idx->shape[0] && v.height == rgb->shape[1] && v.width == rgb->shape[2]);
+    int same_idx = v.n_frames == idx->shape[0];
+    for (int32_t i = 0; same_idx && i < v.n_frames; i++) same_idx = v.indices[i] == get_i64(idx, (size_t)i);
+    CHECK(same_idx);
+    size_t n = (size_t)v.n_frames * (size_t)v.width * (size_t)v.height * 3, diff = 0;
+    int maxd = 0;
+    if (n == rgb->nbytes) {
+        const uint8_t *want = rgb->data;
+        for (size_t i = 0; i < n; i++) {
+            int d = abs((int)v.rgb[i] - (int)want[i]);
+            diff += d != 0;
+            if (d > maxd) maxd = d;
+        }
+    }
+    CHECK(n == rgb->nbytes && diff == 0);
+    printf("%s: %dx%d, %lld frames at %g fps, %d sampled, %zu of %zu bytes differ from PyAV (max %d)\n", file,
+           (int)v.width, (int)v.height, (long long)v.total_frames, v.fps, (int)v.n_frames, diff, n, maxd);
+    qvl_video_free(&v);
+    CHECK(v.rgb == NULL && v.indices == NULL && v.n_frames == 0);
+}
+
+/* More frames than the clip has: indices repeat and the repeated frames are copies. */
+static void test_repeats(const st_file *f) {
+    char path[1024];
+    tu_source_path("tests/data/video/video_3frames.mp4", path, sizeof path);
+    const st_tensor *rgb = need(f, "dec.3frames_mp4.rgb", ST_U8);
+    qvl_video_params p;
+    qvl_video_params_default(&p);
+    p.num_frames = 6;
+    qvl_video v;
+    qvl_error err;
+    CHECK(qvl_video_load(path, &p, &v, &err) == QVL_OK);
+    CHECK(v.n_frames == 6);
+    static const int64_t want[6] = {0, 0, 1, 1, 2, 2}; /* linspace(0, 2, 6) = 0 .4 .8 1.2 1.6 2 */
+    size_t fs = (size_t)v.width * (size_t)v.height * 3;
+    for (int i = 0; i < 6 && v.n_frames == 6 && rgb; i++) {
+        CHECK(v.indices[i] == want[i]);
+        CHECK(memcmp(v.rgb + (size_t)i * fs, (const uint8_t *)rgb->data + (size_t)want[i] * fs, fs) == 0);
+    }
+    qvl_video_free(&v);
+}
+
+/* A failing load returns `want`, names the file and leaves *out zeroed. */
+static void expect_fail(const char *rel, const qvl_video_params *p, qvl_status want) {
+    char path[1024];
+    tu_source_path(rel, path, sizeof path);
+    qvl_video v;
+    memset(&v, 0xAB, sizeof v);
+    qvl_error err;
+    qvl_error_clear(&err);
+    qvl_status s = qvl_video_load(path, p, &v, &err);
+    CHECK(s == want);
+    CHECK(err.status == want);
+    CHECK(strstr(err.message, path) != NULL);
+    CHECK(v.rgb == NULL && v.indices == NULL && v.n_frames == 0);
+    printf("%s: %s (%s)\n", rel, qvl_status_name(s), err.message);
+    qvl_video_free(&v);
+}
+
+static void test_bad(void) {
+    expect_fail("tests/data/bad/video_not_video.mp4", NULL, QVL_ERR_FORMAT);
+    expect_fail("tests/data/bad/video_truncated.mp4", NULL, QVL_ERR_FORMAT);
+    expect_fail("tests/data/bad/video_truncated_mdat.mp4", NULL, QVL_ERR_FORMAT);
+    expect_fail("tests/data/bad/video_does_not_exist.mp4", NULL, QVL_ERR_IO);
+    qvl_video_params p;
+    qvl_video_params_default(&p);
+    p.max_pixels = 64 * 48 - 1;
+    expect_fail("tests/data/video/video_testsrc_30.mp4", &p, QVL_ERR_LIMIT);
+    p.max_pixels = 64 * 48;
+    qvl_video v;
+    char path[1024];
+    tu_source_path("tests/data/video/video_testsrc_30.mp4", path, sizeof path);
+    CHECK(qvl_video_load(path, &p, &v, NULL) == QVL_OK);
+    qvl_video_free(&v);
+    tu_source_path("tests/data/video/frames/video_frame_2.png", path, sizeof path); /* a still: one frame */
+    CHECK(qvl_video_load(path, NULL, &v, NULL) == QVL_OK && v.n_frames == 1 && v.total_frames == 1);
+    CHECK(v.n_frames == 1 && v.rgb[0] == 80 && v.rgb[1] == 14 && v.rgb[2] == 2);
+    qvl_video_free(&v);
+    CHECK(qvl_video_load(NULL, &p, &v, NULL) == QVL_ERR_INVALID_ARG);
+    CHECK(qvl_video_load(path, &p, NULL, NULL) == QVL_ERR_INVALID_ARG);
+    qvl_video_free(NULL);
+}
+
+/* Frame images: sampled like a file at default_fps; the size of every frame must match the first. */
+static void test_images(void) {
+    char buf[6][1024];
+    const char *paths[6];
+    for (int i = 0; i < 5; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "tests/data/video/frames/video_frame_%d.png", i);
+        paths[i] = tu_source_path(rel, buf[i], sizeof buf[i]);
+    }
+    paths[5] = tu_source_path("tests/data/video/frames/video_frame_12x16.png", buf[5], sizeof buf[5]);
+    qvl_video v;
+    qvl_error err;
+    qvl_error_clear(&err);
+    /* 5 frames at 24 fps, 2 fps wanted: int(5 / 24 · 2) = 0 → min_frames 4 → linspace(0, 4, 4) = 0 1.33 2.67 4 */
+    qvl_status s = qvl_video_from_images(paths, 5, NULL, &v, &err);
+    CHECK(s == QVL_OK);
+    if (s != QVL_OK) fprintf(stderr, "  from_images: %s\n", err.message);
+    if (s == QVL_OK) {
+        static const int64_t want[4] = {0, 1, 3, 4};
+        CHECK(v.n_frames == 4 && v.width == 16 && v.height == 12 && v.total_frames == 5 && v.fps == 24.0);
+        int ok = v.n_frames == 4 && v.width == 16 && v.height == 12;
+        for (int k = 0; ok && k < 4; k++) {
+            ok = v.indices[k] == want[k];
+            int64_t fr = want[k];
+            for (int y = 0; ok && y < 12; y++)
+                for (int x = 0; ok && x < 16; x++) {
+                    const uint8_t *px = v.rgb + (((size_t)k * 12 + (size_t)y) * 16 + (size_t)x) * 3;
+                    ok = px[0] == ((x * 16 + fr * 40) & 255) && px[1] == ((y * 20 + fr * 7) & 255) &&
+                         px[2] == ((x * y + fr) & 255);
+                }
+        }
+        CHECK(ok);
+        qvl_video_free(&v);
+    }
+    qvl_video_params p;
+    qvl_video_params_default(&p);
+    p.num_frames = 2; /* the mismatching frame is not sampled, and still refused */
+    const char *mixed[4] = {paths[0], paths[1], paths[5], paths[2]};
+    qvl_error_clear(&err);
+    CHECK(qvl_video_from_images(mixed, 4, &p, &v, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(strstr(err.message, paths[5]) != NULL && v.rgb == NULL);
+    printf("mismatched frames: %s\n", err.message);
+    const char *missing[2] = {paths[0], "/nonexistent/video_frame.png"};
+    CHECK(qvl_video_from_images(missing, 2, &p, &v, NULL) == QVL_ERR_IO && v.rgb == NULL);
+    CHECK(qvl_video_from_images(paths, 0, &p, &v, NULL) == QVL_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    char path[1024];
+    tu_source_path("tests/fixtures/video.safetensors", path, sizeof path);
+    st_file *f = NULL;
+    qvl_error err;
+    CHECK(st_open(path, &f, &err) == QVL_OK);
+    if (f) {
+        printf("oracle: transformers %s, av %s\n", st_meta(f, "transformers") ? st_meta(f, "transformers") : "?",
+               st_meta(f, "av") ? st_meta(f, "av") : "?");
+        test_sampling(f);
+        test_clip(f, "video_testsrc_30.mp4", "testsrc_30_mp4");
+        test_clip(f, "video_testsrc_30.webm", "testsrc_30_webm");
+        test_clip(f, "video_25fps.mkv", "25fps_mkv");
+        test_clip(f, "video_3frames.mp4", "3frames_mp4");
+        test_clip(f, "video_alpha.mov", "alpha_mov");
+        test_clip(f, "video_editlist.mp4", "editlist_mp4"); /* header: 60 frames; the edit list leaves 45 */
+        test_repeats(f);
+        st_close(f);
+    }
+    test_bad();
+    test_images();
+    return tu_finish("test_video");
+}
