@@ -54,12 +54,14 @@ static void report_row0(const st_file *fx, const char *name, const char *path, c
     snprintf(key, sizeof key, "%s.%s.row0", name, path);
     const st_tensor *t = st_find(fx, key);
     if (!t || t->nbytes != len * 4) return;
-    const float *ref = t->data;
-    for (size_t i = 0; i < len; i++)
-        if (memcmp(&ref[i], &row[i], 4) != 0) {
-            printf("    %s row 0 first differs at column %zu: ours %.9g, reference %.9g\n", path, i, row[i], ref[i]);
+    for (size_t i = 0; i < len; i++) {
+        float ref; /* fixture data is not necessarily 4-byte aligned */
+        memcpy(&ref, (const unsigned char *)t->data + 4 * i, 4);
+        if (memcmp(&ref, &row[i], 4) != 0) {
+            printf("    %s row 0 first differs at column %zu: ours %.9g, reference %.9g\n", path, i, row[i], ref);
             return;
         }
+    }
     printf("    %s row 0 identical; the difference is further down\n", path);
 }
 
@@ -170,7 +172,8 @@ static void run_video_cases(void) {
         size_t rows = (size_t)codes->shape[0], cols = (size_t)codes->shape[1];
         CHECK(rows == qvl_patch_rows(&got, 1) && cols == 1536);
         float *ours = malloc(rows * cols * sizeof(float)), *ref = malloc(rows * cols * sizeof(float));
-        const float *tab = lut->data;
+        float tab[3 * 256]; /* fixture data is not necessarily 4-byte aligned */
+        memcpy(tab, lut->data, sizeof tab);
         const uint8_t *cd = codes->data;
         for (size_t r = 0; r < rows; r++)
             for (size_t c = 0; c < cols; c++) ref[r * cols + c] = tab[(c / 512) * 256 + cd[r * cols + c]];
