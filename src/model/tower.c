@@ -33,7 +33,8 @@ struct qvl_ctx {
     float *x;      /* [S, H] residual stream */
     float *a;      /* [S, H] normalized (also [S/4, 4H]) */
     float *qkv;    /* [S, 3H] */
-    float *o;      /* [S, H] attention output; the position table before the blocks */
+    float *o;      /* [S, H] attention output */
+    float *pos;    /* [S, H] interpolated position table of the cached grids */
     float *mlp;    /* [S, max(I, H)] MLP hidden; merger fc1 output [S/4, 4H] */
     float *ds;     /* [S/4, O] DeepStack output when the caller wants only the tap */
     float *cos_t;  /* [S, hd/2] */
@@ -41,6 +42,10 @@ struct qvl_ctx {
     void *gemm_ws, *attn_ws, *taps;
     int *cu;       /* [segments + 1] */
     size_t cap_cu;
+    /* The grids whose position and rotary tables are in pos / cos_t / sin_t (built once per grid list). */
+    qvl_grid *tab_grids;
+    size_t n_tab_grids, cap_tab_grids;
+    int tab_valid;
     qvl_profile prof;
 };
 
@@ -84,6 +89,7 @@ void qvl_ctx_free(qvl_ctx *c) {
     if (!c) return;
     free(c->block);
     free(c->cu);
+    free(c->tab_grids);
     free(c);
 }
 
@@ -120,6 +126,7 @@ static void layout(qvl_ctx *c, carver *cv, size_t S) {
     c->a = carve(cv, S * H, sizeof(float));
     c->qkv = carve(cv, S * 3 * H, sizeof(float));
     c->o = carve(cv, S * H, sizeof(float));
+    c->pos = carve(cv, S * H, sizeof(float));
     c->mlp = carve(cv, S * wide, sizeof(float));
     c->ds = carve(cv, (S / mm) * (size_t)k->out_hidden, sizeof(float));
     c->cos_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
@@ -141,6 +148,7 @@ qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_
         return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu rows", cv.used, max_rows);
     free(c->block);
     c->block = block;
+    c->tab_valid = 0; /* the tables lived in the old block */
     cv = (carver){.base = block};
     layout(c, &cv, max_rows);
     c->cap_rows = max_rows;
@@ -196,6 +204,25 @@ static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size
             row += (size_t)grids[i].h * (size_t)grids[i].w;
             c->cu[++s] = (int)row;
         }
+    return QVL_OK;
+}
+
+/* Build the position and rotary tables for `grids` unless the last call used the same list. */
+static qvl_status build_tables(qvl_ctx *c, const qvl_grid *grids, size_t n_grids, int want_pos, qvl_error *err) {
+    int same = c->tab_valid && c->n_tab_grids == n_grids &&
+               memcmp(c->tab_grids, grids, n_grids * sizeof *grids) == 0 && (c->tab_valid == 2 || !want_pos);
+    if (same) return QVL_OK;
+    if (n_grids > c->cap_tab_grids) {
+        qvl_grid *g = realloc(c->tab_grids, n_grids * sizeof *g);
+        if (!g) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory for %zu grids", n_grids);
+        c->tab_grids = g;
+        c->cap_tab_grids = n_grids;
+    }
+    memcpy(c->tab_grids, grids, n_grids * sizeof *grids);
+    c->n_tab_grids = n_grids;
+    if (want_pos) tables_pos(c->m, c->p.pos_mode, grids, n_grids, c->pos, c->taps, c->n_threads);
+    tables_rope(&c->m->cfg, grids, n_grids, c->cos_t, c->sin_t);
+    c->tab_valid = want_pos ? 2 : 1;
     return QVL_OK;
 }
 
@@ -297,12 +324,12 @@ qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_
     c->prof.patch_ms = now_ms() - t0;
     tap(c, "patch", c->x, S, H);
     t0 = now_ms();
-    tables_pos(c->m, c->p.pos_mode, grids, n_grids, c->o, c->taps, c->n_threads);
-    c->prof.pos_rope_ms += now_ms() - t0;
-    tap(c, "pos", c->o, S, H);
-    t0 = now_ms();
-    for (size_t i = 0; i < S * H; i++) c->x[i] = c->x[i] + c->o[i];
-    tables_rope(k, grids, n_grids, c->cos_t, c->sin_t);
+    QVL_TRY(build_tables(c, grids, n_grids, 1, err));
+    tap(c, "pos", c->pos, S, H);
+    const float *pos = c->pos;
+    float *x = c->x;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static)
+    for (size_t i = 0; i < S * H; i++) x[i] = x[i] + pos[i];
     c->prof.pos_rope_ms += now_ms() - t0;
     run_chain(c, S, n_seg, merged, deepstack);
     c->prof.total_ms = now_ms() - start;
@@ -321,7 +348,7 @@ qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const 
     memset(&c->prof, 0, sizeof c->prof);
     double start = now_ms();
     memcpy(c->x, hidden, S * H * sizeof(float));
-    tables_rope(k, grids, n_grids, c->cos_t, c->sin_t);
+    QVL_TRY(build_tables(c, grids, n_grids, 0, err));
     run_chain(c, S, n_seg, through_merger ? out : NULL, NULL);
     c->prof.total_ms = now_ms() - start;
     if (!through_merger) memcpy(out, c->x, S * H * sizeof(float));

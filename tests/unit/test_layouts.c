@@ -147,11 +147,42 @@ static void check_preset(const char *preset, const char *root) {
     free_result(&ref);
 }
 
+/* The per-grid table cache: A, then B, then A again gives A's bits; so does a fresh context. */
+static void check_table_cache(const char *dir) {
+    qvl_error err;
+    qvl_model *m = NULL;
+    CHECK(qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
+    if (!m) return;
+    qvl_model_info in;
+    qvl_model_get_info(m, &in);
+    qvl_grid a = {1, 6, 4}, b = {2, 4, 4};
+    size_t sa = qvl_patch_rows(&a, 1), sb = qvl_patch_rows(&b, 1), O = (size_t)in.out_hidden;
+    float *px = malloc(sb * (size_t)in.row_len * sizeof(float));
+    fill_pixels(px, sb * (size_t)in.row_len);
+    float *o1 = malloc(sa / 4 * O * 4), *o2 = malloc(sb / 4 * O * 4), *o3 = malloc(sa / 4 * O * 4);
+    qvl_ctx *ctx = NULL;
+    CHECK(qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
+    CHECK(qvl_encode(ctx, px, sa, &a, 1, o1, NULL, &err) == QVL_OK);
+    CHECK(qvl_encode(ctx, px, sb, &b, 1, o2, NULL, &err) == QVL_OK);
+    CHECK(qvl_encode(ctx, px, sa, &a, 1, o3, NULL, &err) == QVL_OK);
+    CHECK(memcmp(o1, o3, sa / 4 * O * 4) == 0);
+    qvl_ctx_free(ctx);
+    CHECK(qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
+    CHECK(qvl_encode(ctx, px, sa, &a, 1, o3, NULL, &err) == QVL_OK);
+    CHECK(memcmp(o1, o3, sa / 4 * O * 4) == 0);
+    qvl_ctx_free(ctx);
+    free(px), free(o1), free(o2), free(o3);
+    qvl_model_free(m);
+}
+
 int main(void) {
     char root[256];
     CHECK(tu_tmpdir(root, sizeof root) != NULL);
     check_preset("tiny", root);
     check_preset("tiny-3.5", root);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tiny-hf", root);
+    check_table_cache(dir);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     CHECK(system(cmd) == 0);
