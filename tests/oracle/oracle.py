@@ -169,7 +169,7 @@ def save_deterministic(tensors: dict[str, torch.Tensor], path: str, metadata: di
     """Write a safetensors file byte-reproducibly (safetensors' own writer orders `__metadata__` through a hash map,
     so two identical runs give different bytes). Header: sorted keys, tensors laid out in sorted-name order, header
     padded with spaces to a multiple of 8 as the format requires."""
-    dtypes = {torch.float32: "F32", torch.int64: "I64"}
+    dtypes = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.uint8: "U8"}
     header: dict = {"__metadata__": dict(sorted(metadata.items()))}
     blobs, off = [], 0
     for name in sorted(tensors):

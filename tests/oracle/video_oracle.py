@@ -46,6 +46,9 @@ from transformers.video_utils import VideoMetadata, convert_to_rgb
 
 import safetensors
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle import save_deterministic  # noqa: E402  (sorted header, byte-reproducible)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # pixel formats of the corpus that carry alpha (qvl: AV_PIX_FMT_FLAG_ALPHA)
 ALPHA_FORMATS = {"rgba", "bgra", "argb", "abgr", "yuva420p", "yuva444p", "ya8", "pal8"}
@@ -56,34 +59,6 @@ CLIPS = ["video_testsrc_30.mp4", "video_testsrc_30.webm", "video_25fps.mkv", "vi
 def die(msg: str) -> None:
     print(f"video_oracle: error: {msg}", file=sys.stderr)
     sys.exit(1)
-
-
-def save_deterministic(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str]) -> None:
-    """oracle.py's writer with the dtypes this fixture needs: sorted header keys, tensors in sorted-name order."""
-    dtypes = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64", torch.uint8: "U8"}
-    header: dict = {"__metadata__": dict(sorted(metadata.items()))}
-    blobs, off = [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        b = t.numpy().astype(t.numpy().dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(",", ":"), sort_keys=False).encode()
-    h += b" " * (-len(h) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(len(h).to_bytes(8, "little"))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
-    with safetensors.safe_open(path, framework="pt") as f:
-        if f.metadata() != metadata or sorted(f.keys()) != sorted(tensors):
-            die(f"{path}: read-back mismatch")
-        for name in tensors:
-            if not torch.equal(f.get_tensor(name), tensors[name]):
-                die(f"{path}: read-back mismatch in {name}")
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -17,24 +17,6 @@
 #include "qvl.h"
 #include "testutil.h"
 
-/* Compare and describe a mismatch. */
-static int same(const uint8_t *got, const uint8_t *want, size_t n, const char *what) {
-    size_t bad = 0, first = 0;
-    int maxd = 0;
-    for (size_t i = 0; i < n; i++) {
-        int d = abs((int)got[i] - (int)want[i]);
-        if (d) {
-            if (!bad) first = i;
-            bad++;
-            if (d > maxd) maxd = d;
-        }
-    }
-    if (bad)
-        fprintf(stderr, "  %s: %zu of %zu bytes differ, max |diff| %d, first at byte %zu (got %d want %d)\n", what,
-                bad, n, maxd, first, got[first], want[first]);
-    return bad == 0;
-}
-
 static void test_corpus(const st_file *f) {
     char path[4096], rel[1024];
     size_t n_images = 0, n_photos = 0;
@@ -73,7 +55,7 @@ static void test_corpus(const st_file *f) {
                 fprintf(stderr, "  %s: got %dx%d, want %lldx%lld\n", t->name, img.width, img.height,
                         (long long)t->shape[1], (long long)t->shape[0]);
             else
-                ok = same(img.rgb, t->data, (size_t)t->nbytes, t->name);
+                ok = tu_same_bytes(img.rgb, t->data, (size_t)t->nbytes, t->name);
             CHECK(ok);
         }
         qvl_image_free(&img);

@@ -53,24 +53,6 @@ static qvl_status run(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, i
     return s;
 }
 
-/* Compare and describe the first failure of each case. */
-static int same(const uint8_t *got, const uint8_t *want, size_t n, const char *what) {
-    size_t bad = 0, first = 0;
-    int maxd = 0;
-    for (size_t i = 0; i < n; i++) {
-        int d = abs((int)got[i] - (int)want[i]);
-        if (d) {
-            if (!bad) first = i;
-            bad++;
-            if (d > maxd) maxd = d;
-        }
-    }
-    if (bad)
-        fprintf(stderr, "  %s: %zu of %zu bytes differ, max |diff| %d, first at byte %zu (got %d want %d)\n", what,
-                bad, n, maxd, first, got[first], want[first]);
-    return bad == 0;
-}
-
 static int32_t get_i32(const st_tensor *t, size_t i) {
     int32_t v;
     memcpy(&v, (const uint8_t *)t->data + 4 * i, 4);
@@ -144,7 +126,7 @@ static void test_corpus(void) {
                          simd ? "simd/2 threads" : "scalar/1 thread");
                 memset(out, 0xA5, nd);
                 int ok = run(src, sw, sh, c, out, dw, dh, kind, threads, simd) == QVL_OK;
-                if (ok && want) ok = same(out, want->data, nd, what);
+                if (ok && want) ok = tu_same_bytes(out, want->data, nd, what);
                 if (ok && !want && XXH64(out, nd, 0) != get_u64(hashes, 3 * (size_t)i + (size_t)k)) {
                     fprintf(stderr, "  %s: xxh64 differs\n", what);
                     ok = 0;
@@ -208,7 +190,7 @@ static void test_simd_vs_scalar(void) {
         for (int k = 0; k < 3; k++) {
             CHECK(run(src, sw, sh, c, a, dw, dh, (resize_kind)k, 1, 0) == QVL_OK);
             CHECK(run(src, sw, sh, c, b, dw, dh, (resize_kind)k, 2, 1) == QVL_OK);
-            int ok = same(b, a, nd, "simd vs scalar");
+            int ok = tu_same_bytes(b, a, nd, "simd vs scalar");
             if (!ok) fprintf(stderr, "  (%dx%dx%d -> %dx%d kind %d)\n", sw, sh, c, dw, dh, k);
             CHECK(ok);
         }

@@ -38,3 +38,20 @@ double tu_relerr(const float *a, const float *b, size_t n, double *maxabs) {
     if (maxabs) *maxabs = mx;
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
+
+int tu_same_bytes(const unsigned char *got, const unsigned char *want, size_t n, const char *what) {
+    size_t bad = 0, first = 0;
+    int maxd = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = abs((int)got[i] - (int)want[i]);
+        if (d) {
+            if (!bad) first = i;
+            bad++;
+            if (d > maxd) maxd = d;
+        }
+    }
+    if (bad)
+        fprintf(stderr, "  %s: %zu of %zu bytes differ, max |diff| %d, first at byte %zu (got %d want %d)\n", what,
+                bad, n, maxd, first, got[first], want[first]);
+    return bad == 0;
+}

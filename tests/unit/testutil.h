@@ -20,6 +20,8 @@ int tu_finish(const char *name);
 /* Path helpers: QVL_SOURCE_DIR/rel, QVL_BIN; a fresh temp directory (mkdtemp under TMPDIR or /tmp). */
 const char *tu_source_path(const char *rel, char *buf, size_t n);
 const char *tu_tmpdir(char *buf, size_t n);
+/* 1 if n bytes are equal; otherwise print how many differ, the largest difference and the first one. */
+int tu_same_bytes(const unsigned char *got, const unsigned char *want, size_t n, const char *what);
 /* ‖a − b‖ / ‖b‖ and max |a − b| in double. */
 double tu_relerr(const float *a, const float *b, size_t n, double *maxabs);
 
