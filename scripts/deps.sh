@@ -10,7 +10,6 @@ pkg-config --exists libxxhash 2>/dev/null || need+=(libxxhash-dev)
 pkg-config --exists libjpeg 2>/dev/null || need+=(libjpeg62-turbo-dev)
 pkg-config --exists libpng 2>/dev/null || need+=(libpng-dev)
 pkg-config --exists libwebp libwebpdemux 2>/dev/null || need+=(libwebp-dev)
-pkg-config --exists libexif 2>/dev/null || need+=(libexif-dev)
 [ -f /usr/include/gif_lib.h ] || need+=(libgif-dev)
 pkg-config --exists libavformat libavcodec libavutil libswscale 2>/dev/null ||
   need+=(libavformat-dev libavcodec-dev libavutil-dev libswscale-dev)
