@@ -82,33 +82,28 @@ static void attn_run_with(const attn_args *a, void *ws, int n_threads, attn_bloc
     if (items == 0) return;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > items) n_threads = (int)items;
-#pragma omp parallel num_threads(n_threads) if (n_threads > 1)
-    {
-        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        const long lo = items * t / nt, hi = items * (t + 1) / nt;
-        float *ws0 = (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-        float *wst = ws0 + (size_t)t * attn_block_floats(hd);
-        /* Walk the items in (segment, head, query tile) order: one thread's consecutive items share K and V. */
-        long it = 0;
-        for (int s = 0; s < a->n_seg && it < hi; s++) {
-            const int base = a->cu[s], len = a->cu[s + 1] - a->cu[s];
-            if (len <= 0) continue;
-            const long tiles = (len + ATTN_BQ - 1) / ATTN_BQ;
-            if (it + (long)nh * tiles <= lo) {
-                it += (long)nh * tiles;
-                continue;
-            }
-            for (int h = 0; h < nh; h++)
-                for (long qt = 0; qt < tiles; qt++, it++) {
-                    if (it < lo || it >= hi) continue;
-                    const int i0 = base + (int)qt * ATTN_BQ;
-                    const int nq = len - (int)qt * ATTN_BQ < ATTN_BQ ? len - (int)qt * ATTN_BQ : ATTN_BQ;
-                    const size_t col = (size_t)h * hd;
-                    block(a->q + (size_t)i0 * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
-                          a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)i0 * a->ldo + col, a->ldo, nq,
-                          len, hd, a->scale, wst);
-                }
+    float *ws0 = (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    /* Items in (segment, head, query tile) order, handed out dynamically: consecutive items share K and V, every
+     * core stays busy when segments differ in length or a core is shared, and which thread computes an item does
+     * not change its bits. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
+    for (long it = 0; it < items; it++) {
+        long rest = it;
+        int s = 0, len = 0;
+        for (;; s++) {
+            len = a->cu[s + 1] - a->cu[s];
+            const long n_it = len > 0 ? (long)nh * ((len + ATTN_BQ - 1) / ATTN_BQ) : 0;
+            if (rest < n_it) break;
+            rest -= n_it;
         }
+        const long tiles = (len + ATTN_BQ - 1) / ATTN_BQ;
+        const int h = (int)(rest / tiles), qt = (int)(rest % tiles), base = a->cu[s];
+        const int i0 = base + qt * ATTN_BQ;
+        const int nq = len - qt * ATTN_BQ < ATTN_BQ ? len - qt * ATTN_BQ : ATTN_BQ;
+        const size_t col = (size_t)h * hd;
+        block(a->q + (size_t)i0 * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
+              a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)i0 * a->ldo + col, a->ldo, nq, len, hd,
+              a->scale, ws0 + (size_t)omp_get_thread_num() * attn_block_floats(hd));
     }
 }
 

@@ -1,5 +1,6 @@
 /* attention_avx2.c — one flash-attention work item with AVX2+FMA: Kᵀ tile by 8x8 transposes, scores by a 6x16
- * register-blocked product, online softmax with a vector exp, P·V by a 4x24 register-blocked product.
+ * register-blocked product, online softmax with a vector exp2 (log2-domain scores), P·V by a 4x24 (3x32 when hd
+ * is a multiple of 32 but not of 24) register-blocked product.
  * Compiled with -mavx2 -mfma -mf16c; called only after qvl_cpu_has_avx2(). */
 #include <immintrin.h>
 #include <math.h>
@@ -7,26 +8,23 @@
 
 #include "cpu/kernels_avx2.h"
 
-/* exp(x) for x <= 0 (softmax arguments s − max), Cephes expf: x = n·ln2 + r with |r| <= ln2/2, degree-6 polynomial,
- * scaled by 2^n through the exponent bits. ~1 ulp; results below e^-87 (and -inf) flush to 0. */
-static inline __m256 exp256(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.0f);
-    const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
-    x = _mm256_max_ps(x, lo);
-    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i n = _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127));
-    y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(n, 23)));
-    return _mm256_and_ps(y, keep);
+/* 2^x for x <= 0 (softmax arguments in the log2 domain: scores are pre-scaled by log2(e)). x is clamped to -125
+ * (2^-125 ≈ 2.4e-38 stands in for 0, so -inf and NaN — the unused padding rows — give that, never NaN); x = n + r,
+ * |r| <= 1/2 exactly; 2^r = 1 + r·P(r), P a degree-5 Chebyshev fit of (2^r − 1)/r (7.6e-8 relative, made for this
+ * file); 2^n added to the exponent bits. ~1 ulp; 12 vector operations. */
+static inline __m256 exp2_256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-125.0f));
+    const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(1.546144777e-04f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.339086681e-03f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.618056938e-03f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.550356954e-02f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.402265072e-01f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931471825e-01f));
+    const __m256 y = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    return _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
 }
 
 static inline float hsum256(__m256 v) {
@@ -62,7 +60,7 @@ static inline void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-/* s[6 rows][16 keys] = (qs rows · ktᵀ columns) · scale. */
+/* s[6 rows][16 keys] = (qs rows · ktᵀ columns) · scale (the caller passes scale·log2(e)). */
 static inline void scores_6x16(const float *qs, int hd, const float *kt, float *s, float scale) {
     /* The register-block loops must be fully unrolled (c[] in registers) at any -O level: hence the pragmas. */
     __m256 c[12];
@@ -110,6 +108,32 @@ static inline void pv_4xn(const float *p, const float *v, size_t ldv, int nk, fl
         for (int x = 0; x < nv; x++) _mm256_store_ps(o + (size_t)r * hd + 8 * x, c[r * 3 + x]);
 }
 
+/* o[3 rows][32 dims] += p[3 rows][0..nk) · v[0..nk)[32 dims]: the P·V block for head dims that are a multiple
+ * of 32 (64), where 4x24 chunks would leave a half-width one. 12 accumulators, 3 broadcasts and 4 loads per key. */
+static inline void pv_3x32(const float *p, const float *v, size_t ldv, int nk, float *o, int hd) {
+    __m256 c[12];
+#pragma GCC unroll 3
+    for (int r = 0; r < 3; r++)
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++) c[r * 4 + x] = _mm256_load_ps(o + (size_t)r * hd + 8 * x);
+    for (int j = 0; j < nk; j++) {
+        const float *vj = v + (size_t)j * ldv;
+        const __m256 a0 = _mm256_broadcast_ss(p + j), a1 = _mm256_broadcast_ss(p + ATTN_BK + j),
+                     a2 = _mm256_broadcast_ss(p + 2 * ATTN_BK + j);
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++) {
+            const __m256 b = _mm256_loadu_ps(vj + 8 * x);
+            c[x] = _mm256_fmadd_ps(a0, b, c[x]);
+            c[4 + x] = _mm256_fmadd_ps(a1, b, c[4 + x]);
+            c[8 + x] = _mm256_fmadd_ps(a2, b, c[8 + x]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < 3; r++)
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++) _mm256_store_ps(o + (size_t)r * hd + 8 * x, c[r * 4 + x]);
+}
+
 void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
                      size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
     float *qs = ws;                                  /* [BQ][hd] query rows, zero-padded to nqp */
@@ -118,15 +142,20 @@ void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, con
     float *o = s + (size_t)ATTN_BQ * ATTN_BK;        /* [BQ][hd] unnormalised output */
     float *mrow = o + (size_t)ATTN_BQ * hd;          /* [BQ] running max */
     float *lrow = mrow + ATTN_BQ;                    /* [BQ] running sum */
-    const int nqp = (nq + 11) / 12 * 12;
+    float *tmax = lrow + ATTN_BQ;                    /* [BQ] this key tile's row maxima */
+    float *alph = tmax + ATTN_BQ;                    /* [BQ] rescale factors 2^(m_old − m_new) */
+    const float scale_l2 = scale * 1.44269504088896341f; /* scores in the log2 domain: e^(s·scale) = 2^(s·scale_l2) */
+    const int nqp = (nq + 11) / 12 * 12, nq8 = (nqp + 7) / 8 * 8; /* nq8 <= ATTN_BQ: BQ is a multiple of 24 */
     for (int i = 0; i < nqp; i++) {
         if (i < nq) memcpy(qs + (size_t)i * hd, q + (size_t)i * ldq, (size_t)hd * sizeof(float));
         else memset(qs + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
         memset(o + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
+    }
+    for (int i = 0; i < nq8; i++) {
         mrow[i] = -INFINITY;
         lrow[i] = 0.0f;
+        tmax[i] = -INFINITY; /* rows nqp..nq8 only fill the last 8-row group */
     }
-    const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (int j0 = 0; j0 < nk; j0 += ATTN_BK) {
         const int nkt = nk - j0 < ATTN_BK ? nk - j0 : ATTN_BK;
         const int nk16 = (nkt + 15) & ~15;
@@ -141,30 +170,46 @@ void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, con
             }
         for (int i = 0; i < nqp; i += 6)
             for (int jb = 0; jb < nk16; jb += 16)
-                scores_6x16(qs + (size_t)i * hd, hd, kt + jb, s + (size_t)i * ATTN_BK + jb, scale);
-        /* Online softmax over this tile, row by row; keys past nkt are masked to -inf. */
+                scores_6x16(qs + (size_t)i * hd, hd, kt + jb, s + (size_t)i * ATTN_BK + jb, scale_l2);
+        /* Online softmax over this tile; keys past nkt are masked to -inf. Row maxima first, then the new running
+         * maxima and the rescale factors 8 rows at a time (vector exp2), then probabilities and row sums. */
         const int nv = nk16 / 8;
         for (int i = 0; i < nqp; i++) {
             float *si = s + (size_t)i * ATTN_BK;
             for (int j = nkt; j < nk16; j++) si[j] = -INFINITY;
-            __m256 mx = ninf;
-            for (int x = 0; x < nv; x++) mx = _mm256_max_ps(mx, _mm256_load_ps(si + 8 * x));
-            const float m_new = fmaxf(mrow[i], hmax256(mx));
-            const float alpha = expf(mrow[i] - m_new);
-            const __m256 mv = _mm256_set1_ps(m_new);
+            __m256 mx = _mm256_load_ps(si);
+            for (int x = 1; x < nv; x++) mx = _mm256_max_ps(mx, _mm256_load_ps(si + 8 * x));
+            tmax[i] = hmax256(mx);
+        }
+        for (int i = 0; i < nq8; i += 8) {
+            const __m256 m_old = _mm256_load_ps(mrow + i);
+            const __m256 m_new = _mm256_max_ps(m_old, _mm256_load_ps(tmax + i));
+            /* m_old = -inf (first tile): 2^-inf ≈ 0; the unused rows past nqp give the same from NaN. */
+            _mm256_store_ps(alph + i, exp2_256(_mm256_sub_ps(m_old, m_new)));
+            _mm256_store_ps(mrow + i, m_new);
+        }
+        for (int i = 0; i < nqp; i++) {
+            float *si = s + (size_t)i * ATTN_BK;
+            const __m256 mv = _mm256_set1_ps(mrow[i]);
             __m256 sum = _mm256_setzero_ps();
             for (int x = 0; x < nv; x++) {
-                const __m256 p = exp256(_mm256_sub_ps(_mm256_load_ps(si + 8 * x), mv));
+                const __m256 p = exp2_256(_mm256_sub_ps(_mm256_load_ps(si + 8 * x), mv));
                 _mm256_store_ps(si + 8 * x, p);
                 sum = _mm256_add_ps(sum, p);
             }
+            const float alpha = alph[i];
             lrow[i] = lrow[i] * alpha + hsum256(sum);
-            mrow[i] = m_new;
             if (alpha != 1.0f) {
                 const __m256 av = _mm256_set1_ps(alpha);
                 float *oi = o + (size_t)i * hd;
                 for (int d = 0; d < hd; d += 8) _mm256_store_ps(oi + d, _mm256_mul_ps(_mm256_load_ps(oi + d), av));
             }
+        }
+        if (hd % 24 != 0 && hd % 32 == 0) {
+            for (int i = 0; i < nqp; i += 3)
+                for (int dc = 0; dc < hd; dc += 32)
+                    pv_3x32(s + (size_t)i * ATTN_BK, v + (size_t)j0 * ldv + dc, ldv, nkt, o + (size_t)i * hd + dc, hd);
+            continue;
         }
         for (int i = 0; i < nqp; i += 4)
             for (int dc = 0; dc < hd; dc += 24) {

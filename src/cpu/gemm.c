@@ -1,19 +1,27 @@
 /* gemm.c — the GEMM driver: BLIS-style blocking, packing, threads and the bias/GELU/residual epilogue.
  *
- * Loop structure (one work item = one MC x NC block of C, items split statically over the threads):
+ * Loop structure (one work item = one mc x nc block of C, items handed out dynamically to the threads):
  *
  *   for each item (ic, jc):                         C block [mc, nc], partial sums in a per-thread buffer Cb
- *     for pc in K by KC:                            K blocking; the same for every item and thread count
- *       pack B[jc.., pc..] → Bp  (NR-wide f32 micro-panels, widened from f32/f16/bf16 while packing)
- *       pack A[ic.., pc..] → Ap  (MR-tall micro-panels)
- *       for jr in nc by NR: for ir in mc by MR:     B micro-panel stays in L1 while A panels stream from L2
- *         ukr: Cb[ir, jr] (=|+=) Ap[ir] · Bp[jr]
+ *     for pc in K by kc:                            K blocking (kc from K alone); the same for every item
+ *       pack A[ic.., pc..] → Ap  (MR-tall micro-panels; mc x kc, L2-resident, reused over all of nc)
+ *       for jr in nc by NR:
+ *         B micro-panel [jr, pc..]: read in place from a pre-packed weight (gemm_pack_b: f32 panels, or bf16
+ *           panels widened in registers), else packed here (NR-wide f32, widened from f32/f16/bf16)
+ *         for ir in mc by MR:                       the B micro-panel stays in L1 while A panels stream from L2
+ *           ukr: Cb[ir, jr] (=|+=) Ap[ir] · Bp[jr]
  *     epilogue, once per element after the full K sum: t = Cb + bias; t = gelu(t); C = accumulate ? C + t : t
  *
  * Partial sums live in Cb rather than in C so that C is read only by the epilogue (accumulate) and written once.
  * K is never split across threads and every element goes through the same KC blocking and micro-tile code, so
- * the result is bit-identical for any thread count. Packed panels are zero-padded to MR/NR, so the microkernel
- * always computes full tiles into Cb and edges only matter to the epilogue. */
+ * the result is bit-identical for any thread count, any mc/nc and with or without pre-packed weights (the panels
+ * hold the same widened values the per-call packer produces). Packed panels are zero-padded to MR/NR, so the
+ * microkernel always computes full tiles into Cb and edges only matter to the epilogue.
+ *
+ * Measured (bench/bench_gemm.c, one core of the 2-core AVX2 machine, tower shapes, bf16 pre-packed weights): the
+ * microkernel alone runs at the FMA peak; the whole GEMM at 92-97 % of it and on par with OpenBLAS's AVX2
+ * (Haswell) sgemm; 2 threads scale 2.0x. A wide nc matters: A is repacked once per (item, pc), so nc = 192 cost
+ * ~8 % and nc = 768 ~2 %. */
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
@@ -25,14 +33,14 @@
 enum {
     GEMM_MR = 6,   /* micro-tile rows (A micro-panel height) */
     GEMM_NR = 16,  /* micro-tile columns (B micro-panel width) */
-    GEMM_KC = 256, /* K block: a KC x NR B micro-panel is 16 KiB, L1-resident */
-    GEMM_MC = 144, /* M block: the MC x KC packed A block is 144 KiB, L2-resident */
-    GEMM_NC = 192  /* N block: KC x NC packed B is 192 KiB; Cb is MC x NC */
+    GEMM_KC = 512, /* max K block: a KC x NR B micro-panel is 32 KiB in f32, 16 KiB in bf16: L1-resident */
+    GEMM_MC = 144, /* max M block: the MC x KC packed A block is 288 KiB, L2-resident (2 MiB here) */
+    GEMM_NC = 768  /* max N block: B streams through L1 one micro-panel at a time; Cb is MC x NC (432 KiB) */
 };
 
 /* Per-thread workspace layout, every part 64-byte aligned. */
 #define GEMM_AP_BYTES ((size_t)GEMM_MC * GEMM_KC * sizeof(float))
-#define GEMM_BP_BYTES ((size_t)GEMM_KC * GEMM_NC * sizeof(float))
+#define GEMM_BP_BYTES ((size_t)GEMM_KC * GEMM_NR * sizeof(float)) /* one micro-panel, packed just before use */
 #define GEMM_CB_BYTES ((size_t)GEMM_MC * GEMM_NC * sizeof(float))
 #define GEMM_THREAD_BYTES (GEMM_AP_BYTES + GEMM_BP_BYTES + GEMM_CB_BYTES)
 
@@ -76,14 +84,77 @@ static void pack_a_scalar(const float *a, size_t lda, int mr, int kc, float *ap)
         for (int i = 0; i < GEMM_MR; i++) ap[(size_t)k * GEMM_MR + i] = i < mr ? a[(size_t)i * lda + k] : 0.0f;
 }
 
+/* Position of column j of a micro-panel step in the bf16 panel order (see gemm.h): 0-3, 8-11, 4-7, 12-15. */
+static inline int bf16_slot(int j) { return (j & 3) | ((j & 4) << 1) | ((j & 8) >> 1); }
+
+/* kc steps of a pre-packed bf16 panel → f32 micro-panel in natural order (exact: bf16 widening). */
+static void widen_bf16_panel(const uint16_t *src, int kc, float *bp) {
+    for (int k = 0; k < kc; k++)
+        for (int j = 0; j < GEMM_NR; j++)
+            bp[(size_t)k * GEMM_NR + j] = op_bf16_to_f32(src[(size_t)k * GEMM_NR + bf16_slot(j)]);
+}
+
 typedef struct gemm_kernels {
     void (*ukr)(int kc, const float *a, const float *b, float *c, size_t ldc, int first);
+    /* Same contract on a bf16 panel (gemm.h order) widened in registers; NULL: widen into Bp, then ukr. */
+    void (*ukr_bf16)(int kc, const float *a, const uint16_t *b, float *c, size_t ldc, int first);
     void (*pack_b)(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp);
     void (*pack_a)(const float *a, size_t lda, int mr, int kc, float *ap);
 } gemm_kernels;
 
-static const gemm_kernels kernels_scalar = {ukr_scalar, pack_b_scalar, pack_a_scalar};
-static const gemm_kernels kernels_avx2 = {gemm_ukr_6x16_avx2, gemm_pack_b16_avx2, gemm_pack_a6_avx2};
+static const gemm_kernels kernels_scalar = {ukr_scalar, NULL, pack_b_scalar, pack_a_scalar};
+static const gemm_kernels kernels_avx2 = {gemm_ukr_6x16_avx2, gemm_ukr_6x16_bf16_avx2, gemm_pack_b16_avx2,
+                                          gemm_pack_a6_avx2};
+
+static const gemm_kernels *kernels_for(gemm_isa isa) {
+    if (isa == GEMM_ISA_AVX2 || (isa == GEMM_ISA_AUTO && qvl_cpu_has_avx2())) return &kernels_avx2;
+    return &kernels_scalar;
+}
+
+/* ---- pre-packed weights ---- */
+
+static qvl_dtype panel_dtype(qvl_dtype dtype, gemm_panel which) {
+    return which == GEMM_PANEL_AUTO && dtype == QVL_DTYPE_BF16 ? QVL_DTYPE_BF16 : QVL_DTYPE_F32;
+}
+
+size_t gemm_pack_size(int N, int K, qvl_dtype dtype, gemm_panel which) {
+    if (N <= 0 || K <= 0) return 0;
+    const size_t esz = panel_dtype(dtype, which) == QVL_DTYPE_BF16 ? 2 : 4;
+    const size_t bytes = (size_t)(N + GEMM_NR - 1) / GEMM_NR * GEMM_NR * (size_t)K * esz;
+    return (bytes + 63) & ~(size_t)63;
+}
+
+int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                gemm_panel which, int n_threads) {
+    if (!out || !buf || !B || N <= 0 || K <= 0 || ldb < (size_t)K || ((uintptr_t)buf & 63)) return -1;
+    const qvl_dtype pd = panel_dtype(dtype, which);
+    const gemm_kernels *kr = kernels_for(GEMM_ISA_AUTO);
+    const size_t esz = dtype == QVL_DTYPE_F32 ? 4 : 2;
+    const int np = (N + GEMM_NR - 1) / GEMM_NR;
+    if (n_threads < 1) n_threads = 1;
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && np > 1)
+    for (int p = 0; p < np; p++) {
+        const int j0 = p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
+        const unsigned char *b = (const unsigned char *)B + (size_t)j0 * ldb * esz;
+        if (pd == QVL_DTYPE_F32) {
+            kr->pack_b(b, dtype, ldb, nr, K, (float *)buf + (size_t)p * K * GEMM_NR);
+        } else {
+            /* bf16 → bf16: a permuted copy of the bits. */
+            uint16_t *d = (uint16_t *)buf + (size_t)p * K * GEMM_NR;
+            for (int k = 0; k < K; k++)
+                for (int j = 0; j < GEMM_NR; j++) {
+                    uint16_t h = 0;
+                    if (j < nr) memcpy(&h, b + ((size_t)j * ldb + (size_t)k) * 2, 2);
+                    d[(size_t)k * GEMM_NR + bf16_slot(j)] = h;
+                }
+        }
+    }
+    out->N = N;
+    out->K = K;
+    out->dtype = pd;
+    out->data = buf;
+    return 0;
+}
 
 /* ---- epilogue ---- */
 
@@ -101,31 +172,65 @@ static void epilogue_row(float *t, const float *bias, int n, gemm_epilogue epi, 
 
 /* ---- driver ---- */
 
-static void gemm_item(const gemm_args *g, const gemm_kernels *kr, int i0, int j0, unsigned char *ws) {
+typedef struct gemm_plan {
+    int mc, nc, kc;   /* block sizes used for this call: <= GEMM_MC / GEMM_NC / GEMM_KC, multiples of MR / NR / 8 */
+    int nb_m, nb_n;   /* blocks along M and N */
+} gemm_plan;
+
+/* Even blocks (the last one is not a sliver) so the dynamic schedule has items of similar cost and no K block is
+ * too short to amortise its Cb update. kc depends on K only: the same summation order for every M, N, thread
+ * count and B layout. */
+static gemm_plan make_plan(int M, int N, int K) {
+    gemm_plan p;
+    const int nb_k = K > 0 ? (K + GEMM_KC - 1) / GEMM_KC : 1;
+    p.kc = ((K + nb_k - 1) / nb_k + 7) / 8 * 8;
+    if (p.kc > GEMM_KC) p.kc = GEMM_KC;
+    if (p.kc < 8) p.kc = 8;
+    p.nb_m = (M + GEMM_MC - 1) / GEMM_MC;
+    p.mc = ((M + p.nb_m - 1) / p.nb_m + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+    p.nb_m = (M + p.mc - 1) / p.mc;
+    p.nb_n = (N + GEMM_NC - 1) / GEMM_NC;
+    p.nc = ((N + p.nb_n - 1) / p.nb_n + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
+    p.nb_n = (N + p.nc - 1) / p.nc;
+    return p;
+}
+
+static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_packed *pk, int KC, int i0, int mc,
+                      int j0, int nc, unsigned char *ws) {
     float *ap = (float *)(void *)ws;
     float *bp = (float *)(void *)(ws + GEMM_AP_BYTES);
     float *cb = (float *)(void *)(ws + GEMM_AP_BYTES + GEMM_BP_BYTES);
-    const int mc = g->M - i0 < GEMM_MC ? g->M - i0 : GEMM_MC;
-    const int nc = g->N - j0 < GEMM_NC ? g->N - j0 : GEMM_NC;
     const size_t esz = g->b_dtype == QVL_DTYPE_F32 ? 4 : 2;
     const unsigned char *b = (const unsigned char *)g->B;
+    const int in_regs = pk && pk->dtype == QVL_DTYPE_BF16 && kr->ukr_bf16;
 
     if (g->K <= 0)
         for (int i = 0; i < mc; i++) memset(cb + (size_t)i * GEMM_NC, 0, (size_t)nc * sizeof(float));
-    for (int pc = 0; pc < g->K; pc += GEMM_KC) {
-        const int kc = g->K - pc < GEMM_KC ? g->K - pc : GEMM_KC;
-        for (int jr = 0; jr < nc; jr += GEMM_NR) {
-            const int nr = nc - jr < GEMM_NR ? nc - jr : GEMM_NR;
-            kr->pack_b(b + ((size_t)(j0 + jr) * g->ldb + (size_t)pc) * esz, g->b_dtype, g->ldb, nr, kc,
-                       bp + (size_t)jr * kc);
-        }
+    for (int pc = 0; pc < g->K; pc += KC) {
+        const int kc = g->K - pc < KC ? g->K - pc : KC;
         for (int ir = 0; ir < mc; ir += GEMM_MR) {
             const int mr = mc - ir < GEMM_MR ? mc - ir : GEMM_MR;
             kr->pack_a(g->A + (size_t)(i0 + ir) * g->lda + (size_t)pc, g->lda, mr, kc, ap + (size_t)ir * kc);
         }
-        for (int jr = 0; jr < nc; jr += GEMM_NR)
+        for (int jr = 0; jr < nc; jr += GEMM_NR) {
+            /* Panel (j0 + jr) / NR of a packed weight starts at element (j0 + jr)·K; step pc at + pc·NR. */
+            const size_t poff = (size_t)(j0 + jr) * g->K + (size_t)pc * GEMM_NR;
+            float *cj = cb + jr;
+            if (in_regs) {
+                const uint16_t *bj = (const uint16_t *)pk->data + poff;
+                for (int ir = 0; ir < mc; ir += GEMM_MR)
+                    kr->ukr_bf16(kc, ap + (size_t)ir * kc, bj, cj + (size_t)ir * GEMM_NC, GEMM_NC, pc == 0);
+                continue;
+            }
+            const float *bj = bp;
+            if (pk && pk->dtype == QVL_DTYPE_F32) bj = (const float *)pk->data + poff;
+            else if (pk) widen_bf16_panel((const uint16_t *)pk->data + poff, kc, bp); /* no widening ukr */
+            else
+                kr->pack_b(b + ((size_t)(j0 + jr) * g->ldb + (size_t)pc) * esz, g->b_dtype, g->ldb,
+                           nc - jr < GEMM_NR ? nc - jr : GEMM_NR, kc, bp);
             for (int ir = 0; ir < mc; ir += GEMM_MR)
-                kr->ukr(kc, ap + (size_t)ir * kc, bp + (size_t)jr * kc, cb + (size_t)ir * GEMM_NC + jr, GEMM_NC, pc == 0);
+                kr->ukr(kc, ap + (size_t)ir * kc, bj, cj + (size_t)ir * GEMM_NC, GEMM_NC, pc == 0);
+        }
     }
     for (int i = 0; i < mc; i++)
         epilogue_row(cb + (size_t)i * GEMM_NC, g->bias ? g->bias + j0 : NULL, nc, g->epilogue,
@@ -134,32 +239,43 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, int i0, int j0
 
 void gemm_run_isa(const gemm_args *g, void *ws, int n_threads, gemm_isa isa) {
     if (g->M <= 0 || g->N <= 0) return;
-    const gemm_kernels *kr = &kernels_scalar;
-    if (isa == GEMM_ISA_AVX2 || (isa == GEMM_ISA_AUTO && qvl_cpu_has_avx2())) kr = &kernels_avx2;
-    const int nb_m = (g->M + GEMM_MC - 1) / GEMM_MC;
-    const int nb_n = (g->N + GEMM_NC - 1) / GEMM_NC;
-    const long items = (long)nb_m * nb_n;
+    const gemm_kernels *kr = kernels_for(isa);
+    const gemm_packed *pk = g->Bp && g->Bp->N == g->N && g->Bp->K == g->K && g->K > 0 ? g->Bp : NULL;
+    const gemm_plan pl = make_plan(g->M, g->N, g->K);
+    const long items = (long)pl.nb_m * pl.nb_n;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > items) n_threads = (int)items;
-    /* Items in N-major order so consecutive items of one thread share the same B columns (warm in cache). */
-#pragma omp parallel num_threads(n_threads) if (n_threads > 1)
-    {
-        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        const long lo = items * t / nt, hi = items * (t + 1) / nt;
-        unsigned char *wst = (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63) + (size_t)t * GEMM_THREAD_BYTES;
-        for (long it = lo; it < hi; it++)
-            gemm_item(g, kr, (int)(it % nb_m) * GEMM_MC, (int)(it / nb_m) * GEMM_NC, wst);
+    unsigned char *ws0 = (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    /* Items in N-major order so items running close in time share the same B columns (warm in L2/L3). Dynamic
+     * hand-out keeps every core busy when blocks differ in cost or a core is shared; which thread computes an
+     * item does not change its bits. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
+    for (long it = 0; it < items; it++) {
+        const int i0 = (int)(it % pl.nb_m) * pl.mc, j0 = (int)(it / pl.nb_m) * pl.nc;
+        const int mc = g->M - i0 < pl.mc ? g->M - i0 : pl.mc, nc = g->N - j0 < pl.nc ? g->N - j0 : pl.nc;
+        gemm_item(g, kr, pk, pl.kc, i0, mc, j0, nc, ws0 + (size_t)omp_get_thread_num() * GEMM_THREAD_BYTES);
     }
 }
 
 void gemm_run(const gemm_args *g, void *ws, int n_threads) { gemm_run_isa(g, ws, n_threads, GEMM_ISA_AUTO); }
 
+/* Element k of row j of a packed weight, as f32. */
+static inline float packed_elem(const gemm_packed *pk, int j, int k) {
+    const size_t base = (size_t)(j / GEMM_NR) * pk->K * GEMM_NR + (size_t)k * GEMM_NR;
+    if (pk->dtype == QVL_DTYPE_F32) return ((const float *)pk->data)[base + (size_t)(j % GEMM_NR)];
+    return op_bf16_to_f32(((const uint16_t *)pk->data)[base + (size_t)bf16_slot(j % GEMM_NR)]);
+}
+
 void gemm_ref(const gemm_args *g) {
+    const gemm_packed *pk = g->Bp && g->Bp->N == g->N && g->Bp->K == g->K ? g->Bp : NULL;
     for (int i = 0; i < g->M; i++)
         for (int j = 0; j < g->N; j++) {
             const float *a = g->A + (size_t)i * g->lda;
             float s = 0.0f;
-            for (int k = 0; k < g->K; k++) s += a[k] * b_elem(g->B, g->b_dtype, g->ldb, (size_t)j, (size_t)k);
+            if (pk)
+                for (int k = 0; k < g->K; k++) s += a[k] * packed_elem(pk, j, k);
+            else
+                for (int k = 0; k < g->K; k++) s += a[k] * b_elem(g->B, g->b_dtype, g->ldb, (size_t)j, (size_t)k);
             epilogue_row(&s, g->bias ? g->bias + j : NULL, 1, g->epilogue, g->C + (size_t)i * g->ldc + j,
                          g->accumulate);
         }

@@ -18,6 +18,31 @@
 
 typedef enum gemm_epilogue { GEMM_EPI_NONE = 0, GEMM_EPI_GELU_TANH = 1, GEMM_EPI_GELU_ERF = 2 } gemm_epilogue;
 
+/* A weight packed once (at model load) into the microkernel's panel layout, so gemm_run reads B with unit stride
+ * and never repacks it. Panels: ceil(N/16) of them, panel p holding B rows [16p, 16p+16) (zero rows past N) as K
+ * steps of 16 elements: f32 in natural order, or bf16 in the order j = 0-3, 8-11, 4-7, 12-15 that two in-lane
+ * unpacks with zero widen to f32 in registers. Memory: 16·ceil(N/16)·K elements of 4 (f32) or 2 (bf16) bytes,
+ * i.e. the checkpoint's own size for bf16 panels of a bf16 weight, twice that for f32 panels. Results are
+ * bit-identical to the unpacked path on the same weight (same widened values, same accumulation order). */
+typedef struct gemm_packed {
+    int N, K;               /* shape of the packed weight [N, K] */
+    qvl_dtype dtype;        /* panel element type: QVL_DTYPE_F32 or QVL_DTYPE_BF16 */
+    const void *data;       /* gemm_pack_size() bytes, 64-byte aligned, owned by whoever packed it */
+} gemm_packed;
+
+/* Panel element type. AUTO: bf16 panels for a bf16 weight (no extra memory; widened in registers, measured no
+ * slower than f32 panels), f32 panels for f32 and f16 weights (f16 is widened once, at packing). */
+typedef enum gemm_panel { GEMM_PANEL_AUTO = 0, GEMM_PANEL_F32 = 1 } gemm_panel;
+
+/* Bytes gemm_pack_b needs for a [N, K] weight of stored dtype `dtype` (0 when N or K <= 0). */
+size_t gemm_pack_size(int N, int K, qvl_dtype dtype, gemm_panel which);
+/* Packs B [N, K] (row-major, row stride ldb elements, stored dtype `dtype`, may be unaligned) into `buf`
+ * (gemm_pack_size bytes, 64-byte aligned, caller-owned and kept alive while `out` is used) and describes it in
+ * *out. Deterministic; threads over panels. Returns 0, or -1 (nothing written) for a bad shape or a misaligned
+ * buf. */
+int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                gemm_panel which, int n_threads);
+
 typedef struct gemm_args {
     int M, N, K;
     const float *A; size_t lda;
@@ -26,6 +51,7 @@ typedef struct gemm_args {
     float *C; size_t ldc;
     int accumulate;
     gemm_epilogue epilogue;
+    const gemm_packed *Bp;      /* when non-NULL: B pre-packed (Bp->N == N, Bp->K == K); B, b_dtype, ldb ignored */
 } gemm_args;
 
 size_t gemm_workspace_size(int n_threads);

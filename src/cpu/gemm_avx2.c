@@ -1,21 +1,38 @@
 /* gemm_avx2.c — AVX2+FMA GEMM microkernel (6 x 16 f32 tile) and packers (f32/f16/bf16 B → f32 panels).
  * Compiled with -mavx2 -mfma -mf16c; called only after qvl_cpu_has_avx2(). */
 #include <immintrin.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "cpu/kernels_avx2.h"
 #include "cpu/ops.h"
 
-/* 12 accumulators (6 rows x 2 vectors), 2 B loads and 6 broadcasts per k: FMA-bound on 2-FMA-port cores. */
-void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t ldc, int first) {
+/* 12 accumulators (6 rows x 2 vectors), 2 B vectors and 6 broadcasts per k: FMA-bound on 2-FMA-port cores.
+ * bf16 != 0: b is a bf16 panel (gemm.h order) widened by two in-lane unpacks with zero (shuffle port, not the
+ * FMA ports); the FMA sequence is the same, so both variants give the same bits on the same widened values. */
+static inline __attribute__((always_inline)) void ukr_6x16(int kc, const float *a, const void *bv, int bf16,
+                                                             float *c, size_t ldc, int first) {
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
     __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
     __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    const float *bf = (const float *)bv;
+    const uint16_t *bh = (const uint16_t *)bv;
+    const __m256i zero = _mm256_setzero_si256();
     for (int k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 b0, b1;
+        if (bf16) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)bh);
+            b0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h));
+            b1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h));
+            bh += 16;
+        } else {
+            b0 = _mm256_load_ps(bf);
+            b1 = _mm256_load_ps(bf + 8);
+            bf += 16;
+        }
         __m256 a0 = _mm256_broadcast_ss(a + 0), a1 = _mm256_broadcast_ss(a + 1);
         c00 = _mm256_fmadd_ps(a0, b0, c00);
         c01 = _mm256_fmadd_ps(a0, b1, c01);
@@ -34,7 +51,6 @@ void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t
         c50 = _mm256_fmadd_ps(a1, b0, c50);
         c51 = _mm256_fmadd_ps(a1, b1, c51);
         a += 6;
-        b += 16;
     }
     __m256 acc[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
 #pragma GCC unroll 6
@@ -48,6 +64,14 @@ void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t
             _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), acc[2 * i + 1]));
         }
     }
+}
+
+void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t ldc, int first) {
+    ukr_6x16(kc, a, b, 0, c, ldc, first);
+}
+
+void gemm_ukr_6x16_bf16_avx2(int kc, const float *a, const uint16_t *b, float *c, size_t ldc, int first) {
+    ukr_6x16(kc, a, b, 1, c, ldc, first);
 }
 
 static inline void transpose8(__m256 r[8]) {

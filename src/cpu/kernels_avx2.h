@@ -5,6 +5,7 @@
 #define QVL_CPU_KERNELS_AVX2_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -22,24 +23,6 @@ static inline int qvl_cpu_has_avx2(void) {
     return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     return 0;
-/* Attention tile sizes shared by attention.c (scalar) and attention_avx2.c: a work item is up to ATTN_BQ query
- * rows of one (segment, head); keys stream in tiles of ATTN_BK. BQ is a multiple of 12 (6-row score and 4-row P·V
- * register blocks), BK a multiple of 16. */
-enum { ATTN_BQ = 48, ATTN_BK = 64 };
-
-/* Floats of per-thread scratch one attention work item needs (64-byte multiple): Q tile, Kᵀ tile, score tile,
- * output accumulator, running max and sum. */
-static inline size_t attn_block_floats(int hd) {
-    size_t n = (size_t)ATTN_BQ * (size_t)hd * 2 + (size_t)hd * ATTN_BK + (size_t)ATTN_BQ * ATTN_BK + 2 * ATTN_BQ;
-    return (n + 15) & ~(size_t)15;
-}
-
-/* One attention work item: nq <= ATTN_BQ query rows q (row stride ldq, hd floats of one head) against nk >= 1 key
- * and value rows k, v (strides ldk, ldv), online softmax over key tiles, written to out (stride ldo).
- * Needs hd % 8 == 0. ws: attn_block_floats(hd) floats, 64-byte aligned. */
-void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
-                     size_t ldo, int nq, int nk, int hd, float scale, float *ws);
-
 #endif
 }
 
@@ -47,6 +30,9 @@ void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, con
  * B micro-panel, kc steps of 16 floats (64-byte aligned); c: 6 rows of 16 floats at row stride ldc.
  * first != 0: c = a·b; else c += a·b. */
 void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t ldc, int first);
+/* Same on a bf16 B micro-panel in the pre-packed order of gemm.h (kc steps of 16 bf16, any alignment), widened
+ * in registers; bit-identical to gemm_ukr_6x16_avx2 on the widened panel. */
+void gemm_ukr_6x16_bf16_avx2(int kc, const float *a, const uint16_t *b, float *c, size_t ldc, int first);
 /* Pack rows [0, nr) (nr <= 16) of B (row-major, row stride ldb elements of dtype dt, possibly unaligned), columns
  * [0, kc), into a 16-wide f32 micro-panel: bp[k·16 + j] = B[j][k], zero for j >= nr. */
 void gemm_pack_b16_avx2(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp);
@@ -54,15 +40,25 @@ void gemm_pack_b16_avx2(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc,
  * ap[k·6 + i] = A[i][k], zero for i >= mr. */
 void gemm_pack_a6_avx2(const float *a, size_t lda, int mr, int kc, float *ap);
 
+/* Elementwise (ops_avx2.c): y[i] = tanh(x[i]) / erf(x[i]) (x and y may alias), and the two GELUs in place in
+ * torch's operation order; within 2 ulp of libm, position-independent results (see ops_avx2.c). */
+void ops_tanh_avx2(const float *x, float *y, size_t n);
+void ops_erf_avx2(const float *x, float *y, size_t n);
+void ops_gelu_tanh_avx2(float *x, size_t n);
+void ops_gelu_erf_avx2(float *x, size_t n);
+/* One LayerNorm row (ops.h op_layernorm's contract for a single row; w, b may be NULL). */
+void ops_layernorm_row_avx2(const float *x, float *y, size_t cols, const float *w, const float *b, float eps);
+
 /* Attention tile sizes shared by attention.c (scalar) and attention_avx2.c: a work item is up to ATTN_BQ query
- * rows of one (segment, head); keys stream in tiles of ATTN_BK. BQ is a multiple of 12 (6-row score and 4-row P·V
- * register blocks), BK a multiple of 16. */
-enum { ATTN_BQ = 48, ATTN_BK = 64 };
+ * rows of one (segment, head); keys stream in tiles of ATTN_BK. BQ is a multiple of 24 (6-row score, 4- and 3-row
+ * P·V register blocks, 8-row softmax groups), BK a multiple of 16. A large BQ amortises the Kᵀ tile transpose and
+ * the K/V reads (measured: 48 → 192 rows, +15 %); its tiles (~170 KiB at hd 72) stay in L2. */
+enum { ATTN_BQ = 192, ATTN_BK = 64 };
 
 /* Floats of per-thread scratch one attention work item needs (64-byte multiple): Q tile, Kᵀ tile, score tile,
- * output accumulator, running max and sum. */
+ * output accumulator, running max and sum, tile maxima and rescale factors. */
 static inline size_t attn_block_floats(int hd) {
-    size_t n = (size_t)ATTN_BQ * (size_t)hd * 2 + (size_t)hd * ATTN_BK + (size_t)ATTN_BQ * ATTN_BK + 2 * ATTN_BQ;
+    size_t n = (size_t)ATTN_BQ * (size_t)hd * 2 + (size_t)hd * ATTN_BK + (size_t)ATTN_BQ * ATTN_BK + 4 * ATTN_BQ;
     return (n + 15) & ~(size_t)15;
 }
 

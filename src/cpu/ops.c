@@ -1,10 +1,27 @@
-/* ops.c — LayerNorm and GELU of the tower (scalar, libm-exact formulas in torch's operation order).
+/* ops.c — LayerNorm and GELU of the tower: libm-exact scalar formulas in torch's operation order, and the dispatch
+ * to the AVX2 kernels (ops_avx2.c: GELUs on a vector tanh/erf within 2 ulp of libm, LayerNorm rows with the same
+ * per-element arithmetic) when the CPU has them.
  *
  * Accuracy over speed: these run on [S, 1152]-sized activations a few times per block, next to GEMMs that cost
  * three orders of magnitude more, and they sit on the parity path (1e-4 relative end to end vs PyTorch). */
 #include <math.h>
+#include <stdatomic.h>
 
+#include "cpu/kernels_avx2.h"
 #include "cpu/ops.h"
+
+/* Whether the AVX2 elementwise kernels run here, asked once: the epilogue calls GELU per row segment and CPUID
+ * traps to the hypervisor on virtual machines. 0: not asked yet, 1: no, 2: yes. */
+static _Atomic int simd_state;
+
+static int use_simd(void) {
+    int s = atomic_load_explicit(&simd_state, memory_order_relaxed);
+    if (s == 0) {
+        s = qvl_cpu_has_avx2() ? 2 : 1;
+        atomic_store_explicit(&simd_state, s, memory_order_relaxed);
+    }
+    return s == 2;
+}
 
 /* LayerNorm statistics are accumulated in double: the mean and biased variance come out as the correctly rounded
  * f32 values of the exact statistics (two passes: mean, then Σ(x − mean)²), which is within torch's own f32
@@ -28,19 +45,32 @@ static void layernorm_row(const float *x, float *y, size_t cols, const float *w,
     }
 }
 
-void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
-                  const float *b, float eps, int n_threads) {
+typedef void (*layernorm_row_fn)(const float *x, float *y, size_t cols, const float *w, const float *b, float eps);
+
+static void layernorm_rows(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols,
+                           const float *w, const float *b, float eps, int n_threads, layernorm_row_fn row) {
     if (rows == 0 || cols == 0) return;
     if (n_threads < 1) n_threads = 1;
     long nr = (long)rows;
 #pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && rows > 1)
-    for (long r = 0; r < nr; r++) layernorm_row(x + (size_t)r * ldx, y + (size_t)r * ldy, cols, w, b, eps);
+    for (long r = 0; r < nr; r++) row(x + (size_t)r * ldx, y + (size_t)r * ldy, cols, w, b, eps);
+}
+
+void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
+                  const float *b, float eps, int n_threads) {
+    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, n_threads,
+                   use_simd() ? ops_layernorm_row_avx2 : layernorm_row);
+}
+
+void op_layernorm_scalar(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
+                         const float *b, float eps, int n_threads) {
+    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, n_threads, layernorm_row);
 }
 
 /* torch (aten/src/ATen/native/cpu/Activation.cpp, GeluKernelImpl tanh branch):
  *   kBeta = M_SQRT2 * M_2_SQRTPI * 0.5; kKappa = 0.044715;
  *   inner = kBeta * (x + kKappa * (x * x * x)); y = 0.5 * x * (1 + tanh(inner)). Same order here, all f32. */
-void op_gelu_tanh(float *x, size_t n) {
+void op_gelu_tanh_scalar(float *x, size_t n) {
     const float k_beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5);
     const float k_kappa = 0.044715f;
     for (size_t i = 0; i < n; i++) {
@@ -52,10 +82,20 @@ void op_gelu_tanh(float *x, size_t n) {
 }
 
 /* torch GeluKernelImpl none branch: y = x * 0.5 * (1 + erf(x * M_SQRT1_2)). */
-void op_gelu_erf(float *x, size_t n) {
+void op_gelu_erf_scalar(float *x, size_t n) {
     const float k_alpha = (float)M_SQRT1_2;
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
         x[i] = v * 0.5f * (1.0f + erff(v * k_alpha));
     }
+}
+
+void op_gelu_tanh(float *x, size_t n) {
+    if (use_simd()) ops_gelu_tanh_avx2(x, n);
+    else op_gelu_tanh_scalar(x, n);
+}
+
+void op_gelu_erf(float *x, size_t n) {
+    if (use_simd()) ops_gelu_erf_avx2(x, n);
+    else op_gelu_erf_scalar(x, n);
 }

@@ -12,11 +12,19 @@
  * a numerically stable two-pass mean/variance. x and y may alias. Row strides ldx, ldy. */
 void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
                   const float *b, float eps, int n_threads);
+/* The portable LayerNorm (statistics in double, per-element transform in f32): op_layernorm's path without AVX2
+ * and the reference the AVX2 rows (same transform, double statistics summed in another order) are tested against. */
+void op_layernorm_scalar(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
+                         const float *b, float eps, int n_threads);
 
 /* In place: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (gelu_pytorch_tanh). */
 void op_gelu_tanh(float *x, size_t n);
 /* In place: 0.5·x·(1 + erf(x/√2)) (nn.GELU exact). */
 void op_gelu_erf(float *x, size_t n);
+/* The two GELUs with libm tanhf/erff: the portable path of op_gelu_* and the reference the AVX2 path (vector
+ * tanh/erf within 2 ulp of libm) is tested against. A value's result never depends on n or its position. */
+void op_gelu_tanh_scalar(float *x, size_t n);
+void op_gelu_erf_scalar(float *x, size_t n);
 
 /* Widen n stored-dtype elements to float32 (src may be unaligned). */
 void op_to_f32(const void *src, qvl_dtype dt, float *dst, size_t n);

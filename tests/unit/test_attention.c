@@ -72,7 +72,7 @@ static void run_case(const int *lens, int n_seg, int nh, int hd, float qmag) {
 
 int main(void) {
     if (!qvl_cpu_has_avx2()) printf("test_attention: no AVX2 on this CPU, portable blocks only\n");
-    const int lens1[] = {1, 47, 48, 49, 130, 64, 65, 200};
+    const int lens1[] = {1, 47, 191, 192, 193, 64, 65, 400}; /* around ATTN_BQ = 192 and ATTN_BK = 64 */
     const int lens2[] = {5, 0, 97};
     const int lens3[] = {1};
     const int hds[] = {16, 64, 72, 12};

@@ -1,5 +1,6 @@
 /* test_gemm.c — gemm_run (scalar and AVX2 kernel sets) against gemm_ref on edge sizes around the block sizes,
- * every B dtype, bias, epilogue and accumulate; NaN-poisoned C; unaligned B; bit-identical over thread counts. */
+ * every B dtype, bias, epilogue and accumulate; NaN-poisoned C; unaligned B; bit-identical over thread counts and
+ * between B as stored and B pre-packed by gemm_pack_b (bf16 and f32 panels). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,14 +59,39 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
         Cr[i] = C1[i] = C2[i] = init;
     }
     memcpy(C0, Cr, (size_t)M * ldc * sizeof(float));
-    gemm_args g = {M, N, K, A, lda, B, dt, ldb, with_bias ? bias : NULL, Cr, ldc, accumulate, epi};
+    gemm_args g = {M, N, K, A, lda, B, dt, ldb, with_bias ? bias : NULL, Cr, ldc, accumulate, epi, NULL};
     gemm_ref(&g);
     g.C = C1;
     gemm_run_isa(&g, ws, 1, isa);
     g.C = C2;
     gemm_run_isa(&g, ws, 2, isa);
 
+    /* Pre-packed B, both panel types: the same bits as the per-call packing, on either thread count. */
     int ok = 1;
+    for (int w = 0; w < 2 && K > 0; w++) {
+        const gemm_panel which = w ? GEMM_PANEL_F32 : GEMM_PANEL_AUTO;
+        const size_t psz = gemm_pack_size(N, K, dt, which);
+        void *pbuf = aligned_alloc(64, psz);
+        gemm_packed pk;
+        memset(pbuf, 0xff, psz); /* NaN bits: every byte the driver reads must have been written by the packer */
+        CHECK(gemm_pack_b(&pk, pbuf, B, dt, ldb, N, K, which, 2) == 0);
+        CHECK(pk.dtype == (dt == QVL_DTYPE_BF16 && !w ? QVL_DTYPE_BF16 : QVL_DTYPE_F32));
+        float *Cp = malloc(((size_t)M * ldc + 1) * sizeof(float));
+        for (int nt = 1; nt <= 2; nt++) {
+            memcpy(Cp, C0, (size_t)M * ldc * sizeof(float));
+            g.C = Cp;
+            g.Bp = &pk;
+            gemm_run_isa(&g, ws, nt, isa);
+            g.Bp = NULL;
+            if (memcmp(Cp, C1, (size_t)M * ldc * sizeof(float))) {
+                fprintf(stderr, "M=%d N=%d K=%d dt=%d panel=%d isa=%d threads=%d: packed B differs\n", M, N, K, (int)dt,
+                        w, (int)isa, nt);
+                ok = 0;
+            }
+        }
+        free(Cp);
+        free(pbuf);
+    }
     for (int i = 0; i < M && ok; i++)
         for (int j = 0; j < N; j++) {
             /* An independent double-precision value checks gemm_ref itself (it shares the epilogue code). */
@@ -107,10 +133,11 @@ int main(void) {
     if (n_isa == 1) printf("test_gemm: no AVX2 on this CPU, scalar kernels only\n");
     const qvl_dtype dts[3] = {QVL_DTYPE_F32, QVL_DTYPE_F16, QVL_DTYPE_BF16};
 
-    /* Edge sizes around MR = 6, NR = 16, KC = 256, MC = 144, NC = 192. */
+    /* Edge sizes around MR = 6, NR = 16, KC = 512 (K blocks evened out: 513 → 2 x 264, 1030 → 3 x 344),
+     * MC = 144 (145 → 2 x 78), and small N (NC = 768 below). */
     const int ms[] = {1, 2, 5, 6, 7, 15, 143, 145, 289};
     const int ns[] = {1, 15, 16, 17, 35, 191, 193, 400};
-    const int ks[] = {0, 1, 7, 8, 9, 255, 256, 257, 520};
+    const int ks[] = {0, 1, 7, 8, 9, 255, 511, 512, 513, 1030};
     for (int ii = 0; ii < n_isa; ii++) {
         /* Every dtype x bias x epilogue x accumulate on one awkward shape. */
         for (int d = 0; d < 3; d++)
@@ -129,9 +156,36 @@ int main(void) {
                                    isas[ii], ws));
                 }
     }
+    /* N around NC = 768 (blocks evened out: 769 → 2 x 400, 1537 → 3 x 528), every dtype, both kernel sets. */
+    for (int ii = 0; ii < n_isa; ii++) {
+        CHECK(run_case(13, 767, 20, QVL_DTYPE_BF16, 1, GEMM_EPI_GELU_ERF, 0, isas[ii], ws));
+        CHECK(run_case(13, 768, 21, QVL_DTYPE_F16, 0, GEMM_EPI_NONE, 1, isas[ii], ws));
+        CHECK(run_case(7, 769, 33, QVL_DTYPE_F32, 1, GEMM_EPI_GELU_TANH, 1, isas[ii], ws));
+        CHECK(run_case(150, 1537, 9, QVL_DTYPE_BF16, 1, GEMM_EPI_NONE, 0, isas[ii], ws));
+    }
     /* Tower-like shapes (one M block past the first, N not a multiple of 16, K not a multiple of 8). */
     CHECK(run_case(150, 4304 / 8, 4304 / 8 + 1, QVL_DTYPE_BF16, 1, GEMM_EPI_GELU_TANH, 0, GEMM_ISA_AUTO, ws));
     CHECK(run_case(40, 200, 1150, QVL_DTYPE_BF16, 1, GEMM_EPI_NONE, 1, GEMM_ISA_AUTO, ws));
+    /* gemm_pack_b rejects bad arguments without writing; gemm_ref reads packed weights too. */
+    {
+        gemm_packed pk;
+        float b[4] = {1, 2, 3, 4};
+        void *buf = aligned_alloc(64, 4096);
+        CHECK(gemm_pack_size(0, 5, QVL_DTYPE_F32, GEMM_PANEL_AUTO) == 0);
+        CHECK(gemm_pack_size(17, 3, QVL_DTYPE_BF16, GEMM_PANEL_AUTO) == 192);
+        CHECK(gemm_pack_size(17, 3, QVL_DTYPE_BF16, GEMM_PANEL_F32) == 384);
+        CHECK(gemm_pack_b(&pk, (char *)buf + 4, b, QVL_DTYPE_F32, 2, 2, 2, GEMM_PANEL_AUTO, 1) == -1);
+        CHECK(gemm_pack_b(&pk, buf, b, QVL_DTYPE_F32, 1, 2, 2, GEMM_PANEL_AUTO, 1) == -1);
+        CHECK(gemm_pack_b(&pk, buf, b, QVL_DTYPE_F32, 2, 2, 2, GEMM_PANEL_AUTO, 1) == 0);
+        float a[2] = {1, -1}, c1[2], c2[2];
+        gemm_args g = {1, 2, 2, a, 2, b, QVL_DTYPE_F32, 2, NULL, c1, 2, 0, GEMM_EPI_NONE, NULL};
+        gemm_ref(&g);
+        g.C = c2;
+        g.Bp = &pk;
+        gemm_ref(&g);
+        CHECK(c1[0] == -1.0f && c1[1] == -1.0f && !memcmp(c1, c2, sizeof c1));
+        free(buf);
+    }
     free(wsbuf);
     return tu_finish("test_gemm");
 }

@@ -1,11 +1,14 @@
-/* test_ops.c — LayerNorm and GELU against double-precision references; dtype conversions: every f16 and bf16
- * value round-trips, and f32 → f16/bf16 rounds to nearest even at every midpoint between adjacent values. */
+/* test_ops.c — LayerNorm and GELU against double-precision references; the AVX2 tanh/erf within 2 ulp of double
+ * libm over a dense sweep of all floats (tiny, huge, negative, ±0, ±inf, NaN), the AVX2 GELUs against the libm ones
+ * and independent of position; dtype conversions: every f16 and bf16 value round-trips, and f32 → f16/bf16 rounds
+ * to nearest even at every midpoint between adjacent values. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/kernels_avx2.h"
 #include "cpu/ops.h"
 #include "testutil.h"
 
@@ -25,6 +28,7 @@ static void test_layernorm(size_t rows, size_t cols, float offset, int in_place)
     const size_t ldx = cols + 3, ldy = cols + 1;
     float *x = malloc(rows * ldx * sizeof(float)), *y1 = malloc(rows * ldx * sizeof(float));
     float *y2 = malloc(rows * ldx * sizeof(float)), *w = malloc(cols * sizeof(float)), *b = malloc(cols * sizeof(float));
+    float *ys = malloc(rows * ldx * sizeof(float));
     for (size_t i = 0; i < rows * ldx; i++) x[i] = offset + frand() * (1.0f + (float)(i % 7));
     for (size_t c = 0; c < cols; c++) w[c] = 1.0f + 0.5f * frand(), b[c] = frand();
     const float eps = 1e-6f;
@@ -33,13 +37,16 @@ static void test_layernorm(size_t rows, size_t cols, float offset, int in_place)
         memcpy(y1, x, rows * ldx * sizeof(float));
         memcpy(y2, x, rows * ldx * sizeof(float));
         ld1 = ldx;
+        memcpy(ys, x, rows * ldx * sizeof(float));
         op_layernorm(y1, ldx, y1, ldx, rows, cols, w, b, eps, 1);
         op_layernorm(y2, ldx, y2, ldx, rows, cols, w, b, eps, 2);
+        op_layernorm_scalar(ys, ldx, ys, ldx, rows, cols, w, b, eps, 2);
     } else {
         op_layernorm(x, ldx, y1, ldy, rows, cols, w, b, eps, 1);
         op_layernorm(x, ldx, y2, ldy, rows, cols, w, b, eps, 2);
+        op_layernorm_scalar(x, ldx, ys, ldy, rows, cols, w, b, eps, 2);
     }
-    int ok = 1, same = 1;
+    int ok = 1, same = 1, ok_s = 1;
     for (size_t r = 0; r < rows; r++) {
         const float *xr = x + r * ldx;
         double mean = 0.0, var = 0.0;
@@ -58,11 +65,13 @@ static void test_layernorm(size_t rows, size_t cols, float offset, int in_place)
                 ok = 0;
             }
             if (memcmp(&y1[r * ld1 + c], &y2[r * ld1 + c], 4)) same = 0;
+            if (!(fabs(ys[r * ld1 + c] - ref) <= tol)) ok_s = 0; /* the scalar reference path, same bound */
         }
     }
     CHECK(ok);
     CHECK(same);
-    free(x), free(y1), free(y2), free(w), free(b);
+    CHECK(ok_s);
+    free(x), free(y1), free(y2), free(w), free(b), free(ys);
 }
 
 static void test_gelu(void) {
@@ -92,6 +101,83 @@ static void test_gelu(void) {
     CHECK(s[0] == 0.0f && s[1] == 0.0f && s[2] == INFINITY && isnan(s[3]));
     CHECK(e[0] == 0.0f && e[1] == 0.0f && e[2] == INFINITY && isnan(e[3]));
     free(xt), free(xe), free(x0);
+}
+
+/* Error of got in units of the last place of the f32 nearest ref (subnormal spacing below FLT_MIN). */
+static double ulps(float got, double ref) {
+    if (isnan(ref)) return isnan(got) ? 0.0 : INFINITY;
+    if (isinf(ref)) return got == ref ? 0.0 : INFINITY;
+    int e;
+    frexp(fmax(fabs(ref), 1.17549435e-38), &e);
+    return fabs((double)got - ref) / ldexp(1.0, e - 24);
+}
+
+/* Worst ulp error of the AVX2 tanh and erf over bit patterns lo, lo + step, ... < hi (with the sign bit set on
+ * every other one when alt_sign); also checks that the sign follows x. */
+static void sweep(uint64_t lo, uint64_t hi, uint32_t step, int alt_sign, double *wt, double *we, int *signs_ok) {
+    enum { B = 4096 };
+    float x[B], t[B], e[B];
+    size_t n = 0;
+    for (uint64_t u = lo, c = 0; u < hi || n; u += step, c++) {
+        if (u < hi) x[n++] = bits_f32((uint32_t)u | (alt_sign && (c & 1) ? 0x80000000u : 0u));
+        if (n < B && u < hi) continue;
+        ops_tanh_avx2(x, t, n);
+        ops_erf_avx2(x, e, n);
+        for (size_t i = 0; i < n; i++) {
+            *wt = fmax(*wt, ulps(t[i], tanh((double)x[i])));
+            *we = fmax(*we, ulps(e[i], erf((double)x[i])));
+            if (!isnan(x[i]) && (signbit(t[i]) != signbit(x[i]) || signbit(e[i]) != signbit(x[i]))) *signs_ok = 0;
+        }
+        n = 0;
+    }
+}
+
+static void test_vector_math(void) {
+    if (!qvl_cpu_has_avx2()) {
+        printf("test_ops: no AVX2 on this CPU, vector tanh/erf not tested\n");
+        return;
+    }
+    double wt = 0.0, we = 0.0;
+    int signs_ok = 1;
+    sweep(0, 0x100000000ull, 4099u, 0, &wt, &we, &signs_ok);        /* all of float: subnormals to inf and NaN */
+    sweep(0x3c000000u, 0x41000000u, 211u, 1, &wt, &we, &signs_ok); /* dense over |x| in [2^-7, 8), both signs */
+    printf("test_ops: vector tanh max %.3f ulp, erf max %.3f ulp\n", wt, we);
+    CHECK(wt <= 2.0);
+    CHECK(we <= 2.0);
+    CHECK(signs_ok);
+    float s[6] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN}, st[6], se[6];
+    ops_tanh_avx2(s, st, 6);
+    ops_erf_avx2(s, se, 6);
+    CHECK(st[0] == 0.0f && !signbit(st[0]) && st[1] == 0.0f && signbit(st[1]) && st[2] == 1.0f && st[3] == -1.0f);
+    CHECK(se[0] == 0.0f && !signbit(se[0]) && se[1] == 0.0f && signbit(se[1]) && se[2] == 1.0f && se[3] == -1.0f);
+    CHECK(isnan(st[4]) && isnan(st[5]) && isnan(se[4]) && isnan(se[5]));
+
+    /* GELUs: AVX2 vs the libm formulas, and a value's bits do not depend on where it sits (n = 1 vs a long row). */
+    enum { N = 20011 };
+    float *g0 = malloc(N * sizeof(float)), *gt = malloc(N * sizeof(float)), *ge = malloc(N * sizeof(float));
+    float *rt = malloc(N * sizeof(float)), *re = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) g0[i] = -12.0f + 24.0f * (float)i / (N - 1) + 1e-3f * frand();
+    memcpy(gt, g0, N * sizeof(float)), memcpy(ge, g0, N * sizeof(float));
+    memcpy(rt, g0, N * sizeof(float)), memcpy(re, g0, N * sizeof(float));
+    ops_gelu_tanh_avx2(gt, N);
+    ops_gelu_erf_avx2(ge, N);
+    op_gelu_tanh_scalar(rt, N);
+    op_gelu_erf_scalar(re, N);
+    int close_t = 1, close_e = 1, pos = 1;
+    for (int i = 0; i < N; i++) {
+        /* tanh/erf within 2 ulp each: 0.5·|x|·(2 + 2) ulp(1) bounds the difference of the products */
+        const double tol = 4e-7 * fabs(g0[i]) + 1e-30;
+        if (!(fabs((double)gt[i] - rt[i]) <= tol)) close_t = 0;
+        if (!(fabs((double)ge[i] - re[i]) <= tol)) close_e = 0;
+        float one_t = g0[i], one_e = g0[i];
+        ops_gelu_tanh_avx2(&one_t, 1);
+        ops_gelu_erf_avx2(&one_e, 1);
+        if (memcmp(&one_t, &gt[i], 4) || memcmp(&one_e, &ge[i], 4)) pos = 0;
+    }
+    CHECK(close_t);
+    CHECK(close_e);
+    CHECK(pos);
+    free(g0), free(gt), free(ge), free(rt), free(re);
 }
 
 static void test_conversions(void) {
@@ -175,7 +261,9 @@ int main(void) {
     test_layernorm(7, 1152, 100.0f, 0); /* large mean: a one-pass E[x²] − E[x]² would lose it */
     test_layernorm(3, 7, -3.0f, 1);
     test_layernorm(33, 64, 0.5f, 1);
+    test_layernorm(4, 13, 2.0f, 0); /* vector body plus a scalar tail */
     test_gelu();
+    test_vector_math();
     test_conversions();
     return tu_finish("test_ops");
 }
