@@ -8,7 +8,7 @@
 
 #include "qvl.h"
 
-/* y[r, :] = (x[r, :] − mean) / sqrt(var + eps) · w + b for r < rows; biased variance, statistics in f32 with
+/* y[r, :] = (x[r, :] − mean) / sqrt(var + eps) · w + b for r < rows; biased variance, statistics in double with
  * a numerically stable two-pass mean/variance. x and y may alias. Row strides ldx, ldy. */
 void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
                   const float *b, float eps, int n_threads);

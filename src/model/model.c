@@ -1,7 +1,10 @@
 /* model.c — load, describe, fingerprint and free a vision tower. */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <xxhash.h>
 
 #include "core/error.h"
@@ -16,6 +19,7 @@ void qvl_model_free(qvl_model *m) {
     free(m->bound);
     free(m->owned_patch);
     free(m->small);
+    free(m->panels);
     pthread_mutex_destroy(&m->fp_lock);
     free(m);
 }
@@ -51,6 +55,75 @@ static void fill_info(qvl_model *m) {
     }
 }
 
+/* Every Linear of the tower, in canonical order. */
+static size_t linears(qvl_model *m, linear **out) {
+    size_t n = 0;
+    out[n++] = &m->patch;
+    for (int i = 0; i < m->cfg.depth; i++) {
+        out[n++] = &m->blocks[i].qkv;
+        out[n++] = &m->blocks[i].proj;
+        out[n++] = &m->blocks[i].fc1;
+        out[n++] = &m->blocks[i].fc2;
+    }
+    out[n++] = &m->merger.fc1;
+    out[n++] = &m->merger.fc2;
+    for (int k = 0; k < m->cfg.n_deepstack; k++) {
+        out[n++] = &m->deepstack[k].fc1;
+        out[n++] = &m->deepstack[k].fc2;
+    }
+    return n;
+}
+
+/* Drop the resident pages wholly inside [p, p + n) of a file mapping (no-op for memory we own). */
+static void drop_mapped(const qvl_model *m, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (int i = 0; i < m->n_files; i++) {
+        const unsigned char *map = m->files[i]->map;
+        if (!map || b < map || b + n > map + m->files[i]->size) continue;
+        uintptr_t page = 4096, lo = ((uintptr_t)b + page - 1) & ~(page - 1), hi = ((uintptr_t)b + n) & ~(page - 1);
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        return;
+    }
+}
+
+/* Pack every Linear's weight into GEMM panels once (bf16 stays bf16: the panels take the checkpoint's own bytes),
+ * then let the kernel drop the mapped copies of the pages: encode reads only the panels, and anything that reads
+ * the mapping later (the fingerprint, the position table) faults the pages back in from the file. */
+static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
+    size_t cap = 3 + 4 * (size_t)m->cfg.depth + 2 * (size_t)m->cfg.n_deepstack, n, total = 0;
+    linear **ls = malloc(cap * sizeof *ls);
+    if (!ls) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory packing weights");
+    n = linears(m, ls);
+    for (size_t i = 0; i < n; i++) {
+        size_t b = gemm_pack_size(ls[i]->w.rows, ls[i]->w.cols, ls[i]->w.dtype, GEMM_PANEL_AUTO);
+        if (qvl_add_overflow(total, b, &total)) {
+            free(ls);
+            return qvl_fail(err, QVL_ERR_LIMIT, "packed weights overflow");
+        }
+    }
+    m->panels = aligned_alloc(64, total ? total : 64);
+    if (!m->panels) {
+        free(ls);
+        return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of packed weights", total);
+    }
+    m->panel_bytes = total;
+    int threads = omp_get_num_procs();
+    unsigned char *at = m->panels;
+    for (size_t i = 0; i < n; i++) {
+        linear *l = ls[i];
+        if (gemm_pack_b(&l->packed, at, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows, l->w.cols,
+                        GEMM_PANEL_AUTO, threads) != 0) {
+            free(ls);
+            return qvl_fail(err, QVL_ERR_INTERNAL, "packing a %dx%d weight failed", l->w.rows, l->w.cols);
+        }
+        at += gemm_pack_size(l->w.rows, l->w.cols, l->w.dtype, GEMM_PANEL_AUTO);
+        /* Page by page, so the mapped copy and the panels are never both resident in full. */
+        drop_mapped(m, l->w.data, (size_t)l->w.rows * (size_t)l->w.cols * (l->w.dtype == QVL_DTYPE_F32 ? 4 : 2));
+    }
+    free(ls);
+    return QVL_OK;
+}
+
 qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err) {
     qvl_error_clear(err);
     if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: out is NULL");
@@ -65,6 +138,7 @@ qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_mo
     qvl_status s = qvl_join(path, sizeof path, dir, "config.json", err);
     if (s == QVL_OK) s = qvl_config_load(path, &m->cfg, err);
     if (s == QVL_OK) s = qvl_checkpoint_bind(m, dir, err);
+    if (s == QVL_OK) s = pack_weights(m, err);
     if (s != QVL_OK) {
         qvl_model_free(m);
         return s;

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "cpu/gemm.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "qvl.h"
@@ -16,10 +17,12 @@ typedef struct wmat {
     int rows, cols;
 } wmat;
 
-/* A Linear layer: weight in stored dtype, bias widened to f32. */
+/* A Linear layer: weight in stored dtype (as mapped), the same weight packed into GEMM panels at load, bias
+ * widened to f32. */
 typedef struct linear {
     wmat w;
-    const float *b; /* [w.rows] */
+    gemm_packed packed; /* panels in the model's `panels` block */
+    const float *b;     /* [w.rows] */
 } linear;
 
 typedef struct layernorm {
@@ -65,6 +68,8 @@ struct qvl_model {
     size_t n_bound;
     void *owned_patch;   /* the patch weight permuted from MLX layout, when it had to be */
     float *small;        /* every f32-widened vector (biases, norms), one allocation */
+    void *panels;        /* every Linear's packed weight panels, one allocation */
+    size_t panel_bytes;
     pthread_mutex_t fp_lock;
     int fp_done;
     uint8_t fp[16];

@@ -234,7 +234,7 @@ static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, 
                        int accumulate, gemm_epilogue epi) {
     gemm_args g = {.M = (int)M, .N = l->w.rows, .K = l->w.cols, .A = A, .lda = lda, .B = l->w.data,
                    .b_dtype = l->w.dtype, .ldb = (size_t)l->w.cols, .bias = l->b, .C = C, .ldc = ldc,
-                   .accumulate = accumulate, .epilogue = epi};
+                   .accumulate = accumulate, .epilogue = epi, .Bp = &l->packed};
     gemm_run(&g, c->gemm_ws, c->n_threads);
     c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
 }
