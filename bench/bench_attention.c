@@ -1,10 +1,12 @@
 /* bench_attention.c — GFLOP/s (4·S²·H per segment: QKᵀ and P·V) of attn_run for one segment of S tokens,
  * 16 heads of head_dim 72 (BENCH_HD=64 for 64), Q/K/V thirds of a fused qkv buffer; 1 and 2 threads, best of
- * BENCH_REPS (3) timings, wall and per CPU-second (see bench_gemm.c). Usage: bench_attention [S ...]. */
+ * BENCH_REPS (3) timings, wall and per CPU-second (see bench_gemm.c); BENCH_ISA=scalar|avx2|avx512 forces that
+ * block kernel. Usage: bench_attention [S ...]. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cpu/attention.h"
@@ -24,6 +26,11 @@ int main(int argc, char **argv) {
     }
     const int nh = 16, hd = getenv("BENCH_HD") ? atoi(getenv("BENCH_HD")) : 72, H = nh * hd;
     const int n_rep = getenv("BENCH_REPS") ? atoi(getenv("BENCH_REPS")) : 3;
+    const char *isa_s = getenv("BENCH_ISA");
+    const attn_isa isa = !isa_s ? ATTN_ISA_AUTO
+                         : !strcmp(isa_s, "avx512") ? ATTN_ISA_AVX512
+                         : !strcmp(isa_s, "avx2")   ? ATTN_ISA_AVX2
+                                                    : ATTN_ISA_SCALAR;
     void *ws = aligned_alloc(64, attn_workspace_size(hd, 2));
     for (int x = 0; x < n; x++) {
         const int S = lens[x];
@@ -33,13 +40,13 @@ int main(int argc, char **argv) {
         attn_args a = {qkv, qkv + H, qkv + 2 * H, 3 * (size_t)H, 3 * (size_t)H, 3 * (size_t)H, out, (size_t)H, nh, hd,
                        cu, 1, 1.0f / sqrtf((float)hd)};
         for (int nt = 1; nt <= 2; nt++) {
-            attn_run(&a, ws, nt);
+            attn_run_isa(&a, ws, nt, isa);
             double best = 0.0, best_cpu = 0.0, best_ms = 0.0;
             for (int r = 0; r < n_rep; r++) {
                 int reps = 0;
                 double t0 = omp_get_wtime(), c0 = cpu_now(), dt;
                 do {
-                    attn_run(&a, ws, nt);
+                    attn_run_isa(&a, ws, nt, isa);
                     reps++;
                     dt = omp_get_wtime() - t0;
                 } while (dt < 0.5);
@@ -47,8 +54,8 @@ int main(int argc, char **argv) {
                 if (gflop / dt > best) best = gflop / dt, best_ms = dt / reps * 1e3;
                 if (gflop / (cpu_now() - c0) * nt > best_cpu) best_cpu = gflop / (cpu_now() - c0) * nt;
             }
-            printf("S %5d heads %d x %d threads %d: %.1f GFLOP/s [%.1f per CPU-second x threads], %.2f ms\n", S, nh,
-                   hd, nt, best, best_cpu, best_ms);
+            printf("%s S %5d heads %d x %d threads %d: %.1f GFLOP/s [%.1f per CPU-second x threads], %.2f ms\n",
+                   isa_s ? isa_s : "auto", S, nh, hd, nt, best, best_cpu, best_ms);
             fflush(stdout);
         }
         free(qkv), free(out);

@@ -5,7 +5,8 @@
  * yardstick). Not a test; build with bench/CMakeLists.txt. Usage: bench_gemm [M ...] (default 784 3136).
  * Environment: BENCH_SECONDS (default 0.5; the best of BENCH_REPS = 3 timings of that length is reported),
  * BENCH_EPI=tanh|erf adds that GELU epilogue, BENCH_ACC=1 accumulates into C, BENCH_SHAPES=qkv,fc1 restricts the
- * shapes, BENCH_THREADS=1|2 runs only that count. */
+ * shapes, BENCH_THREADS=1|2 runs only that count, BENCH_ISA=scalar|avx2|avx512 forces that kernel set (and its
+ * bf16 panel order) instead of the CPU's best, BENCH_VARIANTS=3 runs only the bf16 pre-packed B (the model's). */
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -80,6 +81,13 @@ int main(int argc, char **argv) {
     const gemm_epilogue epi = !epi_s ? GEMM_EPI_NONE : epi_s[0] == 't' ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF;
     const int acc = getenv("BENCH_ACC") ? atoi(getenv("BENCH_ACC")) : 0;
     const int only_nt = getenv("BENCH_THREADS") ? atoi(getenv("BENCH_THREADS")) : 0;
+    const char *isa_s = getenv("BENCH_ISA"), *only_v = getenv("BENCH_VARIANTS");
+    if (isa_s)
+        gemm_set_isa(!strcmp(isa_s, "avx512") ? GEMM_ISA_AVX512
+                     : !strcmp(isa_s, "avx2") ? GEMM_ISA_AVX2
+                                              : GEMM_ISA_SCALAR);
+    static const char *iname[4] = {"auto", "scalar", "avx2", "avx512"};
+    printf("kernel set: %s\n", iname[gemm_auto_isa()]);
     void *ws = aligned_alloc(64, gemm_workspace_size(2));
     static const char *vname[5] = {"f32", "bf16", "f32 packed", "bf16 packed", "openblas"};
     printf("GFLOP/s (wall), and in [] GFLOP per CPU-second of all threads x threads (contention-free estimate)\n");
@@ -111,6 +119,7 @@ int main(int argc, char **argv) {
             const int n_var = 4;
 #endif
             for (int v = 0; v < n_var; v++) {
+                if (only_v && !strchr(only_v, '0' + v)) continue;
                 const int bf = v == 1 || v == 3;
                 gemm_args g = {M, N, K, A, (size_t)K, bf ? (const void *)Bh : (const void *)Bf,
                                bf ? QVL_DTYPE_BF16 : QVL_DTYPE_F32, (size_t)K, bias, C, (size_t)N, acc, epi,

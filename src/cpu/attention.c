@@ -14,6 +14,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/kernels_avx2.h"
+#include "cpu/kernels_avx512.h"
 
 size_t attn_workspace_size(int head_dim, int n_threads) {
     if (n_threads < 1) n_threads = 1;
@@ -107,12 +108,18 @@ static void attn_run_with(const attn_args *a, void *ws, int n_threads, attn_bloc
     }
 }
 
-void attn_run(const attn_args *a, void *ws, int n_threads) {
-    const int simd = qvl_cpu_has_avx2() && a->head_dim % 8 == 0;
-    attn_run_with(a, ws, n_threads, simd ? attn_block_avx2 : attn_block_scalar);
+void attn_run_isa(const attn_args *a, void *ws, int n_threads, attn_isa isa) {
+    if (isa == ATTN_ISA_AUTO)
+        isa = qvl_cpu_has_avx512() ? ATTN_ISA_AVX512 : qvl_cpu_has_avx2() ? ATTN_ISA_AVX2 : ATTN_ISA_SCALAR;
+    attn_block_fn block = attn_block_scalar;
+    if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX512) block = attn_block_avx512;
+    else if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX2) block = attn_block_avx2;
+    attn_run_with(a, ws, n_threads, block);
 }
 
-void attn_run_scalar(const attn_args *a, void *ws, int n_threads) { attn_run_with(a, ws, n_threads, attn_block_scalar); }
+void attn_run(const attn_args *a, void *ws, int n_threads) { attn_run_isa(a, ws, n_threads, ATTN_ISA_AUTO); }
+
+void attn_run_scalar(const attn_args *a, void *ws, int n_threads) { attn_run_isa(a, ws, n_threads, ATTN_ISA_SCALAR); }
 
 void attn_ref(const attn_args *a) {
     const int nh = a->n_heads, hd = a->head_dim;

@@ -21,27 +21,37 @@
  * Measured (bench/bench_gemm.c, one core of the 2-core AVX2 machine, tower shapes, bf16 pre-packed weights): the
  * microkernel alone runs at the FMA peak; the whole GEMM at 92-97 % of it and on par with OpenBLAS's AVX2
  * (Haswell) sgemm; 2 threads scale 2.0x. A wide nc matters: A is repacked once per (item, pc), so nc = 192 cost
- * ~8 % and nc = 768 ~2 %. */
+ * ~8 % and nc = 768 ~2 %.
+ *
+ * Kernel sets (gemm_kernels, one looked up per call): scalar (reference, 6 x 16), AVX2 (6 x 16) and AVX-512
+ * (14 x 32 over two adjacent 16-column panels; bf16 panels packed in its own order, GEMM_BF16_PAIRS). AUTO takes
+ * the widest the CPU runs. The SIMD sets share the K blocking and one FMA chain per element, so they agree bit for
+ * bit; the scalar set (separate multiply and add) differs in the last bits. Measured on a 2-core AVX-512 VM
+ * (AVX-512 FMA peak 176 GFLOP/s a core, AVX2 95): AVX2 set ~80, AVX-512 set 145-151 GFLOP/s a core (82-86 %) on
+ * the tower shapes with bf16 panels (microkernel alone: 92 % of peak on bf16 panels, 100 % on f32). */
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "cpu/gemm.h"
 #include "cpu/kernels_avx2.h"
+#include "cpu/kernels_avx512.h"
 #include "cpu/ops.h"
 
 enum {
-    GEMM_MR = 6,   /* micro-tile rows (A micro-panel height) */
-    GEMM_NR = 16,  /* micro-tile columns (B micro-panel width) */
-    GEMM_KC = 512, /* max K block: a KC x NR B micro-panel is 32 KiB in f32, 16 KiB in bf16: L1-resident */
-    GEMM_MC = 144, /* max M block: the MC x KC packed A block is 288 KiB, L2-resident (2 MiB here) */
-    GEMM_NC = 768  /* max N block: B streams through L1 one micro-panel at a time; Cb is MC x NC (432 KiB) */
+    GEMM_MR = 6,       /* micro-tile rows of the scalar and AVX2 sets (the AVX-512 set: 14) */
+    GEMM_NR = 16,      /* B panel width; a micro-tile spans one panel (scalar, AVX2) or two (AVX-512) */
+    GEMM_KC = 512,     /* max K block: a KC x NR B micro-panel is 32 KiB in f32, 16 KiB in bf16: L1-resident */
+    GEMM_MC = 144,     /* max M block of the 6-row sets: the MC x KC packed A block is 288 KiB, L2-resident */
+    GEMM_MC_MAX = 144, /* max M block of any set (AVX-512: 8 x 14 = 112 rows) */
+    GEMM_NC = 768,     /* max N block of the 6-row sets: B streams through L1 one micro-panel at a time */
+    GEMM_NC_MAX = 1536 /* max N block of any set (AVX-512: fewer A repacks, measured +2 %); Cb's row stride */
 };
 
 /* Per-thread workspace layout, every part 64-byte aligned. */
-#define GEMM_AP_BYTES ((size_t)GEMM_MC * GEMM_KC * sizeof(float))
-#define GEMM_BP_BYTES ((size_t)GEMM_KC * GEMM_NR * sizeof(float)) /* one micro-panel, packed just before use */
-#define GEMM_CB_BYTES ((size_t)GEMM_MC * GEMM_NC * sizeof(float))
+#define GEMM_AP_BYTES ((size_t)GEMM_MC_MAX * GEMM_KC * sizeof(float))
+#define GEMM_BP_BYTES ((size_t)GEMM_KC * 2 * GEMM_NR * sizeof(float)) /* two micro-panels, packed just before use */
+#define GEMM_CB_BYTES ((size_t)GEMM_MC_MAX * GEMM_NC_MAX * sizeof(float)) /* <= 864 KiB */
 #define GEMM_THREAD_BYTES (GEMM_AP_BYTES + GEMM_BP_BYTES + GEMM_CB_BYTES)
 
 size_t gemm_workspace_size(int n_threads) {
@@ -84,31 +94,87 @@ static void pack_a_scalar(const float *a, size_t lda, int mr, int kc, float *ap)
         for (int i = 0; i < GEMM_MR; i++) ap[(size_t)k * GEMM_MR + i] = i < mr ? a[(size_t)i * lda + k] : 0.0f;
 }
 
-/* Position of column j of a micro-panel step in the bf16 panel order (see gemm.h): 0-3, 8-11, 4-7, 12-15. */
+/* Position of column j of a micro-panel step in the LANES bf16 panel order (see gemm.h): 0-3, 8-11, 4-7, 12-15. */
 static inline int bf16_slot(int j) { return (j & 3) | ((j & 4) << 1) | ((j & 8) >> 1); }
 
-/* kc steps of a pre-packed bf16 panel → f32 micro-panel in natural order (exact: bf16 widening). */
-static void widen_bf16_panel(const uint16_t *src, int kc, float *bp) {
-    for (int k = 0; k < kc; k++)
-        for (int j = 0; j < GEMM_NR; j++)
-            bp[(size_t)k * GEMM_NR + j] = op_bf16_to_f32(src[(size_t)k * GEMM_NR + bf16_slot(j)]);
+/* Index of element (step k, column j) inside a bf16 panel of K steps in order `order` (gemm.h). */
+static inline size_t panel_pos(gemm_bf16_order order, int K, int k, int j) {
+    if (order == GEMM_BF16_LANES) return (size_t)k * GEMM_NR + (size_t)bf16_slot(j);
+    if ((k | 1) < K) return (size_t)(k & ~1) * GEMM_NR + 2 * (size_t)j + (size_t)(k & 1); /* a full step pair */
+    return (size_t)k * GEMM_NR + (size_t)j;                                                 /* the lone last step */
 }
 
+/* Steps [pc, pc + kc) of a pre-packed bf16 panel (K steps, order `order`) → f32 micro-panel in natural order
+ * (exact: bf16 widening). */
+static void widen_bf16_panel(const uint16_t *panel, gemm_bf16_order order, int K, int pc, int kc, float *bp) {
+    for (int k = 0; k < kc; k++)
+        for (int j = 0; j < GEMM_NR; j++)
+            bp[(size_t)k * GEMM_NR + j] = op_bf16_to_f32(panel[panel_pos(order, K, pc + k, j)]);
+}
+
+/* A kernel set. Micro-tile: mr rows x nr columns (nr = 16, or 32 = two adjacent 16-column panels; the second
+ * pointer b1 is NULL for a 16-column tile at the N edge). Every set runs one chain of FMAs (or, scalar, multiply
+ * then add) per element over a K block, so a tile's width never changes the bits. */
 typedef struct gemm_kernels {
-    void (*ukr)(int kc, const float *a, const float *b, float *c, size_t ldc, int first);
-    /* Same contract on a bf16 panel (gemm.h order) widened in registers; NULL: widen into Bp, then ukr. */
-    void (*ukr_bf16)(int kc, const float *a, const uint16_t *b, float *c, size_t ldc, int first);
-    void (*pack_b)(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp);
+    int mr, nr, mc_max, nc_max;
+    gemm_bf16_order order; /* the bf16 panel order ukr_bf16 reads (and gemm_pack_b writes under this set) */
+    void (*ukr)(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first);
+    /* Same contract on bf16 panels in `order` widened in registers; NULL: widen into Bp, then ukr. */
+    void (*ukr_bf16)(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c, size_t ldc,
+                     int first);
+    void (*pack_b)(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp); /* one 16-wide panel */
     void (*pack_a)(const float *a, size_t lda, int mr, int kc, float *ap);
+    /* epilogue_row without GELU, vectorised (same bits); NULL: epilogue_row. */
+    void (*store_row)(const float *t, const float *bias, int n, float *c, int accumulate);
 } gemm_kernels;
 
-static const gemm_kernels kernels_scalar = {ukr_scalar, NULL, pack_b_scalar, pack_a_scalar};
-static const gemm_kernels kernels_avx2 = {gemm_ukr_6x16_avx2, gemm_ukr_6x16_bf16_avx2, gemm_pack_b16_avx2,
-                                          gemm_pack_a6_avx2};
+/* 16-column sets: b1 is always NULL. */
+static void ukr_scalar16(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first) {
+    (void)b1;
+    ukr_scalar(kc, a, b0, c, ldc, first);
+}
+static void ukr_avx2_16(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first) {
+    (void)b1;
+    gemm_ukr_6x16_avx2(kc, a, b0, c, ldc, first);
+}
+static void ukr_avx2_16_bf16(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c, size_t ldc,
+                             int first) {
+    (void)b1;
+    gemm_ukr_6x16_bf16_avx2(kc, a, b0, c, ldc, first);
+}
+
+static const gemm_kernels kernels_scalar = {GEMM_MR,      GEMM_NR, GEMM_MC,       GEMM_NC,       GEMM_BF16_LANES,
+                                            ukr_scalar16, NULL,    pack_b_scalar, pack_a_scalar, NULL};
+static const gemm_kernels kernels_avx2 = {GEMM_MR,           GEMM_NR,           GEMM_MC,     GEMM_NC,
+                                          GEMM_BF16_LANES,   ukr_avx2_16,       ukr_avx2_16_bf16,
+                                          gemm_pack_b16_avx2, gemm_pack_a6_avx2, NULL};
+/* mc 112 x nc 1536: measured best of 112-224 x 768-1536 on the tower shapes (A block 224 KiB, Cb 672 KiB). */
+static const gemm_kernels kernels_avx512 = {14,
+                                            2 * GEMM_NR,
+                                            112,
+                                            GEMM_NC_MAX,
+                                            GEMM_BF16_PAIRS,
+                                            gemm_ukr_14x32_avx512,
+                                            gemm_ukr_14x32_bf16_avx512,
+                                            gemm_pack_b16_avx2,
+                                            gemm_pack_a14_avx512,
+                                            gemm_store_rows_avx512};
+
+static gemm_isa isa_override = GEMM_ISA_AUTO;
+
+void gemm_set_isa(gemm_isa isa) { isa_override = isa; }
+
+gemm_isa gemm_auto_isa(void) {
+    if (isa_override != GEMM_ISA_AUTO) return isa_override;
+    return qvl_cpu_has_avx512() ? GEMM_ISA_AVX512 : qvl_cpu_has_avx2() ? GEMM_ISA_AVX2 : GEMM_ISA_SCALAR;
+}
 
 static const gemm_kernels *kernels_for(gemm_isa isa) {
-    if (isa == GEMM_ISA_AVX2 || (isa == GEMM_ISA_AUTO && qvl_cpu_has_avx2())) return &kernels_avx2;
-    return &kernels_scalar;
+    switch (isa == GEMM_ISA_AUTO ? gemm_auto_isa() : isa) {
+    case GEMM_ISA_AVX512: return &kernels_avx512;
+    case GEMM_ISA_AVX2: return &kernels_avx2;
+    default: return &kernels_scalar;
+    }
 }
 
 /* ---- pre-packed weights ---- */
@@ -145,13 +211,14 @@ int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, siz
                 for (int j = 0; j < GEMM_NR; j++) {
                     uint16_t h = 0;
                     if (j < nr) memcpy(&h, b + ((size_t)j * ldb + (size_t)k) * 2, 2);
-                    d[(size_t)k * GEMM_NR + bf16_slot(j)] = h;
+                    d[panel_pos(kr->order, K, k, j)] = h;
                 }
         }
     }
     out->N = N;
     out->K = K;
     out->dtype = pd;
+    out->order = pd == QVL_DTYPE_BF16 ? kr->order : GEMM_BF16_LANES;
     out->data = buf;
     return 0;
 }
@@ -173,25 +240,37 @@ static void epilogue_row(float *t, const float *bias, int n, gemm_epilogue epi, 
 /* ---- driver ---- */
 
 typedef struct gemm_plan {
-    int mc, nc, kc;   /* block sizes used for this call: <= GEMM_MC / GEMM_NC / GEMM_KC, multiples of MR / NR / 8 */
+    int mc, nc, kc;   /* block sizes used for this call: <= mc_max / nc_max / GEMM_KC, multiples of mr / nr / 8 */
     int nb_m, nb_n;   /* blocks along M and N */
 } gemm_plan;
 
 /* Even blocks (the last one is not a sliver) so the dynamic schedule has items of similar cost and no K block is
  * too short to amortise its Cb update. kc depends on K only: the same summation order for every M, N, thread
  * count and B layout. */
-static gemm_plan make_plan(int M, int N, int K) {
+static gemm_plan make_plan(int M, int N, int K, const gemm_kernels *kr, int n_threads) {
     gemm_plan p;
     const int nb_k = K > 0 ? (K + GEMM_KC - 1) / GEMM_KC : 1;
     p.kc = ((K + nb_k - 1) / nb_k + 7) / 8 * 8;
     if (p.kc > GEMM_KC) p.kc = GEMM_KC;
     if (p.kc < 8) p.kc = 8;
-    p.nb_m = (M + GEMM_MC - 1) / GEMM_MC;
-    p.mc = ((M + p.nb_m - 1) / p.nb_m + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+    p.nb_m = (M + kr->mc_max - 1) / kr->mc_max;
+    p.mc = ((M + p.nb_m - 1) / p.nb_m + kr->mr - 1) / kr->mr * kr->mr;
     p.nb_m = (M + p.mc - 1) / p.mc;
-    p.nb_n = (N + GEMM_NC - 1) / GEMM_NC;
-    p.nc = ((N + p.nb_n - 1) / p.nb_n + GEMM_NR - 1) / GEMM_NR * GEMM_NR;
+    p.nb_n = (N + kr->nc_max - 1) / kr->nc_max;
+    p.nc = ((N + p.nb_n - 1) / p.nb_n + kr->nr - 1) / kr->nr * kr->nr; /* nc_max is a multiple of nr */
     p.nb_n = (N + p.nc - 1) / p.nc;
+    /* Few items that the threads cannot share evenly (7 on 2 threads: 8 rounds' time for 7 items' work): split M
+     * a little finer when that evens them out. Block sizes never change the bits (kc alone does). */
+    const int items = p.nb_m * p.nb_n;
+    for (int extra = 1; n_threads > 1 && items < 16 * n_threads && items % n_threads && extra < n_threads; extra++) {
+        const int nbm = p.nb_m + extra, mc = ((M + nbm - 1) / nbm + kr->mr - 1) / kr->mr * kr->mr;
+        const int nbm_real = (M + mc - 1) / mc;
+        if ((nbm_real * p.nb_n) % n_threads == 0) {
+            p.mc = mc;
+            p.nb_m = nbm_real;
+            break;
+        }
+    }
     return p;
 }
 
@@ -202,46 +281,62 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
     float *cb = (float *)(void *)(ws + GEMM_AP_BYTES + GEMM_BP_BYTES);
     const size_t esz = g->b_dtype == QVL_DTYPE_F32 ? 4 : 2;
     const unsigned char *b = (const unsigned char *)g->B;
-    const int in_regs = pk && pk->dtype == QVL_DTYPE_BF16 && kr->ukr_bf16;
+    const int in_regs = pk && pk->dtype == QVL_DTYPE_BF16 && kr->ukr_bf16 && pk->order == kr->order;
+    const int MR = kr->mr;
+    const size_t pstride = (size_t)GEMM_NR * (size_t)g->K; /* elements from one packed panel to the next */
 
     if (g->K <= 0)
-        for (int i = 0; i < mc; i++) memset(cb + (size_t)i * GEMM_NC, 0, (size_t)nc * sizeof(float));
+        for (int i = 0; i < mc; i++) memset(cb + (size_t)i * GEMM_NC_MAX, 0, (size_t)nc * sizeof(float));
     for (int pc = 0; pc < g->K; pc += KC) {
         const int kc = g->K - pc < KC ? g->K - pc : KC;
-        for (int ir = 0; ir < mc; ir += GEMM_MR) {
-            const int mr = mc - ir < GEMM_MR ? mc - ir : GEMM_MR;
+        for (int ir = 0; ir < mc; ir += MR) {
+            const int mr = mc - ir < MR ? mc - ir : MR;
             kr->pack_a(g->A + (size_t)(i0 + ir) * g->lda + (size_t)pc, g->lda, mr, kc, ap + (size_t)ir * kc);
         }
-        for (int jr = 0; jr < nc; jr += GEMM_NR) {
+        for (int jr = 0; jr < nc; jr += kr->nr) {
+            const int two = nc - jr > GEMM_NR; /* a second panel in this tile (only when kr->nr is 32) */
             /* Panel (j0 + jr) / NR of a packed weight starts at element (j0 + jr)·K; step pc at + pc·NR. */
             const size_t poff = (size_t)(j0 + jr) * g->K + (size_t)pc * GEMM_NR;
             float *cj = cb + jr;
             if (in_regs) {
-                const uint16_t *bj = (const uint16_t *)pk->data + poff;
-                for (int ir = 0; ir < mc; ir += GEMM_MR)
-                    kr->ukr_bf16(kc, ap + (size_t)ir * kc, bj, cj + (size_t)ir * GEMM_NC, GEMM_NC, pc == 0);
+                const uint16_t *b0 = (const uint16_t *)pk->data + poff, *b1 = two ? b0 + pstride : NULL;
+                for (int ir = 0; ir < mc; ir += MR)
+                    kr->ukr_bf16(kc, ap + (size_t)ir * kc, b0, b1, cj + (size_t)ir * GEMM_NC_MAX, GEMM_NC_MAX,
+                                 pc == 0);
                 continue;
             }
-            const float *bj = bp;
-            if (pk && pk->dtype == QVL_DTYPE_F32) bj = (const float *)pk->data + poff;
-            else if (pk) widen_bf16_panel((const uint16_t *)pk->data + poff, kc, bp); /* no widening ukr */
-            else
-                kr->pack_b(b + ((size_t)(j0 + jr) * g->ldb + (size_t)pc) * esz, g->b_dtype, g->ldb,
-                           nc - jr < GEMM_NR ? nc - jr : GEMM_NR, kc, bp);
-            for (int ir = 0; ir < mc; ir += GEMM_MR)
-                kr->ukr(kc, ap + (size_t)ir * kc, bj, cj + (size_t)ir * GEMM_NC, GEMM_NC, pc == 0);
+            const float *b0 = bp, *b1 = two ? bp + (size_t)GEMM_KC * GEMM_NR : NULL;
+            if (pk && pk->dtype == QVL_DTYPE_F32) {
+                b0 = (const float *)pk->data + poff;
+                b1 = two ? b0 + pstride : NULL;
+            } else {
+                for (int t = 0; t <= two; t++) {
+                    float *dst = bp + (size_t)t * GEMM_KC * GEMM_NR;
+                    const int jt = j0 + jr + t * GEMM_NR;
+                    if (pk) /* no widening ukr for this panel order */
+                        widen_bf16_panel((const uint16_t *)pk->data + (size_t)jt * g->K, pk->order, g->K, pc, kc, dst);
+                    else
+                        kr->pack_b(b + ((size_t)jt * g->ldb + (size_t)pc) * esz, g->b_dtype, g->ldb,
+                                   j0 + nc - jt < GEMM_NR ? j0 + nc - jt : GEMM_NR, kc, dst);
+                }
+            }
+            for (int ir = 0; ir < mc; ir += MR)
+                kr->ukr(kc, ap + (size_t)ir * kc, b0, b1, cj + (size_t)ir * GEMM_NC_MAX, GEMM_NC_MAX, pc == 0);
         }
     }
-    for (int i = 0; i < mc; i++)
-        epilogue_row(cb + (size_t)i * GEMM_NC, g->bias ? g->bias + j0 : NULL, nc, g->epilogue,
-                     g->C + (size_t)(i0 + i) * g->ldc + j0, g->accumulate);
+    for (int i = 0; i < mc; i++) {
+        float *t = cb + (size_t)i * GEMM_NC_MAX, *c = g->C + (size_t)(i0 + i) * g->ldc + j0;
+        const float *bias = g->bias ? g->bias + j0 : NULL;
+        if (g->epilogue == GEMM_EPI_NONE && kr->store_row) kr->store_row(t, bias, nc, c, g->accumulate);
+        else epilogue_row(t, bias, nc, g->epilogue, c, g->accumulate);
+    }
 }
 
 void gemm_run_isa(const gemm_args *g, void *ws, int n_threads, gemm_isa isa) {
     if (g->M <= 0 || g->N <= 0) return;
     const gemm_kernels *kr = kernels_for(isa);
     const gemm_packed *pk = g->Bp && g->Bp->N == g->N && g->Bp->K == g->K && g->K > 0 ? g->Bp : NULL;
-    const gemm_plan pl = make_plan(g->M, g->N, g->K);
+    const gemm_plan pl = make_plan(g->M, g->N, g->K, kr, n_threads < 1 ? 1 : n_threads);
     const long items = (long)pl.nb_m * pl.nb_n;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > items) n_threads = (int)items;
@@ -261,9 +356,10 @@ void gemm_run(const gemm_args *g, void *ws, int n_threads) { gemm_run_isa(g, ws,
 
 /* Element k of row j of a packed weight, as f32. */
 static inline float packed_elem(const gemm_packed *pk, int j, int k) {
-    const size_t base = (size_t)(j / GEMM_NR) * pk->K * GEMM_NR + (size_t)k * GEMM_NR;
-    if (pk->dtype == QVL_DTYPE_F32) return ((const float *)pk->data)[base + (size_t)(j % GEMM_NR)];
-    return op_bf16_to_f32(((const uint16_t *)pk->data)[base + (size_t)bf16_slot(j % GEMM_NR)]);
+    const size_t base = (size_t)(j / GEMM_NR) * pk->K * GEMM_NR;
+    if (pk->dtype == QVL_DTYPE_F32)
+        return ((const float *)pk->data)[base + (size_t)k * GEMM_NR + (size_t)(j % GEMM_NR)];
+    return op_bf16_to_f32(((const uint16_t *)pk->data)[base + panel_pos(pk->order, pk->K, k, j % GEMM_NR)]);
 }
 
 void gemm_ref(const gemm_args *g) {

@@ -21,12 +21,20 @@ typedef enum gemm_epilogue { GEMM_EPI_NONE = 0, GEMM_EPI_GELU_TANH = 1, GEMM_EPI
 /* A weight packed once (at model load) into the microkernel's panel layout, so gemm_run reads B with unit stride
  * and never repacks it. Panels: ceil(N/16) of them, panel p holding B rows [16p, 16p+16) (zero rows past N) as K
  * steps of 16 elements: f32 in natural order, or bf16 in the order j = 0-3, 8-11, 4-7, 12-15 that two in-lane
- * unpacks with zero widen to f32 in registers. Memory: 16·ceil(N/16)·K elements of 4 (f32) or 2 (bf16) bytes,
- * i.e. the checkpoint's own size for bf16 panels of a bf16 weight, twice that for f32 panels. Results are
+ * unpacks with zero widen to f32 in registers (or the AVX-512 order, below). Memory: 16·ceil(N/16)·K elements of
+ * 4 (f32) or 2 (bf16) bytes, i.e. the checkpoint's own size for bf16 panels of a bf16 weight, twice that for f32
+ * panels, whatever the order. Results are
  * bit-identical to the unpacked path on the same weight (same widened values, same accumulation order). */
+/* Order of the bf16 elements inside a panel, chosen at packing for the kernels this CPU will run (gemm_pack_b):
+ * LANES is the AVX2 order above; PAIRS (AVX-512) stores K steps two at a time as 16 dwords, dword j holding column
+ * j of the even step in its low half and of the odd step in its high half (a lone last step for an odd K in natural
+ * order). Any order is read correctly by every kernel set (a mismatch is widened through memory, tests only). */
+typedef enum gemm_bf16_order { GEMM_BF16_LANES = 0, GEMM_BF16_PAIRS = 1 } gemm_bf16_order;
+
 typedef struct gemm_packed {
     int N, K;               /* shape of the packed weight [N, K] */
     qvl_dtype dtype;        /* panel element type: QVL_DTYPE_F32 or QVL_DTYPE_BF16 */
+    gemm_bf16_order order;  /* element order of bf16 panels */
     const void *data;       /* gemm_pack_size() bytes, 64-byte aligned, owned by whoever packed it */
 } gemm_packed;
 
@@ -60,9 +68,16 @@ void gemm_run(const gemm_args *g, void *ws, int n_threads);
 /* Scalar reference (same contract, no workspace, single thread). */
 void gemm_ref(const gemm_args *g);
 
-/* gemm_run with an explicit kernel set (tests and benchmarks): AUTO picks AVX2 when the CPU has it. Forcing AVX2
- * on a CPU without it is undefined behaviour; callers check qvl_cpu_has_avx2() (cpu/kernels_avx2.h) first. */
-typedef enum gemm_isa { GEMM_ISA_AUTO = 0, GEMM_ISA_SCALAR = 1, GEMM_ISA_AVX2 = 2 } gemm_isa;
+/* gemm_run with an explicit kernel set (tests and benchmarks): AUTO picks AVX-512, else AVX2, when the CPU has
+ * it. Forcing a set on a CPU without it is undefined behaviour; callers check qvl_cpu_has_avx2() /
+ * qvl_cpu_has_avx512() (cpu/kernels_avx2.h, cpu/kernels_avx512.h) first. The AVX-512 set (14 x 32 tiles) and the
+ * AVX2 set (6 x 16) run the same FMA chain per element over the same K blocks, so they agree bit for bit. */
+typedef enum gemm_isa { GEMM_ISA_AUTO = 0, GEMM_ISA_SCALAR = 1, GEMM_ISA_AVX2 = 2, GEMM_ISA_AVX512 = 3 } gemm_isa;
 void gemm_run_isa(const gemm_args *g, void *ws, int n_threads, gemm_isa isa);
+/* What AUTO means from now on, for gemm_run and for the bf16 panel order gemm_pack_b chooses (tests and
+ * benchmarks; GEMM_ISA_AUTO restores the CPU's choice). Not to be called while another thread is in gemm_*. */
+void gemm_set_isa(gemm_isa isa);
+/* The kernel set AUTO resolves to now. */
+gemm_isa gemm_auto_isa(void);
 
 #endif

@@ -1,6 +1,6 @@
-/* test_attention.c — attn_run (SIMD and portable blocks) against attn_ref: unequal segments (length 1, lengths
- * around the query/key tiles), head_dim 16/64/72, Q/K/V as thirds of a fused [S, 3H] buffer, NaN-poisoned output,
- * bit-identical results for 1 and 2 threads. */
+/* test_attention.c — attn_run_isa (portable, AVX2 and AVX-512 blocks, each where the CPU has it) against attn_ref:
+ * unequal segments (length 1, lengths around the query/key tiles), head_dim 8..80 and 12 (portable fallback),
+ * Q/K/V as thirds of a fused [S, 3H] buffer, NaN-poisoned output, bit-identical results for 1 and 2 threads. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +9,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/kernels_avx2.h"
+#include "cpu/kernels_avx512.h"
 #include "testutil.h"
 
 static uint32_t rng = 777u;
@@ -16,6 +17,8 @@ static float frand(void) {
     rng = rng * 1664525u + 1013904223u;
     return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
 }
+
+static attn_isa isa = ATTN_ISA_AUTO;
 
 static void run_case(const int *lens, int n_seg, int nh, int hd, float qmag) {
     int cu[16];
@@ -36,9 +39,9 @@ static void run_case(const int *lens, int n_seg, int nh, int hd, float qmag) {
                    1.0f / sqrtf((float)hd)};
     attn_ref(&a);
     a.out = outs[1];
-    attn_run(&a, ws, 1);
+    attn_run_isa(&a, ws, 1, isa);
     a.out = outs[2];
-    attn_run(&a, ws, 2);
+    attn_run_isa(&a, ws, 2, isa);
     a.out = outs[3];
     attn_run_scalar(&a, ws, 2);
 
@@ -59,8 +62,8 @@ static void run_case(const int *lens, int n_seg, int nh, int hd, float qmag) {
             if (!isnan(outs[1][(size_t)i * ldo + c])) ok_pad = 0;
     }
     if (!ok_fast || !ok_scalar || !ok_threads || !ok_pad)
-        fprintf(stderr, "nseg=%d nh=%d hd=%d qmag=%g: fast %d scalar %d threads %d pad %d (max err %.3g)\n", n_seg, nh,
-                hd, qmag, ok_fast, ok_scalar, ok_threads, ok_pad, worst);
+        fprintf(stderr, "isa=%d nseg=%d nh=%d hd=%d qmag=%g: fast %d scalar %d threads %d pad %d (max err %.3g)\n",
+                (int)isa, n_seg, nh, hd, qmag, ok_fast, ok_scalar, ok_threads, ok_pad, worst);
     CHECK(ok_fast);
     CHECK(ok_scalar);
     CHECK(ok_threads);
@@ -72,17 +75,26 @@ static void run_case(const int *lens, int n_seg, int nh, int hd, float qmag) {
 
 int main(void) {
     if (!qvl_cpu_has_avx2()) printf("test_attention: no AVX2 on this CPU, portable blocks only\n");
-    const int lens1[] = {1, 47, 191, 192, 193, 64, 65, 400}; /* around ATTN_BQ = 192 and ATTN_BK = 64 */
-    const int lens2[] = {5, 0, 97};
+    else if (!qvl_cpu_has_avx512()) printf("test_attention: no AVX-512 on this CPU, its block untested here\n");
+    const attn_isa isas[4] = {ATTN_ISA_AUTO, ATTN_ISA_SCALAR, ATTN_ISA_AVX2, ATTN_ISA_AVX512};
+    const int n_isa = qvl_cpu_has_avx512() ? 4 : qvl_cpu_has_avx2() ? 3 : 2;
+    /* Around ATTN_BQ = 192 and ATTN_BK = 64, and the 6/12-row blocks (11, 13, 25) and 16-key groups (17, 33). */
+    const int lens1[] = {1, 47, 191, 192, 193, 64, 65, 400};
+    const int lens2[] = {5, 0, 97, 11, 13, 25, 17, 33};
     const int lens3[] = {1};
-    const int hds[] = {16, 64, 72, 12};
-    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
-        run_case(lens1, 8, 3, hds[h], 1.0f);
-        run_case(lens1, 8, 2, hds[h], 6.0f); /* peaky softmax: the running max moves across key tiles */
-        run_case(lens2, 3, 2, hds[h], 1.0f);
-        run_case(lens3, 1, 4, hds[h], 1.0f);
+    /* 64 and 72 (the towers'), every 16-dim chunk count of the AVX-512 block with and without its 8-dim tail, and
+     * 12 (not a multiple of 8: portable whatever the set). */
+    const int hds[] = {64, 72, 8, 16, 24, 32, 40, 48, 56, 80, 12};
+    for (int ii = 0; ii < n_isa; ii++) {
+        isa = isas[ii];
+        for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
+            run_case(lens1, 8, 2, hds[h], 1.0f);
+            run_case(lens1, 8, 2, hds[h], 6.0f); /* peaky softmax: the running max moves across key tiles */
+            run_case(lens2, 8, 2, hds[h], 1.0f);
+            run_case(lens3, 1, 3, hds[h], 1.0f);
+        }
+        const int big[] = {700};
+        run_case(big, 1, 2, 72, 3.0f);
     }
-    const int big[] = {700};
-    run_case(big, 1, 2, 72, 3.0f);
     return tu_finish("test_attention");
 }

@@ -1,0 +1,50 @@
+/* kernels_avx512.h — entry points of the AVX-512 (F/BW/DQ/VL + FMA) kernels (gemm_avx512.c, attention_avx512.c)
+ * and the run-time check that must pass before any of them is called. As for kernels_avx2.h, the portable drivers
+ * (gemm.c, attention.c) own loops, blocking and threads; these functions compute on data the driver laid out. */
+#ifndef QVL_CPU_KERNELS_AVX512_H
+#define QVL_CPU_KERNELS_AVX512_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/kernels_avx2.h"
+
+/* Nonzero when this CPU runs the *_avx512.c code (they also use AVX2/FMA/F16C instructions, hence that check).
+ * gcc's __builtin_cpu_supports also checks that the OS saves the ZMM and mask state (XCR0). Cached. */
+static inline int qvl_cpu_has_avx512(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    static int cached = -1;
+    if (cached < 0)
+        cached = qvl_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    return cached;
+#else
+    return 0;
+#endif
+}
+
+/* GEMM micro-tile, 14 x 32 (or 14 x 16 when b1 is NULL). a: packed A micro-panel, kc steps of 14 floats; b0, b1:
+ * two 16-column f32 B micro-panels (kc steps of 16 floats each, 64-byte aligned) giving columns 0-15 and 16-31;
+ * c: 14 rows at row stride ldc. first != 0: c = a·b; else c += a·b. Per element: one FMA chain over k from 0, so
+ * the bits do not depend on the tile width. */
+void gemm_ukr_14x32_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
+                           int first);
+/* Same on bf16 panels in the AVX-512 pre-packed order (gemm.h, GEMM_BF16_PAIRS), any alignment, widened in
+ * registers: b0, b1 (b1 may be NULL) point at an even step of their panels; an odd kc means the block ends with
+ * the panel's lone last step (odd K), stored in natural order. Bit-identical to gemm_ukr_14x32_avx512 on the
+ * widened panels. */
+void gemm_ukr_14x32_bf16_avx512(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c,
+                                size_t ldc, int first);
+/* Pack rows [0, mr) (mr <= 14) of A (row stride lda), columns [0, kc), into a 14-tall micro-panel:
+ * ap[k·14 + i] = A[i][k], zero for i >= mr. */
+void gemm_pack_a14_avx512(const float *a, size_t lda, int mr, int kc, float *ap);
+
+/* The GEMM epilogue without GELU for one row segment of n floats: c = t + bias (bias may be NULL), or with
+ * accumulate c = c + (t + bias); the same operations per element as gemm.c's epilogue_row, so the same bits. */
+void gemm_store_rows_avx512(const float *t, const float *bias, int n, float *c, int accumulate);
+
+/* One attention work item, same contract as attn_block_avx2 (kernels_avx2.h). Needs hd % 16 == 0 or hd % 16 == 8. */
+void attn_block_avx512(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+                       float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
+
+#endif
