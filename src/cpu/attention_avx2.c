@@ -128,28 +128,12 @@ void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, con
     float *alph = tmax + ATTN_BQ;                    /* [BQ] rescale factors 2^(m_old − m_new) */
     const float scale_l2 = scale * 1.44269504088896341f; /* scores in the log2 domain: e^(s·scale) = 2^(s·scale_l2) */
     const int nqp = (nq + 11) / 12 * 12, nq8 = (nqp + 7) / 8 * 8; /* nq8 <= ATTN_BQ: BQ is a multiple of 24 */
-    for (int i = 0; i < nqp; i++) {
-        if (i < nq) memcpy(qs + (size_t)i * hd, q + (size_t)i * ldq, (size_t)hd * sizeof(float));
-        else memset(qs + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
-        memset(o + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
-    }
-    for (int i = 0; i < nq8; i++) {
-        mrow[i] = -INFINITY;
-        lrow[i] = 0.0f;
-        tmax[i] = -INFINITY; /* rows nqp..nq8 only fill the last 8-row group */
-    }
+    attn_stage_queries(q, ldq, nq, nqp, nq8, hd, qs, o, mrow, lrow, tmax);
     for (int j0 = 0; j0 < nk; j0 += ATTN_BK) {
         const int nkt = nk - j0 < ATTN_BK ? nk - j0 : ATTN_BK;
         const int nk16 = (nkt + 15) & ~15;
         /* Kᵀ tile, zero columns past nkt up to nk16. */
-        for (int jb = 0; jb < nk16; jb += 8)
-            for (int db = 0; db < hd; db += 8) {
-                __m256 r[8];
-                for (int x = 0; x < 8; x++)
-                    r[x] = jb + x < nkt ? _mm256_loadu_ps(k + (size_t)(j0 + jb + x) * ldk + db) : _mm256_setzero_ps();
-                transpose8(r);
-                for (int x = 0; x < 8; x++) _mm256_store_ps(kt + (size_t)(db + x) * ATTN_BK + jb, r[x]);
-            }
+        attn_load_kt(k + (size_t)j0 * ldk, ldk, nkt, nk16, hd, kt, ATTN_BK);
         for (int i = 0; i < nqp; i += 6)
             for (int jb = 0; jb < nk16; jb += 16)
                 scores_6x16(qs + (size_t)i * hd, hd, kt + jb, s + (size_t)i * ATTN_BK + jb, scale_l2);

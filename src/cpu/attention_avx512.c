@@ -107,28 +107,12 @@ void attn_block_avx512(const float *q, size_t ldq, const float *k, size_t ldk, c
     /* nqp: a multiple of 12 (6-row blocks, 12-row tail block); nq16 <= ATTN_BQ as BQ = 192 is a multiple of 48. */
     const int nqp = (nq + 11) / 12 * 12, nq16 = (nqp + 15) / 16 * 16;
     const int hd64 = hd / 64 * 64, hd16 = hd / 16 * 16; /* dims in 6x64 blocks, then one 6x(16·n), then 12x8 */
-    for (int i = 0; i < nqp; i++) {
-        if (i < nq) memcpy(qs + (size_t)i * hd, q + (size_t)i * ldq, (size_t)hd * sizeof(float));
-        else memset(qs + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
-        memset(o + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
-    }
-    for (int i = 0; i < nq16; i++) {
-        mrow[i] = -INFINITY;
-        lrow[i] = 0.0f;
-        tmax[i] = -INFINITY; /* rows nqp..nq16 only fill the last 16-row group */
-    }
+    attn_stage_queries(q, ldq, nq, nqp, nq16, hd, qs, o, mrow, lrow, tmax);
     for (int j0 = 0; j0 < nk; j0 += ATTN_BK) {
         const int nkt = nk - j0 < ATTN_BK ? nk - j0 : ATTN_BK;
         const int nk16 = (nkt + 15) & ~15, nv = nk16 / 16;
         /* Kᵀ tile, zero columns past nkt up to nk16. */
-        for (int jb = 0; jb < nk16; jb += 8)
-            for (int db = 0; db < hd; db += 8) {
-                __m256 r[8];
-                for (int x = 0; x < 8; x++)
-                    r[x] = jb + x < nkt ? _mm256_loadu_ps(k + (size_t)(j0 + jb + x) * ldk + db) : _mm256_setzero_ps();
-                transpose8(r);
-                for (int x = 0; x < 8; x++) _mm256_store_ps(kt + (size_t)(db + x) * ATTN_BK + jb, r[x]);
-            }
+        attn_load_kt(k + (size_t)j0 * ldk, ldk, nkt, nk16, hd, kt, ATTN_BK);
         for (int i = 0; i < nqp; i += 6) {
             const float *qi = qs + (size_t)i * hd;
             float *si = s + (size_t)i * ATTN_BK;

@@ -4,6 +4,9 @@
 #define QVL_CPU_SIMD_X86_H
 
 #include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
 
 /* In-register transpose of an 8×8 float tile: r[i] holds row i before, column i after. */
 static inline void transpose8(__m256 r[8]) {
@@ -23,6 +26,35 @@ static inline void transpose8(__m256 r[8]) {
     r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
     r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* Attention block set-up shared by the AVX2 and AVX-512 kernels: copy nq query rows into qs (zero rows up to nqp),
+ * clear the output accumulator o, and reset the running max / sum / tile max of the first n_state rows. */
+static inline void attn_stage_queries(const float *q, size_t ldq, int nq, int nqp, int n_state, int hd, float *qs,
+                                      float *o, float *mrow, float *lrow, float *tmax) {
+    for (int i = 0; i < nqp; i++) {
+        if (i < nq) memcpy(qs + (size_t)i * hd, q + (size_t)i * ldq, (size_t)hd * sizeof(float));
+        else memset(qs + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
+        memset(o + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
+    }
+    for (int i = 0; i < n_state; i++) {
+        mrow[i] = -INFINITY;
+        lrow[i] = 0.0f;
+        tmax[i] = -INFINITY; /* rows past nqp only fill the last vector of rows */
+    }
+}
+
+/* Transposed key tile kt[d][j] (row stride bk floats, 32-byte aligned rows) of nkt key rows, zero columns from
+ * nkt up to nk16 (a multiple of 16). hd is a multiple of 8. */
+static inline void attn_load_kt(const float *k, size_t ldk, int nkt, int nk16, int hd, float *kt, int bk) {
+    for (int jb = 0; jb < nk16; jb += 8)
+        for (int db = 0; db < hd; db += 8) {
+            __m256 r[8];
+            for (int x = 0; x < 8; x++)
+                r[x] = jb + x < nkt ? _mm256_loadu_ps(k + (size_t)(jb + x) * ldk + db) : _mm256_setzero_ps();
+            transpose8(r);
+            for (int x = 0; x < 8; x++) _mm256_store_ps(kt + (size_t)(db + x) * bk + jb, r[x]);
+        }
 }
 
 #endif
