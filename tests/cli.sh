@@ -9,28 +9,9 @@ if [[ ! -x $QVL ]]; then
     echo "cli.sh: qvl binary not found (QVL_BIN=$QVL)" >&2
     exit 1
 fi
-T=$(mktemp -d "${TMPDIR:-/tmp}/qvl-cli-XXXXXX")
-trap 'rm -rf "$T"' EXIT
-
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-    fail=$((fail + 1))
-    echo "FAIL: $*" >&2
-}
-
-# expect CODE DESC CMD...: run CMD, check its exit status; stdout/stderr kept in $T/out, $T/err.
-expect() {
-    local want=$1 desc=$2
-    shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [[ $rc -eq $want ]]; then ok; else
-        bad "$desc: exit $rc, want $want"
-        sed 's/^/    /' "$T/err" | head -5 >&2
-    fi
-}
+T_PREFIX=qvl-cli
+# shellcheck source=shlib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/shlib.bash"
 
 # The last command's stderr is exactly one line starting "qvl: error: ".
 one_line_error() {

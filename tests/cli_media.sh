@@ -6,25 +6,9 @@ set -u
 
 QVL=${QVL_BIN:-build/qvl}
 SRC=${QVL_SOURCE_DIR:-.}
-T=$(mktemp -d "${TMPDIR:-/tmp}/qvl-media-XXXXXX")
-trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-    fail=$((fail + 1))
-    echo "FAIL: $*" >&2
-}
-expect() {
-    local want=$1 desc=$2
-    shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [[ $rc -eq $want ]]; then ok; else
-        bad "$desc: exit $rc, want $want"
-        sed 's/^/    /' "$T/err" | head -8 >&2
-    fi
-}
+T_PREFIX=qvl-media
+# shellcheck source=shlib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/shlib.bash"
 has() { # has DESC FILE REGEX
     if grep -Eq "$3" "$2"; then ok; else
         bad "$1: $(basename "$2") lacks /$3/"
