@@ -15,7 +15,10 @@
  *   qvl_ctx_free(ctx); qvl_model_free(m);
  *
  * Lifetimes. A qvl_model holds the weights (mmapped, read-only after load) and may be shared by any number of
- * threads. A qvl_ctx holds one worker's scratch memory and threads; use one ctx per concurrent caller.
+ * threads. A qvl_ctx holds one worker's scratch memory and its own thread pool (n_threads threads, the calling
+ * thread included, started by qvl_ctx_create and joined by qvl_ctx_free; idle workers sleep after a few
+ * microseconds); use one ctx per concurrent caller. Contexts share no threads or state, so several can encode
+ * at once from different threads. Results never depend on the thread count.
  *
  * Errors. Every fallible call returns a qvl_status and, when `err` is not NULL, fills it with the status and a
  * one-line message naming the cause (file, tensor, expected and actual values). The library never exits or
@@ -142,13 +145,14 @@ typedef enum qvl_pos_mode {
 } qvl_pos_mode;
 
 typedef struct qvl_ctx_params {
-    int n_threads;         /* 0: all cores */
+    int n_threads;         /* threads of the context's pool, the caller included; 0: one per online CPU */
     qvl_pos_mode pos_mode; /* default QVL_POS_CLOSED_FORM */
 } qvl_ctx_params;
 
 void qvl_ctx_params_default(qvl_ctx_params *p);
 
-/* Create an encoder context over a loaded model. The model must outlive the context. `params` may be NULL. */
+/* Create an encoder context over a loaded model, with its thread pool. The model must outlive the context.
+ * `params` may be NULL. When the system refuses some threads, the context runs on those it got. */
 qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_ctx **out, qvl_error *err);
 void qvl_ctx_free(qvl_ctx *ctx);
 

@@ -3,11 +3,10 @@
  *
  * A work item is up to ATTN_BQ query rows of one (segment, head). It streams the segment's keys in tiles of
  * ATTN_BK with an online softmax (running max m, running sum l; when the max grows, the partial output and sum
- * are rescaled by exp(m_old − m_new)), so memory is O(tile) whatever the segment length. Items are split over the
- * threads statically and each is computed by the same code whichever thread runs it, so results do not depend on
+ * are rescaled by exp(m_old − m_new)), so memory is O(tile) whatever the segment length. Items are handed out to the
+ * pool's threads dynamically and each is computed by the same code whichever thread runs it, so results do not depend on
  * the thread count. */
 #include <math.h>
-#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +71,35 @@ static void attn_block_scalar(const float *q, size_t ldq, const float *k, size_t
 typedef void (*attn_block_fn)(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                               float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
 
-static void attn_run_with(const attn_args *a, void *ws, int n_threads, attn_block_fn block) {
+typedef struct attn_job {
+    const attn_args *a;
+    attn_block_fn block;
+    float *ws;
+} attn_job;
+
+static void attn_task(void *ctx, long it, int thread) {
+    const attn_job *j = ctx;
+    const attn_args *a = j->a;
+    const int nh = a->n_heads, hd = a->head_dim;
+    long rest = it;
+    int s = 0, len = 0;
+    for (;; s++) {
+        len = a->cu[s + 1] - a->cu[s];
+        const long n_it = len > 0 ? (long)nh * ((len + ATTN_BQ - 1) / ATTN_BQ) : 0;
+        if (rest < n_it) break;
+        rest -= n_it;
+    }
+    const long tiles = (len + ATTN_BQ - 1) / ATTN_BQ;
+    const int h = (int)(rest / tiles), qt = (int)(rest % tiles), base = a->cu[s];
+    const int i0 = base + qt * ATTN_BQ;
+    const int nq = len - qt * ATTN_BQ < ATTN_BQ ? len - qt * ATTN_BQ : ATTN_BQ;
+    const size_t col = (size_t)h * hd;
+    j->block(a->q + (size_t)i0 * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
+             a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)i0 * a->ldo + col, a->ldo, nq, len, hd,
+             a->scale, j->ws + (size_t)thread * attn_block_floats(hd));
+}
+
+static void attn_run_with(const attn_args *a, void *ws, qvl_pool *pool, attn_block_fn block) {
     const int nh = a->n_heads, hd = a->head_dim;
     if (nh <= 0 || hd <= 0 || a->n_seg <= 0) return;
     long items = 0;
@@ -80,46 +107,25 @@ static void attn_run_with(const attn_args *a, void *ws, int n_threads, attn_bloc
         const int len = a->cu[s + 1] - a->cu[s];
         if (len > 0) items += (long)nh * ((len + ATTN_BQ - 1) / ATTN_BQ);
     }
-    if (items == 0) return;
-    if (n_threads < 1) n_threads = 1;
-    if (n_threads > items) n_threads = (int)items;
-    float *ws0 = (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    attn_job j = {a, block, (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63)};
     /* Items in (segment, head, query tile) order, handed out dynamically: consecutive items share K and V, every
      * core stays busy when segments differ in length or a core is shared, and which thread computes an item does
      * not change its bits. */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
-    for (long it = 0; it < items; it++) {
-        long rest = it;
-        int s = 0, len = 0;
-        for (;; s++) {
-            len = a->cu[s + 1] - a->cu[s];
-            const long n_it = len > 0 ? (long)nh * ((len + ATTN_BQ - 1) / ATTN_BQ) : 0;
-            if (rest < n_it) break;
-            rest -= n_it;
-        }
-        const long tiles = (len + ATTN_BQ - 1) / ATTN_BQ;
-        const int h = (int)(rest / tiles), qt = (int)(rest % tiles), base = a->cu[s];
-        const int i0 = base + qt * ATTN_BQ;
-        const int nq = len - qt * ATTN_BQ < ATTN_BQ ? len - qt * ATTN_BQ : ATTN_BQ;
-        const size_t col = (size_t)h * hd;
-        block(a->q + (size_t)i0 * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
-              a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)i0 * a->ldo + col, a->ldo, nq, len, hd,
-              a->scale, ws0 + (size_t)omp_get_thread_num() * attn_block_floats(hd));
-    }
+    pool_run(pool, items, attn_task, &j);
 }
 
-void attn_run_isa(const attn_args *a, void *ws, int n_threads, attn_isa isa) {
+void attn_run_isa(const attn_args *a, void *ws, qvl_pool *pool, attn_isa isa) {
     if (isa == ATTN_ISA_AUTO)
         isa = qvl_cpu_has_avx512() ? ATTN_ISA_AVX512 : qvl_cpu_has_avx2() ? ATTN_ISA_AVX2 : ATTN_ISA_SCALAR;
     attn_block_fn block = attn_block_scalar;
     if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX512) block = attn_block_avx512;
     else if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX2) block = attn_block_avx2;
-    attn_run_with(a, ws, n_threads, block);
+    attn_run_with(a, ws, pool, block);
 }
 
-void attn_run(const attn_args *a, void *ws, int n_threads) { attn_run_isa(a, ws, n_threads, ATTN_ISA_AUTO); }
+void attn_run(const attn_args *a, void *ws, qvl_pool *pool) { attn_run_isa(a, ws, pool, ATTN_ISA_AUTO); }
 
-void attn_run_scalar(const attn_args *a, void *ws, int n_threads) { attn_run_isa(a, ws, n_threads, ATTN_ISA_SCALAR); }
+void attn_run_scalar(const attn_args *a, void *ws, qvl_pool *pool) { attn_run_isa(a, ws, pool, ATTN_ISA_SCALAR); }
 
 void attn_ref(const attn_args *a) {
     const int nh = a->n_heads, hd = a->head_dim;

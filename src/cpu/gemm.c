@@ -29,10 +29,10 @@
  * bit; the scalar set (separate multiply and add) differs in the last bits. Measured on a 2-core AVX-512 VM
  * (AVX-512 FMA peak 176 GFLOP/s a core, AVX2 95): AVX2 set ~80, AVX-512 set 145-151 GFLOP/s a core (82-86 %) on
  * the tower shapes with bf16 panels (microkernel alone: 92 % of peak on bf16 panels, 100 % on f32). */
-#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "core/pool.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels_avx2.h"
 #include "cpu/kernels_avx512.h"
@@ -190,35 +190,44 @@ size_t gemm_pack_size(int N, int K, qvl_dtype dtype, gemm_panel which) {
     return (bytes + 63) & ~(size_t)63;
 }
 
+typedef struct pack_job {
+    const gemm_kernels *kr;
+    const unsigned char *B;
+    qvl_dtype dtype, pd;
+    size_t ldb, esz;
+    int N, K;
+    void *buf;
+} pack_job;
+
+static void pack_panel(void *ctx, long p, int thread) {
+    (void)thread;
+    const pack_job *j = ctx;
+    const int K = j->K, j0 = (int)p * GEMM_NR, nr = j->N - j0 < GEMM_NR ? j->N - j0 : GEMM_NR;
+    const unsigned char *b = j->B + (size_t)j0 * j->ldb * j->esz;
+    if (j->pd == QVL_DTYPE_F32) {
+        j->kr->pack_b(b, j->dtype, j->ldb, nr, K, (float *)j->buf + (size_t)p * K * GEMM_NR);
+        return;
+    }
+    /* bf16 → bf16: a permuted copy of the bits. */
+    uint16_t *d = (uint16_t *)j->buf + (size_t)p * K * GEMM_NR;
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < GEMM_NR; c++) {
+            uint16_t h = 0;
+            if (c < nr) memcpy(&h, b + ((size_t)c * j->ldb + (size_t)k) * 2, 2);
+            d[panel_pos(j->kr->order, K, k, c)] = h;
+        }
+}
+
 int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
-                gemm_panel which, int n_threads) {
+                gemm_panel which, qvl_pool *pool) {
     if (!out || !buf || !B || N <= 0 || K <= 0 || ldb < (size_t)K || ((uintptr_t)buf & 63)) return -1;
     const qvl_dtype pd = panel_dtype(dtype, which);
-    const gemm_kernels *kr = kernels_for(GEMM_ISA_AUTO);
-    const size_t esz = dtype == QVL_DTYPE_F32 ? 4 : 2;
-    const int np = (N + GEMM_NR - 1) / GEMM_NR;
-    if (n_threads < 1) n_threads = 1;
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && np > 1)
-    for (int p = 0; p < np; p++) {
-        const int j0 = p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
-        const unsigned char *b = (const unsigned char *)B + (size_t)j0 * ldb * esz;
-        if (pd == QVL_DTYPE_F32) {
-            kr->pack_b(b, dtype, ldb, nr, K, (float *)buf + (size_t)p * K * GEMM_NR);
-        } else {
-            /* bf16 → bf16: a permuted copy of the bits. */
-            uint16_t *d = (uint16_t *)buf + (size_t)p * K * GEMM_NR;
-            for (int k = 0; k < K; k++)
-                for (int j = 0; j < GEMM_NR; j++) {
-                    uint16_t h = 0;
-                    if (j < nr) memcpy(&h, b + ((size_t)j * ldb + (size_t)k) * 2, 2);
-                    d[panel_pos(kr->order, K, k, j)] = h;
-                }
-        }
-    }
+    pack_job j = {kernels_for(GEMM_ISA_AUTO), B, dtype, pd, ldb, dtype == QVL_DTYPE_F32 ? 4 : 2, N, K, buf};
+    pool_run(pool, (N + GEMM_NR - 1) / GEMM_NR, pack_panel, &j);
     out->N = N;
     out->K = K;
     out->dtype = pd;
-    out->order = pd == QVL_DTYPE_BF16 ? kr->order : GEMM_BF16_LANES;
+    out->order = pd == QVL_DTYPE_BF16 ? j.kr->order : GEMM_BF16_LANES;
     out->data = buf;
     return 0;
 }
@@ -332,27 +341,37 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
     }
 }
 
-void gemm_run_isa(const gemm_args *g, void *ws, int n_threads, gemm_isa isa) {
+typedef struct gemm_job {
+    const gemm_args *g;
+    const gemm_kernels *kr;
+    const gemm_packed *pk;
+    gemm_plan pl;
+    unsigned char *ws;
+} gemm_job;
+
+static void gemm_task(void *ctx, long it, int thread) {
+    const gemm_job *j = ctx;
+    const gemm_args *g = j->g;
+    const int i0 = (int)(it % j->pl.nb_m) * j->pl.mc, j0 = (int)(it / j->pl.nb_m) * j->pl.nc;
+    const int mc = g->M - i0 < j->pl.mc ? g->M - i0 : j->pl.mc, nc = g->N - j0 < j->pl.nc ? g->N - j0 : j->pl.nc;
+    gemm_item(g, j->kr, j->pk, j->pl.kc, i0, mc, j0, nc, j->ws + (size_t)thread * GEMM_THREAD_BYTES);
+}
+
+void gemm_run_isa(const gemm_args *g, void *ws, qvl_pool *pool, gemm_isa isa) {
     if (g->M <= 0 || g->N <= 0) return;
-    const gemm_kernels *kr = kernels_for(isa);
-    const gemm_packed *pk = g->Bp && g->Bp->N == g->N && g->Bp->K == g->K && g->K > 0 ? g->Bp : NULL;
-    const gemm_plan pl = make_plan(g->M, g->N, g->K, kr, n_threads < 1 ? 1 : n_threads);
-    const long items = (long)pl.nb_m * pl.nb_n;
-    if (n_threads < 1) n_threads = 1;
-    if (n_threads > items) n_threads = (int)items;
-    unsigned char *ws0 = (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    gemm_job j;
+    j.g = g;
+    j.kr = kernels_for(isa);
+    j.pk = g->Bp && g->Bp->N == g->N && g->Bp->K == g->K && g->K > 0 ? g->Bp : NULL;
+    j.pl = make_plan(g->M, g->N, g->K, j.kr, pool_size(pool));
+    j.ws = (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     /* Items in N-major order so items running close in time share the same B columns (warm in L2/L3). Dynamic
      * hand-out keeps every core busy when blocks differ in cost or a core is shared; which thread computes an
      * item does not change its bits. */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
-    for (long it = 0; it < items; it++) {
-        const int i0 = (int)(it % pl.nb_m) * pl.mc, j0 = (int)(it / pl.nb_m) * pl.nc;
-        const int mc = g->M - i0 < pl.mc ? g->M - i0 : pl.mc, nc = g->N - j0 < pl.nc ? g->N - j0 : pl.nc;
-        gemm_item(g, kr, pk, pl.kc, i0, mc, j0, nc, ws0 + (size_t)omp_get_thread_num() * GEMM_THREAD_BYTES);
-    }
+    pool_run(pool, (long)j.pl.nb_m * j.pl.nb_n, gemm_task, &j);
 }
 
-void gemm_run(const gemm_args *g, void *ws, int n_threads) { gemm_run_isa(g, ws, n_threads, GEMM_ISA_AUTO); }
+void gemm_run(const gemm_args *g, void *ws, qvl_pool *pool) { gemm_run_isa(g, ws, pool, GEMM_ISA_AUTO); }
 
 /* Element k of row j of a packed weight, as f32. */
 static inline float packed_elem(const gemm_packed *pk, int j, int k) {

@@ -6,14 +6,15 @@
  * row-major [N, K] (nn.Linear's [out, in]) in its stored dtype (f32, f16, bf16), leading dimension ldb; it is
  * widened to f32 in registers, never copied to f32 as a whole. B's data may be unaligned (mmapped safetensors).
  * Accumulation is f32. With accumulate != 0, the result is added to C (residual add) after bias and epilogue:
- * C = C + epi(A·Bᵀ + bias). Threads: splits work over `n_threads` OpenMP threads; the result does not depend
- * on the thread count. `ws` is a workspace of gemm_workspace_size(n_threads) bytes (64-byte aligned), so the
- * call never allocates. */
+ * C = C + epi(A·Bᵀ + bias). Threads: splits work over the threads of `pool` (core/pool.h; NULL: the calling
+ * thread alone); the result does not depend on the thread count. `ws` is a workspace of
+ * gemm_workspace_size(pool_size(pool)) bytes (aligned inside), so the call never allocates. */
 #ifndef QVL_CPU_GEMM_H
 #define QVL_CPU_GEMM_H
 
 #include <stddef.h>
 
+#include "core/pool.h"
 #include "qvl.h"
 
 typedef enum gemm_epilogue { GEMM_EPI_NONE = 0, GEMM_EPI_GELU_TANH = 1, GEMM_EPI_GELU_ERF = 2 } gemm_epilogue;
@@ -46,10 +47,10 @@ typedef enum gemm_panel { GEMM_PANEL_AUTO = 0, GEMM_PANEL_F32 = 1 } gemm_panel;
 size_t gemm_pack_size(int N, int K, qvl_dtype dtype, gemm_panel which);
 /* Packs B [N, K] (row-major, row stride ldb elements, stored dtype `dtype`, may be unaligned) into `buf`
  * (gemm_pack_size bytes, 64-byte aligned, caller-owned and kept alive while `out` is used) and describes it in
- * *out. Deterministic; threads over panels. Returns 0, or -1 (nothing written) for a bad shape or a misaligned
+ * *out. Deterministic; threads over panels (pool may be NULL). Returns 0, or -1 (nothing written) for a bad shape or a misaligned
  * buf. */
 int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
-                gemm_panel which, int n_threads);
+                gemm_panel which, qvl_pool *pool);
 
 typedef struct gemm_args {
     int M, N, K;
@@ -63,7 +64,7 @@ typedef struct gemm_args {
 } gemm_args;
 
 size_t gemm_workspace_size(int n_threads);
-void gemm_run(const gemm_args *g, void *ws, int n_threads);
+void gemm_run(const gemm_args *g, void *ws, qvl_pool *pool);
 
 /* Scalar reference (same contract, no workspace, single thread). */
 void gemm_ref(const gemm_args *g);
@@ -73,7 +74,7 @@ void gemm_ref(const gemm_args *g);
  * qvl_cpu_has_avx512() (cpu/kernels_avx2.h, cpu/kernels_avx512.h) first. The AVX-512 set (14 x 32 tiles) and the
  * AVX2 set (6 x 16) run the same FMA chain per element over the same K blocks, so they agree bit for bit. */
 typedef enum gemm_isa { GEMM_ISA_AUTO = 0, GEMM_ISA_SCALAR = 1, GEMM_ISA_AVX2 = 2, GEMM_ISA_AVX512 = 3 } gemm_isa;
-void gemm_run_isa(const gemm_args *g, void *ws, int n_threads, gemm_isa isa);
+void gemm_run_isa(const gemm_args *g, void *ws, qvl_pool *pool, gemm_isa isa);
 /* What AUTO means from now on, for gemm_run and for the bf16 panel order gemm_pack_b chooses (tests and
  * benchmarks; GEMM_ISA_AUTO restores the CPU's choice). Not to be called while another thread is in gemm_*. */
 void gemm_set_isa(gemm_isa isa);

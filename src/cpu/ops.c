@@ -47,24 +47,37 @@ static void layernorm_row(const float *x, float *y, size_t cols, const float *w,
 
 typedef void (*layernorm_row_fn)(const float *x, float *y, size_t cols, const float *w, const float *b, float eps);
 
+typedef struct ln_job {
+    const float *x;
+    size_t ldx;
+    float *y;
+    size_t ldy, cols;
+    const float *w, *b;
+    float eps;
+    layernorm_row_fn row;
+} ln_job;
+
+static void ln_range(void *ctx, long r0, long r1, int thread) {
+    (void)thread;
+    const ln_job *j = ctx;
+    for (long r = r0; r < r1; r++) j->row(j->x + (size_t)r * j->ldx, j->y + (size_t)r * j->ldy, j->cols, j->w, j->b, j->eps);
+}
+
 static void layernorm_rows(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols,
-                           const float *w, const float *b, float eps, int n_threads, layernorm_row_fn row) {
+                           const float *w, const float *b, float eps, qvl_pool *pool, layernorm_row_fn row) {
     if (rows == 0 || cols == 0) return;
-    if (n_threads < 1) n_threads = 1;
-    long nr = (long)rows;
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && rows > 1)
-    for (long r = 0; r < nr; r++) row(x + (size_t)r * ldx, y + (size_t)r * ldy, cols, w, b, eps);
+    ln_job j = {x, ldx, y, ldy, cols, w, b, eps, row};
+    pool_for(pool, (long)rows, 0, ln_range, &j);
 }
 
 void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
-                  const float *b, float eps, int n_threads) {
-    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, n_threads,
-                   use_simd() ? ops_layernorm_row_avx2 : layernorm_row);
+                  const float *b, float eps, qvl_pool *pool) {
+    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, use_simd() ? ops_layernorm_row_avx2 : layernorm_row);
 }
 
 void op_layernorm_scalar(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
-                         const float *b, float eps, int n_threads) {
-    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, n_threads, layernorm_row);
+                         const float *b, float eps, qvl_pool *pool) {
+    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, layernorm_row);
 }
 
 /* torch (aten/src/ATen/native/cpu/Activation.cpp, GeluKernelImpl tanh branch):

@@ -3,11 +3,11 @@
  * float32 sequence, as a 256-entry table per channel) → temporal fill → merge-block-major patch rows.
  * Compiled without FMA contraction: every float operation rounds as numpy/torch round it. */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/pool.h"
 #include "image/resize.h"
 
 void qvl_preprocess_params_default(qvl_preprocess_params *p) {
@@ -159,12 +159,12 @@ static resize_kind kind_of(qvl_resize_mode m) {
 
 /* Resize one RGB frame into dst [th, tw, 3] (a copy when the size is unchanged). */
 static qvl_status resize_frame(const uint8_t *src, int32_t w, int32_t h, uint8_t *dst, int32_t tw, int32_t th,
-                               const qvl_preprocess_params *p, void *ws, qvl_error *err) {
+                               const qvl_preprocess_params *p, void *ws, qvl_pool *pool, qvl_error *err) {
     if (w == tw && h == th) {
         memcpy(dst, src, (size_t)w * (size_t)h * 3);
         return QVL_OK;
     }
-    return resize_u8(src, w, h, 3, dst, tw, th, kind_of(p->resize), ws, p->n_threads, err);
+    return resize_u8(src, w, h, 3, dst, tw, th, kind_of(p->resize), ws, pool, err);
 }
 
 /* Per-channel value of each uint8 level after rescale + normalize, by the processor's own float sequence. */
@@ -186,15 +186,26 @@ static void build_lut(const qvl_preprocess_params *p, float lut[3][256]) {
     }
 }
 
-/* Patchify `frames` (n_frames resized RGB frames [th, tw, 3], padded in time by repeating the last) into rows. */
-static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_t tw, const qvl_preprocess_params *p,
-                     const float lut[3][256], float *rows) {
+typedef struct patch_job {
+    const uint8_t *frames;
+    int32_t n_frames, th, tw;
+    const qvl_preprocess_params *p;
+    const float (*lut)[256];
+    float *rows;
+} patch_job;
+
+/* Rows [r0, r1) of patchify. */
+static void patch_rows(void *ctx, long r0, long r1, int thread) {
+    (void)thread;
+    const patch_job *j = ctx;
+    const qvl_preprocess_params *p = j->p;
+    const uint8_t *frames = j->frames;
+    const int32_t n_frames = j->n_frames, tw = j->tw;
+    const float (*lut)[256] = j->lut;
     const int P = p->patch, M = p->merge, T = p->temporal_patch;
-    const int gh = th / P, gw = tw / P, gt = (n_frames + T - 1) / T;
-    const size_t row_len = (size_t)3 * T * P * P, frame_bytes = (size_t)th * tw * 3;
-    const long n_rows = (long)gt * gh * gw;
-#pragma omp parallel for num_threads(p->n_threads > 0 ? p->n_threads : omp_get_num_procs()) schedule(static)
-    for (long r = 0; r < n_rows; r++) {
+    const int gh = j->th / P, gw = tw / P;
+    const size_t row_len = (size_t)3 * T * P * P, frame_bytes = (size_t)j->th * tw * 3;
+    for (long r = r0; r < r1; r++) {
         /* r = (((t·(gh/M) + bh)·(gw/M) + bw)·M + ih)·M + iw */
         long q = r;
         int iw = (int)(q % M); q /= M;
@@ -203,7 +214,7 @@ static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_
         int bh = (int)(q % (gh / M)); q /= gh / M;
         int t = (int)q;
         int y0 = (bh * M + ih) * P, x0 = (bw * M + iw) * P;
-        float *out = rows + (size_t)r * row_len;
+        float *out = j->rows + (size_t)r * row_len;
         for (int c = 0; c < 3; c++)
             for (int tp = 0; tp < T; tp++) {
                 int f = t * T + tp;
@@ -216,6 +227,15 @@ static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_
                 }
             }
     }
+}
+
+/* Patchify `frames` (n_frames resized RGB frames [th, tw, 3], padded in time by repeating the last) into rows. */
+static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_t tw, const qvl_preprocess_params *p,
+                     const float lut[3][256], float *rows, qvl_pool *pool) {
+    const int P = p->patch, T = p->temporal_patch;
+    const long n_rows = (long)((n_frames + T - 1) / T) * (th / P) * (tw / P);
+    patch_job j = {frames, n_frames, th, tw, p, lut, rows};
+    pool_for(pool, n_rows, 0, patch_rows, &j);
 }
 
 /* Resize every frame to th × tw, then normalize and patchify. n_frames = 1 for an image (it fills every
@@ -237,16 +257,19 @@ static qvl_status frames_to_rows(const uint8_t *rgb, int32_t n_frames, int32_t w
         free(ws);
         return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for resized frames", all + ws_bytes);
     }
-    qvl_status s = QVL_OK;
+    qvl_pool *pool = NULL;
+    qvl_status s = pool_create(&pool, p->n_threads, err);
     size_t src_bytes = (size_t)w * (size_t)h * 3;
     for (int32_t f = 0; f < n_frames && s == QVL_OK; f++)
-        s = resize_frame(rgb + (size_t)f * src_bytes, w, h, resized + (size_t)f * frame_bytes, tw, th, p, ws, err);
+        s = resize_frame(rgb + (size_t)f * src_bytes, w, h, resized + (size_t)f * frame_bytes, tw, th, p, ws, pool,
+                         err);
     if (s == QVL_OK) {
         float lut[3][256];
         build_lut(p, lut);
         /* An image is one frame repeated into every temporal slot of its single temporal patch. */
-        patchify(resized, slots, th, tw, p, (const float(*)[256])lut, rows);
+        patchify(resized, slots, th, tw, p, (const float(*)[256])lut, rows, pool);
     }
+    pool_destroy(pool);
     free(ws);
     free(resized);
     return s;
@@ -287,7 +310,10 @@ qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width,
         free(dst);
         return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate a %dx%d image", width, height);
     }
-    qvl_status s = resize_frame(src->rgb, src->width, src->height, dst, width, height, &p, ws, err);
+    qvl_pool *pool = NULL;
+    qvl_status s = pool_create(&pool, n_threads, err);
+    if (s == QVL_OK) s = resize_frame(src->rgb, src->width, src->height, dst, width, height, &p, ws, pool, err);
+    pool_destroy(pool);
     free(ws);
     if (s != QVL_OK) {
         free(dst);

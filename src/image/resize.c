@@ -9,7 +9,6 @@
 #include "image/resize.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -258,34 +257,54 @@ static void vrow_scalar(const uint8_t *src, size_t stride, uint8_t *d, size_t b0
 
 /* ---- Driver ---- */
 
-/* The two passes, called inside the parallel region (orphaned worksharing loops). */
-static void hpass(const uint8_t *src, size_t src_row, uint8_t *dst, size_t dst_row, int r0, int r1,
-                  const resize_axis *h, int c, int simd) {
-#pragma omp for schedule(static)
-    for (int y = r0; y < r1; y++) {
-        const uint8_t *s = src + (size_t)y * src_row;
-        uint8_t *d = dst + (size_t)y * dst_row;
+/* The two passes, as ranges of output rows for pool_for. */
+typedef struct pass_job {
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t src_row, dst_row;
+    int r0, c, simd;
+    const resize_axis *ax;
+} pass_job;
+
+static void hpass_rows(void *ctx, long b, long e, int thread) {
+    (void)thread;
+    const pass_job *j = ctx;
+    for (int y = j->r0 + (int)b; y < j->r0 + (int)e; y++) {
+        const uint8_t *s = j->src + (size_t)y * j->src_row;
+        uint8_t *d = j->dst + (size_t)y * j->dst_row;
         int o0 = 0;
-        if (simd && h->simd_end > 0) {
-            resize_hrow_avx2(s, d, c, h);
-            o0 = h->simd_end;
+        if (j->simd && j->ax->simd_end > 0) {
+            resize_hrow_avx2(s, d, j->c, j->ax);
+            o0 = j->ax->simd_end;
         }
-        hrow_scalar(s, d, h, o0, c);
+        hrow_scalar(s, d, j->ax, o0, j->c);
     }
 }
 
-static void vpass(const uint8_t *src, uint8_t *dst, size_t row, const resize_axis *v, int simd) {
-    const size_t n32 = simd ? row & ~(size_t)31 : 0;
-#pragma omp for schedule(static)
-    for (int y = 0; y < v->n_out; y++) {
-        uint8_t *d = dst + (size_t)y * row;
-        if (n32) resize_vrow_avx2(src, row, d, n32, v, y);
-        vrow_scalar(src, row, d, n32, row, v, y);
+static void hpass(const uint8_t *src, size_t src_row, uint8_t *dst, size_t dst_row, int r0, int r1,
+                  const resize_axis *h, int c, int simd, qvl_pool *pool) {
+    pass_job j = {src, dst, src_row, dst_row, r0, c, simd, h};
+    pool_for(pool, r1 - r0, 0, hpass_rows, &j);
+}
+
+static void vpass_rows(void *ctx, long b, long e, int thread) {
+    (void)thread;
+    const pass_job *j = ctx;
+    const size_t row = j->dst_row, n32 = j->simd ? row & ~(size_t)31 : 0;
+    for (int y = (int)b; y < (int)e; y++) {
+        uint8_t *d = j->dst + (size_t)y * row;
+        if (n32) resize_vrow_avx2(j->src, row, d, n32, j->ax, y);
+        vrow_scalar(j->src, row, d, n32, row, j->ax, y);
     }
+}
+
+static void vpass(const uint8_t *src, uint8_t *dst, size_t row, const resize_axis *v, int simd, qvl_pool *pool) {
+    pass_job j = {src, dst, row, row, 0, 0, simd, v};
+    pool_for(pool, v->n_out, 0, vpass_rows, &j);
 }
 
 qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *dst, int dw, int dh,
-                     resize_kind kind, void *ws, int n_threads, qvl_error *err) {
+                     resize_kind kind, void *ws, qvl_pool *pool, qvl_error *err) {
     if (!src || !dst) return qvl_fail(err, QVL_ERR_INVALID_ARG, "resize: NULL %s", src ? "dst" : "src");
     if (kind != RESIZE_TORCHVISION && kind != RESIZE_PIL && kind != RESIZE_PIL_LEGACY)
         return qvl_fail(err, QVL_ERR_INVALID_ARG, "resize: unknown kind %d", (int)kind);
@@ -328,17 +347,12 @@ qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *
         }
     }
     const int simd = g_allow_simd && __builtin_cpu_supports("avx2");
-    const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        if (vfirst) { /* src [sh][sw] → mid [dh][sw] → dst [dh][dw] */
-            vpass(src, p.mid, (size_t)sw * c, &v, simd);
-            hpass(p.mid, (size_t)sw * c, dst, (size_t)dw * c, 0, dh, &h, channels, simd);
-        } else { /* src [sh][sw] → mid [sh][dw] (rows r0..r1) → dst [dh][dw]; either pass may be absent */
-            if (need_h) hpass(src, (size_t)sw * c, need_v ? p.mid : dst, (size_t)dw * c, r0, r1, &h, channels, simd);
-            if (need_v) vpass(need_h ? p.mid : src, dst, (size_t)dw * c, &v, simd);
-        }
+    if (vfirst) { /* src [sh][sw] → mid [dh][sw] → dst [dh][dw] */
+        vpass(src, p.mid, (size_t)sw * c, &v, simd, pool);
+        hpass(p.mid, (size_t)sw * c, dst, (size_t)dw * c, 0, dh, &h, channels, simd, pool);
+    } else { /* src [sh][sw] → mid [sh][dw] (rows r0..r1) → dst [dh][dw]; either pass may be absent */
+        if (need_h) hpass(src, (size_t)sw * c, need_v ? p.mid : dst, (size_t)dw * c, r0, r1, &h, channels, simd, pool);
+        if (need_v) vpass(need_h ? p.mid : src, dst, (size_t)dw * c, &v, simd, pool);
     }
     return QVL_OK;
 }

@@ -12,13 +12,14 @@
  * shrinks by more than twice as many pixels as the width); a pass whose size is unchanged is skipped.
  *
  * Ownership: the caller owns src, dst and the workspace ws (resize_workspace_size bytes, any alignment); resize_u8
- * never allocates. Results are identical for every n_threads and with or without SIMD. */
+ * never allocates. Results are identical for every thread count and with or without SIMD. */
 #ifndef QVL_IMAGE_RESIZE_H
 #define QVL_IMAGE_RESIZE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/pool.h"
 #include "qvl.h"
 
 typedef enum resize_kind {
@@ -35,11 +36,11 @@ typedef enum resize_kind {
 size_t resize_workspace_size(int sw, int sh, int dw, int dh, int channels);
 
 /* Resize src [sh, sw, channels] (row-major, interleaved, tightly packed) into dst [dh, dw, channels].
- * ws: at least resize_workspace_size(sw, sh, dw, dh, channels) bytes. n_threads <= 0 means OpenMP's default.
+ * ws: at least resize_workspace_size(sw, sh, dw, dh, channels) bytes. Threads: those of `pool` (NULL: the caller alone).
  * src and dst must not overlap. Errors: QVL_ERR_INVALID_ARG (NULL pointer, side < 1, channels outside 1..4,
  * unknown kind), QVL_ERR_LIMIT (side > RESIZE_MAX_SIDE or byte sizes overflow). */
 qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *dst, int dw, int dh,
-                     resize_kind kind, void *ws, int n_threads, qvl_error *err);
+                     resize_kind kind, void *ws, qvl_pool *pool, qvl_error *err);
 
 /* Test hook: 0 forces the portable loops, nonzero (the default) lets resize_u8 use AVX2 where the CPU has it.
  * Process-wide; do not call while a resize is running. */

@@ -1,5 +1,4 @@
 /* model.c — load, describe, fingerprint and free a vision tower. */
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +7,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "core/pool.h"
 #include "io/fileutil.h"
 #include "model/model.h"
 
@@ -107,12 +107,18 @@ static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
         return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of packed weights", total);
     }
     m->panel_bytes = total;
-    int threads = omp_get_num_procs();
+    qvl_pool *pool = NULL; /* one thread per CPU for the packing, gone when it is done */
+    qvl_status s = pool_create(&pool, 0, err);
+    if (s != QVL_OK) {
+        free(ls);
+        return s;
+    }
     unsigned char *at = m->panels;
     for (size_t i = 0; i < n; i++) {
         linear *l = ls[i];
         if (gemm_pack_b(&l->packed, at, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows, l->w.cols,
-                        GEMM_PANEL_AUTO, threads) != 0) {
+                        GEMM_PANEL_AUTO, pool) != 0) {
+            pool_destroy(pool);
             free(ls);
             return qvl_fail(err, QVL_ERR_INTERNAL, "packing a %dx%d weight failed", l->w.rows, l->w.cols);
         }
@@ -120,6 +126,7 @@ static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
         /* Page by page, so the mapped copy and the panels are never both resident in full. */
         drop_mapped(m, l->w.data, (size_t)l->w.rows * (size_t)l->w.cols * (l->w.dtype == QVL_DTYPE_F32 ? 4 : 2));
     }
+    pool_destroy(pool);
     free(ls);
     return QVL_OK;
 }

@@ -3,7 +3,6 @@
 #include "model/tables.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -58,8 +57,41 @@ static void axis_taps(qvl_pos_mode mode, int n, int G, axis_tap *out) {
     }
 }
 
+typedef struct pos_job {
+    const qvl_model *m;
+    const axis_tap *ah, *aw;
+    float *slice;
+    int bw_n;
+} pos_job;
+
+/* Merge blocks [b0, b1) of one grid's first frame: 2 x 2 (merge x merge) rows each. */
+static void pos_blocks(void *ctx, long b0, long b1, int thread) {
+    (void)thread;
+    const pos_job *j = ctx;
+    const qvl_config *c = &j->m->cfg;
+    const int H = c->hidden, G = c->pos_side, ms = c->merge;
+    for (long blk = b0; blk < b1; blk++) {
+        const int bh = (int)(blk / j->bw_n), bwi = (int)(blk % j->bw_n);
+        for (int ih = 0; ih < ms; ih++)
+            for (int iw = 0; iw < ms; iw++) {
+                const axis_tap *r = &j->ah[bh * ms + ih], *q = &j->aw[bwi * ms + iw];
+                size_t tap[4] = {(size_t)r->lo * G + q->lo, (size_t)r->lo * G + q->hi,
+                                 (size_t)r->hi * G + q->lo, (size_t)r->hi * G + q->hi};
+                float wt[4] = {r->wlo * q->wlo, r->wlo * q->whi, r->whi * q->wlo, r->whi * q->whi};
+                float *dst = j->slice + ((size_t)blk * ms * ms + (size_t)ih * ms + iw) * H;
+                for (int e = 0; e < H; e++) {
+                    float s = table_at(&j->m->pos, tap[0], e) * wt[0];
+                    s = s + table_at(&j->m->pos, tap[1], e) * wt[1];
+                    s = s + table_at(&j->m->pos, tap[2], e) * wt[2];
+                    s = s + table_at(&j->m->pos, tap[3], e) * wt[3];
+                    dst[e] = s;
+                }
+            }
+    }
+}
+
 void tables_pos(const qvl_model *m, qvl_pos_mode mode, const qvl_grid *grids, size_t n_grids, float *pos,
-                void *taps, int n_threads) {
+                void *taps, qvl_pool *pool) {
     const qvl_config *c = &m->cfg;
     const int H = c->hidden, G = c->pos_side, ms = c->merge;
     size_t row0 = 0;
@@ -69,26 +101,8 @@ void tables_pos(const qvl_model *m, qvl_pos_mode mode, const qvl_grid *grids, si
         axis_taps(mode, h, G, ah);
         axis_taps(mode, w, G, aw);
         float *slice = pos + row0 * (size_t)H;
-        const int bw_n = w / ms, blocks = (h / ms) * bw_n;
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-        for (int blk = 0; blk < blocks; blk++) {
-            int bh = blk / bw_n, bwi = blk % bw_n;
-            for (int ih = 0; ih < ms; ih++)
-                for (int iw = 0; iw < ms; iw++) {
-                    const axis_tap *r = &ah[bh * ms + ih], *q = &aw[bwi * ms + iw];
-                    size_t tap[4] = {(size_t)r->lo * G + q->lo, (size_t)r->lo * G + q->hi,
-                                     (size_t)r->hi * G + q->lo, (size_t)r->hi * G + q->hi};
-                    float wt[4] = {r->wlo * q->wlo, r->wlo * q->whi, r->whi * q->wlo, r->whi * q->whi};
-                    float *dst = slice + ((size_t)blk * ms * ms + (size_t)ih * ms + iw) * H;
-                    for (int e = 0; e < H; e++) {
-                        float s = table_at(&m->pos, tap[0], e) * wt[0];
-                        s = s + table_at(&m->pos, tap[1], e) * wt[1];
-                        s = s + table_at(&m->pos, tap[2], e) * wt[2];
-                        s = s + table_at(&m->pos, tap[3], e) * wt[3];
-                        dst[e] = s;
-                    }
-                }
-        }
+        pos_job j = {m, ah, aw, slice, w / ms};
+        pool_for(pool, (long)(h / ms) * (w / ms), 0, pos_blocks, &j);
         size_t hw = (size_t)h * w;
         for (int t = 1; t < T; t++) memcpy(slice + (size_t)t * hw * H, slice, hw * H * sizeof(float));
         row0 += (size_t)T * hw;
@@ -126,24 +140,37 @@ void tables_rope(const qvl_config *c, const qvl_grid *grids, size_t n_grids, flo
     }
 }
 
-void rope_apply(float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t,
-                const float *sin_t, int n_threads) {
-    const int half = head_dim / 2;
-    const size_t H = (size_t)heads * head_dim;
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (size_t r = 0; r < rows; r++) {
-        const float *co = cos_t + r * half, *si = sin_t + r * half;
+typedef struct rope_job {
+    float *qkv;
+    size_t ld;
+    int heads, head_dim;
+    const float *cos_t, *sin_t;
+} rope_job;
+
+static void rope_rows(void *ctx, long r0, long r1, int thread) {
+    (void)thread;
+    const rope_job *j = ctx;
+    const int half = j->head_dim / 2;
+    const size_t H = (size_t)j->heads * j->head_dim;
+    for (size_t r = (size_t)r0; r < (size_t)r1; r++) {
+        const float *co = j->cos_t + r * half, *si = j->sin_t + r * half;
         for (int part = 0; part < 2; part++) {
-            float *base = qkv + r * ld + part * H;
-            for (int hh = 0; hh < heads; hh++) {
-                float *x = base + (size_t)hh * head_dim;
-                for (int j = 0; j < half; j++) {
-                    float a = x[j], b = x[j + half];
-                    float ac = a * co[j], bs = b * si[j], bc = b * co[j], as = a * si[j];
-                    x[j] = ac - bs;
-                    x[j + half] = bc + as;
+            float *base = j->qkv + r * j->ld + part * H;
+            for (int hh = 0; hh < j->heads; hh++) {
+                float *x = base + (size_t)hh * j->head_dim;
+                for (int k = 0; k < half; k++) {
+                    float a = x[k], b = x[k + half];
+                    float ac = a * co[k], bs = b * si[k], bc = b * co[k], as = a * si[k];
+                    x[k] = ac - bs;
+                    x[k + half] = bc + as;
                 }
             }
         }
     }
+}
+
+void rope_apply(float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t,
+                const float *sin_t, qvl_pool *pool) {
+    rope_job j = {qkv, ld, heads, head_dim, cos_t, sin_t};
+    pool_for(pool, (long)rows, 0, rope_rows, &j);
 }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "core/pool.h"
 #include "model/model.h"
 
 /* Largest grid side (in patches) and head dimension the tables handle. */
@@ -16,7 +17,7 @@
 
 /* pos[S, H]: bilinear (align-corners) resampling of the G×G table onto each item's h×w grid. */
 void tables_pos(const qvl_model *m, qvl_pos_mode mode, const qvl_grid *grids, size_t n_grids, float *pos,
-                void *taps, int n_threads);
+                void *taps, qvl_pool *pool);
 
 /* cos/sin [S, head_dim/2]: column j < d/2 (d = head_dim/2) holds the row angle row·inv_freq[j], column
  * d/2 + k the column angle col·inv_freq[k]. inv_freq[k] = 1 / theta^(2k/d) in float32. */
@@ -24,6 +25,6 @@ void tables_rope(const qvl_config *c, const qvl_grid *grids, size_t n_grids, flo
 
 /* Rotate q and k in place: rows of `qkv` (row stride ld) hold q at [0, H) and k at [H, 2H). */
 void rope_apply(float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t,
-                const float *sin_t, int n_threads);
+                const float *sin_t, qvl_pool *pool);
 
 #endif

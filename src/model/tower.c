@@ -8,13 +8,13 @@
  * shuffle is a plain reinterpretation of the row-major buffer.
  * All scratch lives in one block reserved for the largest input seen; encode never allocates otherwise. */
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/error.h"
+#include "core/pool.h"
 #include "cpu/attention.h"
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
@@ -24,7 +24,8 @@
 struct qvl_ctx {
     const qvl_model *m;
     qvl_ctx_params p;
-    int n_threads;
+    qvl_pool *pool; /* this context's threads */
+    int n_threads;  /* pool_size(pool) */
     qvl_tap_fn tap;
     void *tap_user;
     /* scratch, reserved for cap_rows patch rows */
@@ -79,14 +80,19 @@ qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_
         free(c);
         return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: unknown pos_mode %d", mode);
     }
-    c->n_threads = c->p.n_threads > 0 ? c->p.n_threads : omp_get_num_procs();
-    if (c->n_threads < 1) c->n_threads = 1;
+    qvl_status s = pool_create(&c->pool, c->p.n_threads, err);
+    if (s != QVL_OK) {
+        free(c);
+        return s;
+    }
+    c->n_threads = pool_size(c->pool);
     *out = c;
     return QVL_OK;
 }
 
 void qvl_ctx_free(qvl_ctx *c) {
     if (!c) return;
+    pool_destroy(c->pool);
     free(c->block);
     free(c->cu);
     free(c->tab_grids);
@@ -220,7 +226,7 @@ static qvl_status build_tables(qvl_ctx *c, const qvl_grid *grids, size_t n_grids
     }
     memcpy(c->tab_grids, grids, n_grids * sizeof *grids);
     c->n_tab_grids = n_grids;
-    if (want_pos) tables_pos(c->m, c->p.pos_mode, grids, n_grids, c->pos, c->taps, c->n_threads);
+    if (want_pos) tables_pos(c->m, c->p.pos_mode, grids, n_grids, c->pos, c->taps, c->pool);
     tables_rope(&c->m->cfg, grids, n_grids, c->cos_t, c->sin_t);
     c->tab_valid = want_pos ? 2 : 1;
     return QVL_OK;
@@ -235,7 +241,7 @@ static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, 
     gemm_args g = {.M = (int)M, .N = l->w.rows, .K = l->w.cols, .A = A, .lda = lda, .B = l->w.data,
                    .b_dtype = l->w.dtype, .ldb = (size_t)l->w.cols, .bias = l->b, .C = C, .ldc = ldc,
                    .accumulate = accumulate, .epilogue = epi, .Bp = &l->packed};
-    gemm_run(&g, c->gemm_ws, c->n_threads);
+    gemm_run(&g, c->gemm_ws, c->pool);
     c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
 }
 
@@ -251,16 +257,16 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     size_t H = (size_t)k->hidden, I = (size_t)k->intermediate;
     qvl_profile *pf = &c->prof;
     double t0 = now_ms(), t1;
-    op_layernorm(c->x, H, c->a, H, S, H, b->norm1.w, b->norm1.b, k->ln_eps, c->n_threads);
+    op_layernorm(c->x, H, c->a, H, S, H, b->norm1.w, b->norm1.b, k->ln_eps, c->pool);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
     linear_run(c, &b->qkv, c->a, H, S, c->qkv, 3 * H, 0, GEMM_EPI_NONE);
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
-    rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->n_threads);
+    rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->pool);
     t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
     attn_args at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
                     .out = c->o, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
                     .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim)};
-    attn_run(&at, c->attn_ws, c->n_threads);
+    attn_run(&at, c->attn_ws, c->pool);
     for (size_t s = 0; s < n_seg; s++) {
         double n = (double)(c->cu[s + 1] - c->cu[s]);
         pf->attention_flops += 4.0 * n * n * k->head_dim * k->heads;
@@ -268,7 +274,7 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     t1 = now_ms(), pf->attention_ms += t1 - t0, t0 = t1;
     linear_run(c, &b->proj, c->o, H, S, c->x, H, 1, GEMM_EPI_NONE);
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
-    op_layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->n_threads);
+    op_layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->pool);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
     linear_run(c, &b->fc1, c->a, H, S, c->mlp, I, 0,
                k->act == QVL_ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF);
@@ -291,7 +297,7 @@ static void run_chain(qvl_ctx *c, size_t S, size_t n_seg, float *merged, float *
             if (!dst) continue;
             const merger_w *mw = &c->m->deepstack[d];
             double t0 = now_ms();
-            op_layernorm(c->x, H * mm, c->a, H * mm, T, H * mm, mw->norm.w, mw->norm.b, k->ln_eps, c->n_threads);
+            op_layernorm(c->x, H * mm, c->a, H * mm, T, H * mm, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
             merger_mlp(c, mw, c->a, T, dst);
             c->prof.merger_ms += now_ms() - t0;
             snprintf(name, sizeof name, "deepstack%d", d);
@@ -301,10 +307,23 @@ static void run_chain(qvl_ctx *c, size_t S, size_t n_seg, float *merged, float *
     if (!merged) return;
     const merger_w *mw = &c->m->merger;
     double t0 = now_ms();
-    op_layernorm(c->x, H, c->a, H, S, H, mw->norm.w, mw->norm.b, k->ln_eps, c->n_threads);
+    op_layernorm(c->x, H, c->a, H, S, H, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
     merger_mlp(c, mw, c->a, T, merged);
     c->prof.merger_ms += now_ms() - t0;
     tap(c, "merged", merged, T, O);
+}
+
+typedef struct add_job {
+    float *x;
+    const float *y;
+    size_t cols;
+} add_job;
+
+/* x[r, :] += y[r, :] for rows [r0, r1). */
+static void add_rows(void *ctx, long r0, long r1, int thread) {
+    (void)thread;
+    const add_job *j = ctx;
+    for (size_t i = (size_t)r0 * j->cols; i < (size_t)r1 * j->cols; i++) j->x[i] = j->x[i] + j->y[i];
 }
 
 qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_grid *grids, size_t n_grids,
@@ -326,10 +345,8 @@ qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_
     t0 = now_ms();
     QVL_TRY(build_tables(c, grids, n_grids, 1, err));
     tap(c, "pos", c->pos, S, H);
-    const float *pos = c->pos;
-    float *x = c->x;
-#pragma omp parallel for num_threads(c->n_threads) schedule(static)
-    for (size_t i = 0; i < S * H; i++) x[i] = x[i] + pos[i];
+    add_job aj = {c->x, c->pos, H};
+    pool_for(c->pool, (long)S, 0, add_rows, &aj);
     c->prof.pos_rope_ms += now_ms() - t0;
     run_chain(c, S, n_seg, merged, deepstack);
     c->prof.total_ms = now_ms() - start;

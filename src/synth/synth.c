@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/pool.h"
 #include "cpu/ops.h"
 #include "io/safetensors.h"
 
@@ -259,23 +260,28 @@ typedef struct fill_ctx {
     const tspec *const *specs; /* the file's tensors, in write order */
     uint64_t seed;
     qvl_dtype dtype;
+    qvl_pool *pool;
 } fill_ctx;
 
-/* st_fill_fn: generate tensor i of the file straight into the stored dtype (and layout, for the MLX conv). */
-static qvl_status fill_tensor(void *user, size_t i, void *buf, size_t nbytes, qvl_error *err) {
-    const fill_ctx *fc = user;
-    const tspec *t = fc->specs[i];
-    size_t es = fc->dtype == QVL_DTYPE_F32 ? 4 : 2;
-    size_t n = nbytes / es;
-    if (n * es != nbytes) return qvl_fail(err, QVL_ERR_INTERNAL, "synth: %s: byte size %zu", t->name, nbytes);
-    uint64_t ts = tensor_seed(fc->seed, t->canon);
-    size_t n_chunks = (n + CHUNK - 1) / CHUNK;
-    const qvl_dtype dt = fc->dtype;
+typedef struct chunk_job {
+    const tspec *t;
+    uint64_t ts;
+    size_t n;
+    qvl_dtype dt;
+    void *buf;
+} chunk_job;
+
+/* Chunks [c0, c1) of one tensor: each chunk has its own generator state, so any split gives the same bytes. */
+static void fill_chunks(void *ctx, long c0, long c1, int thread) {
+    (void)thread;
+    const chunk_job *jb = ctx;
+    const tspec *t = jb->t;
+    const qvl_dtype dt = jb->dt;
     const int mlx = t->conv_mlx;
-    const size_t K = 3 * 2 * 16 * 16;
-#pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < n_chunks; c++) {
-        uint64_t sm = ts ^ (c * 0xd1b54a32d192ed03ull), s[4];
+    const size_t K = 3 * 2 * 16 * 16, n = jb->n;
+    void *buf = jb->buf;
+    for (size_t c = (size_t)c0; c < (size_t)c1; c++) {
+        uint64_t sm = jb->ts ^ (c * 0xd1b54a32d192ed03ull), s[4];
         for (int k = 0; k < 4; k++) s[k] = splitmix64(&sm);
         size_t end = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
         for (size_t e = c * CHUNK; e < end; e++) {
@@ -291,6 +297,17 @@ static qvl_status fill_tensor(void *user, size_t i, void *buf, size_t nbytes, qv
             else ((uint16_t *)buf)[j] = op_f32_to_f16(v);
         }
     }
+}
+
+/* st_fill_fn: generate tensor i of the file straight into the stored dtype (and layout, for the MLX conv). */
+static qvl_status fill_tensor(void *user, size_t i, void *buf, size_t nbytes, qvl_error *err) {
+    const fill_ctx *fc = user;
+    const tspec *t = fc->specs[i];
+    size_t es = fc->dtype == QVL_DTYPE_F32 ? 4 : 2;
+    size_t n = nbytes / es;
+    if (n * es != nbytes) return qvl_fail(err, QVL_ERR_INTERNAL, "synth: %s: byte size %zu", t->name, nbytes);
+    chunk_job jb = {t, tensor_seed(fc->seed, t->canon), n, fc->dtype, buf};
+    pool_for(fc->pool, (long)((n + CHUNK - 1) / CHUNK), 1, fill_chunks, &jb);
     return QVL_OK;
 }
 
@@ -361,8 +378,10 @@ static qvl_status write_weights(const tlist *l, int shard, const char *dir, cons
         specs[n++] = &l->v[i];
     }
     const char *meta[] = {"format", format};
-    fill_ctx fc = {specs, p->seed, p->dtype};
-    qvl_status s = st_write_stream(path, w, n, meta, 1, fill_tensor, &fc, err);
+    fill_ctx fc = {specs, p->seed, p->dtype, NULL};
+    qvl_status s = pool_create(&fc.pool, 0, err);
+    if (s == QVL_OK) s = st_write_stream(path, w, n, meta, 1, fill_tensor, &fc, err);
+    pool_destroy(fc.pool);
     free(w);
     free(specs);
     return s;

@@ -39,11 +39,11 @@ static void run_case(const int *lens, int n_seg, int nh, int hd, float qmag) {
                    1.0f / sqrtf((float)hd)};
     attn_ref(&a);
     a.out = outs[1];
-    attn_run_isa(&a, ws, 1, isa);
+    attn_run_isa(&a, ws, tu_pool(1), isa);
     a.out = outs[2];
-    attn_run_isa(&a, ws, 2, isa);
+    attn_run_isa(&a, ws, tu_pool(2), isa);
     a.out = outs[3];
-    attn_run_scalar(&a, ws, 2);
+    attn_run_scalar(&a, ws, tu_pool(2));
 
     int ok_fast = 1, ok_scalar = 1, ok_threads = 1, ok_pad = 1;
     double worst = 0.0;

@@ -64,9 +64,9 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
     gemm_args g = {M, N, K, A, lda, B, dt, ldb, with_bias ? bias : NULL, Cr, ldc, accumulate, epi, NULL};
     gemm_ref(&g);
     g.C = C1;
-    gemm_run_isa(&g, ws, 1, isa);
+    gemm_run_isa(&g, ws, tu_pool(1), isa);
     g.C = C2;
-    gemm_run_isa(&g, ws, 2, isa);
+    gemm_run_isa(&g, ws, tu_pool(2), isa);
 
     /* Pre-packed B, both panel types (bf16 panels also in the other set's order, packed as if AUTO meant the other
      * set: read through memory): the same bits as the per-call packing, on either thread count. */
@@ -81,7 +81,7 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
         /* bf16 → bf16 packing is portable code whatever the set, so the other order is packable on any CPU. */
         const gemm_isa eff = isa == GEMM_ISA_AUTO ? gemm_auto_isa() : isa;
         gemm_set_isa(w == 2 ? (eff == GEMM_ISA_AVX512 ? GEMM_ISA_AVX2 : GEMM_ISA_AVX512) : eff);
-        CHECK(gemm_pack_b(&pk, pbuf, B, dt, ldb, N, K, which, 2) == 0);
+        CHECK(gemm_pack_b(&pk, pbuf, B, dt, ldb, N, K, which, tu_pool(2)) == 0);
         gemm_set_isa(GEMM_ISA_AUTO);
         const gemm_bf16_order want = eff == GEMM_ISA_AVX512 ? GEMM_BF16_PAIRS : GEMM_BF16_LANES;
         const gemm_bf16_order other = want == GEMM_BF16_PAIRS ? GEMM_BF16_LANES : GEMM_BF16_PAIRS;
@@ -92,7 +92,7 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
             memcpy(Cp, C0, (size_t)M * ldc * sizeof(float));
             g.C = Cp;
             g.Bp = &pk;
-            gemm_run_isa(&g, ws, nt, isa);
+            gemm_run_isa(&g, ws, tu_pool(nt), isa);
             g.Bp = NULL;
             if (memcmp(Cp, C1, (size_t)M * ldc * sizeof(float))) {
                 fprintf(stderr, "M=%d N=%d K=%d dt=%d panel=%d isa=%d threads=%d: packed B differs\n", M, N, K, (int)dt,
@@ -136,7 +136,7 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
         memcpy(C2, C0, (size_t)M * ldc * sizeof(float));
         g.C = C2;
         g.Bp = NULL;
-        gemm_run_isa(&g, ws, 2, isa == GEMM_ISA_AVX2 ? GEMM_ISA_AVX512 : GEMM_ISA_AVX2);
+        gemm_run_isa(&g, ws, tu_pool(2), isa == GEMM_ISA_AVX2 ? GEMM_ISA_AVX512 : GEMM_ISA_AVX2);
         if (memcmp(C1, C2, (size_t)M * ldc * sizeof(float))) {
             fprintf(stderr, "M=%d N=%d K=%d dt=%d isa=%d: AVX2 and AVX-512 sets differ\n", M, N, K, (int)dt, (int)isa);
             ok = 0;
@@ -147,6 +147,7 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
 }
 
 int main(void) {
+    CHECK(pool_size(tu_pool(2)) == 2); /* else "1 vs 2 threads" below would compare one thread with itself */
     /* A workspace that is not 64-byte aligned: gemm_run must cope (it aligns inside its own slack). */
     unsigned char *wsbuf = malloc(gemm_workspace_size(2) + 8);
     void *ws = wsbuf + 8;
@@ -203,9 +204,9 @@ int main(void) {
         CHECK(gemm_pack_size(0, 5, QVL_DTYPE_F32, GEMM_PANEL_AUTO) == 0);
         CHECK(gemm_pack_size(17, 3, QVL_DTYPE_BF16, GEMM_PANEL_AUTO) == 192);
         CHECK(gemm_pack_size(17, 3, QVL_DTYPE_BF16, GEMM_PANEL_F32) == 384);
-        CHECK(gemm_pack_b(&pk, (char *)buf + 4, b, QVL_DTYPE_F32, 2, 2, 2, GEMM_PANEL_AUTO, 1) == -1);
-        CHECK(gemm_pack_b(&pk, buf, b, QVL_DTYPE_F32, 1, 2, 2, GEMM_PANEL_AUTO, 1) == -1);
-        CHECK(gemm_pack_b(&pk, buf, b, QVL_DTYPE_F32, 2, 2, 2, GEMM_PANEL_AUTO, 1) == 0);
+        CHECK(gemm_pack_b(&pk, (char *)buf + 4, b, QVL_DTYPE_F32, 2, 2, 2, GEMM_PANEL_AUTO, NULL) == -1);
+        CHECK(gemm_pack_b(&pk, buf, b, QVL_DTYPE_F32, 1, 2, 2, GEMM_PANEL_AUTO, NULL) == -1);
+        CHECK(gemm_pack_b(&pk, buf, b, QVL_DTYPE_F32, 2, 2, 2, GEMM_PANEL_AUTO, NULL) == 0);
         float a[2] = {1, -1}, c1[2], c2[2];
         gemm_args g = {1, 2, 2, a, 2, b, QVL_DTYPE_F32, 2, NULL, c1, 2, 0, GEMM_EPI_NONE, NULL};
         gemm_ref(&g);

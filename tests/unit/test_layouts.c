@@ -1,5 +1,7 @@
 /* test_layouts.c — the same weights in every checkpoint layout give the same fingerprint and bit-identical
- * outputs; different weights give a different fingerprint; results do not depend on the thread count. */
+ * outputs; different weights give a different fingerprint; results do not depend on the thread count, nor on
+ * other contexts encoding at the same time. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +149,69 @@ static void check_preset(const char *preset, const char *root) {
     free_result(&ref);
 }
 
+typedef struct conc_arg {
+    qvl_model *m;
+    const float *px;
+    size_t S, n_out;
+    const float *want;
+    int ok;
+} conc_arg;
+
+/* One context of 2 threads (its own pool), encoding the same input 5 times. */
+static void *encode_thread(void *p) {
+    conc_arg *a = p;
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    cp.n_threads = 2;
+    qvl_ctx *ctx = NULL;
+    qvl_error err;
+    float *out = malloc(a->n_out * sizeof(float));
+    a->ok = out && qvl_ctx_create(a->m, &cp, &ctx, &err) == QVL_OK;
+    for (int r = 0; r < 5 && a->ok; r++)
+        a->ok = qvl_encode(ctx, a->px, a->S, k_grids, 2, out, NULL, &err) == QVL_OK &&
+                memcmp(out, a->want, a->n_out * sizeof(float)) == 0;
+    qvl_ctx_free(ctx);
+    free(out);
+    return NULL;
+}
+
+/* Several contexts on one model, each driven from its own thread at the same time (each owns its thread pool),
+ * give the bits of one context alone; so do 3 threads. */
+static void check_concurrent(const char *dir) {
+    qvl_error err;
+    qvl_model *m = NULL;
+    CHECK(qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
+    if (!m) return;
+    qvl_model_info in;
+    qvl_model_get_info(m, &in);
+    size_t S = qvl_patch_rows(k_grids, 2), n_out = S / 4 * (size_t)in.out_hidden;
+    float *px = malloc(S * (size_t)in.row_len * sizeof(float)), *want = malloc(n_out * sizeof(float));
+    fill_pixels(px, S * (size_t)in.row_len);
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    cp.n_threads = 3;
+    qvl_ctx *ctx = NULL;
+    CHECK(qvl_ctx_create(m, &cp, &ctx, &err) == QVL_OK);
+    CHECK(qvl_encode(ctx, px, S, k_grids, 2, want, NULL, &err) == QVL_OK);
+    qvl_ctx_free(ctx);
+    result two = {0};
+    CHECK(encode_dir(dir, 2, &two));
+    CHECK(two.merged && memcmp(two.merged, want, n_out * sizeof(float)) == 0);
+    free_result(&two);
+    pthread_t t[3];
+    conc_arg a[3];
+    for (int i = 0; i < 3; i++) {
+        a[i] = (conc_arg){m, px, S, n_out, want, 0};
+        CHECK(pthread_create(&t[i], NULL, encode_thread, &a[i]) == 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(a[i].ok);
+    }
+    free(px), free(want);
+    qvl_model_free(m);
+}
+
 /* The per-grid table cache: A, then B, then A again gives A's bits; so does a fresh context. */
 static void check_table_cache(const char *dir) {
     qvl_error err;
@@ -183,6 +248,7 @@ int main(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tiny-hf", root);
     check_table_cache(dir);
+    check_concurrent(dir);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     CHECK(system(cmd) == 0);

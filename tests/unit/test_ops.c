@@ -38,13 +38,13 @@ static void test_layernorm(size_t rows, size_t cols, float offset, int in_place)
         memcpy(y2, x, rows * ldx * sizeof(float));
         ld1 = ldx;
         memcpy(ys, x, rows * ldx * sizeof(float));
-        op_layernorm(y1, ldx, y1, ldx, rows, cols, w, b, eps, 1);
-        op_layernorm(y2, ldx, y2, ldx, rows, cols, w, b, eps, 2);
-        op_layernorm_scalar(ys, ldx, ys, ldx, rows, cols, w, b, eps, 2);
+        op_layernorm(y1, ldx, y1, ldx, rows, cols, w, b, eps, tu_pool(1));
+        op_layernorm(y2, ldx, y2, ldx, rows, cols, w, b, eps, tu_pool(2));
+        op_layernorm_scalar(ys, ldx, ys, ldx, rows, cols, w, b, eps, tu_pool(2));
     } else {
-        op_layernorm(x, ldx, y1, ldy, rows, cols, w, b, eps, 1);
-        op_layernorm(x, ldx, y2, ldy, rows, cols, w, b, eps, 2);
-        op_layernorm_scalar(x, ldx, ys, ldy, rows, cols, w, b, eps, 2);
+        op_layernorm(x, ldx, y1, ldy, rows, cols, w, b, eps, tu_pool(1));
+        op_layernorm(x, ldx, y2, ldy, rows, cols, w, b, eps, tu_pool(2));
+        op_layernorm_scalar(x, ldx, ys, ldy, rows, cols, w, b, eps, tu_pool(2));
     }
     int ok = 1, same = 1, ok_s = 1;
     for (size_t r = 0; r < rows; r++) {

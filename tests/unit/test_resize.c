@@ -5,7 +5,6 @@
  * the outputs' xxh64. Every case runs with AVX2 (where the CPU has it) on 2 threads and with the portable loops on
  * 1 thread, for each kind (torchvision, Pillow 13, Pillow <= 12.1 pass order). Also: the worked examples of resize-exact.md §5, thread counts 1/2/3 identical,
  * AVX2 = portable loops for 1..4 channels, invalid sizes rejected. QVL_RESIZE_BENCH=1 times a 4000×3000 → 1344×1008 RGB downscale. */
-#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +45,7 @@ static qvl_status run(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, i
     qvl_error err;
     qvl_error_clear(&err);
     resize_set_simd(simd);
-    qvl_status s = resize_u8(src, sw, sh, c, dst, dw, dh, kind, ws, threads, &err);
+    qvl_status s = resize_u8(src, sw, sh, c, dst, dw, dh, kind, ws, tu_pool(threads), &err);
     resize_set_simd(1);
     if (s != QVL_OK) fprintf(stderr, "resize_u8: %s\n", err.message);
     free(ws);
@@ -209,18 +208,18 @@ static void test_invalid(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(resize_workspace_size(bad[i][0], bad[i][1], bad[i][2], bad[i][3], bad[i][4]) == 0);
         qvl_error_clear(&err);
-        CHECK(resize_u8(px, bad[i][0], bad[i][1], bad[i][4], out, bad[i][2], bad[i][3], RESIZE_TORCHVISION, ws, 1,
+        CHECK(resize_u8(px, bad[i][0], bad[i][1], bad[i][4], out, bad[i][2], bad[i][3], RESIZE_TORCHVISION, ws, NULL,
                         &err) == QVL_ERR_INVALID_ARG);
         CHECK(err.status == QVL_ERR_INVALID_ARG && err.message[0] != '\0');
     }
     qvl_error_clear(&err);
-    CHECK(resize_u8(px, 2, 2, 3, out, 1, 1, (resize_kind)7, ws, 1, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(resize_u8(px, 2, 2, 3, out, 1, 1, (resize_kind)7, ws, NULL, &err) == QVL_ERR_INVALID_ARG);
     qvl_error_clear(&err);
-    CHECK(resize_u8(NULL, 2, 2, 3, out, 1, 1, RESIZE_PIL, ws, 1, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(resize_u8(NULL, 2, 2, 3, out, 1, 1, RESIZE_PIL, ws, NULL, &err) == QVL_ERR_INVALID_ARG);
     qvl_error_clear(&err);
-    CHECK(resize_u8(px, 2, 2, 3, out, 1, 1, RESIZE_PIL, NULL, 1, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(resize_u8(px, 2, 2, 3, out, 1, 1, RESIZE_PIL, NULL, NULL, &err) == QVL_ERR_INVALID_ARG);
     qvl_error_clear(&err);
-    CHECK(resize_u8(px, RESIZE_MAX_SIDE + 1, 1, 1, out, 1, 1, RESIZE_PIL, ws, 1, &err) == QVL_ERR_LIMIT);
+    CHECK(resize_u8(px, RESIZE_MAX_SIDE + 1, 1, 1, out, 1, 1, RESIZE_PIL, ws, NULL, &err) == QVL_ERR_LIMIT);
     CHECK(resize_workspace_size(RESIZE_MAX_SIDE + 1, 1, 1, 1, 1) == 0);
     CHECK(resize_workspace_size(RESIZE_MAX_SIDE, 1, 1, 1, 4) > 0);
     CHECK(resize_workspace_size(2, 2, 1, 1, 3) <= sizeof ws);
@@ -238,9 +237,9 @@ static void bench(void) {
                 resize_set_simd(simd);
                 double best = 1e9;
                 for (int rep = 0; rep < 3; rep++) {
-                    double t0 = omp_get_wtime();
-                    CHECK(resize_u8(src, sw, sh, c, dst, dw, dh, (resize_kind)k, ws, t, NULL) == QVL_OK);
-                    double el = omp_get_wtime() - t0;
+                    double t0 = tu_now();
+                    CHECK(resize_u8(src, sw, sh, c, dst, dw, dh, (resize_kind)k, ws, tu_pool(t), NULL) == QVL_OK);
+                    double el = tu_now() - t0;
                     if (el < best) best = el;
                 }
                 printf("bench 4000x3000 -> 1344x1008 %-11s %s %d thread(s): %.1f ms\n",

@@ -4,13 +4,34 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+
+#include "core/pool.h"
 
 int tu_failures = 0;
 int tu_checks = 0;
 
 void tu_report(const char *file, int line, const char *what) { fprintf(stderr, "%s:%d: check failed: %s\n", file, line, what); }
 
+static qvl_pool *tu_pools[9];
+
+qvl_pool *tu_pool(int n) {
+    if (n <= 1 || n > 8) return NULL;
+    if (!tu_pools[n] && pool_create(&tu_pools[n], n, NULL) != QVL_OK) return NULL;
+    return tu_pools[n];
+}
+
+double tu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int tu_finish(const char *name) {
+    for (int i = 0; i < 9; i++) {
+        pool_destroy(tu_pools[i]);
+        tu_pools[i] = NULL;
+    }
     printf("%s: %d passed, %d failed\n", name, tu_checks - tu_failures, tu_failures);
     return tu_failures ? 1 : 0;
 }

@@ -22,6 +22,10 @@ const char *tu_source_path(const char *rel, char *buf, size_t n);
 const char *tu_tmpdir(char *buf, size_t n);
 /* 1 if n bytes are equal; otherwise print how many differ, the largest difference and the first one. */
 int tu_same_bytes(const unsigned char *got, const unsigned char *want, size_t n, const char *what);
+/* A thread pool of n threads (1 ≤ n ≤ 8; NULL for 1), created on first use and kept until tu_finish. */
+struct qvl_pool *tu_pool(int n);
+/* Wall-clock seconds (monotonic). */
+double tu_now(void);
 /* ‖a − b‖ / ‖b‖ and max |a − b| in double. */
 double tu_relerr(const float *a, const float *b, size_t n, double *maxabs);
 
