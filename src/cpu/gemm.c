@@ -1,6 +1,6 @@
 /* gemm.c — the GEMM driver: BLIS-style blocking, packing, threads and the bias/GELU/residual epilogue.
  *
- * Loop structure (one work item = one mc x nc block of C, items handed out dynamically to the threads):
+ * Loop structure (one work item = one mc x nc block of C, items handed out dynamically to the pool's threads):
  *
  *   for each item (ic, jc):                         C block [mc, nc], partial sums in a per-thread buffer Cb
  *     for pc in K by kc:                            K blocking (kc from K alone); the same for every item
@@ -9,26 +9,24 @@
  *         B micro-panel [jr, pc..]: read in place from a pre-packed weight (gemm_pack_b: f32 panels, or bf16
  *           panels widened in registers), else packed here (NR-wide f32, widened from f32/f16/bf16)
  *         for ir in mc by MR:                       the B micro-panel stays in L1 while A panels stream from L2
- *           ukr: Cb[ir, jr] (=|+=) Ap[ir] · Bp[jr]
- *     epilogue, once per element after the full K sum: t = Cb + bias; t = gelu(t); C = accumulate ? C + t : t
+ *           ukr: Cb[ir, jr] (=|+=) Ap[ir] · Bp[jr]; on the last K block, the SIMD kernels finish the tile
+ *                straight into C: t = Cb + acc + bias, GELU, C = accumulate ? C + t : t (gemm_tail)
+ *     (the scalar set, or K = 0: epilogue over Cb, once per element after the full K sum, same operations)
  *
- * Partial sums live in Cb rather than in C so that C is read only by the epilogue (accumulate) and written once.
+ * Partial sums live in Cb rather than in C so that C is read only at the end (accumulate) and written once.
  * K is never split across threads and every element goes through the same KC blocking and micro-tile code, so
  * the result is bit-identical for any thread count, any mc/nc and with or without pre-packed weights (the panels
  * hold the same widened values the per-call packer produces). Packed panels are zero-padded to MR/NR, so the
- * microkernel always computes full tiles into Cb and edges only matter to the epilogue.
- *
- * Measured (bench/bench_gemm.c, one core of the 2-core AVX2 machine, tower shapes, bf16 pre-packed weights): the
- * microkernel alone runs at the FMA peak; the whole GEMM at 92-97 % of it and on par with OpenBLAS's AVX2
- * (Haswell) sgemm; 2 threads scale 2.0x. A wide nc matters: A is repacked once per (item, pc), so nc = 192 cost
- * ~8 % and nc = 768 ~2 %.
+ * microkernel always computes full tiles into Cb and only the finish masks edges.
  *
  * Kernel sets (gemm_kernels, one looked up per call): scalar (reference, 6 x 16), AVX2 (6 x 16) and AVX-512
  * (14 x 32 over two adjacent 16-column panels; bf16 panels packed in its own order, GEMM_BF16_PAIRS). AUTO takes
- * the widest the CPU runs. The SIMD sets share the K blocking and one FMA chain per element, so they agree bit for
- * bit; the scalar set (separate multiply and add) differs in the last bits. Measured on a 2-core AVX-512 VM
- * (AVX-512 FMA peak 176 GFLOP/s a core, AVX2 95): AVX2 set ~80, AVX-512 set 145-151 GFLOP/s a core (82-86 %) on
- * the tower shapes with bf16 panels (microkernel alone: 92 % of peak on bf16 panels, 100 % on f32). */
+ * the widest the CPU runs. The SIMD sets share the K blocking, one FMA chain per element and the vector GELU
+ * (vmath_*.h), so they agree bit for bit; the scalar set (separate multiply and add, libm GELU) differs in the
+ * last bits. Measured on a 2-core AVX-512 VM (AVX-512 FMA peak ~175 GFLOP/s a core; bench/bench_gemm.c, tower
+ * shapes, bf16 panels): microkernel alone 161 GFLOP/s (92 %; f32 panels 176), whole GEMMs 148-154 on one core and
+ * 297-307 on two (85-88 %); f32 panels are no faster in whole GEMMs (memory, not the widening, is the limit).
+ * Earlier, on the AVX2 machine: the AVX2 set at 92-97 % of the AVX2 peak, on par with OpenBLAS's Haswell sgemm. */
 #include <stdint.h>
 #include <string.h>
 
@@ -43,7 +41,7 @@ enum {
     GEMM_NR = 16,      /* B panel width; a micro-tile spans one panel (scalar, AVX2) or two (AVX-512) */
     GEMM_KC = 512,     /* max K block: a KC x NR B micro-panel is 32 KiB in f32, 16 KiB in bf16: L1-resident */
     GEMM_MC = 144,     /* max M block of the 6-row sets: the MC x KC packed A block is 288 KiB, L2-resident */
-    GEMM_MC_MAX = 144, /* max M block of any set (AVX-512: 8 x 14 = 112 rows) */
+    GEMM_MC_MAX = 144, /* max M block of any set (AVX-512: 3 x 14 = 42 rows) */
     GEMM_NC = 768,     /* max N block of the 6-row sets: B streams through L1 one micro-panel at a time */
     GEMM_NC_MAX = 1536 /* max N block of any set (AVX-512: fewer A repacks, measured +2 %); Cb's row stride */
 };
@@ -118,47 +116,54 @@ static void widen_bf16_panel(const uint16_t *panel, gemm_bf16_order order, int K
 typedef struct gemm_kernels {
     int mr, nr, mc_max, nc_max;
     gemm_bf16_order order; /* the bf16 panel order ukr_bf16 reads (and gemm_pack_b writes under this set) */
-    void (*ukr)(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first);
+    /* tail: NULL, or (sets with has_tail only) finish the tile into C (kernels_avx2.h, gemm_tail). */
+    void (*ukr)(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first,
+                const gemm_tail *tail);
     /* Same contract on bf16 panels in `order` widened in registers; NULL: widen into Bp, then ukr. */
     void (*ukr_bf16)(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c, size_t ldc,
-                     int first);
+                     int first, const gemm_tail *tail);
     void (*pack_b)(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp); /* one 16-wide panel */
     void (*pack_a)(const float *a, size_t lda, int mr, int kc, float *ap);
     /* epilogue_row without GELU, vectorised (same bits); NULL: epilogue_row. */
     void (*store_row)(const float *t, const float *bias, int n, float *c, int accumulate);
+    int has_tail; /* the microkernels finish tiles into C on the last K block (no epilogue pass over Cb) */
 } gemm_kernels;
 
 /* 16-column sets: b1 is always NULL. */
-static void ukr_scalar16(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first) {
-    (void)b1;
+static void ukr_scalar16(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first,
+                         const gemm_tail *tail) {
+    (void)b1, (void)tail; /* has_tail = 0: always NULL */
     ukr_scalar(kc, a, b0, c, ldc, first);
 }
-static void ukr_avx2_16(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first) {
+static void ukr_avx2_16(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first,
+                        const gemm_tail *tail) {
     (void)b1;
-    gemm_ukr_6x16_avx2(kc, a, b0, c, ldc, first);
+    gemm_ukr_6x16_avx2(kc, a, b0, c, ldc, first, tail);
 }
 static void ukr_avx2_16_bf16(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c, size_t ldc,
-                             int first) {
+                             int first, const gemm_tail *tail) {
     (void)b1;
-    gemm_ukr_6x16_bf16_avx2(kc, a, b0, c, ldc, first);
+    gemm_ukr_6x16_bf16_avx2(kc, a, b0, c, ldc, first, tail);
 }
 
 static const gemm_kernels kernels_scalar = {GEMM_MR,      GEMM_NR, GEMM_MC,       GEMM_NC,       GEMM_BF16_LANES,
-                                            ukr_scalar16, NULL,    pack_b_scalar, pack_a_scalar, NULL};
+                                            ukr_scalar16, NULL,    pack_b_scalar, pack_a_scalar, NULL, 0};
 static const gemm_kernels kernels_avx2 = {GEMM_MR,           GEMM_NR,           GEMM_MC,     GEMM_NC,
                                           GEMM_BF16_LANES,   ukr_avx2_16,       ukr_avx2_16_bf16,
-                                          gemm_pack_b16_avx2, gemm_pack_a6_avx2, NULL};
-/* mc 112 x nc 1536: measured best of 112-224 x 768-1536 on the tower shapes (A block 224 KiB, Cb 672 KiB). */
+                                          gemm_pack_b16_avx2, gemm_pack_a6_avx2, NULL, 1};
+/* mc 42 x nc 1536: measured best of 42-224 x 768-1536 on the tower shapes, 1 and 2 threads (bench_gemm): the A
+ * block (63 KiB at kc 384) and Cb (252 KiB) leave L2 to the B stream; mc 112 was 2-4 % slower, 224 ~6 %. */
 static const gemm_kernels kernels_avx512 = {14,
                                             2 * GEMM_NR,
-                                            112,
+                                            42,
                                             GEMM_NC_MAX,
                                             GEMM_BF16_PAIRS,
                                             gemm_ukr_14x32_avx512,
                                             gemm_ukr_14x32_bf16_avx512,
                                             gemm_pack_b16_avx2,
                                             gemm_pack_a14_avx512,
-                                            gemm_store_rows_avx512};
+                                            gemm_store_rows_avx512,
+                                            1};
 
 static gemm_isa isa_override = GEMM_ISA_AUTO;
 
@@ -268,10 +273,11 @@ static gemm_plan make_plan(int M, int N, int K, const gemm_kernels *kr, int n_th
     p.nb_n = (N + kr->nc_max - 1) / kr->nc_max;
     p.nc = ((N + p.nb_n - 1) / p.nb_n + kr->nr - 1) / kr->nr * kr->nr; /* nc_max is a multiple of nr */
     p.nb_n = (N + p.nc - 1) / p.nc;
-    /* Few items that the threads cannot share evenly (7 on 2 threads: 8 rounds' time for 7 items' work): split M
-     * a little finer when that evens them out. Block sizes never change the bits (kc alone does). */
+    /* Few items that the threads cannot share evenly (9 on 2 threads: 5 rounds' time for 4.5 items' work): split
+     * M finer, up to twice as many blocks, when that evens them out. Block sizes never change the bits (kc alone
+     * does). */
     const int items = p.nb_m * p.nb_n;
-    for (int extra = 1; n_threads > 1 && items < 16 * n_threads && items % n_threads && extra < n_threads; extra++) {
+    for (int extra = 1; n_threads > 1 && items < 16 * n_threads && items % n_threads && extra <= p.nb_m; extra++) {
         const int nbm = p.nb_m + extra, mc = ((M + nbm - 1) / nbm + kr->mr - 1) / kr->mr * kr->mr;
         const int nbm_real = (M + mc - 1) / mc;
         if ((nbm_real * p.nb_n) % n_threads == 0) {
@@ -293,11 +299,14 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
     const int in_regs = pk && pk->dtype == QVL_DTYPE_BF16 && kr->ukr_bf16 && pk->order == kr->order;
     const int MR = kr->mr;
     const size_t pstride = (size_t)GEMM_NR * (size_t)g->K; /* elements from one packed panel to the next */
+    /* Fused finish: the last K block's tiles go straight into C, bias, GELU and residual applied in the kernel. */
+    const int fuse = kr->has_tail && g->K > 0;
 
     if (g->K <= 0)
         for (int i = 0; i < mc; i++) memset(cb + (size_t)i * GEMM_NC_MAX, 0, (size_t)nc * sizeof(float));
     for (int pc = 0; pc < g->K; pc += KC) {
         const int kc = g->K - pc < KC ? g->K - pc : KC;
+        const int finish = fuse && pc + kc >= g->K;
         for (int ir = 0; ir < mc; ir += MR) {
             const int mr = mc - ir < MR ? mc - ir : MR;
             kr->pack_a(g->A + (size_t)(i0 + ir) * g->lda + (size_t)pc, g->lda, mr, kc, ap + (size_t)ir * kc);
@@ -307,15 +316,15 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
             /* Panel (j0 + jr) / NR of a packed weight starts at element (j0 + jr)·K; step pc at + pc·NR. */
             const size_t poff = (size_t)(j0 + jr) * g->K + (size_t)pc * GEMM_NR;
             float *cj = cb + jr;
-            if (in_regs) {
-                const uint16_t *b0 = (const uint16_t *)pk->data + poff, *b1 = two ? b0 + pstride : NULL;
-                for (int ir = 0; ir < mc; ir += MR)
-                    kr->ukr_bf16(kc, ap + (size_t)ir * kc, b0, b1, cj + (size_t)ir * GEMM_NC_MAX, GEMM_NC_MAX,
-                                 pc == 0);
-                continue;
-            }
+            gemm_tail tail = {g->C + (size_t)i0 * g->ldc + (size_t)(j0 + jr), g->ldc, g->bias ? g->bias + j0 + jr : NULL,
+                              0, nc - jr < kr->nr ? nc - jr : kr->nr, g->accumulate,
+                              g->epilogue == GEMM_EPI_GELU_TANH ? 1 : g->epilogue == GEMM_EPI_GELU_ERF ? 2 : 0};
             const float *b0 = bp, *b1 = two ? bp + (size_t)GEMM_KC * GEMM_NR : NULL;
-            if (pk && pk->dtype == QVL_DTYPE_F32) {
+            const uint16_t *h0 = NULL, *h1 = NULL;
+            if (in_regs) {
+                h0 = (const uint16_t *)pk->data + poff;
+                h1 = two ? h0 + pstride : NULL;
+            } else if (pk && pk->dtype == QVL_DTYPE_F32) {
                 b0 = (const float *)pk->data + poff;
                 b1 = two ? b0 + pstride : NULL;
             } else {
@@ -329,15 +338,27 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
                                    j0 + nc - jt < GEMM_NR ? j0 + nc - jt : GEMM_NR, kc, dst);
                 }
             }
-            for (int ir = 0; ir < mc; ir += MR)
-                kr->ukr(kc, ap + (size_t)ir * kc, b0, b1, cj + (size_t)ir * GEMM_NC_MAX, GEMM_NC_MAX, pc == 0);
+            for (int ir = 0; ir < mc; ir += MR) {
+                const gemm_tail *tp = NULL;
+                if (finish) {
+                    tail.rows = mc - ir < MR ? mc - ir : MR;
+                    tp = &tail;
+                }
+                float *ct = cj + (size_t)ir * GEMM_NC_MAX;
+                if (in_regs) kr->ukr_bf16(kc, ap + (size_t)ir * kc, h0, h1, ct, GEMM_NC_MAX, pc == 0, tp);
+                else kr->ukr(kc, ap + (size_t)ir * kc, b0, b1, ct, GEMM_NC_MAX, pc == 0, tp);
+                tail.c += (size_t)MR * g->ldc;
+            }
         }
     }
-    for (int i = 0; i < mc; i++) {
+    for (int i = 0; i < mc && !fuse; i++) {
         float *t = cb + (size_t)i * GEMM_NC_MAX, *c = g->C + (size_t)(i0 + i) * g->ldc + j0;
         const float *bias = g->bias ? g->bias + j0 : NULL;
-        if (g->epilogue == GEMM_EPI_NONE && kr->store_row) kr->store_row(t, bias, nc, c, g->accumulate);
-        else epilogue_row(t, bias, nc, g->epilogue, c, g->accumulate);
+        if (g->epilogue == GEMM_EPI_NONE && kr->store_row) {
+            kr->store_row(t, bias, nc, c, g->accumulate);
+        } else {
+            epilogue_row(t, bias, nc, g->epilogue, c, g->accumulate);
+        }
     }
 }
 

@@ -7,12 +7,54 @@
 #include "cpu/kernels_avx2.h"
 #include "cpu/ops.h"
 #include "cpu/simd_x86.h"
+#include "cpu/vmath_avx2.h"
 
 /* 12 accumulators (6 rows x 2 vectors), 2 B vectors and 6 broadcasts per k: FMA-bound on 2-FMA-port cores.
  * bf16 != 0: b is a bf16 panel (gemm.h order) widened by two in-lane unpacks with zero (shuffle port, not the
  * FMA ports); the FMA sequence is the same, so both variants give the same bits on the same widened values. */
+/* The tile's final values into C (kernels_avx2.h, gemm_tail): partial sums, bias, GELU, residual, masked to the
+ * valid rows and columns. */
+static inline __attribute__((always_inline)) void finish(const __m256 acc[12], const float *cb, size_t ldc, int first,
+                                                         const gemm_tail *t) {
+    static const int32_t ramp[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)ramp);
+    const __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(ramp + 8));
+    const __m256i n = _mm256_set1_epi32(t->cols);
+    const __m256i m0 = _mm256_cmpgt_epi32(n, lo), m1 = _mm256_cmpgt_epi32(n, hi);
+    __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+    if (t->bias) {
+        b0 = _mm256_maskload_ps(t->bias, m0);
+        b1 = _mm256_maskload_ps(t->bias + 8, m1);
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++) { /* constant indices keep acc in registers */
+        if (i >= t->rows) break;
+        const float *cbi = cb + (size_t)i * ldc;
+        float *ci = t->c + (size_t)i * t->ldc;
+        __m256 v0 = first ? acc[2 * i] : _mm256_add_ps(_mm256_loadu_ps(cbi), acc[2 * i]);
+        __m256 v1 = first ? acc[2 * i + 1] : _mm256_add_ps(_mm256_loadu_ps(cbi + 8), acc[2 * i + 1]);
+        if (t->bias) {
+            v0 = _mm256_add_ps(v0, b0);
+            v1 = _mm256_add_ps(v1, b1);
+        }
+        if (t->act == 1) {
+            v0 = v8_gelu_tanh(v0);
+            v1 = v8_gelu_tanh(v1);
+        } else if (t->act == 2) {
+            v0 = v8_gelu_erf(v0);
+            v1 = v8_gelu_erf(v1);
+        }
+        if (t->accumulate) {
+            v0 = _mm256_add_ps(_mm256_maskload_ps(ci, m0), v0);
+            v1 = _mm256_add_ps(_mm256_maskload_ps(ci + 8, m1), v1);
+        }
+        _mm256_maskstore_ps(ci, m0, v0);
+        _mm256_maskstore_ps(ci + 8, m1, v1);
+    }
+}
+
 static inline __attribute__((always_inline)) void ukr_6x16(int kc, const float *a, const void *bv, int bf16,
-                                                             float *c, size_t ldc, int first) {
+                                                             float *c, size_t ldc, int first, const gemm_tail *tail) {
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
@@ -54,6 +96,10 @@ static inline __attribute__((always_inline)) void ukr_6x16(int kc, const float *
         a += 6;
     }
     __m256 acc[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+    if (tail) {
+        finish(acc, c, ldc, first, tail);
+        return;
+    }
 #pragma GCC unroll 6
     for (int i = 0; i < 6; i++) {
         float *ci = c + (size_t)i * ldc;
@@ -67,12 +113,14 @@ static inline __attribute__((always_inline)) void ukr_6x16(int kc, const float *
     }
 }
 
-void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t ldc, int first) {
-    ukr_6x16(kc, a, b, 0, c, ldc, first);
+void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t ldc, int first,
+                        const gemm_tail *tail) {
+    ukr_6x16(kc, a, b, 0, c, ldc, first, tail);
 }
 
-void gemm_ukr_6x16_bf16_avx2(int kc, const float *a, const uint16_t *b, float *c, size_t ldc, int first) {
-    ukr_6x16(kc, a, b, 1, c, ldc, first);
+void gemm_ukr_6x16_bf16_avx2(int kc, const float *a, const uint16_t *b, float *c, size_t ldc, int first,
+                             const gemm_tail *tail) {
+    ukr_6x16(kc, a, b, 1, c, ldc, first, tail);
 }
 
 /* 8 consecutive elements of a row, widened to f32; p may be unaligned. */

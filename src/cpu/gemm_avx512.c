@@ -12,6 +12,7 @@
 
 #include "cpu/kernels_avx512.h"
 #include "cpu/simd_x86.h"
+#include "cpu/vmath_avx512.h"
 
 enum { MR = 14 };
 
@@ -26,8 +27,40 @@ static inline __attribute__((always_inline)) void step(__m512 acc[2 * MR], const
     }
 }
 
+/* The tile's final values into C (kernels_avx2.h, gemm_tail): partial sums, bias, GELU, residual, masked to the
+ * valid rows and columns. */
+static inline __attribute__((always_inline)) void finish(const __m512 acc[2 * MR], const float *cb, size_t ldc,
+                                                         int first, int two, const gemm_tail *t) {
+    const int c0 = t->cols < 16 ? t->cols : 16, c1 = t->cols - c0;
+    const __mmask16 m0 = (__mmask16)((1u << c0) - 1u), m1 = (__mmask16)((1u << (c1 > 0 ? c1 : 0)) - 1u);
+    __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+    if (t->bias) {
+        b0 = _mm512_maskz_loadu_ps(m0, t->bias);
+        if (two && c1 > 0) b1 = _mm512_maskz_loadu_ps(m1, t->bias + 16);
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; i++) { /* constant indices keep acc in registers */
+        if (i >= t->rows) break;
+        const float *cbi = cb + (size_t)i * ldc;
+        float *ci = t->c + (size_t)i * t->ldc;
+        __m512 v = first ? acc[2 * i] : _mm512_add_ps(_mm512_loadu_ps(cbi), acc[2 * i]);
+        if (t->bias) v = _mm512_add_ps(v, b0);
+        if (t->act) v = t->act == 1 ? v16_gelu_tanh(v) : v16_gelu_erf(v);
+        if (t->accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), v);
+        _mm512_mask_storeu_ps(ci, m0, v);
+        if (two && c1 > 0) {
+            v = first ? acc[2 * i + 1] : _mm512_add_ps(_mm512_loadu_ps(cbi + 16), acc[2 * i + 1]);
+            if (t->bias) v = _mm512_add_ps(v, b1);
+            if (t->act) v = t->act == 1 ? v16_gelu_tanh(v) : v16_gelu_erf(v);
+            if (t->accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), v);
+            _mm512_mask_storeu_ps(ci + 16, m1, v);
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void ukr(int kc, const float *a, const void *b0v, const void *b1v,
-                                                      int two, int bf16, float *c, size_t ldc, int first) {
+                                                      int two, int bf16, float *c, size_t ldc, int first,
+                                                      const gemm_tail *tail) {
     __m512 acc[2 * MR];
 #pragma GCC unroll 28
     for (int r = 0; r < 2 * MR; r++) acc[r] = _mm512_setzero_ps();
@@ -63,6 +96,10 @@ static inline __attribute__((always_inline)) void ukr(int kc, const float *a, co
             step(acc, a, x0, x1, two);
         }
     }
+    if (tail) {
+        finish(acc, c, ldc, first, two, tail);
+        return;
+    }
 #pragma GCC unroll 14
     for (int i = 0; i < MR; i++) {
         float *ci = c + (size_t)i * ldc;
@@ -77,15 +114,15 @@ static inline __attribute__((always_inline)) void ukr(int kc, const float *a, co
 }
 
 void gemm_ukr_14x32_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
-                           int first) {
-    if (b1) ukr(kc, a, b0, b1, 1, 0, c, ldc, first);
-    else ukr(kc, a, b0, b0, 0, 0, c, ldc, first);
+                           int first, const gemm_tail *tail) {
+    if (b1) ukr(kc, a, b0, b1, 1, 0, c, ldc, first, tail);
+    else ukr(kc, a, b0, b0, 0, 0, c, ldc, first, tail);
 }
 
 void gemm_ukr_14x32_bf16_avx512(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c,
-                                size_t ldc, int first) {
-    if (b1) ukr(kc, a, b0, b1, 1, 1, c, ldc, first);
-    else ukr(kc, a, b0, b0, 0, 1, c, ldc, first);
+                                size_t ldc, int first, const gemm_tail *tail) {
+    if (b1) ukr(kc, a, b0, b1, 1, 1, c, ldc, first, tail);
+    else ukr(kc, a, b0, b0, 0, 1, c, ldc, first, tail);
 }
 
 void gemm_pack_a14_avx512(const float *a, size_t lda, int mr, int kc, float *ap) {

@@ -26,13 +26,31 @@ static inline int qvl_cpu_has_avx2(void) {
 #endif
 }
 
+/* The last K block of a micro-tile may finish the GEMM in the kernel instead of leaving partial sums for the
+ * driver's epilogue pass: with a tail, the kernel computes per element v = (first ? 0 : cb) + acc (exactly what it
+ * would store into its partial-sum tile), then v = v + bias[j] (bias not NULL), then v = gelu(v) (act 1: tanh
+ * GELU, 2: erf GELU, by vmath_*.h, the code of op_gelu_*), then, with accumulate, v = C + v, and stores v into C
+ * for rows < rows and columns < cols only: the epilogue's operations in its order, so the same bits, and no pass
+ * over Cb and C afterwards. */
+typedef struct gemm_tail {
+    float *c;          /* the tile's element (0, 0) in C */
+    size_t ldc;
+    const float *bias; /* bias of the tile's column 0, or NULL */
+    int rows, cols;    /* valid part of the tile (>= 1) */
+    int accumulate;
+    int act;           /* 0: none, 1: tanh GELU, 2: erf GELU */
+} gemm_tail;
+
 /* GEMM micro-tile, 6 x 16 (gemm.c: GEMM_MR x GEMM_NR). a: packed A micro-panel, kc steps of 6 floats; b: packed
  * B micro-panel, kc steps of 16 floats (64-byte aligned); c: 6 rows of 16 floats at row stride ldc.
- * first != 0: c = a·b; else c += a·b. */
-void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t ldc, int first);
+ * first != 0: c = a·b; else c += a·b. tail not NULL: c is only read (when !first) and the result goes to C
+ * (gemm_tail, above). */
+void gemm_ukr_6x16_avx2(int kc, const float *a, const float *b, float *c, size_t ldc, int first,
+                        const gemm_tail *tail);
 /* Same on a bf16 B micro-panel in the pre-packed order of gemm.h (kc steps of 16 bf16, any alignment), widened
  * in registers; bit-identical to gemm_ukr_6x16_avx2 on the widened panel. */
-void gemm_ukr_6x16_bf16_avx2(int kc, const float *a, const uint16_t *b, float *c, size_t ldc, int first);
+void gemm_ukr_6x16_bf16_avx2(int kc, const float *a, const uint16_t *b, float *c, size_t ldc, int first,
+                             const gemm_tail *tail);
 /* Pack rows [0, nr) (nr <= 16) of B (row-major, row stride ldb elements of dtype dt, possibly unaligned), columns
  * [0, kc), into a 16-wide f32 micro-panel: bp[k·16 + j] = B[j][k], zero for j >= nr. */
 void gemm_pack_b16_avx2(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp);

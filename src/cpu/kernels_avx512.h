@@ -26,15 +26,15 @@ static inline int qvl_cpu_has_avx512(void) {
 /* GEMM micro-tile, 14 x 32 (or 14 x 16 when b1 is NULL). a: packed A micro-panel, kc steps of 14 floats; b0, b1:
  * two 16-column f32 B micro-panels (kc steps of 16 floats each, 64-byte aligned) giving columns 0-15 and 16-31;
  * c: 14 rows at row stride ldc. first != 0: c = a·b; else c += a·b. Per element: one FMA chain over k from 0, so
- * the bits do not depend on the tile width. */
+ * the bits do not depend on the tile width. tail: as for the AVX2 kernel (kernels_avx2.h, gemm_tail). */
 void gemm_ukr_14x32_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
-                           int first);
+                           int first, const gemm_tail *tail);
 /* Same on bf16 panels in the AVX-512 pre-packed order (gemm.h, GEMM_BF16_PAIRS), any alignment, widened in
  * registers: b0, b1 (b1 may be NULL) point at an even step of their panels; an odd kc means the block ends with
  * the panel's lone last step (odd K), stored in natural order. Bit-identical to gemm_ukr_14x32_avx512 on the
  * widened panels. */
 void gemm_ukr_14x32_bf16_avx512(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c,
-                                size_t ldc, int first);
+                                size_t ldc, int first, const gemm_tail *tail);
 /* Pack rows [0, mr) (mr <= 14) of A (row stride lda), columns [0, kc), into a 14-tall micro-panel:
  * ap[k·14 + i] = A[i][k], zero for i >= mr. */
 void gemm_pack_a14_avx512(const float *a, size_t lda, int mr, int kc, float *ap);
@@ -42,6 +42,12 @@ void gemm_pack_a14_avx512(const float *a, size_t lda, int mr, int kc, float *ap)
 /* The GEMM epilogue without GELU for one row segment of n floats: c = t + bias (bias may be NULL), or with
  * accumulate c = c + (t + bias); the same operations per element as gemm.c's epilogue_row, so the same bits. */
 void gemm_store_rows_avx512(const float *t, const float *bias, int n, float *c, int accumulate);
+
+/* Elementwise, the 16-lane twins of ops_tanh_avx2 & co. (kernels_avx2.h): the same bits for every value. */
+void ops_tanh_avx512(const float *x, float *y, size_t n);
+void ops_erf_avx512(const float *x, float *y, size_t n);
+void ops_gelu_tanh_avx512(float *x, size_t n);
+void ops_gelu_erf_avx512(float *x, size_t n);
 
 /* One attention work item, same contract as attn_block_avx2 (kernels_avx2.h). Needs hd % 16 == 0 or hd % 16 == 8. */
 void attn_block_avx512(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,

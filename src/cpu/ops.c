@@ -8,19 +8,20 @@
 #include <stdatomic.h>
 
 #include "cpu/kernels_avx2.h"
+#include "cpu/kernels_avx512.h"
 #include "cpu/ops.h"
 
-/* Whether the AVX2 elementwise kernels run here, asked once: the epilogue calls GELU per row segment and CPUID
- * traps to the hypervisor on virtual machines. 0: not asked yet, 1: no, 2: yes. */
+/* Which elementwise kernels run here, asked once: the epilogue calls GELU per row segment and CPUID traps to the
+ * hypervisor on virtual machines. 0: not asked yet, 1: portable, 2: AVX2, 3: AVX-512 (same bits as AVX2). */
 static _Atomic int simd_state;
 
-static int use_simd(void) {
+static int simd_level(void) {
     int s = atomic_load_explicit(&simd_state, memory_order_relaxed);
     if (s == 0) {
-        s = qvl_cpu_has_avx2() ? 2 : 1;
+        s = qvl_cpu_has_avx512() ? 3 : qvl_cpu_has_avx2() ? 2 : 1;
         atomic_store_explicit(&simd_state, s, memory_order_relaxed);
     }
-    return s == 2;
+    return s;
 }
 
 /* LayerNorm statistics are accumulated in double: the mean and biased variance come out as the correctly rounded
@@ -72,7 +73,7 @@ static void layernorm_rows(const float *x, size_t ldx, float *y, size_t ldy, siz
 
 void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
                   const float *b, float eps, qvl_pool *pool) {
-    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, use_simd() ? ops_layernorm_row_avx2 : layernorm_row);
+    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, simd_level() >= 2 ? ops_layernorm_row_avx2 : layernorm_row);
 }
 
 void op_layernorm_scalar(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
@@ -104,11 +105,15 @@ void op_gelu_erf_scalar(float *x, size_t n) {
 }
 
 void op_gelu_tanh(float *x, size_t n) {
-    if (use_simd()) ops_gelu_tanh_avx2(x, n);
+    const int l = simd_level();
+    if (l == 3) ops_gelu_tanh_avx512(x, n);
+    else if (l == 2) ops_gelu_tanh_avx2(x, n);
     else op_gelu_tanh_scalar(x, n);
 }
 
 void op_gelu_erf(float *x, size_t n) {
-    if (use_simd()) ops_gelu_erf_avx2(x, n);
+    const int l = simd_level();
+    if (l == 3) ops_gelu_erf_avx512(x, n);
+    else if (l == 2) ops_gelu_erf_avx2(x, n);
     else op_gelu_erf_scalar(x, n);
 }

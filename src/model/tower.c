@@ -32,12 +32,11 @@ struct qvl_ctx {
     size_t cap_rows, cap_seg;
     void *block;
     float *x;      /* [S, H] residual stream */
-    float *a;      /* [S, H] normalized (also [S/4, 4H]) */
+    float *a;      /* [S, H] normalized (also [S/4, 4H]); then the attention output, once qkv is computed */
     float *qkv;    /* [S, 3H] */
-    float *o;      /* [S, H] attention output */
     float *pos;    /* [S, H] interpolated position table of the cached grids */
-    float *mlp;    /* [S, max(I, H)] MLP hidden; merger fc1 output [S/4, 4H] */
-    float *ds;     /* [S/4, O] DeepStack output when the caller wants only the tap */
+    float *mlp;    /* [MLP_ROWS, max(I, merger hidden)] MLP hidden of one row chunk; merger fc1 output */
+    float *ds;     /* [S/4, O] DeepStack output when the caller wants only the tap (models with DeepStack) */
     float *cos_t;  /* [S, hd/2] */
     float *sin_t;
     void *gemm_ws, *attn_ws, *taps;
@@ -124,17 +123,38 @@ static void *carve(carver *cv, size_t count, size_t elem) {
     return p;
 }
 
+/* The MLPs (block and mergers) run over row chunks of at most MLP_ROWS rows, so their hidden activations (the
+ * widest tensor of the tower: I or 4H columns) take MLP_ROWS rows of memory, not S. Chunking M does not change a
+ * GEMM's bits (its K blocking alone fixes the summation order). Chunks are multiples of 42 rows (the AVX-512
+ * GEMM's M block, 3 of its 14-row tiles; 7 of the AVX2 6-row tiles), so no chunk adds partial tiles or streams the
+ * weights more often than one call over all rows would. */
+enum { MLP_ROWS = 882, MLP_ALIGN = 42 };
+
+/* Rows per chunk for `rows` rows: near-even chunks of at most MLP_ROWS, rounded up to MLP_ALIGN. */
+static size_t mlp_step(size_t rows) {
+    const size_t n = (rows + MLP_ROWS - 1) / MLP_ROWS;
+    const size_t step = n ? ((rows + n - 1) / n + MLP_ALIGN - 1) / MLP_ALIGN * MLP_ALIGN : 1;
+    return step < MLP_ROWS ? step : MLP_ROWS;
+}
+
+/* Widest MLP hidden layer of the model: block intermediate, merger and DeepStack mergers' fc1 outputs. */
+static size_t mlp_width(const qvl_model *m) {
+    size_t w = (size_t)m->cfg.intermediate;
+    if ((size_t)m->merger.fc1.w.rows > w) w = (size_t)m->merger.fc1.w.rows;
+    for (int d = 0; d < m->cfg.n_deepstack; d++)
+        if ((size_t)m->deepstack[d].fc1.w.rows > w) w = (size_t)m->deepstack[d].fc1.w.rows;
+    return w;
+}
+
 static void layout(qvl_ctx *c, carver *cv, size_t S) {
     const qvl_config *k = &c->m->cfg;
-    size_t H = (size_t)k->hidden, I = (size_t)k->intermediate, mm = (size_t)k->merge * k->merge;
-    size_t wide = I > H ? I : H;
+    size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge;
     c->x = carve(cv, S * H, sizeof(float));
     c->a = carve(cv, S * H, sizeof(float));
     c->qkv = carve(cv, S * 3 * H, sizeof(float));
-    c->o = carve(cv, S * H, sizeof(float));
     c->pos = carve(cv, S * H, sizeof(float));
-    c->mlp = carve(cv, S * wide, sizeof(float));
-    c->ds = carve(cv, (S / mm) * (size_t)k->out_hidden, sizeof(float));
+    c->mlp = carve(cv, mlp_step(S) * mlp_width(c->m), sizeof(float));
+    c->ds = carve(cv, k->n_deepstack > 0 ? (S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
     c->cos_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
     c->sin_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
     c->gemm_ws = carve(cv, gemm_workspace_size(c->n_threads), 1);
@@ -245,11 +265,15 @@ static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, 
     c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
 }
 
-/* fc1 → erf GELU → fc2 over `in` [S/4, 4H] into out [S/4, O]. */
+/* fc1 → erf GELU → fc2 over `in` [S/4, 4H] into out [S/4, O], in row chunks. */
 static void merger_mlp(qvl_ctx *c, const merger_w *mw, const float *in, size_t rows, float *out) {
-    size_t h4 = (size_t)mw->fc1.w.cols;
-    linear_run(c, &mw->fc1, in, h4, rows, c->mlp, h4, 0, GEMM_EPI_GELU_ERF);
-    linear_run(c, &mw->fc2, c->mlp, h4, rows, out, (size_t)mw->fc2.w.rows, 0, GEMM_EPI_NONE);
+    const size_t h4 = (size_t)mw->fc1.w.cols, hid = (size_t)mw->fc1.w.rows, O = (size_t)mw->fc2.w.rows;
+    const size_t step = mlp_step(rows);
+    for (size_t r = 0; r < rows; r += step) {
+        const size_t m = rows - r < step ? rows - r : step;
+        linear_run(c, &mw->fc1, in + r * h4, h4, m, c->mlp, hid, 0, GEMM_EPI_GELU_ERF);
+        linear_run(c, &mw->fc2, c->mlp, hid, m, out + r * O, O, 0, GEMM_EPI_NONE);
+    }
 }
 
 static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) {
@@ -264,7 +288,7 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->pool);
     t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
     attn_args at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
-                    .out = c->o, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
+                    .out = c->a, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
                     .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim)};
     attn_run(&at, c->attn_ws, c->pool);
     for (size_t s = 0; s < n_seg; s++) {
@@ -272,13 +296,17 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
         pf->attention_flops += 4.0 * n * n * k->head_dim * k->heads;
     }
     t1 = now_ms(), pf->attention_ms += t1 - t0, t0 = t1;
-    linear_run(c, &b->proj, c->o, H, S, c->x, H, 1, GEMM_EPI_NONE);
+    linear_run(c, &b->proj, c->a, H, S, c->x, H, 1, GEMM_EPI_NONE);
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     op_layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->pool);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
-    linear_run(c, &b->fc1, c->a, H, S, c->mlp, I, 0,
-               k->act == QVL_ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF);
-    linear_run(c, &b->fc2, c->mlp, I, S, c->x, H, 1, GEMM_EPI_NONE);
+    const gemm_epilogue act = k->act == QVL_ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF;
+    const size_t step = mlp_step(S);
+    for (size_t r = 0; r < S; r += step) {
+        const size_t m = S - r < step ? S - r : step;
+        linear_run(c, &b->fc1, c->a + r * H, H, m, c->mlp, I, 0, act);
+        linear_run(c, &b->fc2, c->mlp, I, m, c->x + r * H, H, 1, GEMM_EPI_NONE);
+    }
     pf->gemm_ms += now_ms() - t0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cpu/kernels_avx2.h"
+#include "cpu/kernels_avx512.h"
 #include "cpu/ops.h"
 #include "testutil.h"
 
@@ -180,6 +181,32 @@ static void test_vector_math(void) {
     free(g0), free(gt), free(ge), free(rt), free(re);
 }
 
+/* The AVX-512 twins give the AVX2 bits for every value: all of float at a stride of 257 (subnormals, inf, NaN,
+ * both signs), for tanh, erf and the two GELUs, including 1..15-element tails. */
+static void test_avx512_twins(void) {
+    if (!qvl_cpu_has_avx512()) {
+        printf("test_ops: no AVX-512 on this CPU, the 16-lane vector math not tested\n");
+        return;
+    }
+    enum { B = 4093 }; /* not a multiple of 16: every call ends in a masked tail */
+    static float x[B], a[4][B], b[4][B];
+    int same = 1;
+    size_t n = 0;
+    for (uint64_t u = 0; u < 0x100000000ull || n; u += 257) {
+        if (u < 0x100000000ull) x[n++] = bits_f32((uint32_t)u);
+        if (n < B && u < 0x100000000ull) continue;
+        ops_tanh_avx2(x, a[0], n), ops_tanh_avx512(x, b[0], n);
+        ops_erf_avx2(x, a[1], n), ops_erf_avx512(x, b[1], n);
+        memcpy(a[2], x, n * 4), memcpy(b[2], x, n * 4), memcpy(a[3], x, n * 4), memcpy(b[3], x, n * 4);
+        ops_gelu_tanh_avx2(a[2], n), ops_gelu_tanh_avx512(b[2], n);
+        ops_gelu_erf_avx2(a[3], n), ops_gelu_erf_avx512(b[3], n);
+        for (int f = 0; f < 4; f++)
+            if (memcmp(a[f], b[f], n * 4)) same = 0;
+        n = 0;
+    }
+    CHECK(same);
+}
+
 static void test_conversions(void) {
     int rt16 = 1, rtbf = 1, nan16 = 1, nanbf = 1;
     for (uint32_t h = 0; h < 65536; h++) {
@@ -263,6 +290,7 @@ int main(void) {
     test_layernorm(33, 64, 0.5f, 1);
     test_layernorm(4, 13, 2.0f, 0); /* vector body plus a scalar tail */
     test_gelu();
+    test_avx512_twins();
     test_vector_math();
     test_conversions();
     return tu_finish("test_ops");
