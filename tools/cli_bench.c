@@ -189,6 +189,7 @@ int cmd_bench(int argc, char **argv) {
     printf("%-16s %7s %7s %10s %9s %7s | %8s %8s %8s %8s %8s %8s\n", "case", "patches", "tokens", "time ms", "GFLOP/s",
            "%peak", "patch", "pos/rope", "gemm", "attn", "norm", "merger");
     int rc = 0;
+    size_t act_max = 0;
     for (int ci = 0; ci < n_cases && !rc; ci++) {
         bench_case *b = &cases[ci];
         size_t S = qvl_patch_rows(b->grids, b->n_grids), n_tok = S / 4;
@@ -218,6 +219,10 @@ int cmd_bench(int argc, char **argv) {
             qvl_ctx_get_profile(ctx, &p);
             if (r == 0 || p.total_ms < best.total_ms) best = p;
         }
+        /* Activations of this case: the input rows, every scratch buffer, the outputs. */
+        size_t act = S * (size_t)in.row_len * sizeof(float) + qvl_ctx_scratch_size(ctx) +
+                     n_tok * (size_t)in.out_hidden * sizeof(float) * (size_t)(1 + in.n_deepstack);
+        if (act > act_max) act_max = act;
         qsort(times, (size_t)repeat, sizeof times[0], cmp_double);
         double med = times[repeat / 2], flops = best.gemm_flops + best.attention_flops;
         double gfs = flops / (med * 1e-3) * 1e-9;
@@ -237,8 +242,12 @@ int cmd_bench(int argc, char **argv) {
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("\npeak RSS: %.1f MiB (weights as stored: %.1f MiB, mmapped)\n", ru.ru_maxrss / 1024.0,
-           (double)in.weight_bytes / (1024.0 * 1024.0));
+    const double mib = 1024.0 * 1024.0, rss = ru.ru_maxrss / 1024.0, wts = (double)in.weight_bytes / mib;
+    printf("\npeak RSS: %.1f MiB (weights as stored: %.1f MiB, mmapped)\n", rss, wts);
+    if (act_max > 0)
+        printf("activations of the largest case (input rows + scratch + outputs): %.1f MiB; peak RSS = weights + "
+               "%.2f x activations (weights + 1.25 x activations = %.1f MiB)\n",
+               (double)act_max / mib, (rss - wts) / ((double)act_max / mib), wts + 1.25 * (double)act_max / mib);
     qvl_ctx_free(ctx);
     qvl_model_free(m);
     return rc;

@@ -31,6 +31,7 @@ struct qvl_ctx {
     /* scratch, reserved for cap_rows patch rows */
     size_t cap_rows, cap_seg;
     void *block;
+    size_t block_bytes;
     float *x;      /* [S, H] residual stream */
     float *a;      /* [S, H] normalized (also [S/4, 4H]); then the attention output, once qkv is computed */
     float *qkv;    /* [S, 3H] */
@@ -174,6 +175,7 @@ qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_
         return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu rows", cv.used, max_rows);
     free(c->block);
     c->block = block;
+    c->block_bytes = cv.used;
     c->tab_valid = 0; /* the tables lived in the old block */
     cv = (carver){.base = block};
     layout(c, &cv, max_rows);
@@ -181,6 +183,8 @@ qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_
     c->cap_seg = max_segment;
     return QVL_OK;
 }
+
+size_t qvl_ctx_scratch_size(const qvl_ctx *c) { return c && c->block ? c->block_bytes : 0; }
 
 size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids) {
     size_t total = 0, n;
