@@ -66,8 +66,11 @@ static inline void scores_6x16(const float *qs, int hd, const float *kt, float *
 }
 
 /* o[4 rows][nv·8 dims] += p[4 rows][0..nk) · v[0..nk)[nv·8 dims]; nv in 1..3 (a constant after inlining). */
-static inline void pv_4xn(const float *p, const float *v, size_t ldv, int nk, float *o, int hd, int nv) {
+static inline __attribute__((always_inline)) void pv_4xn(const float *p, const float *v, size_t ldv, int nk, float *o,
+                                                         int hd, int nv) {
     __m256 c[12];
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) c[i] = _mm256_setzero_ps(); /* dead for nv < 3 once inlined; quiets -O2 */
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
 #pragma GCC unroll 3

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "image/preproc_config.h"
 #include "io/fileutil.h"
 
 static qvl_status num(const cJSON *obj, const char *key, double lo, double hi, double *out, const char *path,
@@ -59,20 +60,25 @@ static qvl_status triple(const cJSON *root, const char *key, float out[3], const
     return QVL_OK;
 }
 
-static qvl_status load_json(const char *path, cJSON **root, qvl_error *err) {
-    *root = NULL;
-    if (!qvl_is_file(path)) return QVL_OK;
-    char *text;
-    size_t len;
-    QVL_TRY(qvl_read_file(path, 1u << 20, &text, &len, err));
+static qvl_status parse_json(const char *text, size_t len, const char *path, cJSON **root, qvl_error *err) {
     *root = cJSON_ParseWithLength(text, len);
-    free(text);
     if (!cJSON_IsObject(*root)) {
         cJSON_Delete(*root);
         *root = NULL;
         return qvl_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object", path);
     }
     return QVL_OK;
+}
+
+static qvl_status load_json(const char *path, cJSON **root, qvl_error *err) {
+    *root = NULL;
+    if (!qvl_is_file(path)) return QVL_OK;
+    char *text;
+    size_t len;
+    QVL_TRY(qvl_read_file(path, 1u << 20, &text, &len, err));
+    qvl_status s = parse_json(text, len, path, root, err);
+    free(text);
+    return s;
 }
 
 static qvl_status image_config(const cJSON *r, const char *path, qvl_preprocess_params *p, qvl_error *err) {
@@ -123,6 +129,16 @@ qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_para
     QVL_TRY(qvl_join(path, sizeof path, model_dir, "video_preprocessor_config.json", err));
     QVL_TRY(load_json(path, &root, err));
     if (root) s = video_config(root, path, p, v, err);
+    cJSON_Delete(root);
+    return s;
+}
+
+qvl_status preproc_config_parse(const char *text, size_t len, const char *path, int video, qvl_preprocess_params *p,
+                                qvl_video_params *v, qvl_error *err) {
+    if (!text || (!video && !p)) return qvl_fail(err, QVL_ERR_INVALID_ARG, "preproc_config_parse: NULL argument");
+    cJSON *root;
+    QVL_TRY(parse_json(text, len, path, &root, err));
+    qvl_status s = video ? video_config(root, path, p, v, err) : image_config(root, path, p, err);
     cJSON_Delete(root);
     return s;
 }

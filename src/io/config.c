@@ -114,8 +114,14 @@ qvl_status qvl_config_load(const char *path, qvl_config *cfg, qvl_error *err) {
     char *text = NULL;
     size_t len = 0;
     QVL_TRY(qvl_read_file(path, 16u << 20, &text, &len, err));
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    qvl_status s = qvl_config_parse(text, len, path, cfg, err);
     free(text);
+    return s;
+}
+
+qvl_status qvl_config_parse(const char *text, size_t len, const char *path, qvl_config *cfg, qvl_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return qvl_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object", path);

@@ -2,6 +2,8 @@
 #ifndef QVL_IO_CONFIG_H
 #define QVL_IO_CONFIG_H
 
+#include <stddef.h>
+
 #include "qvl.h"
 
 typedef enum qvl_act { QVL_ACT_GELU_TANH = 0, QVL_ACT_GELU_ERF = 1 } qvl_act;
@@ -21,5 +23,7 @@ typedef struct qvl_config {
 /* Parse `path` (a config.json with a vision_config object, or a vision-only config). Absent fields take the
  * transformers class defaults of Qwen3VLVisionConfig; every value is range-checked. */
 qvl_status qvl_config_load(const char *path, qvl_config *cfg, qvl_error *err);
+/* The same on `len` bytes of JSON text in memory (need not be NUL-terminated); `path` names it in errors. */
+qvl_status qvl_config_parse(const char *text, size_t len, const char *path, qvl_config *cfg, qvl_error *err);
 
 #endif
