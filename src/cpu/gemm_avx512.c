@@ -28,9 +28,9 @@ static inline __attribute__((always_inline)) void step(__m512 acc[2 * MR], const
 }
 
 /* The tile's final values into C (kernels_avx2.h, gemm_tail): partial sums, bias, GELU, residual, masked to the
- * valid rows and columns. */
-static inline __attribute__((always_inline)) void finish(const __m512 acc[2 * MR], const float *cb, size_t ldc,
-                                                         int first, int two, const gemm_tail *t) {
+ * valid rows and columns. Not inlined, so that its GELU does not weigh on the k loop's register allocation. */
+static __attribute__((noinline)) void finish(const __m512 acc[2 * MR], const float *cb, size_t ldc, int first,
+                                             int two, const gemm_tail *t) {
     const int c0 = t->cols < 16 ? t->cols : 16, c1 = t->cols - c0;
     const __mmask16 m0 = (__mmask16)((1u << c0) - 1u), m1 = (__mmask16)((1u << (c1 > 0 ? c1 : 0)) - 1u);
     __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
@@ -97,7 +97,10 @@ static inline __attribute__((always_inline)) void ukr(int kc, const float *a, co
         }
     }
     if (tail) {
-        finish(acc, c, ldc, first, two, tail);
+        __m512 out[2 * MR]; /* a copy, so that acc's address never escapes and acc stays in registers */
+#pragma GCC unroll 28
+        for (int r = 0; r < 2 * MR; r++) out[r] = acc[r];
+        finish(out, c, ldc, first, two, tail);
         return;
     }
 #pragma GCC unroll 14
