@@ -8,31 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/pool.h"
 #include "cpu/attention.h"
-
-/* Wall-clock seconds, monotonic. */
-static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* One pool per thread count, made on first use (the process's lifetime). */
-static qvl_pool *pool_of(int nt) {
-    static qvl_pool *pools[65];
-    if (nt <= 1 || nt > 64) return NULL;
-    if (!pools[nt]) pool_create(&pools[nt], nt, NULL);
-    return pools[nt];
-}
-
-
-/* CPU seconds of this process (all threads); see bench_gemm.c. */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(int argc, char **argv) {
     int lens[8] = {784, 3136}, n = 2;

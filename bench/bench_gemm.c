@@ -13,25 +13,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "core/pool.h"
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
-
-/* Wall-clock seconds, monotonic. */
-static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* One pool per thread count, made on first use (the process's lifetime). */
-static qvl_pool *pool_of(int nt) {
-    static qvl_pool *pools[65];
-    if (nt <= 1 || nt > 64) return NULL;
-    if (!pools[nt]) pool_create(&pools[nt], nt, NULL);
-    return pools[nt];
-}
-
 
 #ifdef QVL_BENCH_OPENBLAS
 /* From cblas.h (not always installed with the library). */
@@ -50,13 +35,6 @@ static const shape shapes[] = {
 static double seconds = 0.5;
 static int reps_best = 3;
 
-/* CPU seconds of this process (all threads): on a shared machine, GFLOP per CPU-second per thread shows the
- * kernel's efficiency apart from time lost to other processes. */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 static double best_cpu; /* best GFLOP per CPU-second per thread of the last bench_one */
 
 /* Best-of-reps GFLOP/s; variant < 4: gemm_run, 4: cblas_sgemm. */
