@@ -144,8 +144,11 @@ typedef enum qvl_pos_mode {
     QVL_POS_LINSPACE = 1     /* transformers 4.57/5.0 fast_pos_embed_interpolate: torch.linspace coordinates */
 } qvl_pos_mode;
 
+#define QVL_MAX_THREADS 1024
+
 typedef struct qvl_ctx_params {
-    int n_threads;         /* threads of the context's pool, the caller included; 0: one per online CPU */
+    int n_threads;         /* threads of the context's pool, the caller included; 0: one per online CPU;
+                              at most QVL_MAX_THREADS */
     qvl_pos_mode pos_mode; /* default QVL_POS_CLOSED_FORM */
 } qvl_ctx_params;
 

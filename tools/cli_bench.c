@@ -130,7 +130,7 @@ int cmd_bench(int argc, char **argv) {
         case 's': sizes = optarg; break;
         case 'v': if (parse_pair(optarg, &video_f, &video_s)) return cli_usage("--video: '%s' is not FxS", optarg); break;
         case 'b': if (parse_pair(optarg, &batch_n, &batch_s)) return cli_usage("--batch: '%s' is not NxS", optarg); break;
-        case 't': if (cli_parse_long(optarg, 0, 4096, &threads)) return cli_usage("--threads: '%s' is not in 0..4096", optarg); break;
+        case 't': if (cli_parse_long(optarg, 0, QVL_MAX_THREADS, &threads)) return cli_usage("--threads: '%s' is not in 0..%d", optarg, QVL_MAX_THREADS); break;
         case 'r': if (cli_parse_long(optarg, 1, 1000, &repeat)) return cli_usage("--repeat: '%s' is not in 1..1000", optarg); break;
         case 'h': fputs(bench_help, stdout); return 0;
         default: return cli_bad_option("bench", c, argv);

@@ -164,7 +164,8 @@ int cmd_encode(int argc, char **argv) {
         case 'o': out_path = optarg; break;
         case OPT_STAGES: stages = 1; break;
         case 't':
-            if (cli_parse_long(optarg, 0, 4096, &v) != 0) return cli_usage("--threads: '%s' is not in 0..4096", optarg);
+            if (cli_parse_long(optarg, 0, QVL_MAX_THREADS, &v) != 0)
+                return cli_usage("--threads: '%s' is not in 0..%d", optarg, QVL_MAX_THREADS);
             cp.n_threads = (int)v;
             break;
         case OPT_POS_MODE:

@@ -80,6 +80,12 @@ qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_
         free(c);
         return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: unknown pos_mode %d", mode);
     }
+    if (c->p.n_threads < 0 || c->p.n_threads > QVL_MAX_THREADS) {
+        int n = c->p.n_threads;
+        free(c);
+        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: n_threads %d is outside 0..%d (0: one per CPU)", n,
+                        QVL_MAX_THREADS);
+    }
     qvl_status s = pool_create(&c->pool, c->p.n_threads, err);
     if (s != QVL_OK) {
         free(c);

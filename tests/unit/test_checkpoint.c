@@ -179,6 +179,13 @@ int main(void) {
     qvl_model *m = NULL;
     CHECK(qvl_model_load(good, NULL, &m, &err) == QVL_OK);
     qvl_ctx *ctx = NULL;
+    qvl_ctx_params bad;
+    qvl_ctx_params_default(&bad);
+    bad.n_threads = -1;
+    CHECK(m && qvl_ctx_create(m, &bad, &ctx, &err) == QVL_ERR_INVALID_ARG && ctx == NULL);
+    bad.n_threads = QVL_MAX_THREADS + 1;
+    CHECK(m && qvl_ctx_create(m, &bad, &ctx, &err) == QVL_ERR_INVALID_ARG && ctx == NULL);
+    printf("  n_threads %d -> %s\n", bad.n_threads, err.message);
     CHECK(qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
     if (m && ctx) {
         float px[16 * 1536] = {0}, out[4 * 96];
