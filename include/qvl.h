@@ -109,10 +109,20 @@ typedef struct qvl_model_info {
     size_t n_tensors;                 /* tower tensors bound */
     uint64_t n_params;                /* tower parameters */
     uint64_t weight_bytes;            /* bytes of tower weights as stored */
+    int isa;                          /* kernel set in use: 1 portable, 2 AVX2, 3 AVX-512 (qvl_isa_name) */
 } qvl_model_info;
 
+/* CPU kernel sets. AUTO: the widest this CPU runs (AVX-512, else AVX2+FMA, else portable C). AVX2 and AVX512 force
+ * that set (benchmarks, tests, or a machine where the narrower one runs faster); they give the same GEMM bits,
+ * and the whole tower agrees between them to float32 rounding (attention sums in a different order). */
+typedef enum qvl_isa { QVL_ISA_AUTO = 0, QVL_ISA_AVX2 = 2, QVL_ISA_AVX512 = 3 } qvl_isa;
+
+/* The name of a kernel set: "auto", "portable", "avx2", "avx512" (portable is what AUTO picks without AVX2). */
+const char *qvl_isa_name(int isa);
+
 typedef struct qvl_load_params {
-    int reserved; /* must be 0 */
+    qvl_isa isa; /* kernels the model's contexts run; weights are packed for them at load. A set this CPU lacks:
+                    QVL_ERR_UNSUPPORTED. Default (zeroed struct, or NULL params): QVL_ISA_AUTO */
 } qvl_load_params;
 
 /* Load the vision tower from a model directory as users have it on disk: config.json (vision_config or a

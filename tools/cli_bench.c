@@ -13,7 +13,7 @@
 
 static const char bench_help[] =
     "Usage: qvl bench --model DIR [--sizes 224,448,896,1344] [--video FRAMESxSIDE] [--batch NxSIDE] [--threads N]\n"
-    "                 [--repeat N]\n"
+    "                 [--repeat N] [--isa auto|avx2|avx512]\n"
     "\n"
     "Time qvl_encode on synthetic pixel rows (deterministic) at each square image size, a video and a batch of\n"
     "images in one call. Reports the median of --repeat runs after one warm-up, the per-phase breakdown, achieved\n"
@@ -26,6 +26,8 @@ static const char bench_help[] =
     "      --batch N x S    N images of S x S pixels in one call (default 8x224; 0x0 to skip)\n"
     "  -t, --threads N      worker threads (default 0: all cores)\n"
     "  -r, --repeat N       timed runs per case (default 3)\n"
+    "      --isa SET        kernel set: auto (default: the widest this CPU runs), avx2, avx512; the peak is\n"
+    "                       measured with the vector width of the set in use\n"
     "  -h, --help           show this help\n";
 
 /* 12 independent FMA chains of 8 lanes per thread: the f32 FMA peak. */
@@ -64,10 +66,10 @@ static void *peak_thread(void *p) {
     return NULL;
 }
 
-/* The f32 FMA peak of the widest vector ISA the kernels use here (*lanes receives 8 or 16): `threads` threads
- * running the FMA loop at once. */
-static double measure_peak(int threads, int *lanes) {
-    int wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+/* The f32 FMA peak of the widest vector ISA the kernels use here, AVX-512 only when allow_wide (*lanes receives
+ * 8 or 16): `threads` threads running the FMA loop at once. */
+static double measure_peak(int threads, int allow_wide, int *lanes) {
+    int wide = allow_wide && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     *lanes = wide ? 16 : 8;
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
@@ -120,11 +122,12 @@ int cmd_bench(int argc, char **argv) {
         {"model", required_argument, NULL, 'm'}, {"sizes", required_argument, NULL, 's'},
         {"video", required_argument, NULL, 'v'}, {"batch", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 't'}, {"repeat", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+        {"isa", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char *model_dir = NULL, *sizes = "224,448,896";
     long video_f = 8, video_s = 448, batch_n = 8, batch_s = 224, threads = 0, repeat = 3;
+    qvl_load_params lp = {QVL_ISA_AUTO};
     int c;
-    while ((c = getopt_long(argc, argv, ":m:s:v:b:t:r:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":m:s:v:b:t:r:i:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 's': sizes = optarg; break;
@@ -132,6 +135,12 @@ int cmd_bench(int argc, char **argv) {
         case 'b': if (parse_pair(optarg, &batch_n, &batch_s)) return cli_usage("--batch: '%s' is not NxS", optarg); break;
         case 't': if (cli_parse_long(optarg, 0, QVL_MAX_THREADS, &threads)) return cli_usage("--threads: '%s' is not in 0..%d", optarg, QVL_MAX_THREADS); break;
         case 'r': if (cli_parse_long(optarg, 1, 1000, &repeat)) return cli_usage("--repeat: '%s' is not in 1..1000", optarg); break;
+        case 'i':
+            if (strcmp(optarg, "auto") == 0) lp.isa = QVL_ISA_AUTO;
+            else if (strcmp(optarg, "avx2") == 0) lp.isa = QVL_ISA_AVX2;
+            else if (strcmp(optarg, "avx512") == 0) lp.isa = QVL_ISA_AVX512;
+            else return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
+            break;
         case 'h': fputs(bench_help, stdout); return 0;
         default: return cli_bad_option("bench", c, argv);
         }
@@ -169,7 +178,7 @@ int cmd_bench(int argc, char **argv) {
     qvl_error err;
     qvl_model *m = NULL;
     qvl_ctx *ctx = NULL;
-    if (qvl_model_load(model_dir, NULL, &m, &err) != QVL_OK) return cli_fail("%s", err.message);
+    if (qvl_model_load(model_dir, &lp, &m, &err) != QVL_OK) return cli_fail("%s", err.message);
     qvl_model_info in;
     qvl_model_get_info(m, &in);
     qvl_ctx_params cp;
@@ -182,10 +191,11 @@ int cmd_bench(int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nt = threads > 0 ? (int)threads : ncpu > 0 ? (int)ncpu : 1;
     int lanes;
-    double peak = measure_peak(nt, &lanes);
-    printf("model: %s (%s, depth %d, hidden %d, %s weights)\nthreads: %d, measured f32 FMA peak: %.1f GFLOP/s (%s)\n\n",
-           model_dir, in.model_type, in.depth, in.hidden, qvl_dtype_name(in.weight_dtype), nt, peak,
-           lanes == 16 ? "AVX-512" : "AVX2");
+    double peak = measure_peak(nt, in.isa == QVL_ISA_AVX512, &lanes);
+    printf("model: %s (%s, depth %d, hidden %d, %s weights)\nthreads: %d, kernels: %s, measured f32 FMA peak: %.1f "
+           "GFLOP/s (%s)\n\n",
+           model_dir, in.model_type, in.depth, in.hidden, qvl_dtype_name(in.weight_dtype), nt, qvl_isa_name(in.isa),
+           peak, lanes == 16 ? "AVX-512" : "AVX2");
     printf("%-16s %7s %7s %10s %9s %7s | %8s %8s %8s %8s %8s %8s\n", "case", "patches", "tokens", "time ms", "GFLOP/s",
            "%peak", "patch", "pos/rope", "gemm", "attn", "norm", "merger");
     int rc = 0;

@@ -147,6 +147,7 @@ static int cmd_info(int argc, char **argv) {
     printf("weight_bytes:  %llu (%.1f MiB)\n", (unsigned long long)in.weight_bytes,
            (double)in.weight_bytes / (1024.0 * 1024.0));
     printf("dtype:         %s\n", qvl_dtype_name(in.weight_dtype));
+    printf("kernels:       %s\n", qvl_isa_name(in.isa));
     printf("source:        %s (%d file%s)\n", source_name(in.source), in.n_files, in.n_files == 1 ? "" : "s");
     printf("prefix:        %s\n", in.prefix);
     printf("conv_layout:   %s\n", in.conv_layout_mlx ? "mlx" : "hf");

@@ -223,11 +223,11 @@ static void pack_panel(void *ctx, long p, int thread) {
         }
 }
 
-int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
-                gemm_panel which, qvl_pool *pool) {
+int gemm_pack_b_isa(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                    gemm_panel which, qvl_pool *pool, gemm_isa isa) {
     if (!out || !buf || !B || N <= 0 || K <= 0 || ldb < (size_t)K || ((uintptr_t)buf & 63)) return -1;
     const qvl_dtype pd = panel_dtype(dtype, which);
-    pack_job j = {kernels_for(GEMM_ISA_AUTO), B, dtype, pd, ldb, dtype == QVL_DTYPE_F32 ? 4 : 2, N, K, buf};
+    pack_job j = {kernels_for(isa), B, dtype, pd, ldb, dtype == QVL_DTYPE_F32 ? 4 : 2, N, K, buf};
     pool_run(pool, (N + GEMM_NR - 1) / GEMM_NR, pack_panel, &j);
     out->N = N;
     out->K = K;
@@ -235,6 +235,11 @@ int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, siz
     out->order = pd == QVL_DTYPE_BF16 ? j.kr->order : GEMM_BF16_LANES;
     out->data = buf;
     return 0;
+}
+
+int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                gemm_panel which, qvl_pool *pool) {
+    return gemm_pack_b_isa(out, buf, B, dtype, ldb, N, K, which, pool, GEMM_ISA_AUTO);
 }
 
 /* ---- epilogue ---- */

@@ -75,6 +75,9 @@ void gemm_ref(const gemm_args *g);
  * AVX2 set (6 x 16) run the same FMA chain per element over the same K blocks, so they agree bit for bit. */
 typedef enum gemm_isa { GEMM_ISA_AUTO = 0, GEMM_ISA_SCALAR = 1, GEMM_ISA_AVX2 = 2, GEMM_ISA_AVX512 = 3 } gemm_isa;
 void gemm_run_isa(const gemm_args *g, void *ws, qvl_pool *pool, gemm_isa isa);
+/* gemm_pack_b with the panel order of an explicit kernel set (the set gemm_run_isa will run; AUTO as gemm_pack_b). */
+int gemm_pack_b_isa(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                    gemm_panel which, qvl_pool *pool, gemm_isa isa);
 /* What AUTO means from now on, for gemm_run and for the bf16 panel order gemm_pack_b chooses (tests and
  * benchmarks; GEMM_ISA_AUTO restores the CPU's choice). Not to be called while another thread is in gemm_*. */
 void gemm_set_isa(gemm_isa isa);

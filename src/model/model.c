@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/pool.h"
+#include "cpu/kernels_avx512.h"
 #include "io/fileutil.h"
 #include "model/model.h"
 
@@ -43,6 +44,7 @@ static void fill_info(qvl_model *m) {
     in->n_deepstack = c->n_deepstack;
     memcpy(in->deepstack_index, c->deepstack_index, sizeof in->deepstack_index);
     in->weight_dtype = m->blocks[0].qkv.w.dtype;
+    in->isa = m->isa;
     in->n_files = m->n_files;
     in->n_tensors = m->n_bound;
     in->n_params = 0;
@@ -116,8 +118,8 @@ static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
     unsigned char *at = m->panels;
     for (size_t i = 0; i < n; i++) {
         linear *l = ls[i];
-        if (gemm_pack_b(&l->packed, at, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows, l->w.cols,
-                        GEMM_PANEL_AUTO, pool) != 0) {
+        if (gemm_pack_b_isa(&l->packed, at, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows, l->w.cols,
+                        GEMM_PANEL_AUTO, pool, (gemm_isa)m->isa) != 0) {
             pool_destroy(pool);
             free(ls);
             return qvl_fail(err, QVL_ERR_INTERNAL, "packing a %dx%d weight failed", l->w.rows, l->w.cols);
@@ -131,15 +133,43 @@ static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
     return QVL_OK;
 }
 
+const char *qvl_isa_name(int isa) {
+    switch (isa) {
+    case QVL_ISA_AUTO: return "auto";
+    case GEMM_ISA_SCALAR: return "portable";
+    case QVL_ISA_AVX2: return "avx2";
+    case QVL_ISA_AVX512: return "avx512";
+    default: return "unknown";
+    }
+}
+
+/* The kernel set a load asks for, checked against this CPU; AUTO resolves to the widest it runs. */
+static qvl_status resolve_isa(int want, int *out, qvl_error *err) {
+    switch (want) {
+    case QVL_ISA_AUTO: *out = (int)gemm_auto_isa(); return QVL_OK;
+    case QVL_ISA_AVX2:
+        if (!qvl_cpu_has_avx2()) return qvl_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: this CPU has no AVX2+FMA");
+        *out = GEMM_ISA_AVX2;
+        return QVL_OK;
+    case QVL_ISA_AVX512:
+        if (!qvl_cpu_has_avx512())
+            return qvl_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: this CPU has no AVX-512 (F, BW, DQ, VL)");
+        *out = GEMM_ISA_AVX512;
+        return QVL_OK;
+    default: return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown isa %d", want);
+    }
+}
+
 qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err) {
     qvl_error_clear(err);
     if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: out is NULL");
     *out = NULL;
     if (!dir) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: dir is NULL");
-    if (params && params->reserved != 0)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: params.reserved must be 0");
+    int isa = 0;
+    QVL_TRY(resolve_isa(params ? (int)params->isa : QVL_ISA_AUTO, &isa, err));
     qvl_model *m = calloc(1, sizeof *m);
     if (!m) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory");
+    m->isa = isa;
     pthread_mutex_init(&m->fp_lock, NULL);
     char path[4096];
     qvl_status s = qvl_join(path, sizeof path, dir, "config.json", err);

@@ -271,7 +271,7 @@ static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, 
     gemm_args g = {.M = (int)M, .N = l->w.rows, .K = l->w.cols, .A = A, .lda = lda, .B = l->w.data,
                    .b_dtype = l->w.dtype, .ldb = (size_t)l->w.cols, .bias = l->b, .C = C, .ldc = ldc,
                    .accumulate = accumulate, .epilogue = epi, .Bp = &l->packed};
-    gemm_run(&g, c->gemm_ws, c->pool);
+    gemm_run_isa(&g, c->gemm_ws, c->pool, (gemm_isa)c->m->isa);
     c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
 }
 
@@ -300,7 +300,7 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     attn_args at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
                     .out = c->a, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
                     .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim)};
-    attn_run(&at, c->attn_ws, c->pool);
+    attn_run_isa(&at, c->attn_ws, c->pool, (attn_isa)c->m->isa); /* the same numbering as gemm_isa */
     for (size_t s = 0; s < n_seg; s++) {
         double n = (double)(c->cu[s + 1] - c->cu[s]);
         pf->attention_flops += 4.0 * n * n * k->head_dim * k->heads;

@@ -227,6 +227,51 @@ static void check_batch_invariance(qvl_model *m, const qvl_model_info *mi) {
     free(px), free(o1), free(o2);
 }
 
+/* Each kernel set this CPU runs (qvl_load_params.isa) encodes the same input to float32 rounding: the GEMMs agree
+ * bit for bit between AVX2 and AVX-512, attention sums in another order. An unknown set is refused. */
+static void check_isa(const char *dir) {
+    static const int sets[] = {QVL_ISA_AVX2, QVL_ISA_AVX512};
+    qvl_error err;
+    float *ref = NULL;
+    size_t n = 0;
+    for (int i = 0; i < 2; i++) {
+        qvl_load_params lp = {(qvl_isa)sets[i]};
+        qvl_model *m = NULL;
+        qvl_status s = qvl_model_load(dir, &lp, &m, &err);
+        if (s == QVL_ERR_UNSUPPORTED) {
+            printf("  isa %s: not on this CPU (%s)\n", qvl_isa_name(sets[i]), err.message);
+            continue;
+        }
+        CHECK(s == QVL_OK);
+        if (!m) continue;
+        qvl_model_info in;
+        qvl_model_get_info(m, &in);
+        CHECK(in.isa == sets[i]);
+        const size_t S = qvl_patch_rows(k_grids, 2);
+        n = S / 4 * (size_t)in.out_hidden;
+        float *px = malloc(S * (size_t)in.row_len * sizeof(float)), *out = malloc(n * sizeof(float));
+        fill_pixels(px, S * (size_t)in.row_len);
+        qvl_ctx *ctx = NULL;
+        CHECK(qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
+        CHECK(qvl_encode(ctx, px, S, k_grids, 2, out, NULL, &err) == QVL_OK);
+        if (ref) {
+            double maxabs, rel = tu_relerr(out, ref, n, &maxabs);
+            printf("  isa %s vs %s: rel %.3e, max abs %.3e\n", qvl_isa_name(sets[i]), qvl_isa_name(sets[0]), rel, maxabs);
+            CHECK(rel < 1e-6);
+            free(out);
+        } else {
+            ref = out;
+        }
+        qvl_ctx_free(ctx);
+        qvl_model_free(m);
+        free(px);
+    }
+    free(ref);
+    qvl_load_params bad = {(qvl_isa)7};
+    qvl_model *m = NULL;
+    CHECK(qvl_model_load(dir, &bad, &m, &err) == QVL_ERR_INVALID_ARG && m == NULL);
+}
+
 /* The per-grid table cache: A, then B, then A again gives A's bits; so does a fresh context. */
 static void check_table_cache(qvl_model *m, const qvl_model_info *mi) {
     qvl_error err;
@@ -268,6 +313,7 @@ int main(void) {
         check_batch_invariance(m, &in);
         qvl_model_free(m);
     }
+    check_isa(dir);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     CHECK(system(cmd) == 0);
