@@ -360,7 +360,7 @@ typedef struct qvl_preprocess_params {
     float image_mean[3], image_std[3];
     double rescale_factor;
     int32_t patch, temporal_patch, merge;
-    int n_threads;                               /* 0: all cores */
+    int n_threads;                               /* 0: all cores; threads started and joined per call */
 } qvl_preprocess_params;
 
 /* Qwen3-VL's published values (min 65536 / max 16777216 pixels for images, 4096 / 25165824 for video, patch 16,
