@@ -144,6 +144,15 @@ if [[ $(stat -c %s "$T/out.npy" 2>/dev/null) -eq $((128 + 4 * 96 * 4)) ]]; then 
 
 expect 0 "encode threads 1" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/out1.npy" --threads 1
 if cmp -s "$T/out.npy" "$T/out1.npy"; then ok; else bad "encode: output depends on the thread count"; fi
+# Forced kernel sets: each one this CPU runs encodes (same shapes); an unknown set is a usage error.
+for isa in avx2 avx512; do
+    if grep -qw "${isa/avx512/avx512bw}" /proc/cpuinfo; then
+        expect 0 "encode --isa $isa" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/isa.npy" --isa $isa
+        if [[ $(stat -c %s "$T/isa.npy" 2>/dev/null) -eq $((128 + 4 * 96 * 4)) ]]; then ok; else bad "encode --isa $isa: output size"; fi
+    fi
+done
+expect 2 "encode --isa bogus" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/isa.npy" --isa sse9
+one_line_error "encode --isa bogus"
 expect 0 "encode mlx layout" "$QVL" encode --model "$T/sidecar" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/outs.npy"
 if cmp -s "$T/out.npy" "$T/outs.npy"; then ok; else bad "encode: sidecar (MLX) output differs from hf"; fi
 

@@ -26,6 +26,9 @@ int cli_bad_option(const char *cmd, int c, char **argv);
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 int cli_parse_u64(const char *s, uint64_t *out);
 
+/* --isa: "auto", "avx2" or "avx512" into *out. 0 on success, -1 otherwise. */
+int cli_parse_isa(const char *s, qvl_isa *out);
+
 /* Monotonic milliseconds. */
 double cli_now_ms(void);
 
@@ -40,6 +43,7 @@ typedef struct media_opts {
     int n_inputs;
     int preprocess_only;
     int quiet;
+    qvl_load_params load;
     qvl_ctx_params ctx;
     qvl_preprocess_params pp;
     qvl_video_params vp;

@@ -136,10 +136,7 @@ int cmd_bench(int argc, char **argv) {
         case 't': if (cli_parse_long(optarg, 0, QVL_MAX_THREADS, &threads)) return cli_usage("--threads: '%s' is not in 0..%d", optarg, QVL_MAX_THREADS); break;
         case 'r': if (cli_parse_long(optarg, 1, 1000, &repeat)) return cli_usage("--repeat: '%s' is not in 1..1000", optarg); break;
         case 'i':
-            if (strcmp(optarg, "auto") == 0) lp.isa = QVL_ISA_AUTO;
-            else if (strcmp(optarg, "avx2") == 0) lp.isa = QVL_ISA_AVX2;
-            else if (strcmp(optarg, "avx512") == 0) lp.isa = QVL_ISA_AVX512;
-            else return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
+            if (cli_parse_isa(optarg, &lp.isa)) return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
             break;
         case 'h': fputs(bench_help, stdout); return 0;
         default: return cli_bad_option("bench", c, argv);

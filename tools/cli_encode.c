@@ -49,6 +49,7 @@ static const char encode_help[] =
     "  -o, --output OUT       output file (.npy or .safetensors)\n"
     "      --stages           also write every stage tap (safetensors output only)\n"
     "  -t, --threads N        worker threads (default 0: all cores)\n"
+    "      --isa SET          CPU kernels: auto (default: the widest this CPU runs), avx2 or avx512\n"
     "      --pos-mode MODE    position-embedding interpolation: closed (default) or linspace\n"
     "  -h, --help             show this help\n";
 
@@ -123,7 +124,7 @@ static int parse_size(const char *s, int32_t *h, int32_t *w) {
 
 int cmd_encode(int argc, char **argv) {
     enum { OPT_STAGES = 256, OPT_POS_MODE, OPT_RESIZE, OPT_MIN_PX, OPT_MAX_PX, OPT_SIZE, OPT_FPS, OPT_NUM_FRAMES,
-           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY };
+           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
         {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
@@ -133,7 +134,7 @@ int cmd_encode(int argc, char **argv) {
         {"max-pixels", required_argument, NULL, OPT_MAX_PX}, {"size", required_argument, NULL, OPT_SIZE},
         {"fps", required_argument, NULL, OPT_FPS}, {"num-frames", required_argument, NULL, OPT_NUM_FRAMES},
         {"max-frames", required_argument, NULL, OPT_MAX_FRAMES},
-        {"max-decode-pixels", required_argument, NULL, OPT_MAX_DECODE},
+        {"max-decode-pixels", required_argument, NULL, OPT_MAX_DECODE}, {"isa", required_argument, NULL, OPT_ISA},
         {"preprocess-only", no_argument, NULL, OPT_PREPROCESS_ONLY}, {"quiet", no_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
     media_opts mo;
@@ -210,6 +211,9 @@ int cmd_encode(int argc, char **argv) {
             mo.vp.max_pixels = u;
             break;
         case OPT_PREPROCESS_ONLY: mo.preprocess_only = 1; break;
+        case OPT_ISA:
+            if (cli_parse_isa(optarg, &mo.load.isa)) return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
+            break;
         case 'q': mo.quiet = 1; break;
         case 'h': fputs(encode_help, stdout); return 0;
         default: return cli_bad_option("encode", c, argv);
@@ -244,7 +248,7 @@ int cmd_encode(int argc, char **argv) {
     qvl_out_tensor *outs = NULL;
 
     double t_load = cli_now_ms();
-    if (qvl_model_load(model_dir, NULL, &m, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
+    if (qvl_model_load(model_dir, &mo.load, &m, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
     t_load = cli_now_ms() - t_load;
     qvl_model_info in;
     qvl_model_get_info(m, &in);

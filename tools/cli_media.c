@@ -237,7 +237,7 @@ int encode_media(media_opts *o) {
     qvl_error err;
     int row_len = 3 * o->pp.temporal_patch * o->pp.patch * o->pp.patch;
     if (o->model_dir && !o->preprocess_only) {
-        if (qvl_model_load(o->model_dir, NULL, &m, &err) != QVL_OK) return cli_fail("%s", err.message);
+        if (qvl_model_load(o->model_dir, &o->load, &m, &err) != QVL_OK) return cli_fail("%s", err.message);
         qvl_model_get_info(m, &in);
         if (in.row_len != row_len || in.patch != o->pp.patch || in.merge != o->pp.merge ||
             in.temporal_patch != o->pp.temporal_patch) {

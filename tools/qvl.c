@@ -49,6 +49,14 @@ int cli_bad_option(const char *cmd, int c, char **argv) {
     return cli_usage("unknown option '%s' (see 'qvl %s --help')", arg, cmd);
 }
 
+int cli_parse_isa(const char *s, qvl_isa *out) {
+    if (strcmp(s, "auto") == 0) *out = QVL_ISA_AUTO;
+    else if (strcmp(s, "avx2") == 0) *out = QVL_ISA_AVX2;
+    else if (strcmp(s, "avx512") == 0) *out = QVL_ISA_AVX512;
+    else return -1;
+    return 0;
+}
+
 int cli_parse_long(const char *s, long lo, long hi, long *out) {
     if (!s || !*s) return -1;
     char *end;
