@@ -259,35 +259,33 @@ static void epilogue_row(float *t, const float *bias, int n, gemm_epilogue epi, 
 /* ---- driver ---- */
 
 typedef struct gemm_plan {
-    int mc, nc, kc;   /* block sizes used for this call: <= mc_max / nc_max / GEMM_KC, multiples of mr / nr / 8 */
-    int nb_m, nb_n;   /* blocks along M and N */
+    int tiles_m;      /* MR-row tiles covering M */
+    int nb_m;         /* M blocks: block b holds tiles [b·tiles_m/nb_m, (b+1)·tiles_m/nb_m), never more than mc_max rows */
+    int nc, kc;       /* N and K block sizes: <= nc_max / GEMM_KC, multiples of nr / 8 */
+    int nb_n;         /* blocks along N */
 } gemm_plan;
 
-/* Even blocks (the last one is not a sliver) so the dynamic schedule has items of similar cost and no K block is
- * too short to amortise its Cb update. kc depends on K only: the same summation order for every M, N, thread
- * count and B layout. */
+/* M blocks of near-equal tile counts (no sliver of a block that would stream all of B for a row or two) and even
+ * N blocks, so the dynamic schedule has items of similar cost; kc depends on K only and no K block is too short to
+ * amortise its Cb update: the same summation order for every M, N, thread count and B layout. */
 static gemm_plan make_plan(int M, int N, int K, const gemm_kernels *kr, int n_threads) {
     gemm_plan p;
     const int nb_k = K > 0 ? (K + GEMM_KC - 1) / GEMM_KC : 1;
     p.kc = ((K + nb_k - 1) / nb_k + 7) / 8 * 8;
     if (p.kc > GEMM_KC) p.kc = GEMM_KC;
     if (p.kc < 8) p.kc = 8;
-    p.nb_m = (M + kr->mc_max - 1) / kr->mc_max;
-    p.mc = ((M + p.nb_m - 1) / p.nb_m + kr->mr - 1) / kr->mr * kr->mr;
-    p.nb_m = (M + p.mc - 1) / p.mc;
+    const int tiles_max = kr->mc_max / kr->mr;
+    p.tiles_m = (M + kr->mr - 1) / kr->mr;
+    p.nb_m = (p.tiles_m + tiles_max - 1) / tiles_max;
     p.nb_n = (N + kr->nc_max - 1) / kr->nc_max;
     p.nc = ((N + p.nb_n - 1) / p.nb_n + kr->nr - 1) / kr->nr * kr->nr; /* nc_max is a multiple of nr */
     p.nb_n = (N + p.nc - 1) / p.nc;
     /* Few items that the threads cannot share evenly (9 on 2 threads: 5 rounds' time for 4.5 items' work): split
-     * M finer, up to twice as many blocks, when that evens them out. Block sizes never change the bits (kc alone
-     * does). */
-    const int items = p.nb_m * p.nb_n;
-    for (int extra = 1; n_threads > 1 && items < 16 * n_threads && items % n_threads && extra <= p.nb_m; extra++) {
-        const int nbm = p.nb_m + extra, mc = ((M + nbm - 1) / nbm + kr->mr - 1) / kr->mr * kr->mr;
-        const int nbm_real = (M + mc - 1) / mc;
-        if ((nbm_real * p.nb_n) % n_threads == 0) {
-            p.mc = mc;
-            p.nb_m = nbm_real;
+     * M finer, up to twice as many blocks and one tile a block at least, when that evens them out. */
+    for (int nbm = p.nb_m; n_threads > 1 && nbm <= 2 * p.nb_m && nbm <= p.tiles_m; nbm++) {
+        const int items = nbm * p.nb_n;
+        if (items >= 16 * n_threads || items % n_threads == 0) {
+            p.nb_m = nbm;
             break;
         }
     }
@@ -378,8 +376,10 @@ typedef struct gemm_job {
 static void gemm_task(void *ctx, long it, int thread) {
     const gemm_job *j = ctx;
     const gemm_args *g = j->g;
-    const int i0 = (int)(it % j->pl.nb_m) * j->pl.mc, j0 = (int)(it / j->pl.nb_m) * j->pl.nc;
-    const int mc = g->M - i0 < j->pl.mc ? g->M - i0 : j->pl.mc, nc = g->N - j0 < j->pl.nc ? g->N - j0 : j->pl.nc;
+    const long b = it % j->pl.nb_m, tm = j->pl.tiles_m, nb = j->pl.nb_m;
+    const int mr = j->kr->mr, t0 = (int)(b * tm / nb), t1 = (int)((b + 1) * tm / nb);
+    const int i0 = t0 * mr, i1 = t1 * mr < g->M ? t1 * mr : g->M, mc = i1 - i0;
+    const int j0 = (int)(it / j->pl.nb_m) * j->pl.nc, nc = g->N - j0 < j->pl.nc ? g->N - j0 : j->pl.nc;
     gemm_item(g, j->kr, j->pk, j->pl.kc, i0, mc, j0, nc, j->ws + (size_t)thread * GEMM_THREAD_BYTES);
 }
 

@@ -158,9 +158,9 @@ int main(void) {
     const qvl_dtype dts[3] = {QVL_DTYPE_F32, QVL_DTYPE_F16, QVL_DTYPE_BF16};
 
     /* Edge sizes around MR = 6 / 14, NR = 16 / 32, KC = 512 (K blocks evened out: 513 → 2 x 264, 1030 → 3 x 344),
-     * MC = 144 / 112 (145 → 2 x 78, 113 → 2 x 70), and small N (NC = 768 / 1536 below); odd K ends bf16 pair panels with
-     * a lone step. */
-    const int ms[] = {1, 2, 5, 6, 7, 13, 14, 15, 29, 113, 143, 145, 289};
+     * MC = 144 / 42 (145 → 2 x 78; 43 → 2 x 28, 85 → 3 x 42 with M blocks split further to even out 2 threads),
+     * and small N (NC = 768 / 1536 below); odd K ends bf16 pair panels with a lone step. */
+    const int ms[] = {1, 2, 5, 6, 7, 13, 14, 15, 29, 41, 42, 43, 85, 143, 145, 289};
     const int ns[] = {1, 15, 16, 17, 31, 32, 33, 35, 48, 191, 193, 400};
     const int ks[] = {0, 1, 7, 8, 9, 255, 511, 512, 513, 1030};
     for (int ii = 0; ii < n_isa; ii++) {
