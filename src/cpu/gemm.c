@@ -124,8 +124,6 @@ typedef struct gemm_kernels {
                      int first, const gemm_tail *tail);
     void (*pack_b)(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp); /* one 16-wide panel */
     void (*pack_a)(const float *a, size_t lda, int mr, int kc, float *ap);
-    /* epilogue_row without GELU, vectorised (same bits); NULL: epilogue_row. */
-    void (*store_row)(const float *t, const float *bias, int n, float *c, int accumulate);
     int has_tail; /* the microkernels finish tiles into C on the last K block (no epilogue pass over Cb) */
 } gemm_kernels;
 
@@ -147,10 +145,10 @@ static void ukr_avx2_16_bf16(int kc, const float *a, const uint16_t *b0, const u
 }
 
 static const gemm_kernels kernels_scalar = {GEMM_MR,      GEMM_NR, GEMM_MC,       GEMM_NC,       GEMM_BF16_LANES,
-                                            ukr_scalar16, NULL,    pack_b_scalar, pack_a_scalar, NULL, 0};
+                                            ukr_scalar16, NULL,    pack_b_scalar, pack_a_scalar, 0};
 static const gemm_kernels kernels_avx2 = {GEMM_MR,           GEMM_NR,           GEMM_MC,     GEMM_NC,
                                           GEMM_BF16_LANES,   ukr_avx2_16,       ukr_avx2_16_bf16,
-                                          gemm_pack_b16_avx2, gemm_pack_a6_avx2, NULL, 1};
+                                          gemm_pack_b16_avx2, gemm_pack_a6_avx2, 1};
 /* mc 42 x nc 1536: measured best of 42-224 x 768-1536 on the tower shapes, 1 and 2 threads (bench_gemm): the A
  * block (63 KiB at kc 384) and Cb (252 KiB) leave L2 to the B stream; mc 112 was 2-4 % slower, 224 ~6 %. */
 static const gemm_kernels kernels_avx512 = {14,
@@ -162,7 +160,6 @@ static const gemm_kernels kernels_avx512 = {14,
                                             gemm_ukr_14x32_bf16_avx512,
                                             gemm_pack_b16_avx2,
                                             gemm_pack_a14_avx512,
-                                            gemm_store_rows_avx512,
                                             1};
 
 static gemm_isa isa_override = GEMM_ISA_AUTO;
@@ -321,7 +318,7 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
             float *cj = cb + jr;
             gemm_tail tail = {g->C + (size_t)i0 * g->ldc + (size_t)(j0 + jr), g->ldc, g->bias ? g->bias + j0 + jr : NULL,
                               0, nc - jr < kr->nr ? nc - jr : kr->nr, g->accumulate,
-                              g->epilogue == GEMM_EPI_GELU_TANH ? 1 : g->epilogue == GEMM_EPI_GELU_ERF ? 2 : 0};
+                              (int)g->epilogue /* gemm_tail.act uses the same numbering */};
             const float *b0 = bp, *b1 = two ? bp + (size_t)GEMM_KC * GEMM_NR : NULL;
             const uint16_t *h0 = NULL, *h1 = NULL;
             if (in_regs) {
@@ -357,11 +354,7 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
     for (int i = 0; i < mc && !fuse; i++) {
         float *t = cb + (size_t)i * GEMM_NC_MAX, *c = g->C + (size_t)(i0 + i) * g->ldc + j0;
         const float *bias = g->bias ? g->bias + j0 : NULL;
-        if (g->epilogue == GEMM_EPI_NONE && kr->store_row) {
-            kr->store_row(t, bias, nc, c, g->accumulate);
-        } else {
-            epilogue_row(t, bias, nc, g->epilogue, c, g->accumulate);
-        }
+        epilogue_row(t, bias, nc, g->epilogue, c, g->accumulate);
     }
 }
 

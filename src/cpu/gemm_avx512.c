@@ -149,14 +149,3 @@ void gemm_pack_a14_avx512(const float *a, size_t lda, int mr, int kc, float *ap)
     for (; k < kc; k++)
         for (int i = 0; i < MR; i++) ap[(size_t)k * MR + i] = i < mr ? a[(size_t)i * lda + k] : 0.0f;
 }
-
-void gemm_store_rows_avx512(const float *t, const float *bias, int n, float *c, int accumulate) {
-    int j = 0;
-    for (; j < n; j += 16) {
-        const __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
-        __m512 x = _mm512_maskz_loadu_ps(m, t + j);
-        if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias + j));
-        if (accumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c + j), x);
-        _mm512_mask_storeu_ps(c + j, m, x);
-    }
-}

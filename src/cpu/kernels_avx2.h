@@ -38,7 +38,7 @@ typedef struct gemm_tail {
     const float *bias; /* bias of the tile's column 0, or NULL */
     int rows, cols;    /* valid part of the tile (>= 1) */
     int accumulate;
-    int act;           /* 0: none, 1: tanh GELU, 2: erf GELU */
+    int act;           /* 0: none, 1: tanh GELU, 2: erf GELU (gemm.h's gemm_epilogue values) */
 } gemm_tail;
 
 /* GEMM micro-tile, 6 x 16 (gemm.c: GEMM_MR x GEMM_NR). a: packed A micro-panel, kc steps of 6 floats; b: packed

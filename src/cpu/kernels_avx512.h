@@ -39,10 +39,6 @@ void gemm_ukr_14x32_bf16_avx512(int kc, const float *a, const uint16_t *b0, cons
  * ap[k·14 + i] = A[i][k], zero for i >= mr. */
 void gemm_pack_a14_avx512(const float *a, size_t lda, int mr, int kc, float *ap);
 
-/* The GEMM epilogue without GELU for one row segment of n floats: c = t + bias (bias may be NULL), or with
- * accumulate c = c + (t + bias); the same operations per element as gemm.c's epilogue_row, so the same bits. */
-void gemm_store_rows_avx512(const float *t, const float *bias, int n, float *c, int accumulate);
-
 /* Elementwise, the 16-lane twins of ops_tanh_avx2 & co. (kernels_avx2.h): the same bits for every value. */
 void ops_tanh_avx512(const float *x, float *y, size_t n);
 void ops_erf_avx512(const float *x, float *y, size_t n);

@@ -108,7 +108,6 @@ static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
         free(ls);
         return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of packed weights", total);
     }
-    m->panel_bytes = total;
     qvl_pool *pool = NULL; /* one thread per CPU for the packing, gone when it is done */
     qvl_status s = pool_create(&pool, 0, err);
     if (s != QVL_OK) {

@@ -25,11 +25,10 @@ struct qvl_ctx {
     const qvl_model *m;
     qvl_ctx_params p;
     qvl_pool *pool; /* this context's threads */
-    int n_threads;  /* pool_size(pool) */
     qvl_tap_fn tap;
     void *tap_user;
     /* scratch, reserved for cap_rows patch rows */
-    size_t cap_rows, cap_seg;
+    size_t cap_rows;
     void *block;
     size_t block_bytes;
     float *x;      /* [S, H] residual stream */
@@ -91,7 +90,6 @@ qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_
         free(c);
         return s;
     }
-    c->n_threads = pool_size(c->pool);
     *out = c;
     return QVL_OK;
 }
@@ -164,8 +162,8 @@ static void layout(qvl_ctx *c, carver *cv, size_t S) {
     c->ds = carve(cv, k->n_deepstack > 0 ? (S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
     c->cos_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
     c->sin_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
-    c->gemm_ws = carve(cv, gemm_workspace_size(c->n_threads), 1);
-    c->attn_ws = carve(cv, attn_workspace_size(k->head_dim, c->n_threads), 1);
+    c->gemm_ws = carve(cv, gemm_workspace_size(pool_size(c->pool)), 1);
+    c->attn_ws = carve(cv, attn_workspace_size(k->head_dim, pool_size(c->pool)), 1);
     c->taps = carve(cv, TABLES_TAPS_BYTES, 1);
 }
 
@@ -186,7 +184,6 @@ qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_
     cv = (carver){.base = block};
     layout(c, &cv, max_rows);
     c->cap_rows = max_rows;
-    c->cap_seg = max_segment;
     return QVL_OK;
 }
 
@@ -206,8 +203,9 @@ size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids) {
 
 size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids) { return qvl_patch_rows(grids, n_grids) / 4; }
 
-/* Validate grids against the model and the row count; fill the segment table. */
-static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size_t n_grids, qvl_error *err) {
+/* Validate grids against the model and the row count; fill the segment table (*n_seg_out segments). */
+static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size_t n_grids, size_t *n_seg_out,
+                          qvl_error *err) {
     const qvl_config *k = &c->m->cfg;
     if (!grids || n_grids == 0) return qvl_fail(err, QVL_ERR_INVALID_ARG, "no grids given");
     size_t n_seg = 0, max_seg = 0;
@@ -240,6 +238,7 @@ static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size
             row += (size_t)grids[i].h * (size_t)grids[i].w;
             c->cu[++s] = (int)row;
         }
+    *n_seg_out = n_seg;
     return QVL_OK;
 }
 
@@ -275,20 +274,26 @@ static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, 
     c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
 }
 
-/* fc1 → erf GELU → fc2 over `in` [S/4, 4H] into out [S/4, O], in row chunks. */
-static void merger_mlp(qvl_ctx *c, const merger_w *mw, const float *in, size_t rows, float *out) {
-    const size_t h4 = (size_t)mw->fc1.w.cols, hid = (size_t)mw->fc1.w.rows, O = (size_t)mw->fc2.w.rows;
-    const size_t step = mlp_step(rows);
+/* out (=|+=) fc2(act(fc1(in))) over `rows` rows, in chunks of mlp_step rows through c->mlp. */
+static void mlp_rows(qvl_ctx *c, const linear *fc1, const linear *fc2, gemm_epilogue act, const float *in,
+                     size_t ld_in, size_t rows, float *out, size_t ld_out, int accumulate) {
+    const size_t hid = (size_t)fc1->w.rows, step = mlp_step(rows);
     for (size_t r = 0; r < rows; r += step) {
         const size_t m = rows - r < step ? rows - r : step;
-        linear_run(c, &mw->fc1, in + r * h4, h4, m, c->mlp, hid, 0, GEMM_EPI_GELU_ERF);
-        linear_run(c, &mw->fc2, c->mlp, hid, m, out + r * O, O, 0, GEMM_EPI_NONE);
+        linear_run(c, fc1, in + r * ld_in, ld_in, m, c->mlp, hid, 0, act);
+        linear_run(c, fc2, c->mlp, hid, m, out + r * ld_out, ld_out, accumulate, GEMM_EPI_NONE);
     }
+}
+
+/* fc1 → erf GELU → fc2 over `in` [S/4, 4H] into out [S/4, O]. */
+static void merger_mlp(qvl_ctx *c, const merger_w *mw, const float *in, size_t rows, float *out) {
+    mlp_rows(c, &mw->fc1, &mw->fc2, GEMM_EPI_GELU_ERF, in, (size_t)mw->fc1.w.cols, rows, out, (size_t)mw->fc2.w.rows,
+             0);
 }
 
 static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) {
     const qvl_config *k = &c->m->cfg;
-    size_t H = (size_t)k->hidden, I = (size_t)k->intermediate;
+    size_t H = (size_t)k->hidden;
     qvl_profile *pf = &c->prof;
     double t0 = now_ms(), t1;
     op_layernorm(c->x, H, c->a, H, S, H, b->norm1.w, b->norm1.b, k->ln_eps, c->pool);
@@ -301,22 +306,13 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
                     .out = c->a, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
                     .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim)};
     attn_run_isa(&at, c->attn_ws, c->pool, (attn_isa)c->m->isa); /* the same numbering as gemm_isa */
-    for (size_t s = 0; s < n_seg; s++) {
-        double n = (double)(c->cu[s + 1] - c->cu[s]);
-        pf->attention_flops += 4.0 * n * n * k->head_dim * k->heads;
-    }
     t1 = now_ms(), pf->attention_ms += t1 - t0, t0 = t1;
     linear_run(c, &b->proj, c->a, H, S, c->x, H, 1, GEMM_EPI_NONE);
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     op_layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->pool);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
-    const gemm_epilogue act = k->act == QVL_ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF;
-    const size_t step = mlp_step(S);
-    for (size_t r = 0; r < S; r += step) {
-        const size_t m = S - r < step ? S - r : step;
-        linear_run(c, &b->fc1, c->a + r * H, H, m, c->mlp, I, 0, act);
-        linear_run(c, &b->fc2, c->mlp, I, m, c->x + r * H, H, 1, GEMM_EPI_NONE);
-    }
+    mlp_rows(c, &b->fc1, &b->fc2, k->act == QVL_ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF, c->a, H, S,
+             c->x, H, 1);
     pf->gemm_ms += now_ms() - t0;
 }
 
@@ -325,8 +321,14 @@ static void run_chain(qvl_ctx *c, size_t S, size_t n_seg, float *merged, float *
     const qvl_config *k = &c->m->cfg;
     size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge, T = S / mm, O = (size_t)k->out_hidden;
     char name[32];
+    double seg_flops = 0; /* attention FLOPs of one block: QKᵀ and P·V per segment */
+    for (size_t s = 0; s < n_seg; s++) {
+        const double n = (double)(c->cu[s + 1] - c->cu[s]);
+        seg_flops += 4.0 * n * n * k->head_dim * k->heads;
+    }
     for (int i = 0; i < k->depth; i++) {
         block_forward(c, &c->m->blocks[i], S, n_seg);
+        c->prof.attention_flops += seg_flops;
         snprintf(name, sizeof name, "blk%d", i);
         tap(c, name, c->x, S, H);
         for (int d = 0; d < k->n_deepstack; d++) {
@@ -369,11 +371,10 @@ qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_
     qvl_error_clear(err);
     if (!c || !pixels || !merged)
         return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_encode: ctx, pixels and merged must not be NULL");
-    QVL_TRY(prepare(c, n_rows, grids, n_grids, err));
+    size_t n_seg;
+    QVL_TRY(prepare(c, n_rows, grids, n_grids, &n_seg, err));
     const qvl_config *k = &c->m->cfg;
     size_t S = n_rows, H = (size_t)k->hidden;
-    size_t n_seg = 0;
-    for (size_t i = 0; i < n_grids; i++) n_seg += (size_t)grids[i].t;
 
     memset(&c->prof, 0, sizeof c->prof);
     double start = now_ms(), t0 = start;
@@ -396,10 +397,10 @@ qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const 
     qvl_error_clear(err);
     if (!c || !hidden || !out)
         return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_run_blocks: ctx, hidden and out must not be NULL");
-    QVL_TRY(prepare(c, n_rows, grids, n_grids, err));
+    size_t n_seg;
+    QVL_TRY(prepare(c, n_rows, grids, n_grids, &n_seg, err));
     const qvl_config *k = &c->m->cfg;
-    size_t S = n_rows, H = (size_t)k->hidden, n_seg = 0;
-    for (size_t i = 0; i < n_grids; i++) n_seg += (size_t)grids[i].t;
+    size_t S = n_rows, H = (size_t)k->hidden;
     memset(&c->prof, 0, sizeof c->prof);
     double start = now_ms();
     memcpy(c->x, hidden, S * H * sizeof(float));
