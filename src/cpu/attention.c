@@ -116,7 +116,7 @@ static void attn_run_with(const attn_args *a, void *ws, qvl_pool *pool, attn_blo
 
 void attn_run_isa(const attn_args *a, void *ws, qvl_pool *pool, attn_isa isa) {
     if (isa == ATTN_ISA_AUTO)
-        isa = qvl_cpu_has_avx512() ? ATTN_ISA_AVX512 : qvl_cpu_has_avx2() ? ATTN_ISA_AVX2 : ATTN_ISA_SCALAR;
+        isa = (attn_isa)qvl_cpu_level(); /* the same numbering */
     attn_block_fn block = attn_block_scalar;
     if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX512) block = attn_block_avx512;
     else if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX2) block = attn_block_avx2;

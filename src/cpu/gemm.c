@@ -168,7 +168,7 @@ void gemm_set_isa(gemm_isa isa) { isa_override = isa; }
 
 gemm_isa gemm_auto_isa(void) {
     if (isa_override != GEMM_ISA_AUTO) return isa_override;
-    return qvl_cpu_has_avx512() ? GEMM_ISA_AVX512 : qvl_cpu_has_avx2() ? GEMM_ISA_AVX2 : GEMM_ISA_SCALAR;
+    return (gemm_isa)qvl_cpu_level(); /* the same numbering */
 }
 
 static const gemm_kernels *kernels_for(gemm_isa isa) {

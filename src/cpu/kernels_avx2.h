@@ -7,24 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
+#include "core/cpu.h"
 #include "qvl.h"
 
-/* Nonzero when this CPU runs the *_avx2.c code. Cheap (reads what the compiler runtime detected at start-up). */
-static inline int qvl_cpu_has_avx2(void) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c". AVX2 and FMA
-     * through the builtin, which also checks that the OS saves the YMM state. */
-    unsigned a, b, c, d;
-    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
-#endif
-}
+/* Nonzero when this CPU runs the *_avx2.c code (core/cpu.h: detected once). */
+static inline int qvl_cpu_has_avx2(void) { return qvl_cpu_level() >= 2; }
 
 /* The last K block of a micro-tile may finish the GEMM in the kernel instead of leaving partial sums for the
  * driver's epilogue pass: with a tail, the kernel computes per element v = (first ? 0 : cb) + acc (exactly what it

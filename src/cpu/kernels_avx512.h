@@ -9,19 +9,8 @@
 
 #include "cpu/kernels_avx2.h"
 
-/* Nonzero when this CPU runs the *_avx512.c code (they also use AVX2/FMA/F16C instructions, hence that check).
- * gcc's __builtin_cpu_supports also checks that the OS saves the ZMM and mask state (XCR0). Cached. */
-static inline int qvl_cpu_has_avx512(void) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    static int cached = -1;
-    if (cached < 0)
-        cached = qvl_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    return cached;
-#else
-    return 0;
-#endif
-}
+/* Nonzero when this CPU runs the *_avx512.c code, which also uses AVX2/FMA/F16C (core/cpu.h: detected once). */
+static inline int qvl_cpu_has_avx512(void) { return qvl_cpu_level() >= 3; }
 
 /* GEMM micro-tile, 14 x 32 (or 14 x 16 when b1 is NULL). a: packed A micro-panel, kc steps of 14 floats; b0, b1:
  * two 16-column f32 B micro-panels (kc steps of 16 floats each, 64-byte aligned) giving columns 0-15 and 16-31;

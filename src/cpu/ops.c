@@ -5,24 +5,14 @@
  * Accuracy over speed: these run on [S, 1152]-sized activations a few times per block, next to GEMMs that cost
  * three orders of magnitude more, and they sit on the parity path (1e-4 relative end to end vs PyTorch). */
 #include <math.h>
-#include <stdatomic.h>
 
 #include "cpu/kernels_avx2.h"
 #include "cpu/kernels_avx512.h"
 #include "cpu/ops.h"
 
-/* Which elementwise kernels run here, asked once: the epilogue calls GELU per row segment and CPUID traps to the
- * hypervisor on virtual machines. 0: not asked yet, 1: portable, 2: AVX2, 3: AVX-512 (same bits as AVX2). */
-static _Atomic int simd_state;
-
-static int simd_level(void) {
-    int s = atomic_load_explicit(&simd_state, memory_order_relaxed);
-    if (s == 0) {
-        s = qvl_cpu_has_avx512() ? 3 : qvl_cpu_has_avx2() ? 2 : 1;
-        atomic_store_explicit(&simd_state, s, memory_order_relaxed);
-    }
-    return s;
-}
+/* Which elementwise kernels run here (1 portable, 2 AVX2, 3 AVX-512, the same bits as AVX2): the epilogue calls
+ * GELU per row segment, so this must not ask CPUID each time; qvl_cpu_level caches. */
+static inline int simd_level(void) { return qvl_cpu_level(); }
 
 /* LayerNorm statistics are accumulated in double: the mean and biased variance come out as the correctly rounded
  * f32 values of the exact statistics (two passes: mean, then Σ(x − mean)²), which is within torch's own f32

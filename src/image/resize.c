@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "core/error.h"
 
 static int g_allow_simd = 1;
@@ -346,7 +347,7 @@ qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *
             if (v.first[o] + v.count[o] > r1) r1 = v.first[o] + v.count[o];
         }
     }
-    const int simd = g_allow_simd && __builtin_cpu_supports("avx2");
+    const int simd = g_allow_simd && qvl_cpu_level() >= 2 /* core/cpu.h */;
     if (vfirst) { /* src [sh][sw] → mid [dh][sw] → dst [dh][dw] */
         vpass(src, p.mid, (size_t)sw * c, &v, simd, pool);
         hpass(p.mid, (size_t)sw * c, dst, (size_t)dw * c, 0, dh, &h, channels, simd, pool);

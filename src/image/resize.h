@@ -63,7 +63,7 @@ typedef struct resize_axis {
     const int16_t *w16hi;  /* [n_out][ksize4] high part, hi = (w + 2^15) >> 16 (all zero when !split) */
 } resize_axis;
 
-/* resize_avx2.c: call only when __builtin_cpu_supports("avx2") (resize.c checks). Outputs [0, ax->simd_end) of one row: src_row [n_in, c], dst_row [n_out, c]; c in 1..4. */
+/* resize_avx2.c: call only when qvl_cpu_level() >= 2 (resize.c checks). Outputs [0, ax->simd_end) of one row: src_row [n_in, c], dst_row [n_out, c]; c in 1..4. */
 void resize_hrow_avx2(const uint8_t *src_row, uint8_t *dst_row, int c, const resize_axis *ax);
 /* Bytes [0, n32) of output row o (n32 a multiple of 32): src rows of `stride` bytes, vertical taps of ax. */
 void resize_vrow_avx2(const uint8_t *src, size_t stride, uint8_t *dst_row, size_t n32, const resize_axis *ax, int o);

@@ -1,0 +1,34 @@
+/* cpu.c — CPU feature detection (contract in cpu.h). */
+#include "core/cpu.h"
+
+#include <stdatomic.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+static int detect(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c". AVX2, FMA and the
+     * AVX-512 subsets through the builtin, which also checks that the OS saves the YMM / ZMM and mask state. */
+    unsigned a, b, c, d;
+    const int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    if (!f16c || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 1;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return 3;
+    return 2;
+#else
+    return 1;
+#endif
+}
+
+int qvl_cpu_level(void) {
+    static _Atomic int level; /* 0: not asked yet; the answer never changes, so a race only asks twice */
+    int l = atomic_load_explicit(&level, memory_order_relaxed);
+    if (l == 0) {
+        l = detect();
+        atomic_store_explicit(&level, l, memory_order_relaxed);
+    }
+    return l;
+}
