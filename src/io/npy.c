@@ -167,18 +167,14 @@ static qvl_status header_dims(const npy_header *h, size_t avail, const char *lab
 }
 
 static void convert(const unsigned char *src, int elem, float *dst, size_t n) {
+    if (elem != 8) {
+        op_to_f32(src, elem == 4 ? QVL_DTYPE_F32 : QVL_DTYPE_F16, dst, n);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
-        if (elem == 4) {
-            memcpy(&dst[i], src + 4 * i, 4);
-        } else if (elem == 8) {
-            double d;
-            memcpy(&d, src + 8 * i, 8);
-            dst[i] = (float)d;
-        } else {
-            uint16_t u;
-            memcpy(&u, src + 2 * i, 2);
-            dst[i] = op_f16_to_f32(u);
-        }
+        double d;
+        memcpy(&d, src + 8 * i, 8);
+        dst[i] = (float)d;
     }
 }
 

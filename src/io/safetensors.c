@@ -424,28 +424,30 @@ qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
     return QVL_OK;
 }
 
-const st_tensor *st_find(const st_file *f, const char *name) {
-    if (!f || !name) return NULL;
-    size_t lo = 0, hi = f->n_tensors;
+/* Index of `key` among n names sorted by strcmp, the name of entry i at base + i·stride (a `const char *`
+ * field or element); n when absent. */
+static size_t find_sorted(const char *key, const void *base, size_t n, size_t stride) {
+    size_t lo = 0, hi = n;
     while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(name, f->tensors[mid].name);
-        if (c == 0) return &f->tensors[mid];
+        const size_t mid = lo + (hi - lo) / 2;
+        const char *name;
+        memcpy(&name, (const unsigned char *)base + mid * stride, sizeof name);
+        const int c = strcmp(key, name);
+        if (c == 0) return mid;
         if (c < 0) hi = mid;
         else lo = mid + 1;
     }
-    return NULL;
+    return n;
+}
+
+const st_tensor *st_find(const st_file *f, const char *name) {
+    if (!f || !name || f->n_tensors == 0) return NULL;
+    const size_t i = find_sorted(name, &f->tensors[0].name, f->n_tensors, sizeof f->tensors[0]);
+    return i < f->n_tensors ? &f->tensors[i] : NULL;
 }
 
 const char *st_meta(const st_file *f, const char *key) {
-    if (!f || !key) return NULL;
-    size_t lo = 0, hi = f->n_meta;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(key, f->meta_keys[mid]);
-        if (c == 0) return f->meta_vals[mid];
-        if (c < 0) hi = mid;
-        else lo = mid + 1;
-    }
-    return NULL;
+    if (!f || !key || f->n_meta == 0) return NULL;
+    const size_t i = find_sorted(key, f->meta_keys, f->n_meta, sizeof f->meta_keys[0]);
+    return i < f->n_meta ? f->meta_vals[i] : NULL;
 }

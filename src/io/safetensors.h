@@ -77,7 +77,5 @@ qvl_status st_write(const char *path, const st_wtensor *t, size_t n, const char 
 typedef qvl_status (*st_fill_fn)(void *user, size_t i, void *buf, size_t nbytes, qvl_error *err);
 qvl_status st_write_stream(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv,
                            size_t n_meta, st_fill_fn fill, void *user, qvl_error *err);
-/* Validate a writer descriptor and return its byte size, prod(shape) · dtype size (overflow-checked). */
-qvl_status st_wtensor_nbytes(const st_wtensor *t, uint64_t *nbytes, qvl_error *err);
 
 #endif

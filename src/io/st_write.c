@@ -89,7 +89,7 @@ static qvl_status wtensor_nbytes(const st_wtensor *t, uint64_t *nbytes, qvl_erro
 
 /* Build the padded header. On success *hdr is malloc'd, *hdr_len a multiple of 8. */
 static qvl_status build_header(const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta,
-                               char **hdr, size_t *hdr_len, uint64_t *data_len, qvl_error *err) {
+                               char **hdr, size_t *hdr_len, qvl_error *err) {
     for (size_t i = 0; i < n_meta; i++)
         if (!meta_kv || !meta_kv[2 * i] || !meta_kv[2 * i + 1])
             return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: metadata pair %zu is NULL", i);
@@ -150,7 +150,6 @@ static qvl_status build_header(const st_wtensor *t, size_t n, const char *const 
     }
     *hdr = b.p;
     *hdr_len = b.len;
-    *data_len = off;
     return QVL_OK;
 }
 
@@ -160,9 +159,7 @@ static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, co
     if (!path || (n && !t)) return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL argument");
     char *hdr = NULL;
     size_t hdr_len = 0;
-    uint64_t data_len = 0;
-    QVL_TRY(build_header(t, n, meta_kv, n_meta, &hdr, &hdr_len, &data_len, err));
-    (void)data_len;
+    QVL_TRY(build_header(t, n, meta_kv, n_meta, &hdr, &hdr_len, err));
 
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);
@@ -234,8 +231,4 @@ qvl_status st_write_stream(const char *path, const st_wtensor *t, size_t n, cons
                            size_t n_meta, st_fill_fn fill, void *user, qvl_error *err) {
     if (!fill) return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL fill callback");
     return write_file(path, t, n, meta_kv, n_meta, fill, user, err);
-}
-
-qvl_status st_wtensor_nbytes(const st_wtensor *t, uint64_t *nbytes, qvl_error *err) {
-    return wtensor_nbytes(t, nbytes, err);
 }

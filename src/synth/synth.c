@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/pool.h"
 #include "cpu/ops.h"
+#include "io/fileutil.h"
 #include "io/safetensors.h"
 
 #define SYNTH_MAX_DEPTH 64
@@ -120,7 +121,6 @@ typedef struct tspec {
     init_kind kind;
     int conv_mlx;     /* patch_embed.proj.weight stored (out, kT, kH, kW, in) */
     int shard;        /* 0-based file index in the sharded layout */
-    uint64_t nbytes;
 } tspec;
 
 typedef struct tlist {
@@ -336,15 +336,9 @@ static qvl_status mkdir_p(const char *path, qvl_error *err) {
     return QVL_OK;
 }
 
-static qvl_status join(char *buf, size_t n, const char *dir, const char *name, qvl_error *err) {
-    int k = snprintf(buf, n, "%s/%s", dir, name);
-    if (k < 0 || (size_t)k >= n) return qvl_fail(err, QVL_ERR_LIMIT, "%s/%s: path too long", dir, name);
-    return QVL_OK;
-}
-
 static qvl_status write_text(const char *dir, const char *name, const char *text, qvl_error *err) {
     char path[4096], tmp[4100];
-    QVL_TRY(join(path, sizeof path, dir, name, err));
+    QVL_TRY(qvl_join(path, sizeof path, dir, name, err));
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return qvl_fail(err, QVL_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
@@ -360,9 +354,9 @@ static qvl_status write_text(const char *dir, const char *name, const char *text
 
 /* Write the tensors of `l` whose shard is `shard` (or all when shard < 0) to dir/name. */
 static qvl_status write_weights(const tlist *l, int shard, const char *dir, const char *name, const char *format,
-                                const qvl_synth_params *p, qvl_error *err) {
+                                const qvl_synth_params *p, qvl_pool *pool, qvl_error *err) {
     char path[4096];
-    QVL_TRY(join(path, sizeof path, dir, name, err));
+    QVL_TRY(qvl_join(path, sizeof path, dir, name, err));
     st_wtensor *w = calloc(l->n ? l->n : 1, sizeof *w);
     const tspec **specs = calloc(l->n ? l->n : 1, sizeof *specs);
     if (!w || !specs) {
@@ -378,10 +372,8 @@ static qvl_status write_weights(const tlist *l, int shard, const char *dir, cons
         specs[n++] = &l->v[i];
     }
     const char *meta[] = {"format", format};
-    fill_ctx fc = {specs, p->seed, p->dtype, NULL};
-    qvl_status s = pool_create(&fc.pool, 0, err);
-    if (s == QVL_OK) s = st_write_stream(path, w, n, meta, 1, fill_tensor, &fc, err);
-    pool_destroy(fc.pool);
+    fill_ctx fc = {specs, p->seed, p->dtype, pool};
+    qvl_status s = st_write_stream(path, w, n, meta, 1, fill_tensor, &fc, err);
     free(w);
     free(specs);
     return s;
@@ -392,7 +384,8 @@ static int cmp_spec_name(const void *a, const void *b) {
 }
 
 /* model.safetensors.index.json: total_size and weight_map sorted by name, as transformers writes it. */
-static qvl_status write_index(const tlist *l, const char *const *files, const char *dir, qvl_error *err) {
+/* model.safetensors.index.json for the shards; es: bytes per stored element. */
+static qvl_status write_index(const tlist *l, const char *const *files, const char *dir, size_t es, qvl_error *err) {
     const tspec **sorted = malloc((l->n ? l->n : 1) * sizeof *sorted);
     size_t cap = 256 + l->n * (NAME_MAX_LEN + 48);
     char *json = malloc(cap);
@@ -404,7 +397,9 @@ static qvl_status write_index(const tlist *l, const char *const *files, const ch
     uint64_t total = 0;
     for (size_t i = 0; i < l->n; i++) {
         sorted[i] = &l->v[i];
-        total += l->v[i].nbytes;
+        uint64_t nb = es;
+        for (int d = 0; d < l->v[i].ndim; d++) nb *= (uint64_t)l->v[i].shape[d];
+        total += nb;
     }
     qsort(sorted, l->n, sizeof *sorted, cmp_spec_name);
     size_t len =
@@ -494,31 +489,27 @@ qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error
         s = qvl_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
         goto done;
     }
-    size_t es = p->dtype == QVL_DTYPE_F32 ? 4 : 2;
-    for (size_t i = 0; i < tower_l.n; i++) {
-        uint64_t nb = es;
-        for (int d = 0; d < tower_l.v[i].ndim; d++) nb *= (uint64_t)tower_l.v[i].shape[d];
-        tower_l.v[i].nbytes = nb;
-    }
-    if ((s = write_configs(&tw, dir, err)) != QVL_OK) goto done;
+    const size_t es = p->dtype == QVL_DTYPE_F32 ? 4 : 2;
+    qvl_pool *pool = NULL; /* one thread per CPU for generating the values, for every file written */
+    if ((s = write_configs(&tw, dir, err)) != QVL_OK || (s = pool_create(&pool, 0, err)) != QVL_OK) goto done;
 
     switch (p->layout) {
     case QVL_LAYOUT_HF:
     case QVL_LAYOUT_MLX:
     case QVL_LAYOUT_NESTED:
-        s = write_weights(&tower_l, -1, dir, "model.safetensors", mlx ? "mlx" : "pt", p, err);
+        s = write_weights(&tower_l, -1, dir, "model.safetensors", mlx ? "mlx" : "pt", p, pool, err);
         break;
     case QVL_LAYOUT_SIDECAR: {
         char sub[4096];
-        if ((s = join(sub, sizeof sub, dir, "optiq", err)) != QVL_OK) break;
+        if ((s = qvl_join(sub, sizeof sub, dir, "optiq", err)) != QVL_OK) break;
         if ((s = mkdir_p(sub, err)) != QVL_OK) break;
-        if ((s = write_weights(&tower_l, -1, sub, "optiq_vision.safetensors", "mlx", p, err)) != QVL_OK) break;
+        if ((s = write_weights(&tower_l, -1, sub, "optiq_vision.safetensors", "mlx", p, pool, err)) != QVL_OK) break;
         if (!add_text(&text_l, "model.language_model.embed_tokens.weight", 16, 8, 0) ||
             !add_text(&text_l, "model.language_model.norm.weight", 8, 0, 0)) {
             s = qvl_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
             break;
         }
-        s = write_weights(&text_l, -1, dir, "model.safetensors", "mlx", p, err);
+        s = write_weights(&text_l, -1, dir, "model.safetensors", "mlx", p, pool, err);
         break;
     }
     case QVL_LAYOUT_SHARDED: {
@@ -532,17 +523,13 @@ qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error
             s = qvl_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
             break;
         }
-        for (size_t i = 0; i < tower_l.n; i++) {
-            uint64_t nb = es;
-            for (int d = 0; d < tower_l.v[i].ndim; d++) nb *= (uint64_t)tower_l.v[i].shape[d];
-            tower_l.v[i].nbytes = nb;
-        }
-        for (int k = 0; k < 3 && s == QVL_OK; k++) s = write_weights(&tower_l, k, dir, files[k], "pt", p, err);
-        if (s == QVL_OK) s = write_index(&tower_l, files, dir, err);
+        for (int k = 0; k < 3 && s == QVL_OK; k++) s = write_weights(&tower_l, k, dir, files[k], "pt", p, pool, err);
+        if (s == QVL_OK) s = write_index(&tower_l, files, dir, es, err);
         break;
     }
     }
 done:
+    pool_destroy(pool);
     free(tower_l.v);
     free(text_l.v);
     return s;
