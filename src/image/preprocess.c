@@ -157,16 +157,6 @@ static resize_kind kind_of(qvl_resize_mode m) {
     return m == QVL_RESIZE_PIL ? RESIZE_PIL : m == QVL_RESIZE_PIL_LEGACY ? RESIZE_PIL_LEGACY : RESIZE_TORCHVISION;
 }
 
-/* Resize one RGB frame into dst [th, tw, 3] (a copy when the size is unchanged). */
-static qvl_status resize_frame(const uint8_t *src, int32_t w, int32_t h, uint8_t *dst, int32_t tw, int32_t th,
-                               const qvl_preprocess_params *p, void *ws, qvl_pool *pool, qvl_error *err) {
-    if (w == tw && h == th) {
-        memcpy(dst, src, (size_t)w * (size_t)h * 3);
-        return QVL_OK;
-    }
-    return resize_u8(src, w, h, 3, dst, tw, th, kind_of(p->resize), ws, pool, err);
-}
-
 /* Per-channel value of each uint8 level after rescale + normalize, by the processor's own float sequence. */
 static void build_lut(const qvl_preprocess_params *p, float lut[3][256]) {
     for (int c = 0; c < 3; c++) {
@@ -238,36 +228,38 @@ static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_
     pool_for(pool, n_rows, 0, patch_rows, &j);
 }
 
-/* Resize every frame to th × tw, then normalize and patchify. n_frames = 1 for an image (it fills every
- * temporal slot); a video with n_frames not a multiple of Tp repeats its last frame. */
+/* Resize every frame to th × tw (frames already that size are read in place), then normalize and patchify.
+ * n_frames = 1 for an image (it fills every temporal slot); a video with n_frames not a multiple of Tp repeats its
+ * last frame. */
 static qvl_status frames_to_rows(const uint8_t *rgb, int32_t n_frames, int32_t w, int32_t h, int32_t tw, int32_t th,
-                                 int32_t slots, const qvl_preprocess_params *p, float *rows, qvl_error *err) {
-    size_t frame_bytes, all, ws_bytes = 0;
+                                 const qvl_preprocess_params *p, float *rows, qvl_error *err) {
+    const int resize = w != tw || h != th;
+    size_t frame_bytes, all = 0, ws_bytes = 0;
     if (qvl_mul_overflow((size_t)tw * 3, (size_t)th, &frame_bytes) ||
         qvl_mul_overflow(frame_bytes, (size_t)n_frames, &all))
         return qvl_fail(err, QVL_ERR_LIMIT, "resized frames %dx%d x %d overflow", tw, th, n_frames);
-    if (w != tw || h != th) {
+    if (resize) {
         ws_bytes = resize_workspace_size(w, h, tw, th, 3);
         if (!ws_bytes) return qvl_fail(err, QVL_ERR_LIMIT, "resize %dx%d -> %dx%d out of range", w, h, tw, th);
     }
-    uint8_t *resized = malloc(all ? all : 1);
-    void *ws = ws_bytes ? malloc(ws_bytes) : NULL;
-    if (!resized || (ws_bytes && !ws)) {
+    uint8_t *resized = resize ? malloc(all ? all : 1) : NULL;
+    void *ws = resize ? malloc(ws_bytes) : NULL;
+    if (resize && (!resized || !ws)) {
         free(resized);
         free(ws);
         return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for resized frames", all + ws_bytes);
     }
     qvl_pool *pool = NULL;
     qvl_status s = pool_create(&pool, p->n_threads, err);
-    size_t src_bytes = (size_t)w * (size_t)h * 3;
-    for (int32_t f = 0; f < n_frames && s == QVL_OK; f++)
-        s = resize_frame(rgb + (size_t)f * src_bytes, w, h, resized + (size_t)f * frame_bytes, tw, th, p, ws, pool,
-                         err);
+    const size_t src_bytes = (size_t)w * (size_t)h * 3;
+    for (int32_t f = 0; resize && f < n_frames && s == QVL_OK; f++)
+        s = resize_u8(rgb + (size_t)f * src_bytes, w, h, 3, resized + (size_t)f * frame_bytes, tw, th,
+                      kind_of(p->resize), ws, pool, err);
     if (s == QVL_OK) {
         float lut[3][256];
         build_lut(p, lut);
         /* An image is one frame repeated into every temporal slot of its single temporal patch. */
-        patchify(resized, slots, th, tw, p, (const float(*)[256])lut, rows, pool);
+        patchify(resize ? resized : rgb, n_frames, th, tw, p, (const float(*)[256])lut, rows, pool);
     }
     pool_destroy(pool);
     free(ws);
@@ -279,26 +271,21 @@ qvl_status qvl_preprocess_image(const qvl_image *img, const qvl_preprocess_param
                                 qvl_error *err) {
     if (!rows) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_image: rows is NULL");
     QVL_TRY(qvl_image_grid(img, p, grid, err));
-    return frames_to_rows(img->rgb, 1, img->width, img->height, grid->w * p->patch, grid->h * p->patch, 1, p, rows,
-                          err);
+    return frames_to_rows(img->rgb, 1, img->width, img->height, grid->w * p->patch, grid->h * p->patch, p, rows, err);
 }
 
 qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                 qvl_error *err) {
     if (!rows) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_video: rows is NULL");
     QVL_TRY(qvl_video_grid(v, p, grid, err));
-    return frames_to_rows(v->rgb, v->n_frames, v->width, v->height, grid->w * p->patch, grid->h * p->patch,
-                          v->n_frames, p, rows, err);
+    return frames_to_rows(v->rgb, v->n_frames, v->width, v->height, grid->w * p->patch, grid->h * p->patch, p, rows,
+                          err);
 }
 
 qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode, int n_threads,
                             qvl_image *out, qvl_error *err) {
     if (!src || !src->rgb || !out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: NULL argument");
     memset(out, 0, sizeof *out);
-    qvl_preprocess_params p;
-    qvl_preprocess_params_default(&p);
-    p.resize = mode;
-    p.n_threads = n_threads;
     size_t ws_bytes = resize_workspace_size(src->width, src->height, width, height, 3), bytes;
     if (!ws_bytes || qvl_mul_overflow((size_t)width * 3, (size_t)height, &bytes))
         return qvl_fail(err, QVL_ERR_INVALID_ARG, "resize %dx%d -> %dx%d: bad size", src->width, src->height, width,
@@ -312,7 +299,8 @@ qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width,
     }
     qvl_pool *pool = NULL;
     qvl_status s = pool_create(&pool, n_threads, err);
-    if (s == QVL_OK) s = resize_frame(src->rgb, src->width, src->height, dst, width, height, &p, ws, pool, err);
+    if (s == QVL_OK)
+        s = resize_u8(src->rgb, src->width, src->height, 3, dst, width, height, kind_of(mode), ws, pool, err);
     pool_destroy(pool);
     free(ws);
     if (s != QVL_OK) {
