@@ -23,10 +23,10 @@
  * (14 x 32 over two adjacent 16-column panels; bf16 panels packed in its own order, GEMM_BF16_PAIRS). AUTO takes
  * the widest the CPU runs. The SIMD sets share the K blocking, one FMA chain per element and the vector GELU
  * (vmath_*.h), so they agree bit for bit; the scalar set (separate multiply and add, libm GELU) differs in the
- * last bits. Measured on a 2-core AVX-512 VM (AVX-512 FMA peak ~175 GFLOP/s a core; bench/bench_gemm.c, tower
- * shapes, bf16 panels): microkernel alone 161 GFLOP/s (92 %; f32 panels 176), whole GEMMs 148-154 on one core and
- * 297-307 on two (85-88 %); f32 panels are no faster in whole GEMMs (memory, not the widening, is the limit).
- * Earlier, on the AVX2 machine: the AVX2 set at 92-97 % of the AVX2 peak, on par with OpenBLAS's Haswell sgemm. */
+ * last bits. Measured on a 2-core AVX-512 VM (AVX-512 FMA peak ~175 GFLOP/s a core), tower shapes, bf16 panels:
+ * the microkernel alone 164 GFLOP/s (f32 panels 176; bench/bench_ukr.c), whole GEMMs 150-155 on one core
+ * (bench/bench_gemm.c; f32 panels no faster: memory, not the widening, is the limit) and 290-306 on two (82-87 %,
+ * docs/PERFORMANCE.md). The AVX2 set on the same VM: 82-86 GFLOP/s a core (BENCH_ISA=avx2 bench_gemm 784). */
 #include <stdint.h>
 #include <string.h>
 

@@ -5,8 +5,8 @@
  * 14 cycles of FMA against 16 loads, so loads never limit it. bf16 panels (gemm.h, GEMM_BF16_PAIRS order: dword j
  * of a two-step block holds column j of the even step in its low half, of the odd step in its high half) widen
  * with one operation per vector: a 16-bit left shift gives the even step, a zero-masked load of the high halves
- * the odd one; 2 extra uops per 28 FMAs. Measured on the 2-core AVX-512 VM (bench/, L1-resident panels): f32 at
- * the FMA peak (177 GFLOP/s a core), bf16 at 92 % of it; whole GEMMs 81-84 % (bench_gemm.c). */
+ * the odd one; 2 extra uops per 28 FMAs. Measured on the 2-core AVX-512 VM (bench/bench_ukr.c, L1-resident
+ * panels): f32 at the FMA peak (176 GFLOP/s a core), bf16 at 93 % of it (164); whole GEMMs: gemm.c. */
 #include <immintrin.h>
 #include <stdint.h>
 
