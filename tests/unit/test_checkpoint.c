@@ -204,8 +204,6 @@ int main(void) {
     qvl_model_free(NULL);
     qvl_ctx_free(NULL);
 
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    CHECK(system(cmd) == 0);
+    CHECK(tu_rmtree(g_root));
     return tu_finish("test_checkpoint");
 }

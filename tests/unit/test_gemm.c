@@ -15,10 +15,7 @@
 #include "testutil.h"
 
 static uint32_t rng = 12345u;
-static float frand(void) {
-    rng = rng * 1664525u + 1013904223u;
-    return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
-}
+static float frand(void) { return tu_frand(&rng); }
 
 /* Widened B value, for the tolerance bound. */
 static float bval(const unsigned char *b, qvl_dtype dt, size_t i) {

@@ -314,8 +314,6 @@ int main(void) {
         qvl_model_free(m);
     }
     check_isa(dir);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    CHECK(system(cmd) == 0);
+    CHECK(tu_rmtree(root));
     return tu_finish("test_layouts");
 }

@@ -14,10 +14,7 @@
 #include "testutil.h"
 
 static uint32_t rng = 4242u;
-static float frand(void) {
-    rng = rng * 1664525u + 1013904223u;
-    return (float)(rng >> 8) / 16777216.0f * 2.0f - 1.0f;
-}
+static float frand(void) { return tu_frand(&rng); }
 
 static float bits_f32(uint32_t u) {
     float f;

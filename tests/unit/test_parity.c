@@ -164,9 +164,7 @@ static void run_fixture(const char *path) {
     qvl_ctx_free(ctx);
     qvl_model_free(m);
     st_close(fx);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
+    CHECK(tu_rmtree(dir));
 }
 
 int main(int argc, char **argv) {

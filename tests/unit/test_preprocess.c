@@ -13,13 +13,6 @@
 #include "qvl.h"
 #include "testutil.h"
 
-static uint64_t splitmix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* The oracle's synth_image. */
 static int synth_image(const char *recipe, qvl_image *img) {
     char kind[16];
@@ -31,7 +24,7 @@ static int synth_image(const char *recipe, qvl_image *img) {
         for (int x = 0; x < w; x++)
             for (int c = 0; c < 3; c++) {
                 size_t i = ((size_t)y * w + x) * 3 + c;
-                if (strcmp(kind, "noise") == 0) p[i] = (uint8_t)(splitmix64(base + i) >> 56);
+                if (strcmp(kind, "noise") == 0) p[i] = (uint8_t)(tu_splitmix64(base + i) >> 56);
                 else p[i] = (uint8_t)(c == 0 ? x * 255 / (w > 1 ? w - 1 : 1)
                                       : c == 1 ? y * 255 / (h > 1 ? h - 1 : 1) : (7 * (x + y)) % 256);
             }

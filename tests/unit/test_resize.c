@@ -17,20 +17,13 @@
 #include "io/safetensors.h"
 #include "testutil.h"
 
-static uint64_t splitmix64(uint64_t x) {
-    uint64_t z = x + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* resize_oracle.py gen_image: 1 noise, 2 texture. */
 static void gen_image(int gen, uint64_t seed, int h, int w, int c, uint8_t *out) {
     for (uint64_t y = 0; y < (uint64_t)h; y++)
         for (uint64_t x = 0; x < (uint64_t)w; x++)
             for (uint64_t ch = 0; ch < (uint64_t)c; ch++) {
                 uint64_t i = (y * (uint64_t)w + x) * (uint64_t)c + ch;
-                uint64_t r = splitmix64(seed * (1ull << 32) + i);
+                uint64_t r = tu_splitmix64(seed * (1ull << 32) + i);
                 uint64_t v = gen == 1 ? r >> 56
                                       : x * x / 8 + 3 * y + 85 * ch + ((x >> 4) ^ (y >> 4)) * 29 + (r >> 61);
                 out[i] = (uint8_t)(v & 255);
@@ -181,7 +174,7 @@ static void test_simd_vs_scalar(void) {
     uint64_t st = 12345;
     for (int it = 0; it < 60; it++) {
         int v[5];
-        for (int k = 0; k < 5; k++) v[k] = (int)((st = splitmix64(st)) >> 58) + 1; /* 1..64 */
+        for (int k = 0; k < 5; k++) v[k] = (int)((st = tu_splitmix64(st)) >> 58) + 1; /* 1..64 */
         const int sw = v[0] * (it % 3 + 1), sh = v[1], dw = v[2], dh = v[3] * (it % 2 + 1), c = (it % 4) + 1;
         size_t ns = (size_t)sw * sh * c, nd = (size_t)dw * dh * c;
         uint8_t *src = malloc(ns), *a = malloc(nd), *b = malloc(nd);

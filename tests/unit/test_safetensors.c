@@ -317,8 +317,6 @@ int main(void) {
     test_valid_several();
 
     /* Clean up the temp dir. */
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "test_safetensors: could not remove %s\n", g_dir);
+    if (!tu_rmtree(g_dir)) fprintf(stderr, "test_safetensors: could not remove %s\n", g_dir);
     return tu_finish("test_safetensors");
 }

@@ -407,9 +407,7 @@ int main(void) {
     test_synth();
     int rc = tu_finish("test_synth");
     if (rc == 0) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-        if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp);
+        if (!tu_rmtree(tmp)) fprintf(stderr, "warning: could not remove %s\n", tmp);
     }
     return rc;
 }

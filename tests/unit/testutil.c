@@ -76,3 +76,21 @@ int tu_same_bytes(const unsigned char *got, const unsigned char *want, size_t n,
                 bad, n, maxd, first, got[first], want[first]);
     return bad == 0;
 }
+
+int tu_rmtree(const char *dir) {
+    char cmd[4200];
+    if (snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir) >= (int)sizeof cmd) return 0;
+    return system(cmd) == 0;
+}
+
+float tu_frand(uint32_t *state) {
+    *state = *state * 1664525u + 1013904223u;
+    return (float)(*state >> 8) / 16777216.0f * 2.0f - 1.0f;
+}
+
+uint64_t tu_splitmix64(uint64_t x) {
+    uint64_t z = x + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}

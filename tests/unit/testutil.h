@@ -4,6 +4,7 @@
 #define QVL_TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 extern int tu_failures;
 extern int tu_checks;
@@ -26,6 +27,11 @@ int tu_same_bytes(const unsigned char *got, const unsigned char *want, size_t n,
 struct qvl_pool *tu_pool(int n);
 /* Wall-clock seconds (monotonic). */
 double tu_now(void);
+/* Remove a directory tree (rm -rf); 1 on success. */
+int tu_rmtree(const char *dir);
+/* Deterministic generators shared by the tests: an LCG uniform in [-1, 1) over *state, and splitmix64. */
+float tu_frand(uint32_t *state);
+uint64_t tu_splitmix64(uint64_t x);
 /* ‖a − b‖ / ‖b‖ and max |a − b| in double. */
 double tu_relerr(const float *a, const float *b, size_t n, double *maxabs);
 
