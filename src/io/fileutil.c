@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 
@@ -51,4 +52,38 @@ qvl_status qvl_read_file(const char *path, size_t limit, char **out, size_t *len
     *out = buf;
     *len = n;
     return QVL_OK;
+}
+
+qvl_status qvl_tmp_open(qvl_tmpfile *t, const char *path, qvl_error *err) {
+    memset(t, 0, sizeof *t);
+    const size_t plen = strlen(path);
+    if (!(t->tmp = malloc(plen + 5))) return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(t->tmp, path, plen);
+    memcpy(t->tmp + plen, ".tmp", 5);
+    t->path = path;
+    if (!(t->f = fopen(t->tmp, "wb"))) {
+        qvl_status s = qvl_fail(err, QVL_ERR_IO, "%s: cannot create: %s", t->tmp, strerror(errno));
+        free(t->tmp);
+        t->tmp = NULL;
+        return s;
+    }
+    return QVL_OK;
+}
+
+void qvl_tmp_write(qvl_tmpfile *t, const void *p, size_t n) {
+    if (!t->bad && n && fwrite(p, 1, n, t->f) != n) t->bad = 1, t->err_no = errno;
+}
+
+qvl_status qvl_tmp_finish(qvl_tmpfile *t, qvl_status s, int sync, qvl_error *err) {
+    if (!t->f) return s;
+    if (s == QVL_OK && !t->bad && (fflush(t->f) != 0 || (sync && fsync(fileno(t->f)) != 0))) t->bad = 1, t->err_no = errno;
+    if (fclose(t->f) != 0 && !t->bad) t->bad = 1, t->err_no = errno;
+    t->f = NULL;
+    if (s == QVL_OK && t->bad) s = qvl_fail(err, QVL_ERR_IO, "%s: write failed: %s", t->tmp, strerror(t->err_no));
+    if (s == QVL_OK && rename(t->tmp, t->path) != 0)
+        s = qvl_fail(err, QVL_ERR_IO, "%s: cannot rename from %s: %s", t->path, t->tmp, strerror(errno));
+    if (s != QVL_OK) remove(t->tmp);
+    free(t->tmp);
+    t->tmp = NULL;
+    return s;
 }

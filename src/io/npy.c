@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "cpu/ops.h"
+#include "io/fileutil.h"
 
 #define NPY_MAX_DIMS 32
 
@@ -297,25 +298,9 @@ qvl_status npy_write_f32(const char *path, const float *data, size_t rows, size_
     memset(hdr + 10 + dl, ' ', total - 10 - (size_t)dl - 1);
     hdr[total - 1] = '\n';
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    qvl_status s = QVL_OK;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        s = qvl_fail(err, QVL_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return s;
-    }
-    int bad = fwrite(hdr, 1, total, f) != total || (n && fwrite(data, sizeof(float), n, f) != n);
-    bad |= fflush(f) != 0;
-    bad |= fclose(f) != 0;
-    if (bad) s = qvl_fail(err, QVL_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-    else if (rename(tmp, path) != 0)
-        s = qvl_fail(err, QVL_ERR_IO, "%s: cannot rename from %s: %s", path, tmp, strerror(errno));
-    if (s != QVL_OK) remove(tmp);
-    free(tmp);
-    return s;
+    qvl_tmpfile t;
+    QVL_TRY(qvl_tmp_open(&t, path, err));
+    qvl_tmp_write(&t, hdr, total);
+    qvl_tmp_write(&t, data, n * sizeof(float));
+    return qvl_tmp_finish(&t, QVL_OK, 0, err);
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/fileutil.h"
 #include "io/safetensors.h"
 
 /* A growable byte buffer for the header. `failed` is sticky so callers check once at the end. */
@@ -161,26 +162,21 @@ static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, co
     size_t hdr_len = 0;
     QVL_TRY(build_header(t, n, meta_kv, n_meta, &hdr, &hdr_len, err));
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) { free(hdr); return qvl_fail(err, QVL_ERR_NOMEM, "safetensors writer: out of memory"); }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-
-    qvl_status s = QVL_OK;
+    qvl_tmpfile tf;
+    qvl_status s = qvl_tmp_open(&tf, path, err);
+    if (s != QVL_OK) {
+        free(hdr);
+        return s;
+    }
     void *scratch = NULL;
     size_t scratch_cap = 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        s = qvl_fail(err, QVL_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
     unsigned char len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr_len >> (8 * k));
-    if (fwrite(len8, 1, 8, f) != 8 || fwrite(hdr, 1, hdr_len, f) != hdr_len) goto write_error;
-    for (size_t i = 0; i < n; i++) {
+    qvl_tmp_write(&tf, len8, 8);
+    qvl_tmp_write(&tf, hdr, hdr_len);
+    for (size_t i = 0; i < n && s == QVL_OK && !tf.bad; i++) {
         uint64_t nb;
-        if ((s = wtensor_nbytes(&t[i], &nb, err)) != QVL_OK) goto done;
+        if ((s = wtensor_nbytes(&t[i], &nb, err)) != QVL_OK) break;
         const void *src = t[i].data;
         if (fill) {
             if (nb > scratch_cap) {
@@ -188,36 +184,21 @@ static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, co
                 if (!q) {
                     s = qvl_fail(err, QVL_ERR_NOMEM, "safetensors writer: %s: cannot allocate %" PRIu64 " bytes",
                                  t[i].name, nb);
-                    goto done;
+                    break;
                 }
                 scratch = q;
                 scratch_cap = (size_t)nb;
             }
-            if ((s = fill(user, i, scratch, (size_t)nb, err)) != QVL_OK) goto done;
+            if ((s = fill(user, i, scratch, (size_t)nb, err)) != QVL_OK) break;
             src = scratch;
         } else if (nb && !src) {
             s = qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: NULL data", t[i].name);
-            goto done;
+            break;
         }
-        if (nb && fwrite(src, 1, (size_t)nb, f) != (size_t)nb) goto write_error;
+        qvl_tmp_write(&tf, src, (size_t)nb);
     }
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) goto write_error;
-    int rc = fclose(f);
-    f = NULL;
-    if (rc != 0) goto write_error;
-    if (rename(tmp, path) != 0) {
-        s = qvl_fail(err, QVL_ERR_IO, "%s: cannot rename from %s: %s", path, tmp, strerror(errno));
-        goto done;
-    }
-    goto done;
-
-write_error:
-    s = qvl_fail(err, QVL_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-done:
-    if (f) fclose(f);
-    if (s != QVL_OK) remove(tmp);
+    s = qvl_tmp_finish(&tf, s, 1, err); /* fsync: checkpoints are large and read back by other processes */
     free(scratch);
-    free(tmp);
     free(hdr);
     return s;
 }

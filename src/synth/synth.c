@@ -337,19 +337,12 @@ static qvl_status mkdir_p(const char *path, qvl_error *err) {
 }
 
 static qvl_status write_text(const char *dir, const char *name, const char *text, qvl_error *err) {
-    char path[4096], tmp[4100];
+    char path[4096];
     QVL_TRY(qvl_join(path, sizeof path, dir, name, err));
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return qvl_fail(err, QVL_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    size_t len = strlen(text);
-    int bad = fwrite(text, 1, len, f) != len;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        remove(tmp);
-        return qvl_fail(err, QVL_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-    }
-    return QVL_OK;
+    qvl_tmpfile t;
+    QVL_TRY(qvl_tmp_open(&t, path, err));
+    qvl_tmp_write(&t, text, strlen(text));
+    return qvl_tmp_finish(&t, QVL_OK, 0, err);
 }
 
 /* Write the tensors of `l` whose shard is `shard` (or all when shard < 0) to dir/name. */
