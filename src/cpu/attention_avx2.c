@@ -8,22 +8,17 @@
 
 #include "cpu/kernels_avx2.h"
 #include "cpu/simd_x86.h"
+#include "cpu/vmath_avx2.h"
 
 /* 2^x for x <= 0 (softmax arguments in the log2 domain: scores are pre-scaled by log2(e)). x is clamped to -125
  * (2^-125 ≈ 2.4e-38 stands in for 0, so -inf and NaN — the unused padding rows — give that, never NaN); x = n + r,
- * |r| <= 1/2 exactly; 2^r = 1 + r·P(r), P a degree-5 Chebyshev fit of (2^r − 1)/r (7.6e-8 relative, made for this
- * file); 2^n added to the exponent bits. ~1 ulp; 12 vector operations. */
+ * |r| <= 1/2 exactly; 2^r = 1 + r·P(r), P a degree-5 Chebyshev fit of (2^r − 1)/r (7.6e-8 relative,
+ * vmath_coef.h); 2^n added to the exponent bits. ~1 ulp; 12 vector operations. */
 static inline __m256 exp2_256(__m256 x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-125.0f));
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 r = _mm256_sub_ps(x, n);
-    __m256 p = _mm256_set1_ps(1.546144777e-04f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.339086681e-03f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.618056938e-03f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.550356954e-02f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.402265072e-01f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931471825e-01f));
-    const __m256 y = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256 y = _mm256_fmadd_ps(v8_horner(r, vm_exp2_p, 6), r, _mm256_set1_ps(1.0f));
     return _mm256_castsi256_ps(
         _mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
 }
@@ -121,14 +116,8 @@ static inline void pv_3x32(const float *p, const float *v, size_t ldv, int nk, f
 
 void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
                      size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
-    float *qs = ws;                                  /* [BQ][hd] query rows, zero-padded to nqp */
-    float *kt = qs + (size_t)ATTN_BQ * hd;           /* [hd][BK] key tile, transposed */
-    float *s = kt + (size_t)hd * ATTN_BK;            /* [BQ][BK] scores, then probabilities */
-    float *o = s + (size_t)ATTN_BQ * ATTN_BK;        /* [BQ][hd] unnormalised output */
-    float *mrow = o + (size_t)ATTN_BQ * hd;          /* [BQ] running max */
-    float *lrow = mrow + ATTN_BQ;                    /* [BQ] running sum */
-    float *tmax = lrow + ATTN_BQ;                    /* [BQ] this key tile's row maxima */
-    float *alph = tmax + ATTN_BQ;                    /* [BQ] rescale factors 2^(m_old − m_new) */
+    const attn_ws w = attn_ws_carve(ws, hd);
+    float *qs = w.qs, *kt = w.kt, *s = w.s, *o = w.o, *mrow = w.mrow, *lrow = w.lrow, *tmax = w.tmax, *alph = w.alph;
     const float scale_l2 = scale * 1.44269504088896341f; /* scores in the log2 domain: e^(s·scale) = 2^(s·scale_l2) */
     const int nqp = (nq + 11) / 12 * 12, nq8 = (nqp + 7) / 8 * 8; /* nq8 <= ATTN_BQ: BQ is a multiple of 24 */
     attn_stage_queries(q, ldq, nq, nqp, nq8, hd, qs, o, mrow, lrow, tmax);

@@ -9,19 +9,14 @@
 
 #include "cpu/kernels_avx512.h"
 #include "cpu/simd_x86.h"
+#include "cpu/vmath_avx512.h"
 
 /* 2^x for x <= 0: exp2_256 of attention_avx2.c on 16 lanes (same clamp, same polynomial, ~1 ulp). */
 static inline __m512 exp2_512(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-125.0f));
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 r = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.546144777e-04f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.339086681e-03f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.618056938e-03f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550356954e-02f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402265072e-01f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931471825e-01f));
-    const __m512 y = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512 y = _mm512_fmadd_ps(v16_horner(r, vm_exp2_p, 6), r, _mm512_set1_ps(1.0f));
     return _mm512_castsi512_ps(
         _mm512_add_epi32(_mm512_castps_si512(y), _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23)));
 }
@@ -95,14 +90,8 @@ static inline __mmask16 dim_mask(int hd, int d) { return hd - d >= 16 ? (__mmask
 
 void attn_block_avx512(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                        float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
-    float *qs = ws;                                  /* [BQ][hd] query rows, zero-padded to nqp */
-    float *kt = qs + (size_t)ATTN_BQ * hd;           /* [hd][BK] key tile, transposed (64-byte aligned rows) */
-    float *s = kt + (size_t)hd * ATTN_BK;            /* [BQ][BK] scores, then probabilities */
-    float *o = s + (size_t)ATTN_BQ * ATTN_BK;        /* [BQ][hd] unnormalised output */
-    float *mrow = o + (size_t)ATTN_BQ * hd;          /* [BQ] running max */
-    float *lrow = mrow + ATTN_BQ;                    /* [BQ] running sum */
-    float *tmax = lrow + ATTN_BQ;                    /* [BQ] this key tile's row maxima */
-    float *alph = tmax + ATTN_BQ;                    /* [BQ] rescale factors 2^(m_old − m_new) */
+    const attn_ws w = attn_ws_carve(ws, hd);
+    float *qs = w.qs, *kt = w.kt, *s = w.s, *o = w.o, *mrow = w.mrow, *lrow = w.lrow, *tmax = w.tmax, *alph = w.alph;
     const float scale_l2 = scale * 1.44269504088896341f; /* scores in the log2 domain */
     /* nqp: a multiple of 12 (6-row blocks, 12-row tail block); nq16 <= ATTN_BQ as BQ = 192 is a multiple of 48. */
     const int nqp = (nq + 11) / 12 * 12, nq16 = (nqp + 15) / 16 * 16;

@@ -67,6 +67,32 @@ static inline size_t attn_block_floats(int hd) {
     return (n + 15) & ~(size_t)15;
 }
 
+/* Those floats, carved in that order (the SIMD blocks' layout; 64-byte alignment of ws carries to kt when hd is
+ * a multiple of 16 or 8·ATTN_BQ is, which it is). */
+typedef struct attn_ws {
+    float *qs;   /* [BQ][hd] query rows, zero-padded */
+    float *kt;   /* [hd][BK] key tile, transposed */
+    float *s;    /* [BQ][BK] scores, then probabilities */
+    float *o;    /* [BQ][hd] unnormalised output */
+    float *mrow; /* [BQ] running max */
+    float *lrow; /* [BQ] running sum */
+    float *tmax; /* [BQ] this key tile's row maxima */
+    float *alph; /* [BQ] rescale factors 2^(m_old − m_new) */
+} attn_ws;
+
+static inline attn_ws attn_ws_carve(float *ws, int hd) {
+    attn_ws w;
+    w.qs = ws;
+    w.kt = w.qs + (size_t)ATTN_BQ * hd;
+    w.s = w.kt + (size_t)hd * ATTN_BK;
+    w.o = w.s + (size_t)ATTN_BQ * ATTN_BK;
+    w.mrow = w.o + (size_t)ATTN_BQ * hd;
+    w.lrow = w.mrow + ATTN_BQ;
+    w.tmax = w.lrow + ATTN_BQ;
+    w.alph = w.tmax + ATTN_BQ;
+    return w;
+}
+
 /* One attention work item: nq <= ATTN_BQ query rows q (row stride ldq, hd floats of one head) against nk >= 1 key
  * and value rows k, v (strides ldk, ldv), online softmax over key tiles, written to out (stride ldo).
  * Needs hd % 8 == 0. ws: attn_block_floats(hd) floats, 64-byte aligned. */
