@@ -29,6 +29,11 @@ int cli_parse_u64(const char *s, uint64_t *out);
 /* --isa: "auto", "avx2" or "avx512" into *out. 0 on success, -1 otherwise. */
 int cli_parse_isa(const char *s, qvl_isa *out);
 
+/* The output buffers of one encode: merged [n_tok, O] and, for each of the n_ds DeepStack features, ds[k]
+ * (ds[k] untouched for k >= n_ds). 0 on success; -1 when the size overflows or memory runs out (what was
+ * allocated stays in *merged / ds for the caller to free). */
+int cli_alloc_outputs(size_t n_tok, size_t O, int n_ds, float **merged, float *ds[QVL_MAX_DEEPSTACK]);
+
 /* Monotonic milliseconds. */
 double cli_now_ms(void);
 

@@ -201,11 +201,11 @@ int cmd_bench(int argc, char **argv) {
         bench_case *b = &cases[ci];
         size_t S = qvl_patch_rows(b->grids, b->n_grids), n_tok = S / 4;
         float *px = malloc(S * (size_t)in.row_len * sizeof(float));
-        float *out = malloc(n_tok * (size_t)in.out_hidden * sizeof(float));
-        float *ds[QVL_MAX_DEEPSTACK] = {0};
-        int ok = px && out;
-        for (int k = 0; k < in.n_deepstack && ok; k++) ok = (ds[k] = malloc(n_tok * (size_t)in.out_hidden * 4)) != NULL;
-        if (!ok) { rc = cli_fail("out of memory for %s", b->name); goto next; }
+        float *out = NULL, *ds[QVL_MAX_DEEPSTACK] = {0};
+        if (!px || cli_alloc_outputs(n_tok, (size_t)in.out_hidden, in.n_deepstack, &out, ds)) {
+            rc = cli_fail("out of memory for %s", b->name);
+            goto next;
+        }
         uint64_t st = 0x243F6A8885A308D3ull;
         for (size_t i = 0; i < S * (size_t)in.row_len; i++) {
             st ^= st << 13, st ^= st >> 7, st ^= st << 17;

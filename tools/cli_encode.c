@@ -270,11 +270,10 @@ int cmd_encode(int argc, char **argv) {
     /* Grids and the row count are qvl_encode's to check (it names the grid, then the row mismatch); the output
      * buffers only need the token count, 0 for grids it will refuse. */
     size_t n_tok = qvl_merged_tokens(grids, n_grids), O = (size_t)in.out_hidden;
-    if (n_tok && O > ((size_t)-1 / sizeof(float)) / n_tok) { rc = cli_fail("output size overflows"); goto done; }
-    merged = malloc(n_tok * O * sizeof(float) + 1);
-    int ok = merged != NULL;
-    for (int k = 0; k < in.n_deepstack && ok; k++) ok = (ds[k] = malloc(n_tok * O * sizeof(float) + 1)) != NULL;
-    if (!ok) { rc = cli_fail("out of memory for %zu output tokens", n_tok); goto done; }
+    if (cli_alloc_outputs(n_tok, O, in.n_deepstack, &merged, ds)) {
+        rc = cli_fail("out of memory for %zu output tokens", n_tok);
+        goto done;
+    }
 
     if (qvl_ctx_create(m, &cp, &ctx, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
     if (stages) qvl_ctx_set_tap(ctx, on_tap, &taps);

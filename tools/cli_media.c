@@ -96,10 +96,10 @@ static qvl_status prepare_item(item *it, const media_opts *o, int row_len, qvl_e
     qvl_image img = {0};
     qvl_video vid = {0};
     qvl_status s;
-    int video = is_dir(it->path) || !looks_like_image(it->path);
-    it->kind = is_dir(it->path) ? "frames" : video ? "video" : "image";
+    const int dir = is_dir(it->path), video = dir || !looks_like_image(it->path);
+    it->kind = dir ? "frames" : video ? "video" : "image";
     if (!video) s = qvl_image_load(it->path, &o->dp, &img, err);
-    else if (is_dir(it->path)) s = load_frames_dir(it->path, &o->vp, &vid, err);
+    else if (dir) s = load_frames_dir(it->path, &o->vp, &vid, err);
     else s = qvl_video_load(it->path, &o->vp, &vid, err);
     it->ms_decode = cli_now_ms() - t0;
     if (s != QVL_OK) return s;
@@ -129,10 +129,7 @@ static qvl_status prepare_item(item *it, const media_opts *o, int row_len, qvl_e
 
 static qvl_status encode_item(item *it, qvl_ctx *ctx, const qvl_model_info *in, qvl_error *err) {
     size_t O = (size_t)in->out_hidden, S = qvl_patch_rows(&it->grid, 1);
-    it->merged = malloc(it->n_tok * O * sizeof(float) + 1);
-    int ok = it->merged != NULL;
-    for (int k = 0; k < in->n_deepstack && ok; k++) ok = (it->ds[k] = malloc(it->n_tok * O * sizeof(float) + 1)) != NULL;
-    if (!ok) {
+    if (cli_alloc_outputs(it->n_tok, O, in->n_deepstack, &it->merged, it->ds)) {
         snprintf(err->message, sizeof err->message, "%s: out of memory for %zu output tokens", it->path, it->n_tok);
         return err->status = QVL_ERR_NOMEM;
     }

@@ -77,6 +77,15 @@ int cli_parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
+int cli_alloc_outputs(size_t n_tok, size_t O, int n_ds, float **merged, float *ds[QVL_MAX_DEEPSTACK]) {
+    if (n_tok && O > ((size_t)-1 / sizeof(float) - 1) / n_tok) return -1;
+    const size_t bytes = n_tok * O * sizeof(float) + 1; /* + 1: never malloc(0) */
+    if (!(*merged = malloc(bytes))) return -1;
+    for (int k = 0; k < n_ds; k++)
+        if (!(ds[k] = malloc(bytes))) return -1;
+    return 0;
+}
+
 double cli_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
