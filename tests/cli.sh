@@ -23,12 +23,7 @@ one_line_error() {
 }
 
 # stdout of the last command matches an extended regex.
-out_has() {
-    if grep -Eq "$2" "$T/out"; then ok; else
-        bad "$1: stdout lacks /$2/"
-        sed 's/^/    /' "$T/out" | head -30 >&2
-    fi
-}
+out_has() { has "$1" "$T/out" "$2"; }
 
 # write_npy PATH ROWS COLS: a float32 .npy whose row r holds the 4-byte pattern of byte 0x3c + r%4 (positive) or
 # 0xbc + r%4 (negative), alternating: finite values near ±0.01..0.19, different per row, no python needed.

@@ -9,12 +9,6 @@ SRC=${QVL_SOURCE_DIR:-.}
 T_PREFIX=qvl-media
 # shellcheck source=shlib.bash
 source "$(dirname "${BASH_SOURCE[0]}")/shlib.bash"
-has() { # has DESC FILE REGEX
-    if grep -Eq "$3" "$2"; then ok; else
-        bad "$1: $(basename "$2") lacks /$3/"
-        sed 's/^/    /' "$2" | head -20 >&2
-    fi
-}
 # Names of the tensors in a safetensors file (its JSON header), one per line.
 tensors() { head -c 65536 "$1" | tr ',' '\n' | grep -aEo '"[a-z0-9_.]+":\{"dtype"' | cut -d'"' -f2 | sort; }
 
