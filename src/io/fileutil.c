@@ -2,6 +2,7 @@
 #include "io/fileutil.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,22 +22,33 @@ qvl_status qvl_join(char *buf, size_t n, const char *dir, const char *name, qvl_
     return QVL_OK;
 }
 
+qvl_status qvl_open_regular(const char *path, FILE **f, size_t *size, qvl_error *err) {
+    *f = fopen(path, "rb");
+    if (!*f) return qvl_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    qvl_status s = QVL_OK;
+    if (fstat(fileno(*f), &st) != 0 || !S_ISREG(st.st_mode))
+        s = qvl_fail(err, QVL_ERR_IO, "%s: not a regular file", path);
+    else if ((uint64_t)st.st_size > SIZE_MAX) s = qvl_fail(err, QVL_ERR_LIMIT, "%s: file too large", path);
+    if (s != QVL_OK) {
+        fclose(*f);
+        *f = NULL;
+        return s;
+    }
+    *size = (size_t)st.st_size;
+    return QVL_OK;
+}
+
 qvl_status qvl_read_file(const char *path, size_t limit, char **out, size_t *len, qvl_error *err) {
     *out = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return qvl_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    FILE *f;
+    size_t n;
+    QVL_TRY(qvl_open_regular(path, &f, &n, err));
+    if (n > limit) {
         fclose(f);
-        return qvl_fail(err, QVL_ERR_IO, "%s: not a regular file", path);
+        return qvl_fail(err, QVL_ERR_LIMIT, "%s: %zu bytes, more than the %zu allowed", path, n, limit);
     }
-    if ((unsigned long long)st.st_size > limit) {
-        fclose(f);
-        return qvl_fail(err, QVL_ERR_LIMIT, "%s: %lld bytes, more than the %zu allowed", path,
-                        (long long)st.st_size, limit);
-    }
-    size_t n = (size_t)st.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
         fclose(f);
@@ -76,7 +88,8 @@ void qvl_tmp_write(qvl_tmpfile *t, const void *p, size_t n) {
 
 qvl_status qvl_tmp_finish(qvl_tmpfile *t, qvl_status s, int sync, qvl_error *err) {
     if (!t->f) return s;
-    if (s == QVL_OK && !t->bad && (fflush(t->f) != 0 || (sync && fsync(fileno(t->f)) != 0))) t->bad = 1, t->err_no = errno;
+    if (s == QVL_OK && !t->bad && (fflush(t->f) != 0 || (sync && fsync(fileno(t->f)) != 0)))
+        t->bad = 1, t->err_no = errno;
     if (fclose(t->f) != 0 && !t->bad) t->bad = 1, t->err_no = errno;
     t->f = NULL;
     if (s == QVL_OK && t->bad) s = qvl_fail(err, QVL_ERR_IO, "%s: write failed: %s", t->tmp, strerror(t->err_no));

@@ -7,6 +7,9 @@
 
 #include "qvl.h"
 
+/* Open a regular file for reading: *f and its size. Errors name the path (cannot open, not a regular file, too
+ * large for size_t). */
+qvl_status qvl_open_regular(const char *path, FILE **f, size_t *size, qvl_error *err);
 /* Read a whole regular file of at most `limit` bytes into a NUL-terminated malloc'd buffer. */
 qvl_status qvl_read_file(const char *path, size_t limit, char **out, size_t *len, qvl_error *err);
 /* 1 if `path` names an existing regular file. */

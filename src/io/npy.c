@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -200,18 +199,9 @@ qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, float *
 qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *cols, qvl_error *err) {
     if (!path || !data || !rows || !cols) return qvl_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
     *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return qvl_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return qvl_fail(err, QVL_ERR_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > SIZE_MAX) {
-        fclose(f);
-        return qvl_fail(err, QVL_ERR_LIMIT, "%s: file too large", path);
-    }
-    size_t size = (size_t)st.st_size;
+    FILE *f;
+    size_t size;
+    QVL_TRY(qvl_open_regular(path, &f, &size, err));
     /* Read the header first (at most 12 + 4 GiB by format, bounded by the file), then the data straight into the
      * float array when it is already float32, so a large file is held once. */
     unsigned char pre[12];
