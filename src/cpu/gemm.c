@@ -277,14 +277,21 @@ static gemm_plan make_plan(int M, int N, int K, const gemm_kernels *kr, int n_th
     p.nb_n = (N + kr->nc_max - 1) / kr->nc_max;
     p.nc = ((N + p.nb_n - 1) / p.nb_n + kr->nr - 1) / kr->nr * kr->nr; /* nc_max is a multiple of nr */
     p.nb_n = (N + p.nc - 1) / p.nc;
-    /* Few items that the threads cannot share evenly (9 on 2 threads: 5 rounds' time for 4.5 items' work): split
-     * M finer, up to twice as many blocks and one tile a block at least, when that evens them out. */
-    for (int nbm = p.nb_m; n_threads > 1 && nbm <= 2 * p.nb_m && nbm <= p.tiles_m; nbm++) {
-        const int items = nbm * p.nb_n;
-        if (items >= 16 * n_threads || items % n_threads == 0) {
-            p.nb_m = nbm;
-            break;
-        }
+    /* Items the threads cannot share evenly leave all but one thread idle for the last round (57 items on 2
+     * threads: 29 rounds for 28.5 rounds' work). Split M finer, up to twice as many blocks and one tile a block at
+     * least, to the first count that is a multiple of the thread count; failing that, to the first that gives 16
+     * items a thread, where the last round's loss is small. */
+    if (n_threads > 1 && (p.nb_m * p.nb_n) % n_threads) {
+        int pick = 0;
+        for (int pass = 0; pass < 2 && !pick; pass++)
+            for (int nbm = p.nb_m; nbm <= 2 * p.nb_m && nbm <= p.tiles_m; nbm++) {
+                const int items = nbm * p.nb_n;
+                if (items % n_threads == 0 || (pass == 1 && items >= 16 * n_threads)) {
+                    pick = nbm;
+                    break;
+                }
+            }
+        if (pick) p.nb_m = pick;
     }
     return p;
 }
