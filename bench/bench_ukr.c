@@ -2,7 +2,9 @@
  * 1152-wide tower GEMMs), A micro-panels cycling through an L2-resident block. Cases:
  *   bf16 / f32 panels, one B micro-panel (L1-resident): the kernel's own ceiling;
  *   bf16, the GEMM's access pattern: B panels laid out as pre-packed weights (two 16-column panels K·16 apart),
- *   a new B micro-panel every MT tiles from a 4.7 MB set (L3), partial-sum tiles spread as in the driver's Cb.
+ *   a new B micro-panel every MT tiles from a 4.7 MB set (L3), partial-sum tiles spread as in the driver's Cb;
+ *   the same, widened once: the first of the MT tiles keeps its widened panels (bw), the others run the f32 kernel
+ *   on them (what gemm.c does).
  * Usage: bench_ukr (needs a CPU with AVX-512; prints GFLOP/s, best of 5 half-second runs). */
 #include <stdint.h>
 #include <stdio.h>
@@ -15,7 +17,7 @@ enum { KC = 384, K = 1152, NB = 64, LDC = 1536 };
 
 typedef struct bcase {
     const char *name;
-    int f32, mt, gemm_like;
+    int f32, mt, gemm_like, keep;
 } bcase;
 
 int main(void) {
@@ -31,9 +33,12 @@ int main(void) {
     for (size_t i = 0; i < (size_t)14 * KC * 8; i++) a[i] = 1e-3f * (float)(i % 7);
     for (size_t i = 0; i < panel * 2 * NB; i++) bh[i] = 0x3f80; /* bf16 1.0 */
     for (size_t i = 0; i < (size_t)KC * 32; i++) bf[i] = 1.0f;
-    const bcase cases[] = {{"bf16 panels, B in L1", 0, 8, 0}, {"f32 panels, B in L1", 1, 8, 0},
-                           {"bf16, GEMM pattern, B every 3 tiles (mc 42)", 0, 3, 1},
-                           {"bf16, GEMM pattern, B every 8 tiles (mc 112)", 0, 8, 1}};
+    float *bw = aligned_alloc(64, (size_t)KC * 32 * sizeof(float));
+    const bcase cases[] = {{"bf16 panels, B in L1", 0, 8, 0, 0},
+                           {"f32 panels, B in L1", 1, 8, 0, 0},
+                           {"bf16, GEMM pattern, B every 3 tiles (mc 42)", 0, 3, 1, 0},
+                           {"bf16, GEMM pattern, B every 8 tiles (mc 112)", 0, 8, 1, 0},
+                           {"bf16, GEMM pattern, mc 42, widened once", 0, 3, 1, 1}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const bcase *k = &cases[ci];
         double best = 0;
@@ -49,10 +54,13 @@ int main(void) {
                     } else if (k->gemm_like) {
                         const size_t t = (size_t)(j / k->mt % NB);
                         const uint16_t *b0 = bh + t * panel * 2;
-                        gemm_ukr_14x32_bf16_avx512(KC, aj, b0, b0 + panel, cj + (size_t)(j / k->mt % 36) * 32, LDC,
-                                                   1, NULL);
+                        float *ct = cj + (size_t)(j / k->mt % 36) * 32;
+                        if (k->keep && j % k->mt)
+                            gemm_ukr_14x32_avx512(KC, aj, bw, bw + (size_t)KC * 16, ct, LDC, 1, NULL);
+                        else
+                            gemm_ukr_14x32_bf16_avx512(KC, aj, b0, b0 + panel, ct, LDC, 1, NULL, k->keep ? bw : NULL);
                     } else {
-                        gemm_ukr_14x32_bf16_avx512(KC, aj, bh, bh + panel, cj, LDC, 1, NULL);
+                        gemm_ukr_14x32_bf16_avx512(KC, aj, bh, bh + panel, cj, LDC, 1, NULL, NULL);
                     }
                 }
                 calls += 1200;
@@ -62,6 +70,6 @@ int main(void) {
         }
         printf("%-46s %6.1f GFLOP/s\n", k->name, best);
     }
-    free(a), free(bh), free(bf), free(c);
+    free(a), free(bh), free(bf), free(c), free(bw);
     return 0;
 }

@@ -7,7 +7,8 @@
  *       pack A[ic.., pc..] → Ap  (MR-tall micro-panels; mc x kc, L2-resident, reused over all of nc)
  *       for jr in nc by NR:
  *         B micro-panel [jr, pc..]: read in place from a pre-packed weight (gemm_pack_b: f32 panels, or bf16
- *           panels widened in registers), else packed here (NR-wide f32, widened from f32/f16/bf16)
+ *           panels widened in registers; AVX-512 keeps the first tile's widened copy in Bp for the block's other
+ *           tiles), else packed here (NR-wide f32, widened from f32/f16/bf16)
  *         for ir in mc by MR:                       the B micro-panel stays in L1 while A panels stream from L2
  *           ukr: Cb[ir, jr] (=|+=) Ap[ir] · Bp[jr]; on the last K block, the SIMD kernels finish the tile
  *                straight into C: t = Cb + acc + bias, GELU, C = accumulate ? C + t : t (gemm_tail)
@@ -24,9 +25,11 @@
  * the widest the CPU runs. The SIMD sets share the K blocking, one FMA chain per element and the vector GELU
  * (vmath_*.h), so they agree bit for bit; the scalar set (separate multiply and add, libm GELU) differs in the
  * last bits. Measured on a 2-core AVX-512 VM (AVX-512 FMA peak ~175 GFLOP/s a core), tower shapes, bf16 panels:
- * the microkernel alone 164 GFLOP/s (f32 panels 176; bench/bench_ukr.c), whole GEMMs 150-155 on one core
- * (bench/bench_gemm.c; f32 panels no faster: memory, not the widening, is the limit) and 290-306 on two (82-87 %,
- * docs/PERFORMANCE.md). The AVX2 set on the same VM: 82-86 GFLOP/s a core (BENCH_ISA=avx2 bench_gemm 784). */
+ * the microkernel alone 164 GFLOP/s on bf16 panels, 176 on f32 (bench/bench_ukr.c: the widening takes an FMA slot
+ * per vector); keeping the first tile's widened copy for the others lifted whole GEMMs (bench/bench_gemm.c,
+ * FLOP-weighted over qkv, proj, fc1, fc2) from 136-150 to 151-154 GFLOP/s on one core and from 299-306 to 307-312 on
+ * two (87-89 %, docs/PERFORMANCE.md). The AVX2 set on the same VM: 82-86 GFLOP/s a core (BENCH_ISA=avx2 bench_gemm
+ * 784). */
 #include <stdint.h>
 #include <string.h>
 
@@ -119,12 +122,17 @@ typedef struct gemm_kernels {
     /* tail: NULL, or (sets with has_tail only) finish the tile into C (kernels_avx2.h, gemm_tail). */
     void (*ukr)(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first,
                 const gemm_tail *tail);
-    /* Same contract on bf16 panels in `order` widened in registers; NULL: widen into Bp, then ukr. */
+    /* Same contract on bf16 panels in `order` widened in registers; NULL: widen into Bp, then ukr. bw: NULL, or
+     * (sets with keeps_widened only) where to store the widened micro-panels, b0's at bw, b1's at bw + kc·16. */
     void (*ukr_bf16)(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c, size_t ldc,
-                     int first, const gemm_tail *tail);
+                     int first, const gemm_tail *tail, float *bw);
     void (*pack_b)(const void *b, qvl_dtype dt, size_t ldb, int nr, int kc, float *bp); /* one 16-wide panel */
     void (*pack_a)(const float *a, size_t lda, int mr, int kc, float *ap);
     int has_tail; /* the microkernels finish tiles into C on the last K block (no epilogue pass over Cb) */
+    /* ukr_bf16 can keep what it widens: the first tile of an M block widens the B micro-panel once and the other
+     * tiles run ukr on the f32 copy (worth it where widening takes FMA slots: AVX-512's shift and masked load;
+     * AVX2's unpacks run on a shuffle port beside the FMAs). */
+    int keeps_widened;
 } gemm_kernels;
 
 /* 16-column sets: b1 is always NULL. */
@@ -139,28 +147,24 @@ static void ukr_avx2_16(int kc, const float *a, const float *b0, const float *b1
     gemm_ukr_6x16_avx2(kc, a, b0, c, ldc, first, tail);
 }
 static void ukr_avx2_16_bf16(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c, size_t ldc,
-                             int first, const gemm_tail *tail) {
-    (void)b1;
+                             int first, const gemm_tail *tail, float *bw) {
+    (void)b1, (void)bw; /* keeps_widened = 0: always NULL */
     gemm_ukr_6x16_bf16_avx2(kc, a, b0, c, ldc, first, tail);
 }
 
-static const gemm_kernels kernels_scalar = {GEMM_MR,      GEMM_NR, GEMM_MC,       GEMM_NC,       GEMM_BF16_LANES,
-                                            ukr_scalar16, NULL,    pack_b_scalar, pack_a_scalar, 0};
-static const gemm_kernels kernels_avx2 = {GEMM_MR,           GEMM_NR,           GEMM_MC,     GEMM_NC,
-                                          GEMM_BF16_LANES,   ukr_avx2_16,       ukr_avx2_16_bf16,
-                                          gemm_pack_b16_avx2, gemm_pack_a6_avx2, 1};
-/* mc 42 x nc 1536: measured best of 42-224 x 768-1536 on the tower shapes, 1 and 2 threads (bench_gemm): the A
- * block (63 KiB at kc 384) and Cb (252 KiB) leave L2 to the B stream; mc 112 was 2-4 % slower, 224 ~6 %. */
-static const gemm_kernels kernels_avx512 = {14,
-                                            2 * GEMM_NR,
-                                            42,
-                                            GEMM_NC_MAX,
-                                            GEMM_BF16_PAIRS,
-                                            gemm_ukr_14x32_avx512,
-                                            gemm_ukr_14x32_bf16_avx512,
-                                            gemm_pack_b16_avx2,
-                                            gemm_pack_a14_avx512,
-                                            1};
+static const gemm_kernels kernels_scalar = {.mr = GEMM_MR, .nr = GEMM_NR, .mc_max = GEMM_MC, .nc_max = GEMM_NC,
+                                            .order = GEMM_BF16_LANES, .ukr = ukr_scalar16, .ukr_bf16 = NULL,
+                                            .pack_b = pack_b_scalar, .pack_a = pack_a_scalar};
+static const gemm_kernels kernels_avx2 = {.mr = GEMM_MR, .nr = GEMM_NR, .mc_max = GEMM_MC, .nc_max = GEMM_NC,
+                                          .order = GEMM_BF16_LANES, .ukr = ukr_avx2_16, .ukr_bf16 = ukr_avx2_16_bf16,
+                                          .pack_b = gemm_pack_b16_avx2, .pack_a = gemm_pack_a6_avx2, .has_tail = 1};
+/* mc 42 x nc 1536: the A block (63 KiB at kc 384) and Cb (252 KiB) leave L2 to the B stream. Measured with
+ * bench_gemm, FLOP-weighted over qkv, proj, fc1 and fc2 at M = 784 on 2 threads, 4 alternating rounds: mc 42
+ * 309 GFLOP/s, 84 307, 126 304 (widened panels kept); before they were kept, mc 112 was 2-4 % slower than 42. */
+static const gemm_kernels kernels_avx512 = {.mr = 14, .nr = 2 * GEMM_NR, .mc_max = 42, .nc_max = GEMM_NC_MAX,
+                                            .order = GEMM_BF16_PAIRS, .ukr = gemm_ukr_14x32_avx512,
+                                            .ukr_bf16 = gemm_ukr_14x32_bf16_avx512, .pack_b = gemm_pack_b16_avx2,
+                                            .pack_a = gemm_pack_a14_avx512, .has_tail = 1, .keeps_widened = 1};
 
 static gemm_isa isa_override = GEMM_ISA_AUTO;
 
@@ -308,6 +312,8 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
     const size_t pstride = (size_t)GEMM_NR * (size_t)g->K; /* elements from one packed panel to the next */
     /* Fused finish: the last K block's tiles go straight into C, bias, GELU and residual applied in the kernel. */
     const int fuse = kr->has_tail && g->K > 0;
+    /* bf16 panels widened once per micro-panel, by the M block's first tile, when there is a second tile. */
+    const int keep = in_regs && kr->keeps_widened && mc > MR;
 
     if (g->K <= 0)
         for (int i = 0; i < mc; i++) memset(cb + (size_t)i * GEMM_NC_MAX, 0, (size_t)nc * sizeof(float));
@@ -352,7 +358,11 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
                     tp = &tail;
                 }
                 float *ct = cj + (size_t)ir * GEMM_NC_MAX;
-                if (in_regs) kr->ukr_bf16(kc, ap + (size_t)ir * kc, h0, h1, ct, GEMM_NC_MAX, pc == 0, tp);
+                if (in_regs && (!keep || ir == 0))
+                    kr->ukr_bf16(kc, ap + (size_t)ir * kc, h0, h1, ct, GEMM_NC_MAX, pc == 0, tp, keep ? bp : NULL);
+                else if (in_regs) /* keep: the first tile left the widened micro-panels in Bp */
+                    kr->ukr(kc, ap + (size_t)ir * kc, bp, two ? bp + (size_t)kc * GEMM_NR : NULL, ct, GEMM_NC_MAX,
+                            pc == 0, tp);
                 else kr->ukr(kc, ap + (size_t)ir * kc, b0, b1, ct, GEMM_NC_MAX, pc == 0, tp);
                 tail.c += (size_t)MR * g->ldc;
             }

@@ -5,8 +5,11 @@
  * 14 cycles of FMA against 16 loads, so loads never limit it. bf16 panels (gemm.h, GEMM_BF16_PAIRS order: dword j
  * of a two-step block holds column j of the even step in its low half, of the odd step in its high half) widen
  * with one operation per vector: a 16-bit left shift gives the even step, a zero-masked load of the high halves
- * the odd one; 2 extra uops per 28 FMAs. Measured on the 2-core AVX-512 VM (bench/bench_ukr.c, L1-resident
- * panels): f32 at the FMA peak (176 GFLOP/s a core), bf16 at 93 % of it (164); whole GEMMs: gemm.c. */
+ * the odd one; 2 extra uops per 28 FMAs, on the FMA ports. Measured on the 2-core AVX-512 VM (bench/bench_ukr.c,
+ * L1-resident panels): f32 at the FMA peak (176 GFLOP/s a core), bf16 at 93 % of it (164). So the bf16 kernel can
+ * store what it widens (bw) and the driver runs the f32 kernel on that copy for the M block's other tiles; whole
+ * GEMMs: gemm.c. (Tried without gain: the even step as a masked load from one element back, which costs the same
+ * as the shift; a 28 x 16 tile, one widening per 28 FMAs, which is load-bound at the same 93 %.) */
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -58,25 +61,35 @@ static __attribute__((noinline)) void finish(const __m512 acc[2 * MR], const flo
     }
 }
 
+/* bf16 and keep are compile-time constants at every call: keep stores the widened B vectors to bw (bf16 only). */
 static inline __attribute__((always_inline)) void ukr(int kc, const float *a, const void *b0v, const void *b1v,
-                                                      int two, int bf16, float *c, size_t ldc, int first,
-                                                      const gemm_tail *tail) {
+                                                      int two, int bf16, int keep, float *bw, float *c, size_t ldc,
+                                                      int first, const gemm_tail *tail) {
     __m512 acc[2 * MR];
 #pragma GCC unroll 28
     for (int r = 0; r < 2 * MR; r++) acc[r] = _mm512_setzero_ps();
     if (bf16) {
         const uint16_t *p0 = (const uint16_t *)b0v, *p1 = (const uint16_t *)b1v;
         const __mmask32 hi_words = 0xAAAAAAAAu;
+        float *w0 = bw, *w1 = bw + (size_t)kc * 16; /* keep: the two widened micro-panels */
         int k = 0;
         for (; k + 2 <= kc; k += 2, p0 += 32, p1 += two ? 32 : 0, a += 2 * MR) {
             __m512 x0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512((const void *)p0), 16));
             __m512 x1 = x0;
             if (two) x1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512((const void *)p1), 16));
+            if (keep) {
+                _mm512_store_ps(w0 + (size_t)k * 16, x0);
+                if (two) _mm512_store_ps(w1 + (size_t)k * 16, x1);
+            }
             step(acc, a, x0, x1, two);
             /* The odd step: a zero-masked load of the high halves (not the first load reused: that would hold
              * two more registers across the 28 FMAs and spill accumulators). */
             x0 = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(hi_words, p0));
             if (two) x1 = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(hi_words, p1));
+            if (keep) {
+                _mm512_store_ps(w0 + (size_t)(k + 1) * 16, x0);
+                if (two) _mm512_store_ps(w1 + (size_t)(k + 1) * 16, x1);
+            }
             step(acc, a + MR, x0, x1, two);
         }
         if (k < kc) { /* the panel's lone last step, natural order */
@@ -86,6 +99,10 @@ static inline __attribute__((always_inline)) void ukr(int kc, const float *a, co
             if (two)
                 x1 = _mm512_castsi512_ps(_mm512_slli_epi32(
                     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p1)), 16));
+            if (keep) {
+                _mm512_store_ps(w0 + (size_t)k * 16, x0);
+                if (two) _mm512_store_ps(w1 + (size_t)k * 16, x1);
+            }
             step(acc, a, x0, x1, two);
         }
     } else {
@@ -118,14 +135,19 @@ static inline __attribute__((always_inline)) void ukr(int kc, const float *a, co
 
 void gemm_ukr_14x32_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
                            int first, const gemm_tail *tail) {
-    if (b1) ukr(kc, a, b0, b1, 1, 0, c, ldc, first, tail);
-    else ukr(kc, a, b0, b0, 0, 0, c, ldc, first, tail);
+    if (b1) ukr(kc, a, b0, b1, 1, 0, 0, NULL, c, ldc, first, tail);
+    else ukr(kc, a, b0, b0, 0, 0, 0, NULL, c, ldc, first, tail);
 }
 
 void gemm_ukr_14x32_bf16_avx512(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c,
-                                size_t ldc, int first, const gemm_tail *tail) {
-    if (b1) ukr(kc, a, b0, b1, 1, 1, c, ldc, first, tail);
-    else ukr(kc, a, b0, b0, 0, 1, c, ldc, first, tail);
+                                size_t ldc, int first, const gemm_tail *tail, float *bw) {
+    if (bw) {
+        if (b1) ukr(kc, a, b0, b1, 1, 1, 1, bw, c, ldc, first, tail);
+        else ukr(kc, a, b0, b0, 0, 1, 1, bw, c, ldc, first, tail);
+    } else {
+        if (b1) ukr(kc, a, b0, b1, 1, 1, 0, NULL, c, ldc, first, tail);
+        else ukr(kc, a, b0, b0, 0, 1, 0, NULL, c, ldc, first, tail);
+    }
 }
 
 void gemm_pack_a14_avx512(const float *a, size_t lda, int mr, int kc, float *ap) {

@@ -21,9 +21,12 @@ void gemm_ukr_14x32_avx512(int kc, const float *a, const float *b0, const float 
 /* Same on bf16 panels in the AVX-512 pre-packed order (gemm.h, GEMM_BF16_PAIRS), any alignment, widened in
  * registers: b0, b1 (b1 may be NULL) point at an even step of their panels; an odd kc means the block ends with
  * the panel's lone last step (odd K), stored in natural order. Bit-identical to gemm_ukr_14x32_avx512 on the
- * widened panels. */
+ * widened panels. bw not NULL (64-byte aligned, 2·kc·16 floats): the widened panels are also stored there, b0's
+ * at bw and b1's at bw + kc·16, so that the other tiles of the M block run gemm_ukr_14x32_avx512 on them: the
+ * widening (a shift or a masked load, each taking an FMA port's slot) is then paid once per micro-panel, not once
+ * per tile. */
 void gemm_ukr_14x32_bf16_avx512(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c,
-                                size_t ldc, int first, const gemm_tail *tail);
+                                size_t ldc, int first, const gemm_tail *tail, float *bw);
 /* Pack rows [0, mr) (mr <= 14) of A (row stride lda), columns [0, kc), into a 14-tall micro-panel:
  * ap[k·14 + i] = A[i][k], zero for i >= mr. */
 void gemm_pack_a14_avx512(const float *a, size_t lda, int mr, int kc, float *ap);
