@@ -51,7 +51,7 @@ expect 0 "--help" "$QVL" --help
 out_has "--help" "Usage: qvl"
 expect 0 "--version" "$QVL" --version
 out_has "--version" "^qvl [0-9]+\.[0-9]+\.[0-9]+$"
-for cmd in info encode synth; do
+for cmd in info encode synth bench; do
     expect 0 "$cmd --help" "$QVL" $cmd --help
     out_has "$cmd --help" "Usage: qvl $cmd"
 done
@@ -175,6 +175,21 @@ printf 'not an array' >"$T/junk.npy"
 expect 1 "encode junk input" "$QVL" encode --model "$T/hf" --pixels "$T/junk.npy" --grid 1,4,4 -o "$T/e.npy"
 one_line_error "encode junk input"
 if [[ ! -e $T/e.npy ]]; then ok; else bad "a failed encode left an output file"; fi
+
+# ---- bench: every case kind once, on the tiny model (timings are not checked, only that each case ran) ---------
+expect 0 "bench tiny" "$QVL" bench --model "$T/hf" --sizes 32 --video 2x32 --batch 2x32 --repeat 1 --threads 1
+out_has "bench header" "^threads: 1, kernels: [a-z0-9]+, measured f32 FMA peak: [0-9.]+ GFLOP/s"
+out_has "bench image case" "^image 32² +4 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+%"
+out_has "bench video case" "^video 2x32² +4 +1 "
+out_has "bench batch case" "^batch 2x32² +8 +2 "
+out_has "bench peak around a case" "GFLOP total; peak [0-9.]+ before, [0-9.]+ after$"
+out_has "bench peak RSS" "^peak RSS: [0-9.]+ MiB"
+expect 2 "bench bad size" "$QVL" bench --model "$T/hf" --sizes 33
+one_line_error "bench bad size"
+expect 2 "bench no model" "$QVL" bench
+one_line_error "bench no model"
+expect 1 "bench missing model" "$QVL" bench --model "$T/nope"
+one_line_error "bench missing model"
 
 echo "cli.sh: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
