@@ -1,8 +1,9 @@
 /* attention.c — fused multi-head attention over segments: the work-item driver (threads over (segment, head,
  * query tile)), the portable flash-attention block and the exact reference.
  *
- * A work item is up to ATTN_BQ query rows of one (segment, head). It streams the segment's keys in tiles of
- * ATTN_BK with an online softmax (running max m, running sum l; when the max grows, the partial output and sum
+ * A work item is one query tile (ATTN_BQ rows, the segment's last up to ATTN_BQ_MAX) of one (segment, head). It
+ * streams the segment's keys in tiles (attn_key_tile: ATTN_BK keys, the last up to ATTN_BK_MAX) with an online
+ * softmax (running max m, running sum l; when the max grows, the partial output and sum
  * are rescaled by exp(m_old − m_new)), so memory is O(tile) whatever the segment length. Items are handed out to the
  * pool's threads dynamically and each is computed by the same code whichever thread runs it, so results do not depend on
  * the thread count. */
@@ -25,20 +26,20 @@ size_t attn_workspace_size(int head_dim, int n_threads) {
 /* Portable work item: same contract and tile structure as attn_block_avx2 (kernels_avx2.h), any hd. */
 static void attn_block_scalar(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                               float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
-    float *s = ws;                              /* [BQ][BK] */
-    float *o = s + (size_t)ATTN_BQ * ATTN_BK;   /* [BQ][hd] */
-    float *mrow = o + (size_t)ATTN_BQ * hd;     /* [BQ] */
-    float *lrow = mrow + ATTN_BQ;               /* [BQ] */
+    float *s = ws;                                      /* [BQ_MAX][BK_MAX] */
+    float *o = s + (size_t)ATTN_BQ_MAX * ATTN_BK_MAX;   /* [BQ_MAX][hd] */
+    float *mrow = o + (size_t)ATTN_BQ_MAX * hd;         /* [BQ_MAX] */
+    float *lrow = mrow + ATTN_BQ_MAX;                   /* [BQ_MAX] */
     for (int i = 0; i < nq; i++) {
         memset(o + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
         mrow[i] = -INFINITY;
         lrow[i] = 0.0f;
     }
-    for (int j0 = 0; j0 < nk; j0 += ATTN_BK) {
-        const int nkt = nk - j0 < ATTN_BK ? nk - j0 : ATTN_BK;
+    for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
+        nkt = attn_key_tile(nk, j0);
         for (int i = 0; i < nq; i++) {
             const float *qi = q + (size_t)i * ldq;
-            float *si = s + (size_t)i * ATTN_BK, *oi = o + (size_t)i * hd;
+            float *si = s + (size_t)i * ATTN_BK_MAX, *oi = o + (size_t)i * hd;
             float mx = -INFINITY;
             for (int j = 0; j < nkt; j++) {
                 const float *kj = k + (size_t)(j0 + j) * ldk;
@@ -85,14 +86,13 @@ static void attn_task(void *ctx, long it, int thread) {
     int s = 0, len = 0;
     for (;; s++) {
         len = a->cu[s + 1] - a->cu[s];
-        const long n_it = len > 0 ? (long)nh * ((len + ATTN_BQ - 1) / ATTN_BQ) : 0;
+        const long n_it = len > 0 ? (long)nh * attn_query_tiles(len) : 0;
         if (rest < n_it) break;
         rest -= n_it;
     }
-    const long tiles = (len + ATTN_BQ - 1) / ATTN_BQ;
+    const long tiles = attn_query_tiles(len);
     const int h = (int)(rest / tiles), qt = (int)(rest % tiles), base = a->cu[s];
-    const int i0 = base + qt * ATTN_BQ;
-    const int nq = len - qt * ATTN_BQ < ATTN_BQ ? len - qt * ATTN_BQ : ATTN_BQ;
+    const int i0 = base + qt * ATTN_BQ, nq = attn_query_rows(len, qt);
     const size_t col = (size_t)h * hd;
     j->block(a->q + (size_t)i0 * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
              a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)i0 * a->ldo + col, a->ldo, nq, len, hd,
@@ -105,7 +105,7 @@ static void attn_run_with(const attn_args *a, void *ws, qvl_pool *pool, attn_blo
     long items = 0;
     for (int s = 0; s < a->n_seg; s++) {
         const int len = a->cu[s + 1] - a->cu[s];
-        if (len > 0) items += (long)nh * ((len + ATTN_BQ - 1) / ATTN_BQ);
+        if (len > 0) items += (long)nh * attn_query_tiles(len);
     }
     attn_job j = {a, block, (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63)};
     /* Items in (segment, head, query tile) order, handed out dynamically: consecutive items share K and V, every

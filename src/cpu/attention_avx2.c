@@ -44,7 +44,8 @@ static inline void scores_6x16(const float *qs, int hd, const float *kt, float *
 #pragma GCC unroll 12
     for (int r = 0; r < 12; r++) c[r] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d++) {
-        const __m256 b0 = _mm256_load_ps(kt + (size_t)d * ATTN_BK), b1 = _mm256_load_ps(kt + (size_t)d * ATTN_BK + 8);
+        const float *kd = kt + (size_t)d * ATTN_BK_MAX;
+        const __m256 b0 = _mm256_load_ps(kd), b1 = _mm256_load_ps(kd + 8);
 #pragma GCC unroll 6
         for (int r = 0; r < 6; r++) {
             const __m256 a = _mm256_broadcast_ss(qs + (size_t)r * hd + d);
@@ -55,8 +56,8 @@ static inline void scores_6x16(const float *qs, int hd, const float *kt, float *
     const __m256 sc = _mm256_set1_ps(scale);
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++) {
-        _mm256_store_ps(s + (size_t)r * ATTN_BK, _mm256_mul_ps(c[2 * r], sc));
-        _mm256_store_ps(s + (size_t)r * ATTN_BK + 8, _mm256_mul_ps(c[2 * r + 1], sc));
+        _mm256_store_ps(s + (size_t)r * ATTN_BK_MAX, _mm256_mul_ps(c[2 * r], sc));
+        _mm256_store_ps(s + (size_t)r * ATTN_BK_MAX + 8, _mm256_mul_ps(c[2 * r + 1], sc));
     }
 }
 
@@ -77,7 +78,7 @@ static inline __attribute__((always_inline)) void pv_4xn(const float *p, const f
         for (int x = 0; x < nv; x++) b[x] = _mm256_loadu_ps(vj + 8 * x);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            const __m256 a = _mm256_broadcast_ss(p + (size_t)r * ATTN_BK + j);
+            const __m256 a = _mm256_broadcast_ss(p + (size_t)r * ATTN_BK_MAX + j);
 #pragma GCC unroll 3
             for (int x = 0; x < nv; x++) c[r * 3 + x] = _mm256_fmadd_ps(a, b[x], c[r * 3 + x]);
         }
@@ -98,8 +99,8 @@ static inline void pv_3x32(const float *p, const float *v, size_t ldv, int nk, f
         for (int x = 0; x < 4; x++) c[r * 4 + x] = _mm256_load_ps(o + (size_t)r * hd + 8 * x);
     for (int j = 0; j < nk; j++) {
         const float *vj = v + (size_t)j * ldv;
-        const __m256 a0 = _mm256_broadcast_ss(p + j), a1 = _mm256_broadcast_ss(p + ATTN_BK + j),
-                     a2 = _mm256_broadcast_ss(p + 2 * ATTN_BK + j);
+        const __m256 a0 = _mm256_broadcast_ss(p + j), a1 = _mm256_broadcast_ss(p + ATTN_BK_MAX + j),
+                     a2 = _mm256_broadcast_ss(p + 2 * ATTN_BK_MAX + j);
 #pragma GCC unroll 4
         for (int x = 0; x < 4; x++) {
             const __m256 b = _mm256_loadu_ps(vj + 8 * x);
@@ -119,21 +120,21 @@ void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, con
     const attn_ws w = attn_ws_carve(ws, hd);
     float *qs = w.qs, *kt = w.kt, *s = w.s, *o = w.o, *mrow = w.mrow, *lrow = w.lrow, *tmax = w.tmax, *alph = w.alph;
     const float scale_l2 = scale * 1.44269504088896341f; /* scores in the log2 domain: e^(s·scale) = 2^(s·scale_l2) */
-    const int nqp = (nq + 11) / 12 * 12, nq8 = (nqp + 7) / 8 * 8; /* nq8 <= ATTN_BQ: BQ is a multiple of 24 */
+    const int nqp = (nq + 11) / 12 * 12, nq8 = (nqp + 7) / 8 * 8; /* nq8 <= ATTN_BQ_MAX, a multiple of 24 */
     attn_stage_queries(q, ldq, nq, nqp, nq8, hd, qs, o, mrow, lrow, tmax);
-    for (int j0 = 0; j0 < nk; j0 += ATTN_BK) {
-        const int nkt = nk - j0 < ATTN_BK ? nk - j0 : ATTN_BK;
+    for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
+        nkt = attn_key_tile(nk, j0);
         const int nk16 = (nkt + 15) & ~15;
         /* Kᵀ tile, zero columns past nkt up to nk16. */
-        attn_load_kt(k + (size_t)j0 * ldk, ldk, nkt, nk16, hd, kt, ATTN_BK);
+        attn_load_kt(k + (size_t)j0 * ldk, ldk, nkt, nk16, hd, kt, ATTN_BK_MAX);
         for (int i = 0; i < nqp; i += 6)
             for (int jb = 0; jb < nk16; jb += 16)
-                scores_6x16(qs + (size_t)i * hd, hd, kt + jb, s + (size_t)i * ATTN_BK + jb, scale_l2);
+                scores_6x16(qs + (size_t)i * hd, hd, kt + jb, s + (size_t)i * ATTN_BK_MAX + jb, scale_l2);
         /* Online softmax over this tile; keys past nkt are masked to -inf. Row maxima first, then the new running
          * maxima and the rescale factors 8 rows at a time (vector exp2), then probabilities and row sums. */
         const int nv = nk16 / 8;
         for (int i = 0; i < nqp; i++) {
-            float *si = s + (size_t)i * ATTN_BK;
+            float *si = s + (size_t)i * ATTN_BK_MAX;
             for (int j = nkt; j < nk16; j++) si[j] = -INFINITY;
             __m256 mx = _mm256_load_ps(si);
             for (int x = 1; x < nv; x++) mx = _mm256_max_ps(mx, _mm256_load_ps(si + 8 * x));
@@ -147,7 +148,7 @@ void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, con
             _mm256_store_ps(mrow + i, m_new);
         }
         for (int i = 0; i < nqp; i++) {
-            float *si = s + (size_t)i * ATTN_BK;
+            float *si = s + (size_t)i * ATTN_BK_MAX;
             const __m256 mv = _mm256_set1_ps(mrow[i]);
             __m256 sum = _mm256_setzero_ps();
             for (int x = 0; x < nv; x++) {
@@ -166,13 +167,14 @@ void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, con
         if (hd % 24 != 0 && hd % 32 == 0) {
             for (int i = 0; i < nqp; i += 3)
                 for (int dc = 0; dc < hd; dc += 32)
-                    pv_3x32(s + (size_t)i * ATTN_BK, v + (size_t)j0 * ldv + dc, ldv, nkt, o + (size_t)i * hd + dc, hd);
+                    pv_3x32(s + (size_t)i * ATTN_BK_MAX, v + (size_t)j0 * ldv + dc, ldv, nkt,
+                            o + (size_t)i * hd + dc, hd);
             continue;
         }
         for (int i = 0; i < nqp; i += 4)
             for (int dc = 0; dc < hd; dc += 24) {
                 const int nvd = (hd - dc) / 8 < 3 ? (hd - dc) / 8 : 3;
-                const float *pv = s + (size_t)i * ATTN_BK, *vv = v + (size_t)j0 * ldv + dc;
+                const float *pv = s + (size_t)i * ATTN_BK_MAX, *vv = v + (size_t)j0 * ldv + dc;
                 float *ov = o + (size_t)i * hd + dc;
                 if (nvd == 3) pv_4xn(pv, vv, ldv, nkt, ov, hd, 3);
                 else if (nvd == 2) pv_4xn(pv, vv, ldv, nkt, ov, hd, 2);

@@ -21,7 +21,8 @@ static inline __m512 exp2_512(__m512 x) {
         _mm512_add_epi32(_mm512_castps_si512(y), _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23)));
 }
 
-/* s[6 rows][nv·16 keys] = (qs rows · kt columns) · scale; nv in 1..4 (a constant after inlining). */
+/* s[6 rows][nv·16 keys] = (qs rows · kt columns) · scale; nv in 1..4 (a constant after inlining); kt and s have
+ * row stride ATTN_BK_MAX. */
 static inline __attribute__((always_inline)) void scores_6xn(const float *qs, int hd, const float *kt, float *s,
                                                              float scale, int nv) {
     __m512 c[24];
@@ -30,7 +31,7 @@ static inline __attribute__((always_inline)) void scores_6xn(const float *qs, in
     for (int d = 0; d < hd; d++) {
         __m512 b[4];
 #pragma GCC unroll 4
-        for (int x = 0; x < nv; x++) b[x] = _mm512_load_ps(kt + (size_t)d * ATTN_BK + 16 * x);
+        for (int x = 0; x < nv; x++) b[x] = _mm512_load_ps(kt + (size_t)d * ATTN_BK_MAX + 16 * x);
 #pragma GCC unroll 6
         for (int r = 0; r < 6; r++) {
             const __m512 a = _mm512_set1_ps(qs[(size_t)r * hd + d]);
@@ -42,7 +43,8 @@ static inline __attribute__((always_inline)) void scores_6xn(const float *qs, in
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++)
 #pragma GCC unroll 4
-        for (int x = 0; x < nv; x++) _mm512_store_ps(s + (size_t)r * ATTN_BK + 16 * x, _mm512_mul_ps(c[4 * r + x], sc));
+        for (int x = 0; x < nv; x++)
+            _mm512_store_ps(s + (size_t)r * ATTN_BK_MAX + 16 * x, _mm512_mul_ps(c[4 * r + x], sc));
 }
 
 /* o[6 rows][nv·16 dims] += p[6 rows][0..nk) · v[0..nk)[nv·16 dims]; nv in 1..4 (a constant after inlining). */
@@ -60,7 +62,7 @@ static inline __attribute__((always_inline)) void pv_6xn(const float *p, const f
         for (int x = 0; x < nv; x++) b[x] = _mm512_loadu_ps(vj + 16 * x);
 #pragma GCC unroll 6
         for (int r = 0; r < 6; r++) {
-            const __m512 a = _mm512_set1_ps(p[(size_t)r * ATTN_BK + j]);
+            const __m512 a = _mm512_set1_ps(p[(size_t)r * ATTN_BK_MAX + j]);
 #pragma GCC unroll 4
             for (int x = 0; x < nv; x++) c[4 * r + x] = _mm512_fmadd_ps(a, b[x], c[4 * r + x]);
         }
@@ -79,7 +81,8 @@ static inline void pv_12x8(const float *p, const float *v, size_t ldv, int nk, f
     for (int j = 0; j < nk; j++) {
         const __m256 b = _mm256_loadu_ps(v + (size_t)j * ldv);
 #pragma GCC unroll 12
-        for (int r = 0; r < 12; r++) c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)r * ATTN_BK + j), b, c[r]);
+        for (int r = 0; r < 12; r++)
+            c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)r * ATTN_BK_MAX + j), b, c[r]);
     }
 #pragma GCC unroll 12
     for (int r = 0; r < 12; r++) _mm256_storeu_ps(o + (size_t)r * hd, c[r]);
@@ -93,26 +96,29 @@ void attn_block_avx512(const float *q, size_t ldq, const float *k, size_t ldk, c
     const attn_ws w = attn_ws_carve(ws, hd);
     float *qs = w.qs, *kt = w.kt, *s = w.s, *o = w.o, *mrow = w.mrow, *lrow = w.lrow, *tmax = w.tmax, *alph = w.alph;
     const float scale_l2 = scale * 1.44269504088896341f; /* scores in the log2 domain */
-    /* nqp: a multiple of 12 (6-row blocks, 12-row tail block); nq16 <= ATTN_BQ as BQ = 192 is a multiple of 48. */
+    /* nqp: a multiple of 12 (6-row blocks, 12-row tail block); nq16 <= ATTN_BQ_MAX, a multiple of 48. */
     const int nqp = (nq + 11) / 12 * 12, nq16 = (nqp + 15) / 16 * 16;
     const int hd64 = hd / 64 * 64, hd16 = hd / 16 * 16; /* dims in 6x64 blocks, then one 6x(16·n), then 12x8 */
     attn_stage_queries(q, ldq, nq, nqp, nq16, hd, qs, o, mrow, lrow, tmax);
-    for (int j0 = 0; j0 < nk; j0 += ATTN_BK) {
-        const int nkt = nk - j0 < ATTN_BK ? nk - j0 : ATTN_BK;
+    for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
+        nkt = attn_key_tile(nk, j0);
         const int nk16 = (nkt + 15) & ~15, nv = nk16 / 16;
         /* Kᵀ tile, zero columns past nkt up to nk16. */
-        attn_load_kt(k + (size_t)j0 * ldk, ldk, nkt, nk16, hd, kt, ATTN_BK);
+        attn_load_kt(k + (size_t)j0 * ldk, ldk, nkt, nk16, hd, kt, ATTN_BK_MAX);
         for (int i = 0; i < nqp; i += 6) {
             const float *qi = qs + (size_t)i * hd;
-            float *si = s + (size_t)i * ATTN_BK;
-            if (nv == 4) scores_6xn(qi, hd, kt, si, scale_l2, 4);
+            float *si = s + (size_t)i * ATTN_BK_MAX;
+            if (nv == 5) { /* a tile that took the segment's tail: 64 + 16 keys */
+                scores_6xn(qi, hd, kt, si, scale_l2, 4);
+                scores_6xn(qi, hd, kt + 64, si + 64, scale_l2, 1);
+            } else if (nv == 4) scores_6xn(qi, hd, kt, si, scale_l2, 4);
             else if (nv == 3) scores_6xn(qi, hd, kt, si, scale_l2, 3);
             else if (nv == 2) scores_6xn(qi, hd, kt, si, scale_l2, 2);
             else scores_6xn(qi, hd, kt, si, scale_l2, 1);
         }
         /* Online softmax over this tile; keys past nkt masked to -inf. */
         for (int i = 0; i < nqp; i++) {
-            float *si = s + (size_t)i * ATTN_BK;
+            float *si = s + (size_t)i * ATTN_BK_MAX;
             for (int j = nkt; j < nk16; j++) si[j] = -INFINITY;
             __m512 mx = _mm512_load_ps(si);
             for (int x = 1; x < nv; x++) mx = _mm512_max_ps(mx, _mm512_load_ps(si + 16 * x));
@@ -126,7 +132,7 @@ void attn_block_avx512(const float *q, size_t ldq, const float *k, size_t ldk, c
             _mm512_store_ps(mrow + i, m_new);
         }
         for (int i = 0; i < nqp; i++) {
-            float *si = s + (size_t)i * ATTN_BK;
+            float *si = s + (size_t)i * ATTN_BK_MAX;
             const __m512 mv = _mm512_set1_ps(mrow[i]);
             __m512 sum = _mm512_setzero_ps();
             for (int x = 0; x < nv; x++) {
@@ -147,7 +153,7 @@ void attn_block_avx512(const float *q, size_t ldq, const float *k, size_t ldk, c
         }
         const float *vt = v + (size_t)j0 * ldv;
         for (int i = 0; i < nqp; i += 6) {
-            const float *pi = s + (size_t)i * ATTN_BK;
+            const float *pi = s + (size_t)i * ATTN_BK_MAX;
             float *oi = o + (size_t)i * hd;
             for (int dc = 0; dc < hd64; dc += 64) pv_6xn(pi, vt + dc, ldv, nkt, oi + dc, hd, 4);
             const int rest = (hd16 - hd64) / 16;
@@ -157,7 +163,7 @@ void attn_block_avx512(const float *q, size_t ldq, const float *k, size_t ldk, c
         }
         if (hd16 < hd)
             for (int i = 0; i < nqp; i += 12)
-                pv_12x8(s + (size_t)i * ATTN_BK, vt + hd16, ldv, nkt, o + (size_t)i * hd + hd16, hd);
+                pv_12x8(s + (size_t)i * ATTN_BK_MAX, vt + hd16, ldv, nkt, o + (size_t)i * hd + hd16, hd);
     }
     for (int i = 0; i < nq; i++) {
         const __m512 l = _mm512_set1_ps(lrow[i]);

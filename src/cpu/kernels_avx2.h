@@ -54,46 +54,66 @@ void ops_gelu_erf_avx2(float *x, size_t n);
 /* One LayerNorm row (ops.h op_layernorm's contract for a single row; w, b may be NULL). */
 void ops_layernorm_row_avx2(const float *x, float *y, size_t cols, const float *w, const float *b, float eps);
 
-/* Attention tile sizes shared by attention.c (scalar) and attention_avx2.c: a work item is up to ATTN_BQ query
- * rows of one (segment, head); keys stream in tiles of ATTN_BK. BQ is a multiple of 24 (6-row score, 4- and 3-row
- * P·V register blocks, 8-row softmax groups), BK a multiple of 16. A large BQ amortises the Kᵀ tile transpose and
- * the K/V reads (measured: 48 → 192 rows, +15 %); its tiles (~170 KiB at hd 72) stay in L2. */
-enum { ATTN_BQ = 192, ATTN_BK = 64 };
+/* Attention tile sizes shared by attention.c (scalar) and the SIMD blocks: a work item is one query tile of one
+ * (segment, head); keys stream in tiles. Query tiles are ATTN_BQ rows, the last of a segment taking a tail of up to
+ * ATTN_BQ_MAX − ATTN_BQ rows with it; key tiles are ATTN_BK keys, the last taking a tail of up to ATTN_BK_MAX −
+ * ATTN_BK with it. A 196-row segment (one 224² image) is then one item of 196 rows over key tiles of 64, 64 and 68,
+ * not 192 + 4 rows over 64, 64, 64 and 4: a 4-row item restages every key tile for 12 padded rows, and a 4-key
+ * tile pays a whole tile's softmax and P·V set-up (bench_attention, AVX-512, 2 threads: 196 rows 180-185 GFLOP/s
+ * before against 216 for 192 rows; 193-207 after; 784 rows, whose last key tile is now 80 keys, 226 → 229-238).
+ * BQ and BQ_MAX are multiples of 48 (6-row score, 4- and 3-row P·V blocks, 8- and 16-row softmax groups), BK and
+ * BK_MAX of 16. A large BQ amortises the Kᵀ tile transpose and the K/V reads (measured: 48 → 192 rows, +15 %); its
+ * tiles (~215 KiB at hd 72) stay in L2. */
+enum { ATTN_BQ = 192, ATTN_BQ_MAX = 240, ATTN_BK = 64, ATTN_BK_MAX = 80 };
+
+/* Query tiles of a segment of len rows (len >= 1), and the rows of tile t. */
+static inline int attn_query_tiles(int len) {
+    int n = (len + ATTN_BQ - 1) / ATTN_BQ;
+    if (n > 1 && len - (n - 1) * ATTN_BQ <= ATTN_BQ_MAX - ATTN_BQ) n--;
+    return n;
+}
+static inline int attn_query_rows(int len, int t) {
+    return t + 1 < attn_query_tiles(len) ? ATTN_BQ : len - t * ATTN_BQ;
+}
+
+/* Keys in the tile starting at key j0 of nk: ATTN_BK, or all the rest when that fits in ATTN_BK_MAX. */
+static inline int attn_key_tile(int nk, int j0) { return nk - j0 <= ATTN_BK_MAX ? nk - j0 : ATTN_BK; }
 
 /* Floats of per-thread scratch one attention work item needs (64-byte multiple): Q tile, Kᵀ tile, score tile,
  * output accumulator, running max and sum, tile maxima and rescale factors. */
 static inline size_t attn_block_floats(int hd) {
-    size_t n = (size_t)ATTN_BQ * (size_t)hd * 2 + (size_t)hd * ATTN_BK + (size_t)ATTN_BQ * ATTN_BK + 4 * ATTN_BQ;
+    size_t n = (size_t)ATTN_BQ_MAX * (size_t)hd * 2 + (size_t)hd * ATTN_BK_MAX + (size_t)ATTN_BQ_MAX * ATTN_BK_MAX +
+               4 * ATTN_BQ_MAX;
     return (n + 15) & ~(size_t)15;
 }
 
-/* Those floats, carved in that order (the SIMD blocks' layout; 64-byte alignment of ws carries to kt when hd is
- * a multiple of 16 or 8·ATTN_BQ is, which it is). */
+/* Those floats, carved in that order (the SIMD blocks' layout; every part stays 64-byte aligned as ATTN_BQ_MAX and
+ * ATTN_BK_MAX are multiples of 16). Row strides: qs and o hd, kt and s ATTN_BK_MAX. */
 typedef struct attn_ws {
-    float *qs;   /* [BQ][hd] query rows, zero-padded */
-    float *kt;   /* [hd][BK] key tile, transposed */
-    float *s;    /* [BQ][BK] scores, then probabilities */
-    float *o;    /* [BQ][hd] unnormalised output */
-    float *mrow; /* [BQ] running max */
-    float *lrow; /* [BQ] running sum */
-    float *tmax; /* [BQ] this key tile's row maxima */
-    float *alph; /* [BQ] rescale factors 2^(m_old − m_new) */
+    float *qs;   /* [BQ_MAX][hd] query rows, zero-padded */
+    float *kt;   /* [hd][BK_MAX] key tile, transposed */
+    float *s;    /* [BQ_MAX][BK_MAX] scores, then probabilities */
+    float *o;    /* [BQ_MAX][hd] unnormalised output */
+    float *mrow; /* [BQ_MAX] running max */
+    float *lrow; /* [BQ_MAX] running sum */
+    float *tmax; /* [BQ_MAX] this key tile's row maxima */
+    float *alph; /* [BQ_MAX] rescale factors 2^(m_old − m_new) */
 } attn_ws;
 
 static inline attn_ws attn_ws_carve(float *ws, int hd) {
     attn_ws w;
     w.qs = ws;
-    w.kt = w.qs + (size_t)ATTN_BQ * hd;
-    w.s = w.kt + (size_t)hd * ATTN_BK;
-    w.o = w.s + (size_t)ATTN_BQ * ATTN_BK;
-    w.mrow = w.o + (size_t)ATTN_BQ * hd;
-    w.lrow = w.mrow + ATTN_BQ;
-    w.tmax = w.lrow + ATTN_BQ;
-    w.alph = w.tmax + ATTN_BQ;
+    w.kt = w.qs + (size_t)ATTN_BQ_MAX * hd;
+    w.s = w.kt + (size_t)hd * ATTN_BK_MAX;
+    w.o = w.s + (size_t)ATTN_BQ_MAX * ATTN_BK_MAX;
+    w.mrow = w.o + (size_t)ATTN_BQ_MAX * hd;
+    w.lrow = w.mrow + ATTN_BQ_MAX;
+    w.tmax = w.lrow + ATTN_BQ_MAX;
+    w.alph = w.tmax + ATTN_BQ_MAX;
     return w;
 }
 
-/* One attention work item: nq <= ATTN_BQ query rows q (row stride ldq, hd floats of one head) against nk >= 1 key
+/* One attention work item: nq <= ATTN_BQ_MAX query rows q (row stride ldq, hd floats of one head) against nk >= 1 key
  * and value rows k, v (strides ldk, ldv), online softmax over key tiles, written to out (stride ldo).
  * Needs hd % 8 == 0. ws: attn_block_floats(hd) floats, 64-byte aligned. */
 void attn_block_avx2(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,

@@ -77,6 +77,10 @@ int main(void) {
     const int n_isa = qvl_cpu_has_avx512() ? 4 : qvl_cpu_has_avx2() ? 3 : 2;
     /* Around ATTN_BQ = 192 and ATTN_BK = 64, and the 6/12-row blocks (11, 13, 25) and 16-key groups (17, 33). */
     const int lens1[] = {1, 47, 191, 192, 193, 64, 65, 400};
+    /* Tails taken by the tile before them (up to ATTN_BQ_MAX = 240 rows, ATTN_BK_MAX = 80 keys) and one past:
+     * 196 (a 224² image: 196 rows, keys 64 + 64 + 68), 240 and 241 rows, 80 and 81 keys, 144 = 64 + 80,
+     * 432 = 192 + 240. */
+    const int lens4[] = {196, 240, 241, 80, 81, 144, 432, 2};
     const int lens2[] = {5, 0, 97, 11, 13, 25, 17, 33};
     const int lens3[] = {1};
     /* 64 and 72 (the towers'), every 16-dim chunk count of the AVX-512 block with and without its 8-dim tail, and
@@ -89,6 +93,7 @@ int main(void) {
             run_case(lens1, 8, 2, hds[h], 6.0f); /* peaky softmax: the running max moves across key tiles */
             run_case(lens2, 8, 2, hds[h], 1.0f);
             run_case(lens3, 1, 3, hds[h], 1.0f);
+            run_case(lens4, 8, 2, hds[h], 6.0f);
         }
         const int big[] = {700};
         run_case(big, 1, 2, 72, 3.0f);
