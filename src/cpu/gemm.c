@@ -27,9 +27,9 @@
  * last bits. Measured on a 2-core AVX-512 VM (AVX-512 FMA peak ~175 GFLOP/s a core), tower shapes, bf16 panels:
  * the microkernel alone 164 GFLOP/s on bf16 panels, 176 on f32 (bench/bench_ukr.c: the widening takes an FMA slot
  * per vector); keeping the first tile's widened copy for the others lifted whole GEMMs (bench/bench_gemm.c,
- * FLOP-weighted over qkv, proj, fc1, fc2) from 136-150 to 151-154 GFLOP/s on one core and from 299-306 to 307-312 on
- * two (87-89 %, docs/PERFORMANCE.md). The AVX2 set on the same VM: 82-86 GFLOP/s a core (BENCH_ISA=avx2 bench_gemm
- * 784). */
+ * FLOP-weighted over qkv, proj, fc1, fc2) from 136-150 to 151-154 GFLOP/s on one core and from 299-306 to 307-312
+ * on two (86-89 % of the 349-358 GFLOP/s peak of run 3 in docs/PERFORMANCE.md). The AVX2 set on the same VM: 82-86
+ * GFLOP/s a core (BENCH_ISA=avx2 bench_gemm 784). */
 #include <stdint.h>
 #include <string.h>
 

@@ -71,7 +71,7 @@ static inline __attribute__((always_inline)) void ukr(int kc, const float *a, co
     if (bf16) {
         const uint16_t *p0 = (const uint16_t *)b0v, *p1 = (const uint16_t *)b1v;
         const __mmask32 hi_words = 0xAAAAAAAAu;
-        float *w0 = bw, *w1 = bw + (size_t)kc * 16; /* keep: the two widened micro-panels */
+        float *w0 = bw, *w1 = keep ? bw + (size_t)kc * 16 : NULL; /* keep: the two widened micro-panels */
         int k = 0;
         for (; k + 2 <= kc; k += 2, p0 += 32, p1 += two ? 32 : 0, a += 2 * MR) {
             __m512 x0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512((const void *)p0), 16));

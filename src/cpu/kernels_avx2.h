@@ -63,7 +63,7 @@ void ops_layernorm_row_avx2(const float *x, float *y, size_t cols, const float *
  * before against 216 for 192 rows; 193-207 after; 784 rows, whose last key tile is now 80 keys, 226 → 229-238).
  * BQ and BQ_MAX are multiples of 48 (6-row score, 4- and 3-row P·V blocks, 8- and 16-row softmax groups), BK and
  * BK_MAX of 16. A large BQ amortises the Kᵀ tile transpose and the K/V reads (measured: 48 → 192 rows, +15 %); its
- * tiles (~215 KiB at hd 72) stay in L2. */
+ * tiles (236 KiB at hd 72) stay in L2. */
 enum { ATTN_BQ = 192, ATTN_BQ_MAX = 240, ATTN_BK = 64, ATTN_BK_MAX = 80 };
 
 /* Query tiles of a segment of len rows (len >= 1), and the rows of tile t. */
