@@ -22,6 +22,8 @@ if [[ "${KEEP_CKPT:-0}" == 1 ]]; then echo "make_fixtures: checkpoints kept in $
 
 # name | preset | seed | depth (0: preset's) | deepstack (preset, none, or a list) | oracle args
 # Grid sides are chosen so that most of them do not land exactly on position-table rows (real bilinear weights).
+# tiny_tiles: one 272-row segment, so attention runs two query tiles (192 + 80) over key tiles 64 + 64 + 64 + 80
+# (the last one having taken a 16-key tail), and the GEMMs several M blocks.
 CASES=(
   "tiny_single   | tiny        | 1 | 0 | preset | --grid 1,8,8 --seed 101"
   "tiny_multi    | tiny        | 1 | 0 | preset | --grid 1,4,6 --grid 1,8,4 --grid 1,2,2 --seed 102"
@@ -29,6 +31,7 @@ CASES=(
   "tiny35_single | tiny-3.5    | 4 | 0 | preset | --grid 1,10,6 --seed 106"
   "wide_single   | qwen3.5-27b | 2 | 2 | preset | --grid 1,4,4 --seed 104"
   "w2b_deepstack | qwen3-vl-2b | 3 | 4 | 1,3    | --grid 1,4,4 --grid 1,2,4 --seed 105"
+  "tiny_tiles    | tiny        | 1 | 0 | preset | --grid 1,8,34 --seed 107"
 )
 
 trim() { local s="$1"; s="${s#"${s%%[![:space:]]*}"}"; printf '%s' "${s%"${s##*[![:space:]]}"}"; }
