@@ -207,6 +207,46 @@ static void check_concurrent(qvl_model *m, const qvl_model_info *mi, const char 
     free(px), free(want);
 }
 
+/* Models loaded at the same time from three threads, each a different layout of the same weights (the config,
+ * index and safetensors parsers running concurrently; under ThreadSanitizer in test_layouts_tsan), give the
+ * fingerprint and bits of the model loaded alone. */
+typedef struct load_arg {
+    char dir[512];
+    result r;
+    int ok;
+} load_arg;
+
+static void *load_thread(void *p) {
+    load_arg *a = p;
+    a->ok = encode_dir(a->dir, 1, &a->r);
+    return NULL;
+}
+
+static void check_concurrent_load(const char *root) {
+    static const char *const names[3] = {"tiny-hf", "tiny-sharded", "tiny-sidecar"};
+    result ref = {0};
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tiny-hf", root);
+    CHECK(encode_dir(dir, 1, &ref));
+    pthread_t t[3];
+    load_arg *a = calloc(3, sizeof *a);
+    CHECK(a != NULL);
+    if (!a) return;
+    for (int i = 0; i < 3; i++) {
+        snprintf(a[i].dir, sizeof a[i].dir, "%s/%s", root, names[i]);
+        CHECK(pthread_create(&t[i], NULL, load_thread, &a[i]) == 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(a[i].ok);
+        CHECK(strcmp(a[i].r.hex, ref.hex) == 0);
+        CHECK(same_outputs(&a[i].r, &ref));
+        free_result(&a[i].r);
+    }
+    free(a);
+    free_result(&ref);
+}
+
 /* An item's outputs do not depend on what else is in the call: a 64x64 image (4096 rows: the MLPs run in row
  * chunks, the merger's 1024 rows too) alone, and after a small image in one call, where every chunk boundary
  * falls elsewhere. */
@@ -314,6 +354,7 @@ int main(void) {
         qvl_model_free(m);
     }
     check_isa(dir);
+    check_concurrent_load(root);
     CHECK(tu_rmtree(root));
     return tu_finish("test_layouts");
 }
