@@ -157,8 +157,8 @@ typedef enum qvl_pos_mode {
 #define QVL_MAX_THREADS 1024
 
 typedef struct qvl_ctx_params {
-    int n_threads;         /* threads of the context's pool, the caller included; 0: one per online CPU;
-                              at most QVL_MAX_THREADS */
+    int n_threads;         /* threads of the context's pool, the caller included; 0: one per CPU this process may
+                              use (its affinity mask); at most QVL_MAX_THREADS */
     qvl_pos_mode pos_mode; /* default QVL_POS_CLOSED_FORM */
 } qvl_ctx_params;
 
@@ -168,6 +168,8 @@ void qvl_ctx_params_default(qvl_ctx_params *p);
  * `params` may be NULL. When the system refuses some threads, the context runs on those it got. */
 qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_ctx **out, qvl_error *err);
 void qvl_ctx_free(qvl_ctx *ctx);
+/* Threads of the context's pool, the caller included: what it got (0 for NULL). */
+int qvl_ctx_threads(const qvl_ctx *ctx);
 
 /* Patch rows (S) and merged tokens (S/4) of a list of grids; 0 if a grid is invalid or the count overflows. */
 size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids);

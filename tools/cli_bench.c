@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -66,13 +65,11 @@ static void *peak_thread(void *p) {
     return NULL;
 }
 
-/* The f32 FMA peak of the widest vector ISA the kernels use here, AVX-512 only when allow_wide (*lanes receives
- * 8 or 16): `threads` threads running the FMA loop at once. */
-static double measure_peak(int threads, int allow_wide, int *lanes) {
-    int wide = allow_wide && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    *lanes = wide ? 16 : 8;
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+/* The f32 FMA peak at the vector width of the kernel set the model was loaded for (`isa`, which the library
+ * only resolves to a set this CPU runs): `threads` threads running the FMA loop at once; 0 below AVX2. */
+static double measure_peak(int threads, int isa) {
+    const int wide = isa == QVL_ISA_AVX512, lanes = wide ? 16 : 8;
+    if (isa < QVL_ISA_AVX2) return 0;
     const long iters = 20000000;
     if (threads > 256) threads = 256;
     double best = 0, sink = 0;
@@ -90,7 +87,7 @@ static double measure_peak(int threads, int allow_wide, int *lanes) {
         for (int t = 1; t <= started; t++) pthread_join(tid[t], NULL);
         double s = (cli_now_ms() - t0) * 1e-3;
         for (int t = 0; t <= started; t++) sink += args[t].sink;
-        double gf = (double)(started + 1) * iters * 12 * (*lanes) * 2 / s * 1e-9;
+        double gf = (double)(started + 1) * iters * 12 * lanes * 2 / s * 1e-9;
         if (gf > best) best = gf;
     }
     if (sink == 12345.678) puts("");
@@ -185,18 +182,15 @@ int cmd_bench(int argc, char **argv) {
         qvl_model_free(m);
         return cli_fail("%s", err.message);
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = threads > 0 ? (int)threads : ncpu > 0 ? (int)ncpu : 1;
-    int lanes;
+    const int nt = qvl_ctx_threads(ctx); /* what the pool got: the peak is measured on as many threads */
     /* The peak is measured again after every case: a shared or turbo-bound machine's clock drifts (seen: 338 to
      * 381 GFLOP/s within minutes on the 2-core VM), and each case is set against the mean of the peaks taken just
      * before and just after it. */
-    const int wide = in.isa == QVL_ISA_AVX512;
-    double peak_before = measure_peak(nt, wide, &lanes);
+    double peak_before = measure_peak(nt, (int)in.isa);
     printf("model: %s (%s, depth %d, hidden %d, %s weights)\nthreads: %d, kernels: %s, measured f32 FMA peak: %.1f "
            "GFLOP/s (%s; measured again after each case, %%peak uses the mean around the case)\n\n",
            model_dir, in.model_type, in.depth, in.hidden, qvl_dtype_name(in.weight_dtype), nt, qvl_isa_name(in.isa),
-           peak_before, lanes == 16 ? "AVX-512" : "AVX2");
+           peak_before, in.isa == QVL_ISA_AVX512 ? "AVX-512" : "AVX2");
     printf("%-16s %7s %7s %10s %9s %7s | %8s %8s %8s %8s %8s %8s\n", "case", "patches", "tokens", "time ms", "GFLOP/s",
            "%peak", "patch", "pos/rope", "gemm", "attn", "norm", "merger");
     int rc = 0;
@@ -235,7 +229,7 @@ int cmd_bench(int argc, char **argv) {
                      n_tok * (size_t)in.out_hidden * sizeof(float) * (size_t)(1 + in.n_deepstack);
         if (act > act_max) act_max = act;
         qsort(times, (size_t)repeat, sizeof times[0], cmp_double);
-        const double peak_after = measure_peak(nt, wide, &lanes), peak = 0.5 * (peak_before + peak_after);
+        const double peak_after = measure_peak(nt, (int)in.isa), peak = 0.5 * (peak_before + peak_after);
         double med = times[repeat / 2], flops = best.gemm_flops + best.attention_flops;
         double gfs = flops / (med * 1e-3) * 1e-9;
         printf("%-16s %7zu %7zu %10.1f %9.1f %6.1f%% | %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", b->name, S, n_tok, med,

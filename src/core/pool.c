@@ -5,13 +5,15 @@
  * caller included, claims tasks by compare-and-swap on `work`, so a claim succeeds only for the generation it
  * read the job under: a worker that wakes late, after the job it saw has finished, can never run a task of the
  * wrong job, and the caller never waits for it. A finished job's word is closed (index 0xffffffff) before the
- * next job's fields change, so a claimer holding the old word cannot pair it with the new task count. `done` counts finished tasks; pool_run returns when it reaches
- * n_tasks (spinning, then sleeping on `done_cv`). Workers wait for a new generation spinning POOL_SPIN rounds,
- * then on `wake`; when the pool has more threads than the machine has CPUs they sleep at once, as spinning
- * would only take time from the thread that has work. */
+ * next job's fields change, so a claimer holding the old word cannot pair it with the new task count. `done`
+ * counts finished tasks; pool_run returns when it reaches n_tasks (spinning, then sleeping on `done_cv`). Workers
+ * wait for a new generation spinning POOL_SPIN rounds, then on `wake`; when the pool has more threads than the
+ * process has CPUs they, and pool_run's caller, sleep at once, as spinning would only take time from the thread
+ * that has work. */
 #include "core/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,7 +24,7 @@
 /* Spin rounds (one pause each, ~10-140 cycles by CPU) before a waiting thread sleeps: long enough to cover the
  * gap between the tower's back-to-back loops, short enough not to hold a core when the pool is idle. Tasks per
  * job are claimed through a 32-bit counter: larger loops run as several jobs. */
-enum { POOL_SPIN = 1 << 14, POOL_MAX_THREADS = 1024 };
+enum { POOL_SPIN = 1 << 14 };
 #define POOL_MAX_TASKS 0x7fffffffL
 
 typedef struct pool_worker {
@@ -56,9 +58,16 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* The CPUs this process may run on (its affinity mask: taskset, cgroup cpusets), as OpenMP's default counted them;
+ * the online CPUs where the mask cannot be read. */
 int pool_cpu_count(void) {
-    const long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > POOL_MAX_THREADS ? POOL_MAX_THREADS : (int)n;
+    long n = 0;
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+#endif
+    if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > QVL_MAX_THREADS ? QVL_MAX_THREADS : (int)n;
 }
 
 int pool_size(const qvl_pool *p) { return p ? p->n : 1; }
@@ -112,7 +121,7 @@ qvl_status pool_create(qvl_pool **out, int n_threads, qvl_error *err) {
     *out = NULL;
     const int cpus = pool_cpu_count();
     if (n_threads <= 0) n_threads = cpus;
-    if (n_threads > POOL_MAX_THREADS) n_threads = POOL_MAX_THREADS;
+    if (n_threads > QVL_MAX_THREADS) n_threads = QVL_MAX_THREADS;
     qvl_pool *p = calloc(1, sizeof *p);
     if (!p) return qvl_fail(err, QVL_ERR_NOMEM, "thread pool: out of memory");
     if (n_threads > 1 && !(p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers))) {
@@ -169,7 +178,7 @@ static void run_job(qvl_pool *p, long base, long n, pool_task_fn fn, void *ctx) 
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     run_tasks(p, gen, 0);
-    for (int s = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n && s < POOL_SPIN; s++) cpu_relax();
+    for (int s = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n && s < p->spin; s++) cpu_relax();
     if (atomic_load_explicit(&p->done, memory_order_acquire) < n) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load_explicit(&p->done, memory_order_acquire) < n) pthread_cond_wait(&p->done_cv, &p->mu);

@@ -21,9 +21,9 @@ typedef struct qvl_pool qvl_pool;
 
 typedef void (*pool_task_fn)(void *ctx, long task, int thread);
 
-/* Creates a pool of n_threads threads in all (n_threads <= 0: one per online CPU; at most 1024). When the system
- * refuses to start some threads, the pool keeps the ones it has (pool_size tells); only an allocation failure is
- * an error. *out is NULL on failure. */
+/* Creates a pool of n_threads threads in all (n_threads <= 0: one per CPU this process may use; at most
+ * QVL_MAX_THREADS). When the system refuses to start some threads, the pool keeps the ones it has (pool_size
+ * tells); only an allocation failure is an error. *out is NULL on failure. */
 qvl_status pool_create(qvl_pool **out, int n_threads, qvl_error *err);
 /* Stops and joins the workers. NULL is a no-op. */
 void pool_destroy(qvl_pool *p);
@@ -35,7 +35,7 @@ void pool_run(qvl_pool *p, long n_tasks, pool_task_fn fn, void *ctx);
  * be shorter), through pool_run. grain <= 0 picks about four ranges per thread. */
 typedef void (*pool_range_fn)(void *ctx, long begin, long end, int thread);
 void pool_for(qvl_pool *p, long n, long grain, pool_range_fn fn, void *ctx);
-/* The number of online CPUs (at least 1). */
+/* The CPUs this process may run on (at least 1, at most QVL_MAX_THREADS). */
 int pool_cpu_count(void);
 
 #endif

@@ -189,6 +189,8 @@ qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_
 
 size_t qvl_ctx_scratch_size(const qvl_ctx *c) { return c && c->block ? c->block_bytes : 0; }
 
+int qvl_ctx_threads(const qvl_ctx *c) { return c ? pool_size(c->pool) : 0; }
+
 size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids) {
     size_t total = 0, n;
     if (!grids) return 0;

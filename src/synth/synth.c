@@ -376,8 +376,8 @@ static int cmp_spec_name(const void *a, const void *b) {
     return strcmp((*(const tspec *const *)a)->name, (*(const tspec *const *)b)->name);
 }
 
-/* model.safetensors.index.json: total_size and weight_map sorted by name, as transformers writes it. */
-/* model.safetensors.index.json for the shards; es: bytes per stored element. */
+/* model.safetensors.index.json for the shards (es: bytes per stored element): total_size and weight_map sorted by
+ * name, as transformers writes it. */
 static qvl_status write_index(const tlist *l, const char *const *files, const char *dir, size_t es, qvl_error *err) {
     const tspec **sorted = malloc((l->n ? l->n : 1) * sizeof *sorted);
     size_t cap = 256 + l->n * (NAME_MAX_LEN + 48);
@@ -477,13 +477,13 @@ qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error
     if (p->layout == QVL_LAYOUT_NESTED) prefix = "model.language_model.visual.";
 
     tlist tower_l = {0}, text_l = {0};
+    qvl_pool *pool = NULL; /* one thread per CPU for generating the values, for every file written */
     qvl_status s = QVL_OK;
     if (!build_tower(&tower_l, &tw, prefix, mlx)) {
         s = qvl_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
         goto done;
     }
     const size_t es = p->dtype == QVL_DTYPE_F32 ? 4 : 2;
-    qvl_pool *pool = NULL; /* one thread per CPU for generating the values, for every file written */
     if ((s = write_configs(&tw, dir, err)) != QVL_OK || (s = pool_create(&pool, 0, err)) != QVL_OK) goto done;
 
     switch (p->layout) {
