@@ -36,6 +36,7 @@ static double seconds = 0.5;
 static int reps_best = 3;
 
 static double best_cpu; /* best GFLOP per CPU-second per thread of the last bench_one */
+static gemm_isa isa = GEMM_ISA_AUTO; /* BENCH_ISA */
 
 /* Best-of-reps GFLOP/s; variant < 4: gemm_run, 4: cblas_sgemm. */
 static double bench_one(gemm_args *g, void *ws, int nt, int variant) {
@@ -52,7 +53,7 @@ static double bench_one(gemm_args *g, void *ws, int nt, int variant) {
                             (int)g->lda, (const float *)g->B, (int)g->ldb, 0.0f, g->C, (int)g->ldc);
             } else
 #endif
-                gemm_run(g, ws, pool_of(nt));
+                gemm_run_isa(g, ws, pool_of(nt), isa);
             reps++;
             dt = wall_now() - t0;
         } while (dt < seconds);
@@ -76,12 +77,12 @@ int main(int argc, char **argv) {
     const int acc = getenv("BENCH_ACC") ? atoi(getenv("BENCH_ACC")) : 0;
     const int only_nt = getenv("BENCH_THREADS") ? atoi(getenv("BENCH_THREADS")) : 0;
     const char *isa_s = getenv("BENCH_ISA"), *only_v = getenv("BENCH_VARIANTS");
-    if (isa_s)
-        gemm_set_isa(!strcmp(isa_s, "avx512") ? GEMM_ISA_AVX512
-                     : !strcmp(isa_s, "avx2") ? GEMM_ISA_AVX2
-                                              : GEMM_ISA_SCALAR);
+    isa = !isa_s                      ? gemm_auto_isa()
+          : !strcmp(isa_s, "avx512") ? GEMM_ISA_AVX512
+          : !strcmp(isa_s, "avx2")   ? GEMM_ISA_AVX2
+                                     : GEMM_ISA_SCALAR;
     static const char *iname[4] = {"auto", "scalar", "avx2", "avx512"};
-    printf("kernel set: %s\n", iname[gemm_auto_isa()]);
+    printf("kernel set: %s\n", iname[isa]);
     void *ws = aligned_alloc(64, gemm_workspace_size(2));
     static const char *vname[5] = {"f32", "bf16", "f32 packed", "bf16 packed", "openblas"};
     printf("GFLOP/s (wall), and in [] GFLOP per CPU-second of all threads x threads (contention-free estimate)\n");
@@ -105,8 +106,8 @@ int main(int argc, char **argv) {
             gemm_packed pf, ph;
             void *bufp_f = aligned_alloc(64, gemm_pack_size(N, K, QVL_DTYPE_F32, GEMM_PANEL_AUTO));
             void *bufp_h = aligned_alloc(64, gemm_pack_size(N, K, QVL_DTYPE_BF16, GEMM_PANEL_AUTO));
-            gemm_pack_b(&pf, bufp_f, Bf, QVL_DTYPE_F32, (size_t)K, N, K, GEMM_PANEL_AUTO, pool_of(2));
-            gemm_pack_b(&ph, bufp_h, Bh, QVL_DTYPE_BF16, (size_t)K, N, K, GEMM_PANEL_AUTO, pool_of(2));
+            gemm_pack_b_isa(&pf, bufp_f, Bf, QVL_DTYPE_F32, (size_t)K, N, K, GEMM_PANEL_AUTO, pool_of(2), isa);
+            gemm_pack_b_isa(&ph, bufp_h, Bh, QVL_DTYPE_BF16, (size_t)K, N, K, GEMM_PANEL_AUTO, pool_of(2), isa);
 #ifdef QVL_BENCH_OPENBLAS
             const int n_var = 5;
 #else

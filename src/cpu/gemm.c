@@ -23,8 +23,8 @@
  * Kernel sets (gemm_kernels, one looked up per call): scalar (reference, 6 x 16), AVX2 (6 x 16) and AVX-512
  * (14 x 32 over two adjacent 16-column panels; bf16 panels packed in its own order, GEMM_BF16_PAIRS). AUTO takes
  * the widest the CPU runs. The SIMD sets share the K blocking, one FMA chain per element and the vector GELU
- * (vmath_*.h), so they agree bit for bit; the scalar set (separate multiply and add, libm GELU) differs in the
- * last bits. Measured on a 2-core AVX-512 VM (AVX-512 FMA peak ~175 GFLOP/s a core), tower shapes, bf16 panels:
+ * (vmath_*.h), so they agree bit for bit; the scalar set (separate multiply and add, then the epilogue pass through
+ * op_gelu_*) differs in the last bits. Measured on a 2-core AVX-512 VM (AVX-512 FMA peak ~175 GFLOP/s a core), tower shapes, bf16 panels:
  * the microkernel alone 164 GFLOP/s on bf16 panels, 176 on f32 (bench/bench_ukr.c: the widening takes an FMA slot
  * per vector); keeping the first tile's widened copy for the others lifted whole GEMMs (bench/bench_gemm.c,
  * FLOP-weighted over qkv, proj, fc1, fc2) from 136-150 to 151-154 GFLOP/s on one core and from 299-306 to 307-312
@@ -166,14 +166,7 @@ static const gemm_kernels kernels_avx512 = {.mr = 14, .nr = 2 * GEMM_NR, .mc_max
                                             .ukr_bf16 = gemm_ukr_14x32_bf16_avx512, .pack_b = gemm_pack_b16_avx2,
                                             .pack_a = gemm_pack_a14_avx512, .has_tail = 1, .keeps_widened = 1};
 
-static gemm_isa isa_override = GEMM_ISA_AUTO;
-
-void gemm_set_isa(gemm_isa isa) { isa_override = isa; }
-
-gemm_isa gemm_auto_isa(void) {
-    if (isa_override != GEMM_ISA_AUTO) return isa_override;
-    return (gemm_isa)qvl_cpu_level(); /* the same numbering */
-}
+gemm_isa gemm_auto_isa(void) { return (gemm_isa)qvl_cpu_level(); /* the same numbering */ }
 
 static const gemm_kernels *kernels_for(gemm_isa isa) {
     switch (isa == GEMM_ISA_AUTO ? gemm_auto_isa() : isa) {
@@ -337,6 +330,7 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
             if (in_regs) {
                 h0 = (const uint16_t *)pk->data + poff;
                 h1 = two ? h0 + pstride : NULL;
+                b1 = two ? bp + (size_t)kc * GEMM_NR : NULL; /* where a kept widened copy puts the second panel */
             } else if (pk && pk->dtype == QVL_DTYPE_F32) {
                 b0 = (const float *)pk->data + poff;
                 b1 = two ? b0 + pstride : NULL;
@@ -358,11 +352,8 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
                     tp = &tail;
                 }
                 float *ct = cj + (size_t)ir * GEMM_NC_MAX;
-                if (in_regs && (!keep || ir == 0))
+                if (in_regs && (!keep || ir == 0)) /* keep: the first tile leaves the widened panels in Bp */
                     kr->ukr_bf16(kc, ap + (size_t)ir * kc, h0, h1, ct, GEMM_NC_MAX, pc == 0, tp, keep ? bp : NULL);
-                else if (in_regs) /* keep: the first tile left the widened micro-panels in Bp */
-                    kr->ukr(kc, ap + (size_t)ir * kc, bp, two ? bp + (size_t)kc * GEMM_NR : NULL, ct, GEMM_NC_MAX,
-                            pc == 0, tp);
                 else kr->ukr(kc, ap + (size_t)ir * kc, b0, b1, ct, GEMM_NC_MAX, pc == 0, tp);
                 tail.c += (size_t)MR * g->ldc;
             }

@@ -78,10 +78,7 @@ void gemm_run_isa(const gemm_args *g, void *ws, qvl_pool *pool, gemm_isa isa);
 /* gemm_pack_b with the panel order of an explicit kernel set (the set gemm_run_isa will run; AUTO as gemm_pack_b). */
 int gemm_pack_b_isa(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
                     gemm_panel which, qvl_pool *pool, gemm_isa isa);
-/* What AUTO means from now on, for gemm_run and for the bf16 panel order gemm_pack_b chooses (tests and
- * benchmarks; GEMM_ISA_AUTO restores the CPU's choice). Not to be called while another thread is in gemm_*. */
-void gemm_set_isa(gemm_isa isa);
-/* The kernel set AUTO resolves to now. */
+/* The kernel set AUTO resolves to: the widest this CPU runs. */
 gemm_isa gemm_auto_isa(void);
 
 #endif

@@ -35,11 +35,11 @@ static inline __attribute__((always_inline)) void step(__m512 acc[2 * MR], const
 static __attribute__((noinline)) void finish(const __m512 acc[2 * MR], const float *cb, size_t ldc, int first,
                                              int two, const gemm_tail *t) {
     const int c0 = t->cols < 16 ? t->cols : 16, c1 = t->cols - c0;
-    const __mmask16 m0 = (__mmask16)((1u << c0) - 1u), m1 = (__mmask16)((1u << (c1 > 0 ? c1 : 0)) - 1u);
+    const __mmask16 m0 = (__mmask16)((1u << c0) - 1u), m1 = (__mmask16)((1u << c1) - 1u); /* two: c1 > 0 */
     __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
     if (t->bias) {
         b0 = _mm512_maskz_loadu_ps(m0, t->bias);
-        if (two && c1 > 0) b1 = _mm512_maskz_loadu_ps(m1, t->bias + 16);
+        if (two) b1 = _mm512_maskz_loadu_ps(m1, t->bias + 16);
     }
 #pragma GCC unroll 14
     for (int i = 0; i < MR; i++) { /* constant indices keep acc in registers */
@@ -51,7 +51,7 @@ static __attribute__((noinline)) void finish(const __m512 acc[2 * MR], const flo
         if (t->act) v = t->act == 1 ? v16_gelu_tanh(v) : v16_gelu_erf(v);
         if (t->accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), v);
         _mm512_mask_storeu_ps(ci, m0, v);
-        if (two && c1 > 0) {
+        if (two) {
             v = first ? acc[2 * i + 1] : _mm512_add_ps(_mm512_loadu_ps(cbi + 16), acc[2 * i + 1]);
             if (t->bias) v = _mm512_add_ps(v, b1);
             if (t->act) v = t->act == 1 ? v16_gelu_tanh(v) : v16_gelu_erf(v);

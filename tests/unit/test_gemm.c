@@ -77,9 +77,8 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
         memset(pbuf, 0xff, psz); /* NaN bits: every byte the driver reads must have been written by the packer */
         /* bf16 → bf16 packing is portable code whatever the set, so the other order is packable on any CPU. */
         const gemm_isa eff = isa == GEMM_ISA_AUTO ? gemm_auto_isa() : isa;
-        gemm_set_isa(w == 2 ? (eff == GEMM_ISA_AVX512 ? GEMM_ISA_AVX2 : GEMM_ISA_AVX512) : eff);
-        CHECK(gemm_pack_b(&pk, pbuf, B, dt, ldb, N, K, which, tu_pool(2)) == 0);
-        gemm_set_isa(GEMM_ISA_AUTO);
+        const gemm_isa pack_isa = w == 2 ? (eff == GEMM_ISA_AVX512 ? GEMM_ISA_AVX2 : GEMM_ISA_AVX512) : eff;
+        CHECK(gemm_pack_b_isa(&pk, pbuf, B, dt, ldb, N, K, which, tu_pool(2), pack_isa) == 0);
         const gemm_bf16_order want = eff == GEMM_ISA_AVX512 ? GEMM_BF16_PAIRS : GEMM_BF16_LANES;
         const gemm_bf16_order other = want == GEMM_BF16_PAIRS ? GEMM_BF16_LANES : GEMM_BF16_PAIRS;
         if (pk.dtype == QVL_DTYPE_BF16) CHECK(pk.order == (w == 2 ? other : want));
