@@ -26,10 +26,8 @@ size_t attn_workspace_size(int head_dim, int n_threads) {
 /* Portable work item: same contract and tile structure as attn_block_avx2 (kernels_avx2.h), any hd. */
 static void attn_block_scalar(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                               float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
-    float *s = ws;                                      /* [BQ_MAX][BK_MAX] */
-    float *o = s + (size_t)ATTN_BQ_MAX * ATTN_BK_MAX;   /* [BQ_MAX][hd] */
-    float *mrow = o + (size_t)ATTN_BQ_MAX * hd;         /* [BQ_MAX] */
-    float *lrow = mrow + ATTN_BQ_MAX;                   /* [BQ_MAX] */
+    const attn_ws w = attn_ws_carve(ws, hd); /* the SIMD blocks' layout; this block uses s, o, mrow and lrow */
+    float *s = w.s, *o = w.o, *mrow = w.mrow, *lrow = w.lrow;
     for (int i = 0; i < nq; i++) {
         memset(o + (size_t)i * hd, 0, (size_t)hd * sizeof(float));
         mrow[i] = -INFINITY;
@@ -78,6 +76,9 @@ typedef struct attn_job {
     float *ws;
 } attn_job;
 
+/* Work items of a segment of len rows: one per (head, query tile); none for an empty segment. */
+static long seg_items(int len, int nh) { return len > 0 ? (long)nh * attn_query_tiles(len) : 0; }
+
 static void attn_task(void *ctx, long it, int thread) {
     const attn_job *j = ctx;
     const attn_args *a = j->a;
@@ -86,7 +87,7 @@ static void attn_task(void *ctx, long it, int thread) {
     int s = 0, len = 0;
     for (;; s++) {
         len = a->cu[s + 1] - a->cu[s];
-        const long n_it = len > 0 ? (long)nh * attn_query_tiles(len) : 0;
+        const long n_it = seg_items(len, nh);
         if (rest < n_it) break;
         rest -= n_it;
     }
@@ -103,10 +104,7 @@ static void attn_run_with(const attn_args *a, void *ws, qvl_pool *pool, attn_blo
     const int nh = a->n_heads, hd = a->head_dim;
     if (nh <= 0 || hd <= 0 || a->n_seg <= 0) return;
     long items = 0;
-    for (int s = 0; s < a->n_seg; s++) {
-        const int len = a->cu[s + 1] - a->cu[s];
-        if (len > 0) items += (long)nh * attn_query_tiles(len);
-    }
+    for (int s = 0; s < a->n_seg; s++) items += seg_items(a->cu[s + 1] - a->cu[s], nh);
     attn_job j = {a, block, (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63)};
     /* Items in (segment, head, query tile) order, handed out dynamically: consecutive items share K and V, every
      * core stays busy when segments differ in length or a core is shared, and which thread computes an item does

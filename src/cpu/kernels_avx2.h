@@ -72,8 +72,8 @@ static inline int attn_query_tiles(int len) {
     if (n > 1 && len - (n - 1) * ATTN_BQ <= ATTN_BQ_MAX - ATTN_BQ) n--;
     return n;
 }
-static inline int attn_query_rows(int len, int t) {
-    return t + 1 < attn_query_tiles(len) ? ATTN_BQ : len - t * ATTN_BQ;
+static inline int attn_query_rows(int len, int t) { /* the rule of attn_key_tile: all the rest when it fits */
+    return len - t * ATTN_BQ <= ATTN_BQ_MAX ? len - t * ATTN_BQ : ATTN_BQ;
 }
 
 /* Keys in the tile starting at key j0 of nk: ATTN_BK, or all the rest when that fits in ATTN_BK_MAX. */
