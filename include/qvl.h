@@ -175,8 +175,9 @@ int qvl_ctx_threads(const qvl_ctx *ctx);
 size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids);
 size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids);
 
-/* Reserve scratch for inputs of up to `max_rows` patch rows whose largest attention segment is `max_segment` rows.
- * qvl_encode reserves on demand; calling this first keeps allocation out of the encode path entirely. */
+/* Reserve scratch for inputs of up to `max_rows` patch rows. `max_segment` (the largest attention segment) is
+ * accepted and ignored: attention memory does not grow with it. qvl_encode reserves on demand; calling this first
+ * keeps allocation out of the encode path entirely. */
 qvl_status qvl_ctx_reserve(qvl_ctx *ctx, size_t max_rows, size_t max_segment, qvl_error *err);
 /* Bytes of scratch the context holds now (what qvl_ctx_reserve or the largest encode so far allocated): every
  * activation buffer of the forward pass, for the largest input seen. 0 for NULL or before the first reserve. */

@@ -10,9 +10,8 @@
 #include "cpu/kernels_avx512.h"
 #include "cpu/ops.h"
 
-/* Which elementwise kernels run here (1 portable, 2 AVX2, 3 AVX-512, the same bits as AVX2): the epilogue calls
- * GELU per row segment, so this must not ask CPUID each time; qvl_cpu_level caches. */
-static inline int simd_level(void) { return qvl_cpu_level(); }
+/* The elementwise kernels follow qvl_cpu_level() (1 portable, 2 AVX2, 3 AVX-512, the same bits as AVX2), which
+ * is cached: the GEMM epilogue calls GELU per row segment. */
 
 /* LayerNorm statistics are accumulated in double: the mean and biased variance come out as the correctly rounded
  * f32 values of the exact statistics (two passes: mean, then Σ(x − mean)²), which is within torch's own f32
@@ -63,7 +62,7 @@ static void layernorm_rows(const float *x, size_t ldx, float *y, size_t ldy, siz
 
 void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
                   const float *b, float eps, qvl_pool *pool) {
-    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, simd_level() >= 2 ? ops_layernorm_row_avx2 : layernorm_row);
+    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, qvl_cpu_has_avx2() ? ops_layernorm_row_avx2 : layernorm_row);
 }
 
 void op_layernorm_scalar(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
@@ -95,14 +94,14 @@ void op_gelu_erf_scalar(float *x, size_t n) {
 }
 
 void op_gelu_tanh(float *x, size_t n) {
-    const int l = simd_level();
+    const int l = qvl_cpu_level();
     if (l == 3) ops_gelu_tanh_avx512(x, n);
     else if (l == 2) ops_gelu_tanh_avx2(x, n);
     else op_gelu_tanh_scalar(x, n);
 }
 
 void op_gelu_erf(float *x, size_t n) {
-    const int l = simd_level();
+    const int l = qvl_cpu_level();
     if (l == 3) ops_gelu_erf_avx512(x, n);
     else if (l == 2) ops_gelu_erf_avx2(x, n);
     else op_gelu_erf_scalar(x, n);

@@ -70,17 +70,6 @@ static qvl_status parse_json(const char *text, size_t len, const char *path, cJS
     return QVL_OK;
 }
 
-static qvl_status load_json(const char *path, cJSON **root, qvl_error *err) {
-    *root = NULL;
-    if (!qvl_is_file(path)) return QVL_OK;
-    char *text;
-    size_t len;
-    QVL_TRY(qvl_read_file(path, 1u << 20, &text, &len, err));
-    qvl_status s = parse_json(text, len, path, root, err);
-    free(text);
-    return s;
-}
-
 static qvl_status image_config(const cJSON *r, const char *path, qvl_preprocess_params *p, qvl_error *err) {
     double patch = p->patch, tp = p->temporal_patch, merge = p->merge, rescale = p->rescale_factor;
     QVL_TRY(budget(r, path, &p->min_pixels, &p->max_pixels, err));
@@ -113,26 +102,6 @@ static qvl_status video_config(const cJSON *r, const char *path, qvl_preprocess_
     return QVL_OK;
 }
 
-qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_params *p, qvl_video_params *v,
-                                      qvl_error *err) {
-    if (!model_dir) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params_load: model_dir is NULL");
-    char path[4096];
-    cJSON *root;
-    qvl_status s = QVL_OK;
-    if (p) {
-        QVL_TRY(qvl_join(path, sizeof path, model_dir, "preprocessor_config.json", err));
-        QVL_TRY(load_json(path, &root, err));
-        if (root) s = image_config(root, path, p, err);
-        cJSON_Delete(root);
-        QVL_TRY(s);
-    }
-    QVL_TRY(qvl_join(path, sizeof path, model_dir, "video_preprocessor_config.json", err));
-    QVL_TRY(load_json(path, &root, err));
-    if (root) s = video_config(root, path, p, v, err);
-    cJSON_Delete(root);
-    return s;
-}
-
 qvl_status preproc_config_parse(const char *text, size_t len, const char *path, int video, qvl_preprocess_params *p,
                                 qvl_video_params *v, qvl_error *err) {
     if (!text || (!video && !p)) return qvl_fail(err, QVL_ERR_INVALID_ARG, "preproc_config_parse: NULL argument");
@@ -141,4 +110,25 @@ qvl_status preproc_config_parse(const char *text, size_t len, const char *path, 
     qvl_status s = video ? video_config(root, path, p, v, err) : image_config(root, path, p, err);
     cJSON_Delete(root);
     return s;
+}
+
+/* model_dir/name, parsed by preproc_config_parse when the file exists (a missing file keeps the defaults). */
+static qvl_status load_file(const char *model_dir, const char *name, int video, qvl_preprocess_params *p,
+                            qvl_video_params *v, qvl_error *err) {
+    char path[4096];
+    QVL_TRY(qvl_join(path, sizeof path, model_dir, name, err));
+    if (!qvl_is_file(path)) return QVL_OK;
+    char *text;
+    size_t len;
+    QVL_TRY(qvl_read_file(path, 1u << 20, &text, &len, err));
+    qvl_status s = preproc_config_parse(text, len, path, video, p, v, err);
+    free(text);
+    return s;
+}
+
+qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_params *p, qvl_video_params *v,
+                                      qvl_error *err) {
+    if (!model_dir) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params_load: model_dir is NULL");
+    if (p) QVL_TRY(load_file(model_dir, "preprocessor_config.json", 0, p, v, err));
+    return load_file(model_dir, "video_preprocessor_config.json", 1, p, v, err);
 }

@@ -210,7 +210,7 @@ static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size
                           qvl_error *err) {
     const qvl_config *k = &c->m->cfg;
     if (!grids || n_grids == 0) return qvl_fail(err, QVL_ERR_INVALID_ARG, "no grids given");
-    size_t n_seg = 0, max_seg = 0;
+    size_t n_seg = 0;
     for (size_t i = 0; i < n_grids; i++) {
         const qvl_grid *g = &grids[i];
         if (g->t < 1 || g->h < k->merge || g->w < k->merge || g->h % k->merge || g->w % k->merge ||
@@ -218,15 +218,13 @@ static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size
             return qvl_fail(err, QVL_ERR_INVALID_ARG, "grid %zu (t=%d, h=%d, w=%d): t must be ≥ 1 and h, w positive "
                             "multiples of the merge size %d, at most %d", i, g->t, g->h, g->w, k->merge,
                             QVL_MAX_SIDE);
-        size_t hw = (size_t)g->h * (size_t)g->w;
-        if (hw > max_seg) max_seg = hw;
         if (qvl_add_overflow(n_seg, (size_t)g->t, &n_seg)) return qvl_fail(err, QVL_ERR_LIMIT, "too many segments");
     }
     size_t S = qvl_patch_rows(grids, n_grids);
     if (S == 0 || S > (size_t)INT32_MAX) return qvl_fail(err, QVL_ERR_LIMIT, "patch row count overflows");
     if (S != n_rows)
         return qvl_fail(err, QVL_ERR_INVALID_ARG, "%zu pixel rows given, the grids need %zu", n_rows, S);
-    QVL_TRY(qvl_ctx_reserve(c, S, max_seg, err));
+    QVL_TRY(qvl_ctx_reserve(c, S, 0, err)); /* the scratch depends on the rows alone */
     if (n_seg + 1 > c->cap_cu) {
         int *cu = realloc(c->cu, (n_seg + 1) * sizeof *cu);
         if (!cu) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory for %zu segments", n_seg);
