@@ -7,4 +7,9 @@
  * hypervisor on virtual machines); later calls read an atomic. Thread-safe. */
 int qvl_cpu_level(void);
 
+/* Nonzero when this CPU runs the *_avx2.c code (level 2 or more), the *_avx512.c code (which also uses
+ * AVX2/FMA/F16C: level 3). */
+static inline int qvl_cpu_has_avx2(void) { return qvl_cpu_level() >= 2; }
+static inline int qvl_cpu_has_avx512(void) { return qvl_cpu_level() >= 3; }
+
 #endif

@@ -323,8 +323,7 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
             const size_t poff = (size_t)(j0 + jr) * g->K + (size_t)pc * GEMM_NR;
             float *cj = cb + jr;
             gemm_tail tail = {g->C + (size_t)i0 * g->ldc + (size_t)(j0 + jr), g->ldc, g->bias ? g->bias + j0 + jr : NULL,
-                              0, nc - jr < kr->nr ? nc - jr : kr->nr, g->accumulate,
-                              (int)g->epilogue /* gemm_tail.act uses the same numbering */};
+                              0, nc - jr < kr->nr ? nc - jr : kr->nr, g->accumulate, g->epilogue};
             const float *b0 = bp, *b1 = two ? bp + (size_t)GEMM_KC * GEMM_NR : NULL;
             const uint16_t *h0 = NULL, *h1 = NULL;
             if (in_regs) {

@@ -38,10 +38,10 @@ static __attribute__((noinline)) void finish(const __m256 acc[12], const float *
             v0 = _mm256_add_ps(v0, b0);
             v1 = _mm256_add_ps(v1, b1);
         }
-        if (t->act == 1) {
+        if (t->act == GEMM_EPI_GELU_TANH) {
             v0 = v8_gelu_tanh(v0);
             v1 = v8_gelu_tanh(v1);
-        } else if (t->act == 2) {
+        } else if (t->act == GEMM_EPI_GELU_ERF) {
             v0 = v8_gelu_erf(v0);
             v1 = v8_gelu_erf(v1);
         }

@@ -48,13 +48,13 @@ static __attribute__((noinline)) void finish(const __m512 acc[2 * MR], const flo
         float *ci = t->c + (size_t)i * t->ldc;
         __m512 v = first ? acc[2 * i] : _mm512_add_ps(_mm512_loadu_ps(cbi), acc[2 * i]);
         if (t->bias) v = _mm512_add_ps(v, b0);
-        if (t->act) v = t->act == 1 ? v16_gelu_tanh(v) : v16_gelu_erf(v);
+        if (t->act) v = t->act == GEMM_EPI_GELU_TANH ? v16_gelu_tanh(v) : v16_gelu_erf(v);
         if (t->accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), v);
         _mm512_mask_storeu_ps(ci, m0, v);
         if (two) {
             v = first ? acc[2 * i + 1] : _mm512_add_ps(_mm512_loadu_ps(cbi + 16), acc[2 * i + 1]);
             if (t->bias) v = _mm512_add_ps(v, b1);
-            if (t->act) v = t->act == 1 ? v16_gelu_tanh(v) : v16_gelu_erf(v);
+            if (t->act) v = t->act == GEMM_EPI_GELU_TANH ? v16_gelu_tanh(v) : v16_gelu_erf(v);
             if (t->accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), v);
             _mm512_mask_storeu_ps(ci + 16, m1, v);
         }

@@ -1,5 +1,5 @@
-/* kernels_avx2.h — entry points of the AVX2+FMA+F16C kernels (gemm_avx2.c, attention_avx2.c) and the run-time
- * check that must pass before any of them is called. The portable drivers (gemm.c, attention.c) own the loops,
+/* kernels_avx2.h — entry points of the AVX2+FMA+F16C kernels (gemm_avx2.c, attention_avx2.c), called only after
+ * qvl_cpu_has_avx2() (core/cpu.h), and the attention tiling they share. The portable drivers (gemm.c, attention.c) own the loops,
  * the blocking and the threads; these functions only compute on data the driver has laid out. */
 #ifndef QVL_CPU_KERNELS_AVX2_H
 #define QVL_CPU_KERNELS_AVX2_H
@@ -8,24 +8,22 @@
 #include <stdint.h>
 
 #include "core/cpu.h"
+#include "cpu/gemm.h"
 #include "qvl.h"
-
-/* Nonzero when this CPU runs the *_avx2.c code (core/cpu.h: detected once). */
-static inline int qvl_cpu_has_avx2(void) { return qvl_cpu_level() >= 2; }
 
 /* The last K block of a micro-tile may finish the GEMM in the kernel instead of leaving partial sums for the
  * driver's epilogue pass: with a tail, the kernel computes per element v = (first ? 0 : cb) + acc (exactly what it
- * would store into its partial-sum tile), then v = v + bias[j] (bias not NULL), then v = gelu(v) (act 1: tanh
- * GELU, 2: erf GELU, by vmath_*.h, the code of op_gelu_*), then, with accumulate, v = C + v, and stores v into C
- * for rows < rows and columns < cols only: the epilogue's operations in its order, so the same bits, and no pass
- * over Cb and C afterwards. */
+ * would store into its partial-sum tile), then v = v + bias[j] (bias not NULL), then v = gelu(v) (act: tanh or erf
+ * GELU, by vmath_*.h, the code of op_gelu_*), then, with accumulate, v = C + v, and stores v into C for the
+ * valid rows and columns only: the epilogue's operations in its order, so the same bits, and no pass over Cb and C
+ * afterwards. */
 typedef struct gemm_tail {
     float *c;          /* the tile's element (0, 0) in C */
     size_t ldc;
     const float *bias; /* bias of the tile's column 0, or NULL */
     int rows, cols;    /* valid part of the tile (>= 1) */
     int accumulate;
-    int act;           /* 0: none, 1: tanh GELU, 2: erf GELU (gemm.h's gemm_epilogue values) */
+    gemm_epilogue act; /* GELU or none */
 } gemm_tail;
 
 /* GEMM micro-tile, 6 x 16 (gemm.c: GEMM_MR x GEMM_NR). a: packed A micro-panel, kc steps of 6 floats; b: packed

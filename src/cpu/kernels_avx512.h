@@ -1,5 +1,5 @@
-/* kernels_avx512.h — entry points of the AVX-512 (F/BW/DQ/VL + FMA) kernels (gemm_avx512.c, attention_avx512.c)
- * and the run-time check that must pass before any of them is called. As for kernels_avx2.h, the portable drivers
+/* kernels_avx512.h — entry points of the AVX-512 (F/BW/DQ/VL + FMA) kernels (gemm_avx512.c, attention_avx512.c),
+ * called only after qvl_cpu_has_avx512() (core/cpu.h). As for kernels_avx2.h, the portable drivers
  * (gemm.c, attention.c) own loops, blocking and threads; these functions compute on data the driver laid out. */
 #ifndef QVL_CPU_KERNELS_AVX512_H
 #define QVL_CPU_KERNELS_AVX512_H
@@ -8,9 +8,6 @@
 #include <stdint.h>
 
 #include "cpu/kernels_avx2.h"
-
-/* Nonzero when this CPU runs the *_avx512.c code, which also uses AVX2/FMA/F16C (core/cpu.h: detected once). */
-static inline int qvl_cpu_has_avx512(void) { return qvl_cpu_level() >= 3; }
 
 /* GEMM micro-tile, 14 x 32 (or 14 x 16 when b1 is NULL). a: packed A micro-panel, kc steps of 14 floats; b0, b1:
  * two 16-column f32 B micro-panels (kc steps of 16 floats each, 64-byte aligned) giving columns 0-15 and 16-31;

@@ -347,7 +347,7 @@ qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *
             if (v.first[o] + v.count[o] > r1) r1 = v.first[o] + v.count[o];
         }
     }
-    const int simd = g_allow_simd && qvl_cpu_level() >= 2 /* core/cpu.h */;
+    const int simd = g_allow_simd && qvl_cpu_has_avx2();
     if (vfirst) { /* src [sh][sw] → mid [dh][sw] → dst [dh][dw] */
         vpass(src, p.mid, (size_t)sw * c, &v, simd, pool);
         hpass(p.mid, (size_t)sw * c, dst, (size_t)dw * c, 0, dh, &h, channels, simd, pool);

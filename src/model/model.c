@@ -6,9 +6,9 @@
 #include <sys/mman.h>
 #include <xxhash.h>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/pool.h"
-#include "cpu/kernels_avx512.h"
 #include "io/fileutil.h"
 #include "model/model.h"
 
