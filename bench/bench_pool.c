@@ -11,7 +11,7 @@ static void nop(void *ctx, long task, int thread) { (void)ctx, (void)task, (void
 int main(void) {
     printf("online CPUs: %d\n", pool_cpu_count());
     for (int n = 1; n <= 5; n++) {
-        qvl_pool *p = NULL;
+        thread_pool *p = NULL;
         if (pool_create(&p, n, NULL) != QVL_OK) return 1;
         const int runs = 20000;
         const double t0 = wall_now();

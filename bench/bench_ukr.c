@@ -21,7 +21,7 @@ typedef struct bcase {
 } bcase;
 
 int main(void) {
-    if (!qvl_cpu_has_avx512()) {
+    if (!cpu_has_avx512()) {
         puts("bench_ukr: no AVX-512 on this CPU");
         return 0;
     }

@@ -22,8 +22,8 @@ static inline double cpu_now(void) {
 }
 
 /* One pool per thread count, made on first use and kept for the process's lifetime (NULL: one thread). */
-static inline qvl_pool *pool_of(int nt) {
-    static qvl_pool *pools[65];
+static inline thread_pool *pool_of(int nt) {
+    static thread_pool *pools[65];
     if (nt <= 1 || nt > 64) return NULL;
     if (!pools[nt]) pool_create(&pools[nt], nt, NULL);
     return pools[nt];

@@ -1,5 +1,5 @@
 /* fuzz_config.c — libFuzzer target for the JSON configuration parsers: the model's config.json
- * (qvl_config_parse) and the image and video preprocessor configs (preproc_config_parse), all on the same bytes.
+ * (config_parse) and the image and video preprocessor configs (preproc_config_parse), all on the same bytes.
  * Each must return a status with a message (never crash, leak or read outside the buffer), and what it accepts
  * must satisfy the invariants the rest of the library relies on. */
 #include <stdint.h>
@@ -21,9 +21,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *text = (const char *)data;
 
     qvl_error err;
-    qvl_error_clear(&err);
-    qvl_config c;
-    qvl_status s = qvl_config_parse(text, size, "fuzz", &c, &err);
+    err_clear(&err);
+    tower_config c;
+    qvl_status s = config_parse(text, size, "fuzz", &c, &err);
     check_status(s, &err);
     if (s == QVL_OK) {
         if (c.depth < 1 || c.hidden < 1 || c.heads < 1 || c.hidden != c.heads * c.head_dim || c.head_dim % 4 ||
@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         qvl_video_params v;
         qvl_preprocess_params_default(&p);
         qvl_video_params_default(&v);
-        qvl_error_clear(&err);
+        err_clear(&err);
         s = preproc_config_parse(text, size, "fuzz", video, &p, &v, &err);
         check_status(s, &err);
         if (s == QVL_OK && (p.patch < 1 || p.temporal_patch < 1 || p.merge < 1 || !(p.rescale_factor > 0) ||

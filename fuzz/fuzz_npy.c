@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     float *x = NULL;
     size_t rows = 0, cols = 0;
     qvl_status s = npy_parse_f32(data, size, "fuzz", &x, &rows, &cols, &err);

@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     st_file *f = NULL;
     qvl_status s = st_parse(data, size, "fuzz", &f, &err);
     if (s != QVL_OK) {

@@ -23,7 +23,7 @@ static int detect(void) {
 #endif
 }
 
-int qvl_cpu_level(void) {
+int cpu_level(void) {
     static _Atomic int level; /* 0: not asked yet; the answer never changes, so a race only asks twice */
     int l = atomic_load_explicit(&level, memory_order_relaxed);
     if (l == 0) {

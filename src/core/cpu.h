@@ -5,11 +5,11 @@
 /* 1: portable C only; 2: AVX2 + FMA + F16C (the *_avx2.c files); 3: also AVX-512 F/BW/DQ/VL (the *_avx512.c
  * files). The same numbering as gemm_isa / attn_isa / qvl_isa. The first call asks CPUID (which traps to the
  * hypervisor on virtual machines); later calls read an atomic. Thread-safe. */
-int qvl_cpu_level(void);
+int cpu_level(void);
 
 /* Nonzero when this CPU runs the *_avx2.c code (level 2 or more), the *_avx512.c code (which also uses
  * AVX2/FMA/F16C: level 3). */
-static inline int qvl_cpu_has_avx2(void) { return qvl_cpu_level() >= 2; }
-static inline int qvl_cpu_has_avx512(void) { return qvl_cpu_level() >= 3; }
+static inline int cpu_has_avx2(void) { return cpu_level() >= 2; }
+static inline int cpu_has_avx512(void) { return cpu_level() >= 3; }
 
 #endif

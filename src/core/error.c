@@ -30,13 +30,13 @@ const char *qvl_dtype_name(qvl_dtype d) {
     return "?";
 }
 
-void qvl_error_clear(qvl_error *err) {
+void err_clear(qvl_error *err) {
     if (!err) return;
     err->status = QVL_OK;
     err->message[0] = '\0';
 }
 
-qvl_status qvl_fail(qvl_error *err, qvl_status s, const char *fmt, ...) {
+qvl_status err_fail(qvl_error *err, qvl_status s, const char *fmt, ...) {
     if (!err || err->status != QVL_OK) return s;
     err->status = s;
     va_list ap;

@@ -28,12 +28,12 @@ enum { POOL_SPIN = 1 << 14 };
 #define POOL_MAX_TASKS 0x7fffffffL
 
 typedef struct pool_worker {
-    struct qvl_pool *pool;
+    struct thread_pool *pool;
     int index; /* thread number handed to tasks: 1 .. n - 1 */
     pthread_t tid;
 } pool_worker;
 
-struct qvl_pool {
+struct thread_pool {
     int n;         /* threads, the caller included */
     int n_workers; /* started workers: n - 1 */
     int spin;      /* spin rounds before sleeping (0 when oversubscribed) */
@@ -70,10 +70,10 @@ int pool_cpu_count(void) {
     return n < 1 ? 1 : n > QVL_MAX_THREADS ? QVL_MAX_THREADS : (int)n;
 }
 
-int pool_size(const qvl_pool *p) { return p ? p->n : 1; }
+int pool_size(const thread_pool *p) { return p ? p->n : 1; }
 
 /* Claim and run tasks of generation `gen` until none is left (or a newer generation has replaced it). */
-static void run_tasks(qvl_pool *p, uint32_t gen, int thread) {
+static void run_tasks(thread_pool *p, uint32_t gen, int thread) {
     for (;;) {
         uint64_t w = atomic_load_explicit(&p->work, memory_order_acquire);
         if ((uint32_t)(w >> 32) != gen) return;
@@ -96,7 +96,7 @@ static void run_tasks(qvl_pool *p, uint32_t gen, int thread) {
 
 static void *worker_main(void *arg) {
     pool_worker *w = arg;
-    qvl_pool *p = w->pool;
+    thread_pool *p = w->pool;
     uint32_t seen = 0;
     for (;;) {
         uint32_t g = (uint32_t)(atomic_load_explicit(&p->work, memory_order_acquire) >> 32);
@@ -117,16 +117,16 @@ static void *worker_main(void *arg) {
     }
 }
 
-qvl_status pool_create(qvl_pool **out, int n_threads, qvl_error *err) {
+qvl_status pool_create(thread_pool **out, int n_threads, qvl_error *err) {
     *out = NULL;
     const int cpus = pool_cpu_count();
     if (n_threads <= 0) n_threads = cpus;
     if (n_threads > QVL_MAX_THREADS) n_threads = QVL_MAX_THREADS;
-    qvl_pool *p = calloc(1, sizeof *p);
-    if (!p) return qvl_fail(err, QVL_ERR_NOMEM, "thread pool: out of memory");
+    thread_pool *p = calloc(1, sizeof *p);
+    if (!p) return err_fail(err, QVL_ERR_NOMEM, "thread pool: out of memory");
     if (n_threads > 1 && !(p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers))) {
         free(p);
-        return qvl_fail(err, QVL_ERR_NOMEM, "thread pool: out of memory for %d threads", n_threads);
+        return err_fail(err, QVL_ERR_NOMEM, "thread pool: out of memory for %d threads", n_threads);
     }
     p->spin = n_threads > cpus ? 0 : POOL_SPIN;
     pthread_mutex_init(&p->mu, NULL);
@@ -151,7 +151,7 @@ qvl_status pool_create(qvl_pool **out, int n_threads, qvl_error *err) {
     return QVL_OK;
 }
 
-void pool_destroy(qvl_pool *p) {
+void pool_destroy(thread_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
@@ -166,7 +166,7 @@ void pool_destroy(qvl_pool *p) {
 }
 
 /* One job of n <= POOL_MAX_TASKS tasks numbered base .. base + n - 1. */
-static void run_job(qvl_pool *p, long base, long n, pool_task_fn fn, void *ctx) {
+static void run_job(thread_pool *p, long base, long n, pool_task_fn fn, void *ctx) {
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&p->n_tasks, n, memory_order_release); /* after the closing of the last job: below */
@@ -190,7 +190,7 @@ static void run_job(qvl_pool *p, long base, long n, pool_task_fn fn, void *ctx) 
     atomic_store_explicit(&p->work, (uint64_t)gen << 32 | 0xffffffffu, memory_order_relaxed);
 }
 
-void pool_run(qvl_pool *p, long n_tasks, pool_task_fn fn, void *ctx) {
+void pool_run(thread_pool *p, long n_tasks, pool_task_fn fn, void *ctx) {
     if (n_tasks <= 0) return;
     if (!p || p->n_workers == 0 || n_tasks == 1) {
         for (long t = 0; t < n_tasks; t++) fn(ctx, t, 0);
@@ -212,7 +212,7 @@ static void range_task(void *ctx, long task, int thread) {
     j->fn(j->ctx, b, e, thread);
 }
 
-void pool_for(qvl_pool *p, long n, long grain, pool_range_fn fn, void *ctx) {
+void pool_for(thread_pool *p, long n, long grain, pool_range_fn fn, void *ctx) {
     if (n <= 0) return;
     if (grain <= 0) {
         const long parts = 4L * pool_size(p);

@@ -17,24 +17,24 @@
 
 #include "qvl.h"
 
-typedef struct qvl_pool qvl_pool;
+typedef struct thread_pool thread_pool;
 
 typedef void (*pool_task_fn)(void *ctx, long task, int thread);
 
 /* Creates a pool of n_threads threads in all (n_threads <= 0: one per CPU this process may use; at most
  * QVL_MAX_THREADS). When the system refuses to start some threads, the pool keeps the ones it has (pool_size
  * tells); only an allocation failure is an error. *out is NULL on failure. */
-qvl_status pool_create(qvl_pool **out, int n_threads, qvl_error *err);
+qvl_status pool_create(thread_pool **out, int n_threads, qvl_error *err);
 /* Stops and joins the workers. NULL is a no-op. */
-void pool_destroy(qvl_pool *p);
+void pool_destroy(thread_pool *p);
 /* Threads in the pool, the caller included (1 for NULL). */
-int pool_size(const qvl_pool *p);
+int pool_size(const thread_pool *p);
 /* Runs fn(ctx, t, thread) for every t in [0, n_tasks) and returns when all have run (see the top of this file). */
-void pool_run(qvl_pool *p, long n_tasks, pool_task_fn fn, void *ctx);
+void pool_run(thread_pool *p, long n_tasks, pool_task_fn fn, void *ctx);
 /* A loop over [0, n) in ranges: fn(ctx, begin, end, thread) for consecutive ranges of `grain` items (the last may
  * be shorter), through pool_run. grain <= 0 picks about four ranges per thread. */
 typedef void (*pool_range_fn)(void *ctx, long begin, long end, int thread);
-void pool_for(qvl_pool *p, long n, long grain, pool_range_fn fn, void *ctx);
+void pool_for(thread_pool *p, long n, long grain, pool_range_fn fn, void *ctx);
 /* The CPUs this process may run on (at least 1, at most QVL_MAX_THREADS). */
 int pool_cpu_count(void);
 

@@ -100,7 +100,7 @@ static void attn_task(void *ctx, long it, int thread) {
              a->scale, j->ws + (size_t)thread * attn_block_floats(hd));
 }
 
-static void attn_run_with(const attn_args *a, void *ws, qvl_pool *pool, attn_block_fn block) {
+static void attn_run_with(const attn_args *a, void *ws, thread_pool *pool, attn_block_fn block) {
     const int nh = a->n_heads, hd = a->head_dim;
     if (nh <= 0 || hd <= 0 || a->n_seg <= 0) return;
     long items = 0;
@@ -112,18 +112,18 @@ static void attn_run_with(const attn_args *a, void *ws, qvl_pool *pool, attn_blo
     pool_run(pool, items, attn_task, &j);
 }
 
-void attn_run_isa(const attn_args *a, void *ws, qvl_pool *pool, attn_isa isa) {
+void attn_run_isa(const attn_args *a, void *ws, thread_pool *pool, attn_isa isa) {
     if (isa == ATTN_ISA_AUTO)
-        isa = (attn_isa)qvl_cpu_level(); /* the same numbering */
+        isa = (attn_isa)cpu_level(); /* the same numbering */
     attn_block_fn block = attn_block_scalar;
     if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX512) block = attn_block_avx512;
     else if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX2) block = attn_block_avx2;
     attn_run_with(a, ws, pool, block);
 }
 
-void attn_run(const attn_args *a, void *ws, qvl_pool *pool) { attn_run_isa(a, ws, pool, ATTN_ISA_AUTO); }
+void attn_run(const attn_args *a, void *ws, thread_pool *pool) { attn_run_isa(a, ws, pool, ATTN_ISA_AUTO); }
 
-void attn_run_scalar(const attn_args *a, void *ws, qvl_pool *pool) { attn_run_isa(a, ws, pool, ATTN_ISA_SCALAR); }
+void attn_run_scalar(const attn_args *a, void *ws, thread_pool *pool) { attn_run_isa(a, ws, pool, ATTN_ISA_SCALAR); }
 
 void attn_ref(const attn_args *a) {
     const int nh = a->n_heads, hd = a->head_dim;

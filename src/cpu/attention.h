@@ -23,15 +23,15 @@ typedef struct attn_args {
 } attn_args;
 
 size_t attn_workspace_size(int head_dim, int n_threads);
-void attn_run(const attn_args *a, void *ws, qvl_pool *pool);
+void attn_run(const attn_args *a, void *ws, thread_pool *pool);
 /* Scalar reference: one full softmax row at a time (allocates; tests only). */
 void attn_ref(const attn_args *a);
 /* attn_run with the portable (non-SIMD) kernel whatever the CPU (tests and benchmarks). */
-void attn_run_scalar(const attn_args *a, void *ws, qvl_pool *pool);
+void attn_run_scalar(const attn_args *a, void *ws, thread_pool *pool);
 /* attn_run with an explicit block kernel (tests and benchmarks). AUTO: AVX-512, else AVX2, when the CPU has it and
  * head_dim % 8 == 0, else portable; a SIMD choice also falls back to portable for other head dims. Forcing a set
- * the CPU lacks is undefined behaviour (check qvl_cpu_has_avx2() / qvl_cpu_has_avx512() first). */
+ * the CPU lacks is undefined behaviour (check cpu_has_avx2() / cpu_has_avx512() first). */
 typedef enum attn_isa { ATTN_ISA_AUTO = 0, ATTN_ISA_SCALAR = 1, ATTN_ISA_AVX2 = 2, ATTN_ISA_AVX512 = 3 } attn_isa;
-void attn_run_isa(const attn_args *a, void *ws, qvl_pool *pool, attn_isa isa);
+void attn_run_isa(const attn_args *a, void *ws, thread_pool *pool, attn_isa isa);
 
 #endif

@@ -1,7 +1,7 @@
 /* attention_avx2.c — one flash-attention work item with AVX2+FMA: Kᵀ tile by 8x8 transposes, scores by a 6x16
  * register-blocked product, online softmax with a vector exp2 (log2-domain scores), P·V by a 4x24 (3x32 when hd
  * is a multiple of 32 but not of 24) register-blocked product.
- * Compiled with -mavx2 -mfma -mf16c; called only after qvl_cpu_has_avx2(). */
+ * Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2(). */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>

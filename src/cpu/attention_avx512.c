@@ -2,7 +2,7 @@
  * log2-domain online softmax, register-blocked products) on 16-lane vectors: scores by a 6 x 64 block (24 zmm
  * accumulators), P·V by 6 x 64 blocks over the head dims and, for head dims that are 8 mod 16 (72), a 12 x 8 ymm
  * block for the last 8 dims. Compiled with -mavx512f/bw/dq/vl -mfma -mavx2; called only after
- * qvl_cpu_has_avx512(), for hd % 8 == 0. */
+ * cpu_has_avx512(), for hd % 8 == 0. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>

@@ -166,7 +166,7 @@ static const gemm_kernels kernels_avx512 = {.mr = 14, .nr = 2 * GEMM_NR, .mc_max
                                             .ukr_bf16 = gemm_ukr_14x32_bf16_avx512, .pack_b = gemm_pack_b16_avx2,
                                             .pack_a = gemm_pack_a14_avx512, .has_tail = 1, .keeps_widened = 1};
 
-gemm_isa gemm_auto_isa(void) { return (gemm_isa)qvl_cpu_level(); /* the same numbering */ }
+gemm_isa gemm_auto_isa(void) { return (gemm_isa)cpu_level(); /* the same numbering */ }
 
 static const gemm_kernels *kernels_for(gemm_isa isa) {
     switch (isa == GEMM_ISA_AUTO ? gemm_auto_isa() : isa) {
@@ -218,7 +218,7 @@ static void pack_panel(void *ctx, long p, int thread) {
 }
 
 int gemm_pack_b_isa(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
-                    gemm_panel which, qvl_pool *pool, gemm_isa isa) {
+                    gemm_panel which, thread_pool *pool, gemm_isa isa) {
     if (!out || !buf || !B || N <= 0 || K <= 0 || ldb < (size_t)K || ((uintptr_t)buf & 63)) return -1;
     const qvl_dtype pd = panel_dtype(dtype, which);
     pack_job j = {kernels_for(isa), B, dtype, pd, ldb, dtype == QVL_DTYPE_F32 ? 4 : 2, N, K, buf};
@@ -232,7 +232,7 @@ int gemm_pack_b_isa(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype,
 }
 
 int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
-                gemm_panel which, qvl_pool *pool) {
+                gemm_panel which, thread_pool *pool) {
     return gemm_pack_b_isa(out, buf, B, dtype, ldb, N, K, which, pool, GEMM_ISA_AUTO);
 }
 
@@ -383,7 +383,7 @@ static void gemm_task(void *ctx, long it, int thread) {
     gemm_item(g, j->kr, j->pk, j->pl.kc, i0, mc, j0, nc, j->ws + (size_t)thread * GEMM_THREAD_BYTES);
 }
 
-void gemm_run_isa(const gemm_args *g, void *ws, qvl_pool *pool, gemm_isa isa) {
+void gemm_run_isa(const gemm_args *g, void *ws, thread_pool *pool, gemm_isa isa) {
     if (g->M <= 0 || g->N <= 0) return;
     gemm_job j;
     j.g = g;
@@ -397,7 +397,7 @@ void gemm_run_isa(const gemm_args *g, void *ws, qvl_pool *pool, gemm_isa isa) {
     pool_run(pool, (long)j.pl.nb_m * j.pl.nb_n, gemm_task, &j);
 }
 
-void gemm_run(const gemm_args *g, void *ws, qvl_pool *pool) { gemm_run_isa(g, ws, pool, GEMM_ISA_AUTO); }
+void gemm_run(const gemm_args *g, void *ws, thread_pool *pool) { gemm_run_isa(g, ws, pool, GEMM_ISA_AUTO); }
 
 /* Element k of row j of a packed weight, as f32. */
 static inline float packed_elem(const gemm_packed *pk, int j, int k) {

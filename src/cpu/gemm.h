@@ -50,7 +50,7 @@ size_t gemm_pack_size(int N, int K, qvl_dtype dtype, gemm_panel which);
  * *out. Deterministic; threads over panels (pool may be NULL). Returns 0, or -1 (nothing written) for a bad shape or a misaligned
  * buf. */
 int gemm_pack_b(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
-                gemm_panel which, qvl_pool *pool);
+                gemm_panel which, thread_pool *pool);
 
 typedef struct gemm_args {
     int M, N, K;
@@ -64,20 +64,20 @@ typedef struct gemm_args {
 } gemm_args;
 
 size_t gemm_workspace_size(int n_threads);
-void gemm_run(const gemm_args *g, void *ws, qvl_pool *pool);
+void gemm_run(const gemm_args *g, void *ws, thread_pool *pool);
 
 /* Scalar reference (same contract, no workspace, single thread). */
 void gemm_ref(const gemm_args *g);
 
 /* gemm_run with an explicit kernel set (tests and benchmarks): AUTO picks AVX-512, else AVX2, when the CPU has
- * it. Forcing a set on a CPU without it is undefined behaviour; callers check qvl_cpu_has_avx2() /
- * qvl_cpu_has_avx512() (cpu/kernels_avx2.h, cpu/kernels_avx512.h) first. The AVX-512 set (14 x 32 tiles) and the
+ * it. Forcing a set on a CPU without it is undefined behaviour; callers check cpu_has_avx2() /
+ * cpu_has_avx512() (cpu/kernels_avx2.h, cpu/kernels_avx512.h) first. The AVX-512 set (14 x 32 tiles) and the
  * AVX2 set (6 x 16) run the same FMA chain per element over the same K blocks, so they agree bit for bit. */
 typedef enum gemm_isa { GEMM_ISA_AUTO = 0, GEMM_ISA_SCALAR = 1, GEMM_ISA_AVX2 = 2, GEMM_ISA_AVX512 = 3 } gemm_isa;
-void gemm_run_isa(const gemm_args *g, void *ws, qvl_pool *pool, gemm_isa isa);
+void gemm_run_isa(const gemm_args *g, void *ws, thread_pool *pool, gemm_isa isa);
 /* gemm_pack_b with the panel order of an explicit kernel set (the set gemm_run_isa will run; AUTO as gemm_pack_b). */
 int gemm_pack_b_isa(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
-                    gemm_panel which, qvl_pool *pool, gemm_isa isa);
+                    gemm_panel which, thread_pool *pool, gemm_isa isa);
 /* The kernel set AUTO resolves to: the widest this CPU runs. */
 gemm_isa gemm_auto_isa(void);
 

@@ -1,5 +1,5 @@
 /* gemm_avx2.c — AVX2+FMA GEMM microkernel (6 x 16 f32 tile) and packers (f32/f16/bf16 B → f32 panels).
- * Compiled with -mavx2 -mfma -mf16c; called only after qvl_cpu_has_avx2(). */
+ * Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2(). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* gemm_avx512.c — AVX-512 GEMM microkernel (14 x 32 f32 tile: 28 zmm accumulators) on f32 or bf16 B panels,
- * and the 14-row A packer. Compiled with -mavx512f/bw/dq/vl -mfma -mavx2; called only after qvl_cpu_has_avx512().
+ * and the 14-row A packer. Compiled with -mavx512f/bw/dq/vl -mfma -mavx2; called only after cpu_has_avx512().
  *
  * Per k step: two 16-wide B vectors, 14 broadcasts of A, 28 FMAs. On a core with two 512-bit FMA ports that is
  * 14 cycles of FMA against 16 loads, so loads never limit it. bf16 panels (gemm.h, GEMM_BF16_PAIRS order: dword j

@@ -1,5 +1,5 @@
 /* kernels_avx2.h — entry points of the AVX2+FMA+F16C kernels (gemm_avx2.c, attention_avx2.c), called only after
- * qvl_cpu_has_avx2() (core/cpu.h), and the attention tiling they share. The portable drivers (gemm.c, attention.c) own the loops,
+ * cpu_has_avx2() (core/cpu.h), and the attention tiling they share. The portable drivers (gemm.c, attention.c) own the loops,
  * the blocking and the threads; these functions only compute on data the driver has laid out. */
 #ifndef QVL_CPU_KERNELS_AVX2_H
 #define QVL_CPU_KERNELS_AVX2_H

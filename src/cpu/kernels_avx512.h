@@ -1,5 +1,5 @@
 /* kernels_avx512.h — entry points of the AVX-512 (F/BW/DQ/VL + FMA) kernels (gemm_avx512.c, attention_avx512.c),
- * called only after qvl_cpu_has_avx512() (core/cpu.h). As for kernels_avx2.h, the portable drivers
+ * called only after cpu_has_avx512() (core/cpu.h). As for kernels_avx2.h, the portable drivers
  * (gemm.c, attention.c) own loops, blocking and threads; these functions compute on data the driver laid out. */
 #ifndef QVL_CPU_KERNELS_AVX512_H
 #define QVL_CPU_KERNELS_AVX512_H

@@ -10,7 +10,7 @@
 #include "cpu/kernels_avx512.h"
 #include "cpu/ops.h"
 
-/* The elementwise kernels follow qvl_cpu_level() (1 portable, 2 AVX2, 3 AVX-512, the same bits as AVX2), which
+/* The elementwise kernels follow cpu_level() (1 portable, 2 AVX2, 3 AVX-512, the same bits as AVX2), which
  * is cached: the GEMM epilogue calls GELU per row segment. */
 
 /* LayerNorm statistics are accumulated in double: the mean and biased variance come out as the correctly rounded
@@ -54,19 +54,19 @@ static void ln_range(void *ctx, long r0, long r1, int thread) {
 }
 
 static void layernorm_rows(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols,
-                           const float *w, const float *b, float eps, qvl_pool *pool, layernorm_row_fn row) {
+                           const float *w, const float *b, float eps, thread_pool *pool, layernorm_row_fn row) {
     if (rows == 0 || cols == 0) return;
     ln_job j = {x, ldx, y, ldy, cols, w, b, eps, row};
     pool_for(pool, (long)rows, 0, ln_range, &j);
 }
 
 void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
-                  const float *b, float eps, qvl_pool *pool) {
-    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, qvl_cpu_has_avx2() ? ops_layernorm_row_avx2 : layernorm_row);
+                  const float *b, float eps, thread_pool *pool) {
+    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, cpu_has_avx2() ? ops_layernorm_row_avx2 : layernorm_row);
 }
 
 void op_layernorm_scalar(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
-                         const float *b, float eps, qvl_pool *pool) {
+                         const float *b, float eps, thread_pool *pool) {
     layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, layernorm_row);
 }
 
@@ -94,14 +94,14 @@ void op_gelu_erf_scalar(float *x, size_t n) {
 }
 
 void op_gelu_tanh(float *x, size_t n) {
-    const int l = qvl_cpu_level();
+    const int l = cpu_level();
     if (l == 3) ops_gelu_tanh_avx512(x, n);
     else if (l == 2) ops_gelu_tanh_avx2(x, n);
     else op_gelu_tanh_scalar(x, n);
 }
 
 void op_gelu_erf(float *x, size_t n) {
-    const int l = qvl_cpu_level();
+    const int l = cpu_level();
     if (l == 3) ops_gelu_erf_avx512(x, n);
     else if (l == 2) ops_gelu_erf_avx2(x, n);
     else op_gelu_erf_scalar(x, n);

@@ -12,11 +12,11 @@
 /* y[r, :] = (x[r, :] − mean) / sqrt(var + eps) · w + b for r < rows; biased variance, statistics in double with
  * a numerically stable two-pass mean/variance. x and y may alias. Row strides ldx, ldy. */
 void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
-                  const float *b, float eps, qvl_pool *pool);
+                  const float *b, float eps, thread_pool *pool);
 /* The portable LayerNorm (statistics in double, per-element transform in f32): op_layernorm's path without AVX2
  * and the reference the AVX2 rows (same transform, double statistics summed in another order) are tested against. */
 void op_layernorm_scalar(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
-                         const float *b, float eps, qvl_pool *pool);
+                         const float *b, float eps, thread_pool *pool);
 
 /* In place: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (gelu_pytorch_tanh). */
 void op_gelu_tanh(float *x, size_t n);

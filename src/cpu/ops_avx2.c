@@ -1,6 +1,6 @@
 /* ops_avx2.c — AVX2+FMA tanh, erf, the two GELUs built on them (8 lanes at a time), and a LayerNorm row.
  *
- * Compiled with -mavx2 -mfma -mf16c; called only after qvl_cpu_has_avx2(). The vector math is in vmath_avx2.h
+ * Compiled with -mavx2 -mfma -mf16c; called only after cpu_has_avx2(). The vector math is in vmath_avx2.h
  * (shared with the GEMM's fused epilogue; 16-lane twin in vmath_avx512.h): Chebyshev fits (vmath_coef.h), each of
  * a smooth, slowly varying factor, so that the final result comes from one well-conditioned FMA. Against double-precision libm over every 7th float:
  * tanh within 1.40 ulp, erf within 1.25 ulp; NaN propagated, ±inf → ±1, ±0 kept (tests/unit/test_ops.c sweeps).

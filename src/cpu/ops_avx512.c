@@ -1,5 +1,5 @@
 /* ops_avx512.c — 16-lane tanh, erf and the two GELUs (vmath_avx512.h): the same bits as ops_avx2.c for every
- * value, at twice the width. Compiled with -mavx512f/bw/dq/vl -mfma; called only after qvl_cpu_has_avx512(). */
+ * value, at twice the width. Compiled with -mavx512f/bw/dq/vl -mfma; called only after cpu_has_avx512(). */
 #include <immintrin.h>
 #include <string.h>
 

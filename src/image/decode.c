@@ -30,10 +30,10 @@ void qvl_image_free(qvl_image *img) {
 qvl_status dec_check_dims(int64_t width, int64_t height, uint64_t max_pixels, const char *label, const char *fmt,
                           qvl_error *err) {
     if (width <= 0 || height <= 0)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: %s: invalid image size %lldx%lld", label, fmt, (long long)width,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: %s: invalid image size %lldx%lld", label, fmt, (long long)width,
                         (long long)height);
     if (width > INT32_MAX || height > INT32_MAX || (uint64_t)width * (uint64_t)height > max_pixels)
-        return qvl_fail(err, QVL_ERR_LIMIT, "%s: %s: %lldx%lld image has more than the %llu pixels allowed", label,
+        return err_fail(err, QVL_ERR_LIMIT, "%s: %s: %lldx%lld image has more than the %llu pixels allowed", label,
                         fmt, (long long)width, (long long)height, (unsigned long long)max_pixels);
     return QVL_OK;
 }
@@ -41,7 +41,7 @@ qvl_status dec_check_dims(int64_t width, int64_t height, uint64_t max_pixels, co
 uint8_t *dec_alloc_pixels(int64_t width, int64_t height, int channels) {
     size_t n;
     if (width <= 0 || height <= 0 || channels <= 0) return NULL;
-    if (qvl_mul_overflow((size_t)width, (size_t)height, &n) || qvl_mul_overflow(n, (size_t)channels, &n))
+    if (size_mul_overflow((size_t)width, (size_t)height, &n) || size_mul_overflow(n, (size_t)channels, &n))
         return NULL;
     return malloc(n);
 }
@@ -134,7 +134,7 @@ static qvl_status apply_orientation(dec_out *o, const char *label, qvl_error *er
     int swap = t >= 5;
     size_t ow = swap ? h : w, oh = swap ? w : h;
     uint8_t *dst = dec_alloc_pixels((int64_t)ow, (int64_t)oh, 3);
-    if (!dst) return qvl_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate the rotated %zux%zu image", label, ow, oh);
+    if (!dst) return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate the rotated %zux%zu image", label, ow, oh);
     const uint8_t *src = o->rgb;
     for (size_t y = 0; y < oh; y++) {
         for (size_t x = 0; x < ow; x++) {
@@ -182,10 +182,10 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
     else if (n >= 2 && d[0] == 'B' && d[1] == 'M')
         s = dec_bmp(d, n, label, p->max_pixels, &o, err);
     else if (n == 0)
-        s = qvl_fail(err, QVL_ERR_FORMAT, "%s: empty file, not an image", label);
+        s = err_fail(err, QVL_ERR_FORMAT, "%s: empty file, not an image", label);
     else
-        s = qvl_fail(err, QVL_ERR_FORMAT, "%s: not a JPEG, PNG, WebP, GIF or BMP image (unknown magic bytes)", label);
-    if (s == QVL_OK && !o.rgb) s = qvl_fail(err, QVL_ERR_INTERNAL, "%s: decoder returned no pixels", label);
+        s = err_fail(err, QVL_ERR_FORMAT, "%s: not a JPEG, PNG, WebP, GIF or BMP image (unknown magic bytes)", label);
+    if (s == QVL_OK && !o.rgb) s = err_fail(err, QVL_ERR_INTERNAL, "%s: decoder returned no pixels", label);
     if (s == QVL_OK) {
         apply_key(&o);
         if (p->apply_exif) s = apply_orientation(&o, label, err);
@@ -202,19 +202,19 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
 
 qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_params *p, qvl_image *out,
                             qvl_error *err) {
-    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: out is NULL");
+    if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: out is NULL");
     memset(out, 0, sizeof *out);
-    if (!data && size) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: data is NULL");
+    if (!data && size) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: data is NULL");
     return decode_labeled(data, size, p, "<memory>", out, err);
 }
 
 qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_image *out, qvl_error *err) {
-    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: out is NULL");
+    if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: out is NULL");
     memset(out, 0, sizeof *out);
-    if (!path) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: path is NULL");
+    if (!path) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: path is NULL");
     char *buf = NULL;
     size_t n = 0;
-    QVL_TRY(qvl_read_file(path, DEC_MAX_FILE_BYTES, &buf, &n, err));
+    TRY(fu_read_file(path, DEC_MAX_FILE_BYTES, &buf, &n, err));
     qvl_status s = decode_labeled((const uint8_t *)buf, n, p, path, out, err);
     free(buf);
     return s;

@@ -14,7 +14,7 @@ static uint32_t le32(const uint8_t *p) {
 static uint32_t le16(const uint8_t *p) { return (uint32_t)p[1] << 8 | p[0]; }
 
 qvl_status dec_bmp(const uint8_t *d, size_t n, const char *label, uint64_t max_pixels, dec_out *out, qvl_error *err) {
-    if (n < 14 + 12) return qvl_fail(err, QVL_ERR_FORMAT, "%s: truncated BMP: %zu bytes", label, n);
+    if (n < 14 + 12) return err_fail(err, QVL_ERR_FORMAT, "%s: truncated BMP: %zu bytes", label, n);
     uint32_t offset = le32(d + 10), hs = le32(d + 14);
     int64_t w, h;
     uint32_t bits, comp = 0, colors = 0, pad;
@@ -22,29 +22,29 @@ qvl_status dec_bmp(const uint8_t *d, size_t n, const char *label, uint64_t max_p
     if (hs == 12) {
         w = le16(d + 18), h = le16(d + 20), bits = le16(d + 24), pad = 3;
     } else if (hs == 40 || hs == 52 || hs == 56 || hs == 64 || hs == 108 || hs == 124) {
-        if (n < 14 + (size_t)hs) return qvl_fail(err, QVL_ERR_FORMAT, "%s: truncated BMP header", label);
+        if (n < 14 + (size_t)hs) return err_fail(err, QVL_ERR_FORMAT, "%s: truncated BMP header", label);
         const uint8_t *hd = d + 18;
         w = le32(hd);
         topdown = hd[7] == 0xFF;
         h = topdown ? (int64_t)((1ull << 32) - le32(hd + 4)) : (int64_t)le32(hd + 4);
         bits = le16(hd + 10), comp = le32(hd + 12), colors = le32(hd + 28), pad = 4;
     } else {
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: BMP: unsupported header size %u", label, hs);
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: BMP: unsupported header size %u", label, hs);
     }
     if (comp != 0)
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED,
+        return err_fail(err, QVL_ERR_UNSUPPORTED,
                         "%s: BMP: compression %u (RLE, bitfields, JPEG, PNG) is not supported", label, comp);
     if (bits != 1 && bits != 4 && bits != 8 && bits != 24 && bits != 32)
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: BMP: %u bits per pixel is not supported", label, bits);
-    QVL_TRY(dec_check_dims(w, h, max_pixels, label, "BMP", err));
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: BMP: %u bits per pixel is not supported", label, bits);
+    TRY(dec_check_dims(w, h, max_pixels, label, "BMP", err));
 
     uint8_t pal[256][3];
     memset(pal, 0, sizeof pal);
     if (bits <= 8) {
         if (!colors) colors = 1u << bits;
-        if (colors > 256) return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: BMP: %u palette entries", label, colors);
+        if (colors > 256) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: BMP: %u palette entries", label, colors);
         size_t po = 14 + (size_t)hs;
-        if (po + (size_t)colors * pad > n) return qvl_fail(err, QVL_ERR_FORMAT, "%s: truncated BMP palette", label);
+        if (po + (size_t)colors * pad > n) return err_fail(err, QVL_ERR_FORMAT, "%s: truncated BMP palette", label);
         /* Pillow opens an identity gray palette (0/255 for two colours) as mode 1 or L: index = level */
         int gray = 1;
         for (uint32_t i = 0; i < colors; i++) {
@@ -54,7 +54,7 @@ qvl_status dec_bmp(const uint8_t *d, size_t n, const char *label, uint64_t max_p
             pal[i][0] = e[2], pal[i][1] = e[1], pal[i][2] = e[0];
         }
         if (gray && colors == 2 && bits != 1)
-            return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: BMP: two-colour gray palette at %u bits", label, bits);
+            return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: BMP: two-colour gray palette at %u bits", label, bits);
         if (gray && colors > 2)
             for (int i = 0; i < 256; i++) pal[i][0] = pal[i][1] = pal[i][2] = (uint8_t)i;
         if (offset == 0 || offset == 14 + hs) offset = (uint32_t)(po + (size_t)colors * pad);
@@ -62,11 +62,11 @@ qvl_status dec_bmp(const uint8_t *d, size_t n, const char *label, uint64_t max_p
         offset = 14 + hs;
     }
     size_t stride = (size_t)((((uint64_t)w * bits + 31) >> 3) & ~(uint64_t)3), need;
-    if (qvl_mul_overflow(stride, (size_t)h, &need) || offset > n || n - offset < need)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: truncated BMP: pixel data needs %zu bytes at offset %u, file has %zu",
+    if (size_mul_overflow(stride, (size_t)h, &need) || offset > n || n - offset < need)
+        return err_fail(err, QVL_ERR_FORMAT, "%s: truncated BMP: pixel data needs %zu bytes at offset %u, file has %zu",
                         label, stride * (size_t)h, offset, n);
     uint8_t *rgb = dec_alloc_pixels(w, h, 3);
-    if (!rgb) return qvl_fail(err, QVL_ERR_NOMEM, "%s: BMP: cannot allocate %lldx%lld pixels", label, (long long)w,
+    if (!rgb) return err_fail(err, QVL_ERR_NOMEM, "%s: BMP: cannot allocate %lldx%lld pixels", label, (long long)w,
                               (long long)h);
     for (int64_t y = 0; y < h; y++) {
         const uint8_t *r = d + offset + (size_t)(topdown ? y : h - 1 - y) * stride;

@@ -35,7 +35,7 @@ static int palette_needed(const ColorMapObject *m) {
 static qvl_status gif_fail(GifFileType *g, const char *label, const char *what, qvl_error *err) {
     int code = g ? g->Error : 0;
     const char *why = GifErrorString(code);
-    return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated GIF: %s (%s)", label, what, why ? why : "?");
+    return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated GIF: %s (%s)", label, what, why ? why : "?");
 }
 
 qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
@@ -45,7 +45,7 @@ qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t
     GifFileType *g = DGifOpen(&src, on_read, &code);
     if (!g) {
         const char *why = GifErrorString(code);
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated GIF: %s", label, why ? why : "?");
+        return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated GIF: %s", label, why ? why : "?");
     }
     qvl_status s = dec_check_dims(g->SWidth, g->SHeight, max_pixels, label, "GIF", err);
     uint8_t *idx = NULL, *rgb = NULL;
@@ -57,7 +57,7 @@ qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t
             break;
         }
         if (rt == TERMINATE_RECORD_TYPE) {
-            s = qvl_fail(err, QVL_ERR_FORMAT, "%s: GIF: no image in the file", label);
+            s = err_fail(err, QVL_ERR_FORMAT, "%s: GIF: no image in the file", label);
             break;
         }
         if (rt == EXTENSION_RECORD_TYPE) {
@@ -89,7 +89,7 @@ qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t
         idx = dec_alloc_pixels(w, h, 1);
         rgb = dec_alloc_pixels(w, h, 3);
         if (!idx || !rgb) {
-            s = qvl_fail(err, QVL_ERR_NOMEM, "%s: GIF: cannot allocate %lldx%lld pixels", label, (long long)w,
+            s = err_fail(err, QVL_ERR_NOMEM, "%s: GIF: cannot allocate %lldx%lld pixels", label, (long long)w,
                          (long long)h);
             break;
         }

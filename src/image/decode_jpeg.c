@@ -80,8 +80,8 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, uint64_
         free(ctx.rgb);
         free(ctx.row);
         out->rgb = NULL;
-        if (ctx.truncated) return qvl_fail(err, QVL_ERR_FORMAT, "%s: truncated JPEG: %s", label, ctx.msg);
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt JPEG: %s", label, ctx.msg);
+        if (ctx.truncated) return err_fail(err, QVL_ERR_FORMAT, "%s: truncated JPEG: %s", label, ctx.msg);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt JPEG: %s", label, ctx.msg);
     }
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
@@ -91,10 +91,10 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, uint64_
     qvl_status s = QVL_OK;
     int nc = cinfo.num_components;
     if (cinfo.data_precision != 8)
-        s = qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: JPEG: %d-bit samples are not supported", label,
+        s = err_fail(err, QVL_ERR_UNSUPPORTED, "%s: JPEG: %d-bit samples are not supported", label,
                      cinfo.data_precision);
     else if (nc != 1 && nc != 3 && nc != 4)
-        s = qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: JPEG: %d-component images are not supported", label, nc);
+        s = err_fail(err, QVL_ERR_UNSUPPORTED, "%s: JPEG: %d-component images are not supported", label, nc);
     if (s == QVL_OK)
         s = dec_check_dims(cinfo.image_width, cinfo.image_height, max_pixels, label, "JPEG", err);
     if (s != QVL_OK) {
@@ -112,7 +112,7 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, uint64_
         jpeg_destroy_decompress(&cinfo);
         free(ctx.rgb);
         free(ctx.row);
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: JPEG: cannot allocate %lldx%lld pixels", label, (long long)w,
+        return err_fail(err, QVL_ERR_NOMEM, "%s: JPEG: cannot allocate %lldx%lld pixels", label, (long long)w,
                         (long long)h);
     }
     jpeg_start_decompress(&cinfo);

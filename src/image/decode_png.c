@@ -117,18 +117,18 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
                    qvl_error *err) {
     char badc[5];
     if (!png_precrc_ok(data, size, badc))
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt PNG: bad CRC in the %s chunk", label, badc);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt PNG: bad CRC in the %s chunk", label, badc);
     png_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.data = data;
     ctx.size = size;
     ctx.label = label;
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, on_error, on_warning);
-    if (!png) return qvl_fail(err, QVL_ERR_NOMEM, "%s: PNG: cannot create the libpng reader", label);
+    if (!png) return err_fail(err, QVL_ERR_NOMEM, "%s: PNG: cannot create the libpng reader", label);
     png_infop info = png_create_info_struct(png);
     if (!info) {
         png_destroy_read_struct(&png, NULL, NULL);
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: PNG: cannot create the libpng reader", label);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: PNG: cannot create the libpng reader", label);
     }
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_read_struct(&png, &info, NULL);
@@ -136,7 +136,7 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
         free(ctx.rows);
         free(ctx.rgb);
         out->rgb = NULL;
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated PNG: %s", label, ctx.msg);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated PNG: %s", label, ctx.msg);
     }
     png_set_read_fn(png, &ctx, on_read);
     png_set_crc_action(png, PNG_CRC_QUIET_USE, PNG_CRC_QUIET_USE);
@@ -194,9 +194,9 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
     png_read_update_info(png, info);
     size_t rowbytes = png_get_rowbytes(png, info), total;
     int ch = png_get_channels(png, info);
-    if (qvl_mul_overflow(rowbytes, (size_t)h, &total)) {
+    if (size_mul_overflow(rowbytes, (size_t)h, &total)) {
         png_destroy_read_struct(&png, &info, NULL);
-        return qvl_fail(err, QVL_ERR_LIMIT, "%s: PNG: %ux%u image too large", label, (unsigned)w, (unsigned)h);
+        return err_fail(err, QVL_ERR_LIMIT, "%s: PNG: %ux%u image too large", label, (unsigned)w, (unsigned)h);
     }
     ctx.raw = malloc(total ? total : 1);
     ctx.rows = (png_bytep *)dec_alloc_pixels(h, 1, (int)sizeof(png_bytep));
@@ -206,7 +206,7 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
         free(ctx.raw);
         free(ctx.rows);
         free(ctx.rgb);
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: PNG: cannot allocate %ux%u pixels", label, (unsigned)w,
+        return err_fail(err, QVL_ERR_NOMEM, "%s: PNG: cannot allocate %ux%u pixels", label, (unsigned)w,
                         (unsigned)h);
     }
     for (size_t y = 0; y < h; y++) ctx.rows[y] = ctx.raw + y * rowbytes;

@@ -29,11 +29,11 @@ qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, uint64_
                     qvl_error *err) {
     WebPData wd = {data, size};
     WebPDemuxer *dmx = WebPDemux(&wd);
-    if (!dmx) return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot parse the container", label);
+    if (!dmx) return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot parse the container", label);
     uint32_t w = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_WIDTH), h = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_HEIGHT);
     uint32_t frames = WebPDemuxGetI(dmx, WEBP_FF_FRAME_COUNT);
     qvl_status s = dec_check_dims(w, h, max_pixels, label, "WebP", err);
-    if (s == QVL_OK && frames == 0) s = qvl_fail(err, QVL_ERR_FORMAT, "%s: WebP: no frames", label);
+    if (s == QVL_OK && frames == 0) s = err_fail(err, QVL_ERR_FORMAT, "%s: WebP: no frames", label);
     if (s != QVL_OK) {
         WebPDemuxDelete(dmx);
         return s;
@@ -43,21 +43,21 @@ qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, uint64_
 
     WebPAnimDecoderOptions opt;
     if (!WebPAnimDecoderOptionsInit(&opt))
-        return qvl_fail(err, QVL_ERR_INTERNAL, "%s: WebP: libwebp version mismatch", label);
+        return err_fail(err, QVL_ERR_INTERNAL, "%s: WebP: libwebp version mismatch", label);
     opt.color_mode = MODE_RGBA;
     opt.use_threads = 0;
     WebPAnimDecoder *dec = WebPAnimDecoderNew(&wd, &opt);
-    if (!dec) return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt WebP: cannot create the decoder", label);
+    if (!dec) return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt WebP: cannot create the decoder", label);
     uint8_t *rgba = NULL;
     int ts = 0;
     if (!WebPAnimDecoderGetNext(dec, &rgba, &ts) || !rgba) {
         WebPAnimDecoderDelete(dec);
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot decode the first frame", label);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot decode the first frame", label);
     }
     uint8_t *rgb = dec_alloc_pixels(w, h, 3);
     if (!rgb) {
         WebPAnimDecoderDelete(dec);
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: WebP: cannot allocate %ux%u pixels", label, w, h);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: WebP: cannot allocate %ux%u pixels", label, w, h);
     }
     size_t n = (size_t)w * h;
     for (size_t i = 0; i < n; i++) memcpy(rgb + 3 * i, rgba + 4 * i, 3);

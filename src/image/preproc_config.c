@@ -16,7 +16,7 @@ static qvl_status num(const cJSON *obj, const char *key, double lo, double hi, d
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return QVL_OK;
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a number in [%g, %g]", path, key, lo, hi);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a number in [%g, %g]", path, key, lo, hi);
     *out = v->valuedouble;
     return QVL_OK;
 }
@@ -24,9 +24,9 @@ static qvl_status num(const cJSON *obj, const char *key, double lo, double hi, d
 static qvl_status integer(const cJSON *obj, const char *key, double lo, double hi, double *out, const char *path,
                           qvl_error *err) {
     double v = NAN;
-    QVL_TRY(num(obj, key, lo, hi, &v, path, err));
+    TRY(num(obj, key, lo, hi, &v, path, err));
     if (isnan(v)) return QVL_OK;
-    if (v != floor(v)) return qvl_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be an integer", path, key);
+    if (v != floor(v)) return err_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be an integer", path, key);
     *out = v;
     return QVL_OK;
 }
@@ -36,12 +36,12 @@ static qvl_status budget(const cJSON *root, const char *path, uint64_t *min_px, 
     double lo = (double)*min_px, hi = (double)*max_px;
     const cJSON *size = cJSON_GetObjectItemCaseSensitive(root, "size");
     if (cJSON_IsObject(size)) {
-        QVL_TRY(integer(size, "shortest_edge", 1, 1e12, &lo, path, err));
-        QVL_TRY(integer(size, "longest_edge", 1, 1e12, &hi, path, err));
+        TRY(integer(size, "shortest_edge", 1, 1e12, &lo, path, err));
+        TRY(integer(size, "longest_edge", 1, 1e12, &hi, path, err));
     }
-    QVL_TRY(integer(root, "min_pixels", 1, 1e12, &lo, path, err));
-    QVL_TRY(integer(root, "max_pixels", 1, 1e12, &hi, path, err));
-    if (lo > hi) return qvl_fail(err, QVL_ERR_FORMAT, "%s: min pixels %.0f above max pixels %.0f", path, lo, hi);
+    TRY(integer(root, "min_pixels", 1, 1e12, &lo, path, err));
+    TRY(integer(root, "max_pixels", 1, 1e12, &hi, path, err));
+    if (lo > hi) return err_fail(err, QVL_ERR_FORMAT, "%s: min pixels %.0f above max pixels %.0f", path, lo, hi);
     *min_px = (uint64_t)lo;
     *max_px = (uint64_t)hi;
     return QVL_OK;
@@ -51,10 +51,10 @@ static qvl_status triple(const cJSON *root, const char *key, float out[3], const
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!a || cJSON_IsNull(a)) return QVL_OK;
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a list of 3 numbers", path, key);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a list of 3 numbers", path, key);
     for (int c = 0; c < 3; c++) {
         const cJSON *e = cJSON_GetArrayItem(a, c);
-        if (!cJSON_IsNumber(e)) return qvl_fail(err, QVL_ERR_FORMAT, "%s: '%s'[%d] is not a number", path, key, c);
+        if (!cJSON_IsNumber(e)) return err_fail(err, QVL_ERR_FORMAT, "%s: '%s'[%d] is not a number", path, key, c);
         out[c] = (float)e->valuedouble;
     }
     return QVL_OK;
@@ -65,20 +65,20 @@ static qvl_status parse_json(const char *text, size_t len, const char *path, cJS
     if (!cJSON_IsObject(*root)) {
         cJSON_Delete(*root);
         *root = NULL;
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object", path);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object", path);
     }
     return QVL_OK;
 }
 
 static qvl_status image_config(const cJSON *r, const char *path, qvl_preprocess_params *p, qvl_error *err) {
     double patch = p->patch, tp = p->temporal_patch, merge = p->merge, rescale = p->rescale_factor;
-    QVL_TRY(budget(r, path, &p->min_pixels, &p->max_pixels, err));
-    QVL_TRY(integer(r, "patch_size", 1, 1024, &patch, path, err));
-    QVL_TRY(integer(r, "temporal_patch_size", 1, 16, &tp, path, err));
-    QVL_TRY(integer(r, "merge_size", 1, 16, &merge, path, err));
-    QVL_TRY(num(r, "rescale_factor", 1e-9, 1e9, &rescale, path, err));
-    QVL_TRY(triple(r, "image_mean", p->image_mean, path, err));
-    QVL_TRY(triple(r, "image_std", p->image_std, path, err));
+    TRY(budget(r, path, &p->min_pixels, &p->max_pixels, err));
+    TRY(integer(r, "patch_size", 1, 1024, &patch, path, err));
+    TRY(integer(r, "temporal_patch_size", 1, 16, &tp, path, err));
+    TRY(integer(r, "merge_size", 1, 16, &merge, path, err));
+    TRY(num(r, "rescale_factor", 1e-9, 1e9, &rescale, path, err));
+    TRY(triple(r, "image_mean", p->image_mean, path, err));
+    TRY(triple(r, "image_std", p->image_std, path, err));
     p->patch = (int32_t)patch;
     p->temporal_patch = (int32_t)tp;
     p->merge = (int32_t)merge;
@@ -88,13 +88,13 @@ static qvl_status image_config(const cJSON *r, const char *path, qvl_preprocess_
 
 static qvl_status video_config(const cJSON *r, const char *path, qvl_preprocess_params *p, qvl_video_params *v,
                                qvl_error *err) {
-    if (p) QVL_TRY(budget(r, path, &p->video_min_pixels, &p->video_max_pixels, err));
+    if (p) TRY(budget(r, path, &p->video_min_pixels, &p->video_max_pixels, err));
     if (!v) return QVL_OK;
     double fps = v->fps, minf = v->min_frames, maxf = v->max_frames, nf = v->num_frames;
-    QVL_TRY(num(r, "fps", 1e-6, 1e6, &fps, path, err));
-    QVL_TRY(integer(r, "min_frames", 1, 1e7, &minf, path, err));
-    QVL_TRY(integer(r, "max_frames", 1, 1e7, &maxf, path, err));
-    QVL_TRY(integer(r, "num_frames", 1, 1e7, &nf, path, err));
+    TRY(num(r, "fps", 1e-6, 1e6, &fps, path, err));
+    TRY(integer(r, "min_frames", 1, 1e7, &minf, path, err));
+    TRY(integer(r, "max_frames", 1, 1e7, &maxf, path, err));
+    TRY(integer(r, "num_frames", 1, 1e7, &nf, path, err));
     v->fps = fps;
     v->min_frames = (int32_t)minf;
     v->max_frames = (int32_t)maxf;
@@ -104,9 +104,9 @@ static qvl_status video_config(const cJSON *r, const char *path, qvl_preprocess_
 
 qvl_status preproc_config_parse(const char *text, size_t len, const char *path, int video, qvl_preprocess_params *p,
                                 qvl_video_params *v, qvl_error *err) {
-    if (!text || (!video && !p)) return qvl_fail(err, QVL_ERR_INVALID_ARG, "preproc_config_parse: NULL argument");
+    if (!text || (!video && !p)) return err_fail(err, QVL_ERR_INVALID_ARG, "preproc_config_parse: NULL argument");
     cJSON *root;
-    QVL_TRY(parse_json(text, len, path, &root, err));
+    TRY(parse_json(text, len, path, &root, err));
     qvl_status s = video ? video_config(root, path, p, v, err) : image_config(root, path, p, err);
     cJSON_Delete(root);
     return s;
@@ -116,11 +116,11 @@ qvl_status preproc_config_parse(const char *text, size_t len, const char *path, 
 static qvl_status load_file(const char *model_dir, const char *name, int video, qvl_preprocess_params *p,
                             qvl_video_params *v, qvl_error *err) {
     char path[4096];
-    QVL_TRY(qvl_join(path, sizeof path, model_dir, name, err));
-    if (!qvl_is_file(path)) return QVL_OK;
+    TRY(fu_join(path, sizeof path, model_dir, name, err));
+    if (!fu_is_file(path)) return QVL_OK;
     char *text;
     size_t len;
-    QVL_TRY(qvl_read_file(path, 1u << 20, &text, &len, err));
+    TRY(fu_read_file(path, 1u << 20, &text, &len, err));
     qvl_status s = preproc_config_parse(text, len, path, video, p, v, err);
     free(text);
     return s;
@@ -128,7 +128,7 @@ static qvl_status load_file(const char *model_dir, const char *name, int video, 
 
 qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_params *p, qvl_video_params *v,
                                       qvl_error *err) {
-    if (!model_dir) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params_load: model_dir is NULL");
-    if (p) QVL_TRY(load_file(model_dir, "preprocessor_config.json", 0, p, v, err));
+    if (!model_dir) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params_load: model_dir is NULL");
+    if (p) TRY(load_file(model_dir, "preprocessor_config.json", 0, p, v, err));
     return load_file(model_dir, "video_preprocessor_config.json", 1, p, v, err);
 }

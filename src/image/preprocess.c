@@ -33,10 +33,10 @@ static double round_half_even(double x) { return nearbyint(x); }
 qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint64_t min_pixels, uint64_t max_pixels,
                             int32_t *out_h, int32_t *out_w, qvl_error *err) {
     if (height < 1 || width < 1 || factor < 1)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "smart_resize: %dx%d with factor %d", height, width, factor);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "smart_resize: %dx%d with factor %d", height, width, factor);
     double hi = height > width ? height : width, lo = height > width ? width : height;
     if (hi / lo > 200)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "image %dx%d: aspect ratio %.1f is above 200", width, height, hi / lo);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "image %dx%d: aspect ratio %.1f is above 200", width, height, hi / lo);
     double f = factor;
     double h_bar = round_half_even(height / f) * f, w_bar = round_half_even(width / f) * f;
     double hw = (double)height * (double)width;
@@ -50,7 +50,7 @@ qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint6
         w_bar = ceil(width * beta / f) * f;
     }
     if (h_bar < 1 || w_bar < 1 || h_bar > 1e9 || w_bar > 1e9)
-        return qvl_fail(err, QVL_ERR_LIMIT, "image %dx%d: target size %.0fx%.0f out of range", width, height, w_bar,
+        return err_fail(err, QVL_ERR_LIMIT, "image %dx%d: target size %.0fx%.0f out of range", width, height, w_bar,
                         h_bar);
     *out_h = (int32_t)h_bar;
     *out_w = (int32_t)w_bar;
@@ -62,7 +62,7 @@ static qvl_status video_smart_resize(int32_t frames, int32_t height, int32_t wid
                                      uint64_t min_pixels, uint64_t max_pixels, int32_t *out_h, int32_t *out_w,
                                      qvl_error *err) {
     if (frames < tfactor)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video has %d frame(s); at least %d are needed", frames, tfactor);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "video has %d frame(s); at least %d are needed", frames, tfactor);
     double h = height, w = width, f = factor;
     if (height < factor || width < factor) {
         double scale = fmax(f / h, f / w);
@@ -71,7 +71,7 @@ static qvl_status video_smart_resize(int32_t frames, int32_t height, int32_t wid
     }
     double hi = fmax(h, w), lo = fmin(h, w);
     if (lo < 1 || hi / lo > 200)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video frames %dx%d: aspect ratio above 200", width, height);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "video frames %dx%d: aspect ratio above 200", width, height);
     double h_bar = round_half_even(h / f) * f, w_bar = round_half_even(w / f) * f;
     double t_bar = round_half_even((double)frames / tfactor) * tfactor;
     if (t_bar * h_bar * w_bar > (double)max_pixels) {
@@ -84,28 +84,28 @@ static qvl_status video_smart_resize(int32_t frames, int32_t height, int32_t wid
         w_bar = ceil(w * beta / f) * f;
     }
     if (h_bar < 1 || w_bar < 1 || h_bar > 1e9 || w_bar > 1e9)
-        return qvl_fail(err, QVL_ERR_LIMIT, "video %dx%d: target size out of range", width, height);
+        return err_fail(err, QVL_ERR_LIMIT, "video %dx%d: target size out of range", width, height);
     *out_h = (int32_t)h_bar;
     *out_w = (int32_t)w_bar;
     return QVL_OK;
 }
 
 static qvl_status check_params(const qvl_preprocess_params *p, qvl_error *err) {
-    if (!p) return qvl_fail(err, QVL_ERR_INVALID_ARG, "preprocess params are NULL");
+    if (!p) return err_fail(err, QVL_ERR_INVALID_ARG, "preprocess params are NULL");
     if (p->patch < 1 || p->patch > 1024 || p->merge < 1 || p->merge > 16 || p->temporal_patch < 1 ||
         p->temporal_patch > 16)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "patch %d, merge %d, temporal %d out of range", p->patch, p->merge,
+        return err_fail(err, QVL_ERR_INVALID_ARG, "patch %d, merge %d, temporal %d out of range", p->patch, p->merge,
                         p->temporal_patch);
     if (p->resize != QVL_RESIZE_TORCHVISION && p->resize != QVL_RESIZE_PIL && p->resize != QVL_RESIZE_PIL_LEGACY)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "unknown resize mode %d", (int)p->resize);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "unknown resize mode %d", (int)p->resize);
     if (!(p->rescale_factor > 0))
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "rescale_factor must be positive");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "rescale_factor must be positive");
     for (int c = 0; c < 3; c++)
         if (!(p->image_std[c] != 0))
-            return qvl_fail(err, QVL_ERR_INVALID_ARG, "image_std[%d] is zero", c);
+            return err_fail(err, QVL_ERR_INVALID_ARG, "image_std[%d] is zero", c);
     int32_t f = p->patch * p->merge;
     if ((p->size_h || p->size_w) && (p->size_h < f || p->size_w < f || p->size_h % f || p->size_w % f))
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "exact size %dx%d must be positive multiples of %d", p->size_h,
+        return err_fail(err, QVL_ERR_INVALID_ARG, "exact size %dx%d must be positive multiples of %d", p->size_h,
                         p->size_w, f);
     return QVL_OK;
 }
@@ -121,10 +121,10 @@ static qvl_status image_target(int32_t h, int32_t w, const qvl_preprocess_params
 }
 
 qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err) {
-    if (!img || !img->rgb || !grid) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_grid: NULL argument");
-    QVL_TRY(check_params(p, err));
+    if (!img || !img->rgb || !grid) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_grid: NULL argument");
+    TRY(check_params(p, err));
     int32_t th = 0, tw = 0;
-    QVL_TRY(image_target(img->height, img->width, p, &th, &tw, err));
+    TRY(image_target(img->height, img->width, p, &th, &tw, err));
     *grid = (qvl_grid){1, th / p->patch, tw / p->patch};
     return QVL_OK;
 }
@@ -133,7 +133,7 @@ static qvl_status video_target(const qvl_video *v, const qvl_preprocess_params *
                                qvl_error *err) {
     if (p->size_h && p->size_w) {
         if (v->n_frames < p->temporal_patch)
-            return qvl_fail(err, QVL_ERR_INVALID_ARG, "video has %d frame(s); at least %d are needed", v->n_frames,
+            return err_fail(err, QVL_ERR_INVALID_ARG, "video has %d frame(s); at least %d are needed", v->n_frames,
                             p->temporal_patch);
         *th = p->size_h;
         *tw = p->size_w;
@@ -144,10 +144,10 @@ static qvl_status video_target(const qvl_video *v, const qvl_preprocess_params *
 }
 
 qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err) {
-    if (!v || !v->rgb || !grid) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_grid: NULL argument");
-    QVL_TRY(check_params(p, err));
+    if (!v || !v->rgb || !grid) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_grid: NULL argument");
+    TRY(check_params(p, err));
     int32_t th = 0, tw = 0;
-    QVL_TRY(video_target(v, p, &th, &tw, err));
+    TRY(video_target(v, p, &th, &tw, err));
     int32_t t = (v->n_frames + p->temporal_patch - 1) / p->temporal_patch;
     *grid = (qvl_grid){t, th / p->patch, tw / p->patch};
     return QVL_OK;
@@ -221,7 +221,7 @@ static void patch_rows(void *ctx, long r0, long r1, int thread) {
 
 /* Patchify `frames` (n_frames resized RGB frames [th, tw, 3], padded in time by repeating the last) into rows. */
 static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_t tw, const qvl_preprocess_params *p,
-                     const float lut[3][256], float *rows, qvl_pool *pool) {
+                     const float lut[3][256], float *rows, thread_pool *pool) {
     const int P = p->patch, T = p->temporal_patch;
     const long n_rows = (long)((n_frames + T - 1) / T) * (th / P) * (tw / P);
     patch_job j = {frames, n_frames, th, tw, p, lut, rows};
@@ -235,21 +235,21 @@ static qvl_status frames_to_rows(const uint8_t *rgb, int32_t n_frames, int32_t w
                                  const qvl_preprocess_params *p, float *rows, qvl_error *err) {
     const int resize = w != tw || h != th;
     size_t frame_bytes, all = 0, ws_bytes = 0;
-    if (qvl_mul_overflow((size_t)tw * 3, (size_t)th, &frame_bytes) ||
-        qvl_mul_overflow(frame_bytes, (size_t)n_frames, &all))
-        return qvl_fail(err, QVL_ERR_LIMIT, "resized frames %dx%d x %d overflow", tw, th, n_frames);
+    if (size_mul_overflow((size_t)tw * 3, (size_t)th, &frame_bytes) ||
+        size_mul_overflow(frame_bytes, (size_t)n_frames, &all))
+        return err_fail(err, QVL_ERR_LIMIT, "resized frames %dx%d x %d overflow", tw, th, n_frames);
     if (resize) {
         ws_bytes = resize_workspace_size(w, h, tw, th, 3);
-        if (!ws_bytes) return qvl_fail(err, QVL_ERR_LIMIT, "resize %dx%d -> %dx%d out of range", w, h, tw, th);
+        if (!ws_bytes) return err_fail(err, QVL_ERR_LIMIT, "resize %dx%d -> %dx%d out of range", w, h, tw, th);
     }
     uint8_t *resized = resize ? malloc(all ? all : 1) : NULL;
     void *ws = resize ? malloc(ws_bytes) : NULL;
     if (resize && (!resized || !ws)) {
         free(resized);
         free(ws);
-        return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for resized frames", all + ws_bytes);
+        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for resized frames", all + ws_bytes);
     }
-    qvl_pool *pool = NULL;
+    thread_pool *pool = NULL;
     qvl_status s = pool_create(&pool, p->n_threads, err);
     const size_t src_bytes = (size_t)w * (size_t)h * 3;
     for (int32_t f = 0; resize && f < n_frames && s == QVL_OK; f++)
@@ -269,35 +269,35 @@ static qvl_status frames_to_rows(const uint8_t *rgb, int32_t n_frames, int32_t w
 
 qvl_status qvl_preprocess_image(const qvl_image *img, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                 qvl_error *err) {
-    if (!rows) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_image: rows is NULL");
-    QVL_TRY(qvl_image_grid(img, p, grid, err));
+    if (!rows) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_image: rows is NULL");
+    TRY(qvl_image_grid(img, p, grid, err));
     return frames_to_rows(img->rgb, 1, img->width, img->height, grid->w * p->patch, grid->h * p->patch, p, rows, err);
 }
 
 qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                 qvl_error *err) {
-    if (!rows) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_video: rows is NULL");
-    QVL_TRY(qvl_video_grid(v, p, grid, err));
+    if (!rows) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_video: rows is NULL");
+    TRY(qvl_video_grid(v, p, grid, err));
     return frames_to_rows(v->rgb, v->n_frames, v->width, v->height, grid->w * p->patch, grid->h * p->patch, p, rows,
                           err);
 }
 
 qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode, int n_threads,
                             qvl_image *out, qvl_error *err) {
-    if (!src || !src->rgb || !out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: NULL argument");
+    if (!src || !src->rgb || !out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: NULL argument");
     memset(out, 0, sizeof *out);
     size_t ws_bytes = resize_workspace_size(src->width, src->height, width, height, 3), bytes;
-    if (!ws_bytes || qvl_mul_overflow((size_t)width * 3, (size_t)height, &bytes))
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "resize %dx%d -> %dx%d: bad size", src->width, src->height, width,
+    if (!ws_bytes || size_mul_overflow((size_t)width * 3, (size_t)height, &bytes))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "resize %dx%d -> %dx%d: bad size", src->width, src->height, width,
                         height);
     void *ws = malloc(ws_bytes);
     uint8_t *dst = malloc(bytes);
     if (!ws || !dst) {
         free(ws);
         free(dst);
-        return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate a %dx%d image", width, height);
+        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate a %dx%d image", width, height);
     }
-    qvl_pool *pool = NULL;
+    thread_pool *pool = NULL;
     qvl_status s = pool_create(&pool, n_threads, err);
     if (s == QVL_OK)
         s = resize_u8(src->rgb, src->width, src->height, 3, dst, width, height, kind_of(mode), ws, pool, err);

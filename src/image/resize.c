@@ -103,10 +103,10 @@ typedef struct plan {
 /* Reserve `bytes` at 64-byte alignment after *off; 1 on overflow. */
 static int reserve(size_t *off, size_t count, size_t elem, uint8_t *base, void **out) {
     size_t bytes, o;
-    if (qvl_mul_overflow(count, elem, &bytes)) return 1;
-    if (qvl_add_overflow(*off, 63, &o)) return 1;
+    if (size_mul_overflow(count, elem, &bytes)) return 1;
+    if (size_add_overflow(*off, 63, &o)) return 1;
     o &= ~(size_t)63;
-    if (qvl_add_overflow(o, bytes, off)) return 1;
+    if (size_add_overflow(o, bytes, off)) return 1;
     if (base) *out = base + o;
     return 0;
 }
@@ -114,7 +114,7 @@ static int reserve(size_t *off, size_t count, size_t elem, uint8_t *base, void *
 static int reserve_axis(size_t *off, int n, int m, uint8_t *base, axis_mem *am) {
     axis_geom g = geom(n, m);
     size_t k4 = ((size_t)g.ksize + 3) & ~(size_t)3, mk, mk4;
-    if (qvl_mul_overflow((size_t)m, (size_t)g.ksize, &mk) || qvl_mul_overflow((size_t)m, k4, &mk4)) return 1;
+    if (size_mul_overflow((size_t)m, (size_t)g.ksize, &mk) || size_mul_overflow((size_t)m, k4, &mk4)) return 1;
     return reserve(off, (size_t)m, sizeof(int32_t), base, (void **)&am->first) ||
            reserve(off, (size_t)m, sizeof(int32_t), base, (void **)&am->count) ||
            reserve(off, mk, sizeof(int32_t), base, (void **)&am->w32) ||
@@ -132,11 +132,11 @@ static int make_plan(int sw, int sh, int dw, int dh, int c, uint8_t *base, plan 
     if (sh != dh && reserve_axis(&off, sh, dh, base, &p->v)) return 1;
     if (sw != dw && sh != dh) {
         size_t a, b;
-        if (qvl_mul_overflow((size_t)sh, (size_t)dw, &a) || qvl_mul_overflow((size_t)dh, (size_t)sw, &b)) return 1;
-        if (qvl_mul_overflow(a > b ? a : b, (size_t)c, &a)) return 1;
+        if (size_mul_overflow((size_t)sh, (size_t)dw, &a) || size_mul_overflow((size_t)dh, (size_t)sw, &b)) return 1;
+        if (size_mul_overflow(a > b ? a : b, (size_t)c, &a)) return 1;
         if (reserve(&off, a, 1, base, (void **)&p->mid)) return 1;
     }
-    if (qvl_add_overflow(off, 64, &p->total)) return 1; /* slack to align the caller's pointer */
+    if (size_add_overflow(off, 64, &p->total)) return 1; /* slack to align the caller's pointer */
     return 0;
 }
 
@@ -151,8 +151,8 @@ size_t resize_workspace_size(int sw, int sh, int dw, int dh, int channels) {
     if (make_plan(sw, sh, dw, dh, channels, NULL, &p)) return 0;
     /* The whole image must also be addressable. */
     size_t a, b;
-    if (qvl_mul_overflow((size_t)sw * (size_t)sh, (size_t)channels, &a) ||
-        qvl_mul_overflow((size_t)dw * (size_t)dh, (size_t)channels, &b))
+    if (size_mul_overflow((size_t)sw * (size_t)sh, (size_t)channels, &a) ||
+        size_mul_overflow((size_t)dw * (size_t)dh, (size_t)channels, &b))
         return 0;
     return p.total;
 }
@@ -283,7 +283,7 @@ static void hpass_rows(void *ctx, long b, long e, int thread) {
 }
 
 static void hpass(const uint8_t *src, size_t src_row, uint8_t *dst, size_t dst_row, int r0, int r1,
-                  const resize_axis *h, int c, int simd, qvl_pool *pool) {
+                  const resize_axis *h, int c, int simd, thread_pool *pool) {
     pass_job j = {src, dst, src_row, dst_row, r0, c, simd, h};
     pool_for(pool, r1 - r0, 0, hpass_rows, &j);
 }
@@ -299,22 +299,22 @@ static void vpass_rows(void *ctx, long b, long e, int thread) {
     }
 }
 
-static void vpass(const uint8_t *src, uint8_t *dst, size_t row, const resize_axis *v, int simd, qvl_pool *pool) {
+static void vpass(const uint8_t *src, uint8_t *dst, size_t row, const resize_axis *v, int simd, thread_pool *pool) {
     pass_job j = {src, dst, row, row, 0, 0, simd, v};
     pool_for(pool, v->n_out, 0, vpass_rows, &j);
 }
 
 qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *dst, int dw, int dh,
-                     resize_kind kind, void *ws, qvl_pool *pool, qvl_error *err) {
-    if (!src || !dst) return qvl_fail(err, QVL_ERR_INVALID_ARG, "resize: NULL %s", src ? "dst" : "src");
+                     resize_kind kind, void *ws, thread_pool *pool, qvl_error *err) {
+    if (!src || !dst) return err_fail(err, QVL_ERR_INVALID_ARG, "resize: NULL %s", src ? "dst" : "src");
     if (kind != RESIZE_TORCHVISION && kind != RESIZE_PIL && kind != RESIZE_PIL_LEGACY)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "resize: unknown kind %d", (int)kind);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "resize: unknown kind %d", (int)kind);
     if (sw < 1 || sh < 1 || dw < 1 || dh < 1 || channels < 1 || channels > 4)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "resize: bad size %dx%d -> %dx%d with %d channels (need sides >= 1, "
+        return err_fail(err, QVL_ERR_INVALID_ARG, "resize: bad size %dx%d -> %dx%d with %d channels (need sides >= 1, "
                         "channels 1..4)", sw, sh, dw, dh, channels);
     size_t need = resize_workspace_size(sw, sh, dw, dh, channels);
     if (need == 0)
-        return qvl_fail(err, QVL_ERR_LIMIT, "resize: %dx%d -> %dx%d exceeds the size limit (side <= %d, bytes fit "
+        return err_fail(err, QVL_ERR_LIMIT, "resize: %dx%d -> %dx%d exceeds the size limit (side <= %d, bytes fit "
                         "size_t)", sw, sh, dw, dh, RESIZE_MAX_SIDE);
     const size_t c = (size_t)channels;
     const int need_h = sw != dw, need_v = sh != dh;
@@ -322,12 +322,12 @@ qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *
         memcpy(dst, src, (size_t)sw * (size_t)sh * c);
         return QVL_OK;
     }
-    if (!ws) return qvl_fail(err, QVL_ERR_INVALID_ARG, "resize: NULL workspace (%zu bytes needed)", need);
+    if (!ws) return err_fail(err, QVL_ERR_INVALID_ARG, "resize: NULL workspace (%zu bytes needed)", need);
 
     uint8_t *base = (uint8_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     plan p;
     if (make_plan(sw, sh, dw, dh, channels, base, &p))
-        return qvl_fail(err, QVL_ERR_INTERNAL, "resize: workspace plan overflowed after the size check");
+        return err_fail(err, QVL_ERR_INTERNAL, "resize: workspace plan overflowed after the size check");
     const resize_kind coef_kind = kind == RESIZE_TORCHVISION ? RESIZE_TORCHVISION : RESIZE_PIL;
     resize_axis h = {0}, v = {0};
     if (need_h) build_axis(sw, dw, coef_kind, channels, &p.h, &h);
@@ -347,7 +347,7 @@ qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *
             if (v.first[o] + v.count[o] > r1) r1 = v.first[o] + v.count[o];
         }
     }
-    const int simd = g_allow_simd && qvl_cpu_has_avx2();
+    const int simd = g_allow_simd && cpu_has_avx2();
     if (vfirst) { /* src [sh][sw] → mid [dh][sw] → dst [dh][dw] */
         vpass(src, p.mid, (size_t)sw * c, &v, simd, pool);
         hpass(p.mid, (size_t)sw * c, dst, (size_t)dw * c, 0, dh, &h, channels, simd, pool);

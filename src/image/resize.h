@@ -40,7 +40,7 @@ size_t resize_workspace_size(int sw, int sh, int dw, int dh, int channels);
  * src and dst must not overlap. Errors: QVL_ERR_INVALID_ARG (NULL pointer, side < 1, channels outside 1..4,
  * unknown kind), QVL_ERR_LIMIT (side > RESIZE_MAX_SIDE or byte sizes overflow). */
 qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *dst, int dw, int dh,
-                     resize_kind kind, void *ws, qvl_pool *pool, qvl_error *err);
+                     resize_kind kind, void *ws, thread_pool *pool, qvl_error *err);
 
 /* Test hook: 0 forces the portable loops, nonzero (the default) lets resize_u8 use AVX2 where the CPU has it.
  * Process-wide; do not call while a resize is running. */
@@ -63,7 +63,7 @@ typedef struct resize_axis {
     const int16_t *w16hi;  /* [n_out][ksize4] high part, hi = (w + 2^15) >> 16 (all zero when !split) */
 } resize_axis;
 
-/* resize_avx2.c: call only when qvl_cpu_level() >= 2 (resize.c checks). Outputs [0, ax->simd_end) of one row: src_row [n_in, c], dst_row [n_out, c]; c in 1..4. */
+/* resize_avx2.c: call only when cpu_level() >= 2 (resize.c checks). Outputs [0, ax->simd_end) of one row: src_row [n_in, c], dst_row [n_out, c]; c in 1..4. */
 void resize_hrow_avx2(const uint8_t *src_row, uint8_t *dst_row, int c, const resize_axis *ax);
 /* Bytes [0, n32) of output row o (n32 a multiple of 32): src rows of `stride` bytes, vertical taps of ax. */
 void resize_vrow_avx2(const uint8_t *src, size_t stride, uint8_t *dst_row, size_t n32, const resize_axis *ax, int o);

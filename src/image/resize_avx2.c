@@ -4,7 +4,7 @@
  * products are formed with _mm256_madd_epi16 (uint8 pixels zero-extended to int16). Sums are taken modulo 2^32;
  * the exact total of each output fits int32, so (hi_sum << 16) + lo_sum + bias wraps to the exact value. Then the
  * arithmetic shift and the saturating packs give clamp(acc >> prec, 0, 255), as the portable loops.
- * Compiled with -mavx2; call only after qvl_cpu_level() >= 2 (core/cpu.h). */
+ * Compiled with -mavx2; call only after cpu_level() >= 2 (core/cpu.h). */
 #include <immintrin.h>
 #include <string.h>
 

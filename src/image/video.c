@@ -60,7 +60,7 @@ static void vdec_close(vdec *d) {
 static qvl_status av_fail(qvl_error *err, qvl_status s, const char *path, const char *what, int ret) {
     char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
     av_strerror(ret, buf, sizeof buf);
-    return qvl_fail(err, s, "%s: %s (%s)", path, what, buf);
+    return err_fail(err, s, "%s: %s (%s)", path, what, buf);
 }
 
 /* Open the file, pick the best video stream, open its decoder, and check the frame size against max_pixels. */
@@ -69,14 +69,14 @@ static qvl_status vdec_open(vdec *d, const char *path, uint64_t max_pixels, qvl_
     d->path = path;
     /* A missing or unreadable file is an I/O error; everything FFmpeg refuses after that is the file's format. */
     FILE *f = fopen(path, "rb");
-    if (!f) return qvl_fail(err, QVL_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    if (!f) return err_fail(err, QVL_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
     fclose(f);
 
     /* The path is a local file, never a URL or protocol ("concat:", "http:"), and nested resources that some
        demuxers open (playlists) are restricted to files as well. */
     size_t len = strlen(path);
     char *url = malloc(len + 6);
-    if (!url) return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    if (!url) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     memcpy(url, "file:", 5);
     memcpy(url + 5, path, len + 1);
     AVDictionary *opts = NULL;
@@ -90,15 +90,15 @@ static qvl_status vdec_open(vdec *d, const char *path, uint64_t max_pixels, qvl_
     const AVCodec *codec = NULL;
     ret = av_find_best_stream(d->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
     if (ret == AVERROR_DECODER_NOT_FOUND)
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: no decoder for its video stream", path);
-    if (ret < 0) return qvl_fail(err, QVL_ERR_FORMAT, "%s: no video stream", path);
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: no decoder for its video stream", path);
+    if (ret < 0) return err_fail(err, QVL_ERR_FORMAT, "%s: no video stream", path);
     d->stream = ret;
     const AVCodecParameters *par = d->fmt->streams[d->stream]->codecpar;
     if (par->width <= 0 || par->height <= 0)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: video stream has no frame size (%dx%d)", path, par->width,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: video stream has no frame size (%dx%d)", path, par->width,
                         par->height);
     if ((uint64_t)par->width * (uint64_t)par->height > max_pixels)
-        return qvl_fail(err, QVL_ERR_LIMIT, "%s: frames of %dx%d = %llu pixels exceed the limit of %llu", path,
+        return err_fail(err, QVL_ERR_LIMIT, "%s: frames of %dx%d = %llu pixels exceed the limit of %llu", path,
                         par->width, par->height, (unsigned long long)par->width * (unsigned long long)par->height,
                         (unsigned long long)max_pixels);
     d->width = par->width;
@@ -107,7 +107,7 @@ static qvl_status vdec_open(vdec *d, const char *path, uint64_t max_pixels, qvl_
     d->dec = avcodec_alloc_context3(codec);
     d->pkt = av_packet_alloc();
     d->frame = av_frame_alloc();
-    if (!d->dec || !d->pkt || !d->frame) return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    if (!d->dec || !d->pkt || !d->frame) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     ret = avcodec_parameters_to_context(d->dec, par);
     if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, path, "bad codec parameters", ret);
     d->dec->thread_count = 0; /* FFmpeg picks; the output does not depend on it */
@@ -142,16 +142,16 @@ static void blend_white(const uint8_t *rgba, size_t n_px, uint8_t *rgb) {
 /* Convert one decoded frame into packed RGB24 at `dst` ([height·width·3]). */
 static qvl_status convert_frame(vdec *d, const AVFrame *f, int64_t index, uint8_t *dst, qvl_error *err) {
     if (f->width != d->width || f->height != d->height)
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: frame %lld is %dx%d, the stream's frames are %dx%d", d->path,
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: frame %lld is %dx%d, the stream's frames are %dx%d", d->path,
                         (long long)index, f->width, f->height, (int)d->width, (int)d->height);
     const AVPixFmtDescriptor *desc = av_pix_fmt_desc_get((enum AVPixelFormat)f->format);
-    if (!desc) return qvl_fail(err, QVL_ERR_FORMAT, "%s: frame %lld has no pixel format", d->path, (long long)index);
+    if (!desc) return err_fail(err, QVL_ERR_FORMAT, "%s: frame %lld has no pixel format", d->path, (long long)index);
     int alpha = (desc->flags & AV_PIX_FMT_FLAG_ALPHA) != 0;
     enum AVPixelFormat dst_fmt = alpha ? AV_PIX_FMT_RGBA : AV_PIX_FMT_RGB24;
     d->sws = sws_getCachedContext(d->sws, f->width, f->height, (enum AVPixelFormat)f->format, f->width, f->height,
                                   dst_fmt, VIDEO_SWS_FLAGS, NULL, NULL, NULL);
     if (!d->sws)
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: cannot convert pixel format %s to RGB", d->path, desc->name);
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: cannot convert pixel format %s to RGB", d->path, desc->name);
     if (!(desc->flags & AV_PIX_FMT_FLAG_RGB)) {
         /* sws_getCoefficients takes AVColorSpace values (SWS_CS_* mirror them) and maps unknown ones to BT.601. */
         sws_setColorspaceDetails(d->sws, sws_getCoefficients(f->colorspace), full_range(f),
@@ -162,7 +162,7 @@ static qvl_status convert_frame(vdec *d, const AVFrame *f, int64_t index, uint8_
     if (alpha) {
         if (!d->rgba) {
             d->rgba = malloc(n_px * 4);
-            if (!d->rgba) return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", d->path);
+            if (!d->rgba) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", d->path);
         }
         out = d->rgba;
     }
@@ -170,7 +170,7 @@ static qvl_status convert_frame(vdec *d, const AVFrame *f, int64_t index, uint8_
     int strides[4] = {d->width * (alpha ? 4 : 3), 0, 0, 0};
     int rows = sws_scale(d->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, planes, strides);
     if (rows != f->height)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: cannot convert frame %lld (%s) to RGB", d->path, (long long)index,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: cannot convert frame %lld (%s) to RGB", d->path, (long long)index,
                         desc->name);
     if (alpha) blend_white(d->rgba, n_px, dst);
     return QVL_OK;
@@ -191,12 +191,12 @@ static qvl_status take_frame(vdec *d, vpass *ps, int *done, qvl_error *err) {
     size_t first = ps->next;
     while (ps->next < ps->n && ps->indices[ps->next] == i) {
         uint8_t *slot = ps->rgb + ps->next * fs;
-        if (ps->next == first) QVL_TRY(convert_frame(d, d->frame, i, slot, err));
+        if (ps->next == first) TRY(convert_frame(d, d->frame, i, slot, err));
         else memcpy(slot, ps->rgb + first * fs, fs);
         ps->next++;
     }
     if (ps->next < ps->n && ps->indices[ps->next] < i)
-        return qvl_fail(err, QVL_ERR_INTERNAL, "%s: sampled indices are not sorted", d->path);
+        return err_fail(err, QVL_ERR_INTERNAL, "%s: sampled indices are not sorted", d->path);
     *done = ps->n > 0 && ps->next == ps->n;
     return QVL_OK;
 }
@@ -226,12 +226,12 @@ static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
         }
         ret = avcodec_send_packet(d->dec, d->pkt);
         if (ret == AVERROR(EAGAIN)) { /* the decoder wants its output taken first */
-            QVL_TRY(drain(d, ps, &done, err));
+            TRY(drain(d, ps, &done, err));
             ret = done ? 0 : avcodec_send_packet(d->dec, d->pkt);
         }
         av_packet_unref(d->pkt);
         if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d->path, "corrupt video data", ret);
-        QVL_TRY(drain(d, ps, &done, err));
+        TRY(drain(d, ps, &done, err));
     }
     if (done) return QVL_OK;
     int ret = avcodec_send_packet(d->dec, NULL); /* flush the frames still held (B-frames, frame threads) */
@@ -242,12 +242,12 @@ static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
 /* Allocate the output for n frames of the decoder's size. */
 static qvl_status alloc_frames(qvl_video *out, int32_t w, int32_t h, size_t n, const char *what, qvl_error *err) {
     size_t fs, total;
-    if (n > INT32_MAX || qvl_mul_overflow((size_t)w * (size_t)h, 3, &fs) || qvl_mul_overflow(fs, n, &total))
-        return qvl_fail(err, QVL_ERR_LIMIT, "%s: %zu frames of %dx%d are too large", what, n, (int)w, (int)h);
+    if (n > INT32_MAX || size_mul_overflow((size_t)w * (size_t)h, 3, &fs) || size_mul_overflow(fs, n, &total))
+        return err_fail(err, QVL_ERR_LIMIT, "%s: %zu frames of %dx%d are too large", what, n, (int)w, (int)h);
     out->rgb = malloc(total ? total : 1);
     out->indices = malloc(n * sizeof *out->indices);
     if (!out->rgb || !out->indices)
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu frames of %dx%d", what, n, (int)w, (int)h);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu frames of %dx%d", what, n, (int)w, (int)h);
     out->width = w;
     out->height = h;
     out->n_frames = (int32_t)n;
@@ -258,17 +258,17 @@ static qvl_status alloc_frames(qvl_video *out, int32_t w, int32_t h, size_t n, c
 static qvl_status sample_into(qvl_video *out, int32_t w, int32_t h, int64_t total, double fps,
                               const qvl_video_params *p, const char *what, qvl_error *err) {
     size_t n = 0;
-    QVL_TRY(qvl_video_sample_indices(total, fps, p, NULL, 0, &n, err));
-    if (n == 0) return qvl_fail(err, QVL_ERR_INVALID_ARG, "%s: sampling picks no frames", what);
-    QVL_TRY(alloc_frames(out, w, h, n, what, err));
-    QVL_TRY(qvl_video_sample_indices(total, fps, p, out->indices, n, &n, err));
+    TRY(qvl_video_sample_indices(total, fps, p, NULL, 0, &n, err));
+    if (n == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: sampling picks no frames", what);
+    TRY(alloc_frames(out, w, h, n, what, err));
+    TRY(qvl_video_sample_indices(total, fps, p, out->indices, n, &n, err));
     out->total_frames = total;
     out->fps = fps;
     return QVL_OK;
 }
 
 static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
-    QVL_TRY(vdec_open(d, path, p->max_pixels, err));
+    TRY(vdec_open(d, path, p->max_pixels, err));
     const AVStream *st = d->fmt->streams[d->stream];
     double fps = 0.0;
     if (st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0) fps = av_q2d(st->avg_frame_rate);
@@ -279,41 +279,41 @@ static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *
     int counted = 0;
     if (total <= 0) { /* no count in the header: decode once to count */
         vpass count = {0};
-        QVL_TRY(decode_pass(d, &count, err));
+        TRY(decode_pass(d, &count, err));
         total = count.decoded;
         counted = 1;
         vdec_close(d);
-        QVL_TRY(vdec_open(d, path, p->max_pixels, err));
+        TRY(vdec_open(d, path, p->max_pixels, err));
     }
-    if (total <= 0) return qvl_fail(err, QVL_ERR_FORMAT, "%s: the video stream has no frames", path);
-    QVL_TRY(sample_into(out, d->width, d->height, total, fps, p, path, err));
+    if (total <= 0) return err_fail(err, QVL_ERR_FORMAT, "%s: the video stream has no frames", path);
+    TRY(sample_into(out, d->width, d->height, total, fps, p, path, err));
 
     vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0};
-    QVL_TRY(decode_pass(d, &ps, err));
+    TRY(decode_pass(d, &ps, err));
     if (ps.next == ps.n) return QVL_OK;
     /* The stream ended early: take the indices again over the frames it has. */
     int64_t have = ps.decoded;
     if (counted || have <= 0)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: the stream has %lld decodable frames, frame %lld was sampled", path,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: the stream has %lld decodable frames, frame %lld was sampled", path,
                         (long long)have, (long long)out->indices[ps.n - 1]);
     free(out->rgb);
     free(out->indices);
     out->rgb = NULL;
     out->indices = NULL;
     vdec_close(d);
-    QVL_TRY(vdec_open(d, path, p->max_pixels, err));
-    QVL_TRY(sample_into(out, d->width, d->height, have, fps, p, path, err));
+    TRY(vdec_open(d, path, p->max_pixels, err));
+    TRY(sample_into(out, d->width, d->height, have, fps, p, path, err));
     vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0};
-    QVL_TRY(decode_pass(d, &again, err));
+    TRY(decode_pass(d, &again, err));
     if (again.next != again.n)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: the stream has %lld decodable frames on a second read, %lld before",
+        return err_fail(err, QVL_ERR_FORMAT, "%s: the stream has %lld decodable frames on a second read, %lld before",
                         path, (long long)again.decoded, (long long)have);
     return QVL_OK;
 }
 
 qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
     if (out) memset(out, 0, sizeof *out);
-    if (!path || !out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: NULL argument");
+    if (!path || !out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: NULL argument");
     qvl_video_params def;
     if (!p) {
         qvl_video_params_default(&def);
@@ -334,15 +334,15 @@ static qvl_status from_images(const char *const *paths, size_t n, const qvl_vide
     dp.max_pixels = p->max_pixels;
     size_t next = 0, fs = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!paths[i]) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: path %zu is NULL", i);
+        if (!paths[i]) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: path %zu is NULL", i);
         qvl_image img = {0};
-        QVL_TRY(qvl_image_load(paths[i], &dp, &img, err));
+        TRY(qvl_image_load(paths[i], &dp, &img, err));
         qvl_status s = QVL_OK;
         if (i == 0) { /* the first frame fixes the size */
             s = sample_into(out, img.width, img.height, (int64_t)n, p->default_fps, p, paths[0], err);
             fs = (size_t)img.width * (size_t)img.height * 3;
         } else if (img.width != out->width || img.height != out->height) {
-            s = qvl_fail(err, QVL_ERR_INVALID_ARG, "%s: frame %zu is %dx%d, the first frame (%s) is %dx%d", paths[i],
+            s = err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame %zu is %dx%d, the first frame (%s) is %dx%d", paths[i],
                          i, (int)img.width, (int)img.height, paths[0], (int)out->width, (int)out->height);
         }
         for (size_t first = next; s == QVL_OK && next < (size_t)out->n_frames && out->indices[next] == (int64_t)i;
@@ -352,7 +352,7 @@ static qvl_status from_images(const char *const *paths, size_t n, const qvl_vide
         if (s != QVL_OK) return s;
     }
     if (next != (size_t)out->n_frames)
-        return qvl_fail(err, QVL_ERR_INTERNAL, "qvl_video_from_images: %zu of %d sampled frames filled", next,
+        return err_fail(err, QVL_ERR_INTERNAL, "qvl_video_from_images: %zu of %d sampled frames filled", next,
                         (int)out->n_frames);
     return QVL_OK;
 }
@@ -361,7 +361,7 @@ qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_v
                                  qvl_error *err) {
     if (out) memset(out, 0, sizeof *out);
     if (!paths || !out || n == 0)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: %s", n == 0 ? "no frames" : "NULL argument");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: %s", n == 0 ? "no frames" : "NULL argument");
     qvl_video_params def;
     if (!p) {
         qvl_video_params_default(&def);

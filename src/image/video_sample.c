@@ -39,7 +39,7 @@ static qvl_status sample_count(int64_t total, double video_fps, const qvl_video_
         return QVL_OK;
     }
     if (p->num_frames < 0)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: num_frames %d is negative", (int)p->num_frames);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "video sampling: num_frames %d is negative", (int)p->num_frames);
     if (!(p->fps > 0.0)) { /* fps=None: every frame, within [min_frames, max_frames] */
         int64_t n = total > p->min_frames ? total : p->min_frames;
         *n_out = n < p->max_frames ? n : p->max_frames;
@@ -47,10 +47,10 @@ static qvl_status sample_count(int64_t total, double video_fps, const qvl_video_
     }
     if (!(video_fps > 0.0) || !isfinite(video_fps)) video_fps = p->default_fps; /* unknown native rate */
     if (!(video_fps > 0.0) || !isfinite(video_fps))
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: default_fps %g is not a positive rate",
+        return err_fail(err, QVL_ERR_INVALID_ARG, "video sampling: default_fps %g is not a positive rate",
                         p->default_fps);
     double x = (double)total / video_fps * p->fps; /* Python's float expression, left to right */
-    if (isnan(x)) return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: fps %g gives no frame count", p->fps);
+    if (isnan(x)) return err_fail(err, QVL_ERR_INVALID_ARG, "video sampling: fps %g gives no frame count", p->fps);
     /* int() truncates; the result is then clamped into [min_frames, max_frames] and to total, so a huge or
        infinite x only needs to be brought into int64 range first. */
     double t = trunc(x);
@@ -66,16 +66,16 @@ qvl_status qvl_video_sample_indices(int64_t total, double video_fps, const qvl_v
                                     size_t cap, size_t *n, qvl_error *err) {
     if (n) *n = 0;
     if (!p || !n || (cap > 0 && !indices))
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_sample_indices: NULL argument");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_sample_indices: NULL argument");
     if (total < 1)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: the video has %lld frames", (long long)total);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "video sampling: the video has %lld frames", (long long)total);
     int64_t count = 0;
-    QVL_TRY(sample_count(total, video_fps, p, &count, err));
+    TRY(sample_count(total, video_fps, p, &count, err));
     if (count < 0) /* np.linspace raises on a negative count (max_frames < 0) */
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "video sampling: %lld frames (max_frames %d)", (long long)count,
+        return err_fail(err, QVL_ERR_INVALID_ARG, "video sampling: %lld frames (max_frames %d)", (long long)count,
                         (int)p->max_frames);
     if ((uint64_t)count > SIZE_MAX)
-        return qvl_fail(err, QVL_ERR_LIMIT, "video sampling: %lld frames", (long long)count);
+        return err_fail(err, QVL_ERR_LIMIT, "video sampling: %lld frames", (long long)count);
     size_t m = (size_t)count < cap ? (size_t)count : cap;
     double stop = (double)(total - 1);
     if (count > 1) {

@@ -36,9 +36,9 @@ static int is_tower_name(const char *rest) {
 
 static qvl_status open_file(qvl_model *m, const char *path, qvl_error *err) {
     st_file **grown = realloc(m->files, (size_t)(m->n_files + 1) * sizeof *grown);
-    if (!grown) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory opening %s", path);
+    if (!grown) return err_fail(err, QVL_ERR_NOMEM, "out of memory opening %s", path);
     m->files = grown;
-    QVL_TRY(st_open(path, &m->files[m->n_files], err));
+    TRY(st_open(path, &m->files[m->n_files], err));
     m->n_files++;
     return QVL_OK;
 }
@@ -81,7 +81,7 @@ static qvl_status as_qvl_dtype(const st_tensor *t, qvl_dtype *dt, qvl_error *err
     case ST_F16: *dt = QVL_DTYPE_F16; return QVL_OK;
     case ST_BF16: *dt = QVL_DTYPE_BF16; return QVL_OK;
     default:
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; the tower needs F32, F16 or BF16",
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; the tower needs F32, F16 or BF16",
                         t->name, st_dtype_name(t->dtype));
     }
 }
@@ -97,17 +97,17 @@ static qvl_status lookup2(binder *b, const char *canonical, int ndim, const int6
     shape_str(shape, ndim, want, sizeof want);
     if (!t) {
         files_searched(b->m, files, sizeof files);
-        return qvl_fail(b->err, QVL_ERR_SHAPE, "missing tensor '%s' (expected shape %s) in %s", full, want, files);
+        return err_fail(b->err, QVL_ERR_SHAPE, "missing tensor '%s' (expected shape %s) in %s", full, want, files);
     }
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (!same) {
         shape_str(t->shape, t->ndim, got, sizeof got);
-        return qvl_fail(b->err, QVL_ERR_SHAPE, "tensor '%s' in %s has shape %s, expected %s", full,
+        return err_fail(b->err, QVL_ERR_SHAPE, "tensor '%s' in %s has shape %s, expected %s", full,
                         b->m->files[file]->path, got, want);
     }
     qvl_dtype dt = QVL_DTYPE_F32;
-    QVL_TRY(as_qvl_dtype(t, &dt, b->err));
+    TRY(as_qvl_dtype(t, &dt, b->err));
     bound_tensor *bt = &b->m->bound[b->m->n_bound++];
     snprintf(bt->name, sizeof bt->name, "%s", canonical);
     bt->dtype = dt;
@@ -126,7 +126,7 @@ static qvl_status lookup(binder *b, const char *canonical, int ndim, const int64
 static qvl_status bind_mat(binder *b, const char *canonical, int rows, int cols, wmat *w) {
     const st_tensor *t;
     int64_t shape[2] = {rows, cols};
-    QVL_TRY(lookup(b, canonical, 2, shape, &t));
+    TRY(lookup(b, canonical, 2, shape, &t));
     w->data = t->data;
     w->rows = rows;
     w->cols = cols;
@@ -136,12 +136,12 @@ static qvl_status bind_mat(binder *b, const char *canonical, int rows, int cols,
 static qvl_status bind_vec(binder *b, const char *canonical, int n, const float **out) {
     const st_tensor *t;
     int64_t shape[1] = {n};
-    QVL_TRY(lookup(b, canonical, 1, shape, &t));
+    TRY(lookup(b, canonical, 1, shape, &t));
     if (b->small_used + (size_t)n > b->small_cap)
-        return qvl_fail(b->err, QVL_ERR_INTERNAL, "vector storage undersized at '%s'", canonical);
+        return err_fail(b->err, QVL_ERR_INTERNAL, "vector storage undersized at '%s'", canonical);
     float *dst = b->m->small + b->small_used;
     qvl_dtype dt = QVL_DTYPE_F32;
-    QVL_TRY(as_qvl_dtype(t, &dt, b->err));
+    TRY(as_qvl_dtype(t, &dt, b->err));
     op_to_f32(t->data, dt, dst, (size_t)n);
     b->small_used += (size_t)n;
     *out = dst;
@@ -151,7 +151,7 @@ static qvl_status bind_vec(binder *b, const char *canonical, int n, const float 
 static qvl_status bind_linear(binder *b, const char *base, int out, int in, linear *l) {
     char name[160];
     snprintf(name, sizeof name, "%s.weight", base);
-    QVL_TRY(bind_mat(b, name, out, in, &l->w));
+    TRY(bind_mat(b, name, out, in, &l->w));
     snprintf(name, sizeof name, "%s.bias", base);
     return bind_vec(b, name, out, &l->b);
 }
@@ -160,19 +160,19 @@ static qvl_status bind_norm(binder *b, const char *base, int dim, layernorm *n) 
     char name[160];
     n->dim = dim;
     snprintf(name, sizeof name, "%s.weight", base);
-    QVL_TRY(bind_vec(b, name, dim, &n->w));
+    TRY(bind_vec(b, name, dim, &n->w));
     snprintf(name, sizeof name, "%s.bias", base);
     return bind_vec(b, name, dim, &n->b);
 }
 
 static qvl_status bind_merger(binder *b, const char *base, int norm_dim, merger_w *mw) {
-    const qvl_config *c = &b->m->cfg;
+    const tower_config *c = &b->m->cfg;
     char name[120];
     int h4 = c->hidden * c->merge * c->merge; /* one merged token: merge² patch tokens side by side */
     snprintf(name, sizeof name, "%s.norm", base);
-    QVL_TRY(bind_norm(b, name, norm_dim, &mw->norm));
+    TRY(bind_norm(b, name, norm_dim, &mw->norm));
     snprintf(name, sizeof name, "%s.linear_fc1", base);
-    QVL_TRY(bind_linear(b, name, h4, h4, &mw->fc1));
+    TRY(bind_linear(b, name, h4, h4, &mw->fc1));
     snprintf(name, sizeof name, "%s.linear_fc2", base);
     return bind_linear(b, name, c->out_hidden, h4, &mw->fc2);
 }
@@ -180,7 +180,7 @@ static qvl_status bind_merger(binder *b, const char *base, int norm_dim, merger_
 /* The patch embedding: a 5-D Conv3d weight in HF or MLX layout, exposed as [H, row_len] in (c, t, y, x) order. */
 static qvl_status bind_patch(binder *b) {
     qvl_model *m = b->m;
-    const qvl_config *c = &m->cfg;
+    const tower_config *c = &m->cfg;
     char full[256];
     snprintf(full, sizeof full, "%spatch_embed.proj.weight", b->prefix);
     const st_tensor *t = find_any(m, full);
@@ -189,14 +189,14 @@ static qvl_status bind_patch(binder *b) {
     /* MLX layout ends in the channel axis; the two shapes cannot collide unless in_channels == patch. */
     int is_mlx = t && t->ndim == 5 && t->shape[4] == c->in_channels && c->in_channels != c->patch;
     const st_tensor *found;
-    QVL_TRY(lookup2(b, "patch_embed.proj.weight", 5, is_mlx ? mlx : hf, hf, &found));
-    QVL_TRY(as_qvl_dtype(found, &m->patch.w.dtype, b->err));
+    TRY(lookup2(b, "patch_embed.proj.weight", 5, is_mlx ? mlx : hf, hf, &found));
+    TRY(as_qvl_dtype(found, &m->patch.w.dtype, b->err));
     m->patch.w.data = found->data;
     if (is_mlx) {
         size_t es = st_dtype_size(found->dtype);
         unsigned char *dst = malloc((size_t)found->nbytes);
         if (!dst)
-            return qvl_fail(b->err, QVL_ERR_NOMEM, "cannot allocate %llu bytes for the patch weight",
+            return err_fail(b->err, QVL_ERR_NOMEM, "cannot allocate %llu bytes for the patch weight",
                             (unsigned long long)found->nbytes);
         const unsigned char *src = found->data;
         int C = c->in_channels, T = c->temporal_patch, P = c->patch;
@@ -222,29 +222,29 @@ static qvl_status bind_patch(binder *b) {
 /* Bind every tensor the configuration calls for, in canonical order. */
 static qvl_status bind_all(binder *b) {
     qvl_model *m = b->m;
-    const qvl_config *c = &m->cfg;
+    const tower_config *c = &m->cfg;
     char base[96];
-    QVL_TRY(bind_patch(b));
-    QVL_TRY(bind_mat(b, "pos_embed.weight", c->num_pos, c->hidden, &m->pos));
+    TRY(bind_patch(b));
+    TRY(bind_mat(b, "pos_embed.weight", c->num_pos, c->hidden, &m->pos));
     for (int i = 0; i < c->depth; i++) {
         block_w *bw = &m->blocks[i];
         snprintf(base, sizeof base, "blocks.%d.norm1", i);
-        QVL_TRY(bind_norm(b, base, c->hidden, &bw->norm1));
+        TRY(bind_norm(b, base, c->hidden, &bw->norm1));
         snprintf(base, sizeof base, "blocks.%d.attn.qkv", i);
-        QVL_TRY(bind_linear(b, base, 3 * c->hidden, c->hidden, &bw->qkv));
+        TRY(bind_linear(b, base, 3 * c->hidden, c->hidden, &bw->qkv));
         snprintf(base, sizeof base, "blocks.%d.attn.proj", i);
-        QVL_TRY(bind_linear(b, base, c->hidden, c->hidden, &bw->proj));
+        TRY(bind_linear(b, base, c->hidden, c->hidden, &bw->proj));
         snprintf(base, sizeof base, "blocks.%d.norm2", i);
-        QVL_TRY(bind_norm(b, base, c->hidden, &bw->norm2));
+        TRY(bind_norm(b, base, c->hidden, &bw->norm2));
         snprintf(base, sizeof base, "blocks.%d.mlp.linear_fc1", i);
-        QVL_TRY(bind_linear(b, base, c->intermediate, c->hidden, &bw->fc1));
+        TRY(bind_linear(b, base, c->intermediate, c->hidden, &bw->fc1));
         snprintf(base, sizeof base, "blocks.%d.mlp.linear_fc2", i);
-        QVL_TRY(bind_linear(b, base, c->hidden, c->intermediate, &bw->fc2));
+        TRY(bind_linear(b, base, c->hidden, c->intermediate, &bw->fc2));
     }
-    QVL_TRY(bind_merger(b, "merger", c->hidden, &m->merger));
+    TRY(bind_merger(b, "merger", c->hidden, &m->merger));
     for (int k = 0; k < c->n_deepstack; k++) {
         snprintf(base, sizeof base, "deepstack_merger_list.%d", k);
-        QVL_TRY(bind_merger(b, base, c->hidden * c->merge * c->merge, &m->deepstack[k]));
+        TRY(bind_merger(b, base, c->hidden * c->merge * c->merge, &m->deepstack[k]));
     }
     return QVL_OK;
 }
@@ -265,13 +265,13 @@ static int name_cmp(const void *a, const void *b) { return strcmp(*(const char *
 static qvl_status open_sharded(qvl_model *m, const char *dir, const char *index, qvl_error *err) {
     char *text = NULL;
     size_t len = 0;
-    QVL_TRY(qvl_read_file(index, 64u << 20, &text, &len, err));
+    TRY(fu_read_file(index, 64u << 20, &text, &len, err));
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(wm)) {
         cJSON_Delete(root);
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: no weight_map object", index);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: no weight_map object", index);
     }
     qvl_status s = QVL_OK;
     const char *prefix = NULL;
@@ -283,7 +283,7 @@ static qvl_status open_sharded(qvl_model *m, const char *dir, const char *index,
     const char **shards = NULL;
     size_t n_shards = 0;
     if (!prefix) {
-        s = qvl_fail(err, QVL_ERR_SHAPE, "no vision tower tensors in %s (no patch_embed.proj.weight under %s)",
+        s = err_fail(err, QVL_ERR_SHAPE, "no vision tower tensors in %s (no patch_embed.proj.weight under %s)",
                      index, "model.visual., vision_tower., model.language_model.visual., visual.");
         goto done;
     }
@@ -293,7 +293,7 @@ static qvl_status open_sharded(qvl_model *m, const char *dir, const char *index,
         if (strncmp(e->string, prefix, plen) != 0 || !is_tower_name(e->string + plen)) continue;
         if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || strstr(e->valuestring, "..") ||
             !e->valuestring[0]) {
-            s = qvl_fail(err, QVL_ERR_FORMAT, "%s: weight_map entry for '%s' is not a plain file name", index,
+            s = err_fail(err, QVL_ERR_FORMAT, "%s: weight_map entry for '%s' is not a plain file name", index,
                          e->string);
             goto done;
         }
@@ -302,7 +302,7 @@ static qvl_status open_sharded(qvl_model *m, const char *dir, const char *index,
         if (j < n_shards) continue;
         const char **grown = realloc(shards, (n_shards + 1) * sizeof *grown);
         if (!grown) {
-            s = qvl_fail(err, QVL_ERR_NOMEM, "out of memory reading %s", index);
+            s = err_fail(err, QVL_ERR_NOMEM, "out of memory reading %s", index);
             goto done;
         }
         shards = grown;
@@ -311,7 +311,7 @@ static qvl_status open_sharded(qvl_model *m, const char *dir, const char *index,
     qsort(shards, n_shards, sizeof *shards, name_cmp);
     for (size_t j = 0; j < n_shards && s == QVL_OK; j++) {
         char path[4096];
-        s = qvl_join(path, sizeof path, dir, shards[j], err);
+        s = fu_join(path, sizeof path, dir, shards[j], err);
         if (s == QVL_OK) s = open_file(m, path, err);
     }
 done:
@@ -320,31 +320,31 @@ done:
     return s;
 }
 
-qvl_status qvl_checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err) {
+qvl_status checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err) {
     char path[4096];
-    QVL_TRY(qvl_join(path, sizeof path, dir, "optiq/optiq_vision.safetensors", err));
-    if (qvl_is_file(path)) {
+    TRY(fu_join(path, sizeof path, dir, "optiq/optiq_vision.safetensors", err));
+    if (fu_is_file(path)) {
         m->info.source = QVL_SOURCE_SIDECAR;
-        QVL_TRY(open_file(m, path, err));
+        TRY(open_file(m, path, err));
     } else {
-        QVL_TRY(qvl_join(path, sizeof path, dir, "model.safetensors.index.json", err));
-        if (qvl_is_file(path)) {
+        TRY(fu_join(path, sizeof path, dir, "model.safetensors.index.json", err));
+        if (fu_is_file(path)) {
             m->info.source = QVL_SOURCE_SHARDED;
-            QVL_TRY(open_sharded(m, dir, path, err));
+            TRY(open_sharded(m, dir, path, err));
         } else {
-            QVL_TRY(qvl_join(path, sizeof path, dir, "model.safetensors", err));
-            if (!qvl_is_file(path))
-                return qvl_fail(err, QVL_ERR_IO, "no weights in %s (looked for optiq/optiq_vision.safetensors, "
+            TRY(fu_join(path, sizeof path, dir, "model.safetensors", err));
+            if (!fu_is_file(path))
+                return err_fail(err, QVL_ERR_IO, "no weights in %s (looked for optiq/optiq_vision.safetensors, "
                                 "model.safetensors.index.json, model.safetensors)", dir);
             m->info.source = QVL_SOURCE_SINGLE;
-            QVL_TRY(open_file(m, path, err));
+            TRY(open_file(m, path, err));
         }
     }
     const char *prefix = detect_prefix(m);
     if (!prefix) {
         char files[512];
         files_searched(m, files, sizeof files);
-        return qvl_fail(err, QVL_ERR_SHAPE, "no vision tower in %s: no patch_embed.proj.weight under any of "
+        return err_fail(err, QVL_ERR_SHAPE, "no vision tower in %s: no patch_embed.proj.weight under any of "
                         "model.visual., vision_tower., model.language_model.visual., visual.", files);
     }
     snprintf(m->info.prefix, sizeof m->info.prefix, "%s", prefix);
@@ -353,10 +353,10 @@ qvl_status qvl_checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err) {
     char qname[256];
     snprintf(qname, sizeof qname, "%sblocks.0.attn.qkv.scales", prefix);
     if (find_any(m, qname))
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "quantized vision tower ('%s' present): only F32/F16/BF16 towers "
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "quantized vision tower ('%s' present): only F32/F16/BF16 towers "
                         "are supported", qname);
 
-    const qvl_config *c = &m->cfg;
+    const tower_config *c = &m->cfg;
     size_t h = (size_t)c->hidden, h4 = h * (size_t)c->merge * (size_t)c->merge, o = (size_t)c->out_hidden;
     size_t per_block = 4 * h + 3 * h + h + (size_t)c->intermediate + h;
     size_t n_tensors = (size_t)c->depth * 12 + 9 + 6 * (size_t)c->n_deepstack;
@@ -365,9 +365,9 @@ qvl_status qvl_checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err) {
     m->small = malloc(b.small_cap * sizeof(float));
     m->bound = calloc(n_tensors, sizeof *m->bound);
     m->blocks = calloc((size_t)c->depth, sizeof *m->blocks);
-    if (!m->small || !m->bound || !m->blocks) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory binding weights");
-    QVL_TRY(bind_all(&b));
+    if (!m->small || !m->bound || !m->blocks) return err_fail(err, QVL_ERR_NOMEM, "out of memory binding weights");
+    TRY(bind_all(&b));
     if (m->n_bound != n_tensors)
-        return qvl_fail(err, QVL_ERR_INTERNAL, "bound %zu tensors, expected %zu", m->n_bound, n_tensors);
+        return err_fail(err, QVL_ERR_INTERNAL, "bound %zu tensors, expected %zu", m->n_bound, n_tensors);
     return QVL_OK;
 }

@@ -27,39 +27,39 @@ static qvl_status get_int(const cJSON *obj, const char *key, int lo, int hi, int
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return QVL_OK;
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: vision_config.%s must be an integer in [%d, %d]", path, key, lo, hi);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.%s must be an integer in [%d, %d]", path, key, lo, hi);
     *out = (int)v->valuedouble;
     return QVL_OK;
 }
 
-static qvl_status parse_vision(const cJSON *vc, const char *path, qvl_config *c, qvl_error *err) {
+static qvl_status parse_vision(const cJSON *vc, const char *path, tower_config *c, qvl_error *err) {
     /* transformers' Qwen3VLVisionConfig defaults, used only for absent keys. */
     c->depth = 27; c->hidden = 1152; c->heads = 16; c->intermediate = 4304; c->out_hidden = 3584;
     c->patch = 16; c->temporal_patch = 2; c->merge = 2; c->in_channels = 3; c->num_pos = 2304;
-    c->act = QVL_ACT_GELU_TANH; c->ln_eps = 1e-6f; c->rope_theta = 10000.0f;
+    c->act = ACT_GELU_TANH; c->ln_eps = 1e-6f; c->rope_theta = 10000.0f;
     c->n_deepstack = 3; c->deepstack_index[0] = 8; c->deepstack_index[1] = 16; c->deepstack_index[2] = 24;
 
-    QVL_TRY(get_int(vc, "depth", 1, 1024, &c->depth, path, err));
-    QVL_TRY(get_int(vc, "hidden_size", 1, 65536, &c->hidden, path, err));
-    QVL_TRY(get_int(vc, "num_heads", 1, 1024, &c->heads, path, err));
-    QVL_TRY(get_int(vc, "intermediate_size", 1, 1 << 20, &c->intermediate, path, err));
-    QVL_TRY(get_int(vc, "out_hidden_size", 1, 1 << 20, &c->out_hidden, path, err));
-    QVL_TRY(get_int(vc, "patch_size", 1, 256, &c->patch, path, err));
-    QVL_TRY(get_int(vc, "temporal_patch_size", 1, 16, &c->temporal_patch, path, err));
-    QVL_TRY(get_int(vc, "spatial_merge_size", 1, 16, &c->merge, path, err));
-    QVL_TRY(get_int(vc, "in_channels", 1, 16, &c->in_channels, path, err));
-    QVL_TRY(get_int(vc, "num_position_embeddings", 1, 1 << 22, &c->num_pos, path, err));
+    TRY(get_int(vc, "depth", 1, 1024, &c->depth, path, err));
+    TRY(get_int(vc, "hidden_size", 1, 65536, &c->hidden, path, err));
+    TRY(get_int(vc, "num_heads", 1, 1024, &c->heads, path, err));
+    TRY(get_int(vc, "intermediate_size", 1, 1 << 20, &c->intermediate, path, err));
+    TRY(get_int(vc, "out_hidden_size", 1, 1 << 20, &c->out_hidden, path, err));
+    TRY(get_int(vc, "patch_size", 1, 256, &c->patch, path, err));
+    TRY(get_int(vc, "temporal_patch_size", 1, 16, &c->temporal_patch, path, err));
+    TRY(get_int(vc, "spatial_merge_size", 1, 16, &c->merge, path, err));
+    TRY(get_int(vc, "in_channels", 1, 16, &c->in_channels, path, err));
+    TRY(get_int(vc, "num_position_embeddings", 1, 1 << 22, &c->num_pos, path, err));
 
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(vc, "hidden_act");
     if (act) {
         if (!cJSON_IsString(act))
-            return qvl_fail(err, QVL_ERR_FORMAT, "%s: vision_config.hidden_act must be a string", path);
+            return err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.hidden_act must be a string", path);
         if (strcmp(act->valuestring, "gelu_pytorch_tanh") == 0 || strcmp(act->valuestring, "gelu_new") == 0)
-            c->act = QVL_ACT_GELU_TANH;
+            c->act = ACT_GELU_TANH;
         else if (strcmp(act->valuestring, "gelu") == 0)
-            c->act = QVL_ACT_GELU_ERF;
+            c->act = ACT_GELU_ERF;
         else
-            return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: vision_config.hidden_act '%s' is not supported "
+            return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: vision_config.hidden_act '%s' is not supported "
                             "(gelu_pytorch_tanh, gelu_new, gelu)", path, act->valuestring);
     }
 
@@ -69,74 +69,74 @@ static qvl_status parse_vision(const cJSON *vc, const char *path, qvl_config *c,
     if (strncmp(c->model_type, "qwen3_5", 7) == 0) c->n_deepstack = 0;
     if (ds && !cJSON_IsNull(ds)) {
         if (!cJSON_IsArray(ds))
-            return qvl_fail(err, QVL_ERR_FORMAT, "%s: vision_config.deepstack_visual_indexes must be a list", path);
+            return err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.deepstack_visual_indexes must be a list", path);
         int n = cJSON_GetArraySize(ds);
         if (n > QVL_MAX_DEEPSTACK)
-            return qvl_fail(err, QVL_ERR_LIMIT, "%s: %d DeepStack indexes, at most %d supported", path, n,
+            return err_fail(err, QVL_ERR_LIMIT, "%s: %d DeepStack indexes, at most %d supported", path, n,
                             QVL_MAX_DEEPSTACK);
         c->n_deepstack = n;
         for (int i = 0; i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(ds, i);
             if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
                 e->valuedouble >= c->depth)
-                return qvl_fail(err, QVL_ERR_FORMAT, "%s: deepstack_visual_indexes[%d] must be a block index in "
+                return err_fail(err, QVL_ERR_FORMAT, "%s: deepstack_visual_indexes[%d] must be a block index in "
                                 "[0, %d)", path, i, c->depth);
             c->deepstack_index[i] = (int)e->valuedouble;
             for (int j = 0; j < i; j++)
                 if (c->deepstack_index[j] == c->deepstack_index[i])
-                    return qvl_fail(err, QVL_ERR_FORMAT, "%s: deepstack_visual_indexes repeats block %d", path,
+                    return err_fail(err, QVL_ERR_FORMAT, "%s: deepstack_visual_indexes repeats block %d", path,
                                     c->deepstack_index[i]);
         }
     }
     for (int i = 0; i < c->n_deepstack; i++)
         if (c->deepstack_index[i] >= c->depth)
-            return qvl_fail(err, QVL_ERR_FORMAT, "%s: DeepStack block %d is past depth %d", path,
+            return err_fail(err, QVL_ERR_FORMAT, "%s: DeepStack block %d is past depth %d", path,
                             c->deepstack_index[i], c->depth);
 
     if (c->hidden % c->heads != 0)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: hidden_size %d is not a multiple of num_heads %d", path, c->hidden,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: hidden_size %d is not a multiple of num_heads %d", path, c->hidden,
                         c->heads);
     c->head_dim = c->hidden / c->heads;
     if (c->head_dim > 1024)
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: head_dim %d is larger than 1024", path, c->head_dim);
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: head_dim %d is larger than 1024", path, c->head_dim);
     if (c->head_dim % 4 != 0)
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: head_dim %d: 2-D rotary needs a multiple of 4", path,
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: head_dim %d: 2-D rotary needs a multiple of 4", path,
                         c->head_dim);
     c->pos_side = (int)lround(sqrt((double)c->num_pos));
     if (c->pos_side * c->pos_side != c->num_pos || c->pos_side < 2)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: num_position_embeddings %d is not a square ≥ 4", path, c->num_pos);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: num_position_embeddings %d is not a square ≥ 4", path, c->num_pos);
     c->row_len = c->in_channels * c->temporal_patch * c->patch * c->patch;
     return QVL_OK;
 }
 
-qvl_status qvl_config_load(const char *path, qvl_config *cfg, qvl_error *err) {
+qvl_status config_load(const char *path, tower_config *cfg, qvl_error *err) {
     memset(cfg, 0, sizeof *cfg);
     char *text = NULL;
     size_t len = 0;
-    QVL_TRY(qvl_read_file(path, 16u << 20, &text, &len, err));
-    qvl_status s = qvl_config_parse(text, len, path, cfg, err);
+    TRY(fu_read_file(path, 16u << 20, &text, &len, err));
+    qvl_status s = config_parse(text, len, path, cfg, err);
     free(text);
     return s;
 }
 
-qvl_status qvl_config_parse(const char *text, size_t len, const char *path, qvl_config *cfg, qvl_error *err) {
+qvl_status config_parse(const char *text, size_t len, const char *path, tower_config *cfg, qvl_error *err) {
     memset(cfg, 0, sizeof *cfg);
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object", path);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object", path);
     }
     qvl_status s = QVL_OK;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     const cJSON *vc = cJSON_GetObjectItemCaseSensitive(root, "vision_config");
     const char *type = cJSON_IsString(mt) ? mt->valuestring : NULL;
     if (vc && !cJSON_IsObject(vc)) {
-        s = qvl_fail(err, QVL_ERR_FORMAT, "%s: vision_config is not an object", path);
+        s = err_fail(err, QVL_ERR_FORMAT, "%s: vision_config is not an object", path);
         goto done;
     }
     if (!vc) vc = root; /* a vision-only config */
     if (!type || !(vc == root ? in_list(type, k_vision_types) : in_list(type, k_families))) {
-        s = qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: model_type '%s' is not a Qwen3-VL family model (%s)", path,
+        s = err_fail(err, QVL_ERR_UNSUPPORTED, "%s: model_type '%s' is not a Qwen3-VL family model (%s)", path,
                      type ? type : "(missing)", "qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe");
         goto done;
     }
@@ -151,7 +151,7 @@ qvl_status qvl_config_parse(const char *text, size_t len, const char *path, qvl_
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
     const cJSON *th = tc ? cJSON_GetObjectItemCaseSensitive(tc, "hidden_size") : NULL;
     if (cJSON_IsNumber(th) && th->valuedouble != cfg->out_hidden)
-        s = qvl_fail(err, QVL_ERR_FORMAT, "%s: vision_config.out_hidden_size %d differs from text_config.hidden_size "
+        s = err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.out_hidden_size %d differs from text_config.hidden_size "
                      "%.0f", path, cfg->out_hidden, th->valuedouble);
 done:
     cJSON_Delete(root);

@@ -27,7 +27,7 @@ static qvl_status tensor_to_f32(const st_tensor *t, float *dst, size_t n, const 
         }
         return QVL_OK;
     default:
-        return qvl_fail(err, QVL_ERR_SHAPE, "%s: %s has dtype %s (want F32, F16, BF16 or F64)", path, t->name,
+        return err_fail(err, QVL_ERR_SHAPE, "%s: %s has dtype %s (want F32, F16, BF16 or F64)", path, t->name,
                         st_dtype_name(t->dtype));
     }
 }
@@ -36,15 +36,15 @@ static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grid
     const st_tensor *g = st_find(f, "grid_thw");
     if (!g) return QVL_OK;
     if (g->dtype != ST_I64 && g->dtype != ST_I32)
-        return qvl_fail(err, QVL_ERR_SHAPE, "%s: grid_thw has dtype %s (want I64 or I32)", path,
+        return err_fail(err, QVL_ERR_SHAPE, "%s: grid_thw has dtype %s (want I64 or I32)", path,
                         st_dtype_name(g->dtype));
     size_t n;
     if (g->ndim == 2 && g->shape[1] == 3) n = (size_t)g->shape[0];
     else if (g->ndim == 1 && g->shape[0] == 3) n = 1;
-    else return qvl_fail(err, QVL_ERR_SHAPE, "%s: grid_thw must have shape [n, 3]", path);
+    else return err_fail(err, QVL_ERR_SHAPE, "%s: grid_thw must have shape [n, 3]", path);
     if (n == 0) return QVL_OK;
     qvl_grid *out = calloc(n, sizeof *out);
-    if (!out) return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    if (!out) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     const unsigned char *p = g->data;
     for (size_t i = 0; i < n; i++) {
         int64_t v[3];
@@ -58,7 +58,7 @@ static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grid
             }
             if (v[k] < 1 || v[k] > INT32_MAX) {
                 free(out);
-                return qvl_fail(err, QVL_ERR_SHAPE, "%s: grid_thw[%zu][%d] = %lld is out of range", path, i, k,
+                return err_fail(err, QVL_ERR_SHAPE, "%s: grid_thw[%zu][%d] = %lld is out of range", path, i, k,
                                 (long long)v[k]);
             }
         }
@@ -72,26 +72,26 @@ static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grid
 static qvl_status read_safetensors_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len,
                                         qvl_grid **grids, size_t *n_grids, qvl_error *err) {
     st_file *f = NULL;
-    QVL_TRY(st_open(path, &f, err));
+    TRY(st_open(path, &f, err));
     qvl_status s = QVL_OK;
     float *out = NULL;
     const st_tensor *t = st_find(f, "pixel_values");
     if (!t) {
-        s = qvl_fail(err, QVL_ERR_SHAPE, "%s: no tensor \"pixel_values\"", path);
+        s = err_fail(err, QVL_ERR_SHAPE, "%s: no tensor \"pixel_values\"", path);
         goto done;
     }
     if (t->ndim != 2) {
-        s = qvl_fail(err, QVL_ERR_SHAPE, "%s: pixel_values has %d dimensions (want 2)", path, t->ndim);
+        s = err_fail(err, QVL_ERR_SHAPE, "%s: pixel_values has %d dimensions (want 2)", path, t->ndim);
         goto done;
     }
     size_t r = (size_t)t->shape[0], c = (size_t)t->shape[1], n;
-    if (qvl_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float)) {
-        s = qvl_fail(err, QVL_ERR_LIMIT, "%s: pixel_values size overflows", path);
+    if (size_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float)) {
+        s = err_fail(err, QVL_ERR_LIMIT, "%s: pixel_values size overflows", path);
         goto done;
     }
     out = malloc(n ? n * sizeof(float) : 1);
     if (!out) {
-        s = qvl_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
+        s = err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
         goto done;
     }
     if ((s = tensor_to_f32(t, out, n, path, err)) != QVL_OK) goto done;
@@ -108,9 +108,9 @@ done:
 
 qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len, qvl_grid **grids,
                          size_t *n_grids, qvl_error *err) {
-    qvl_error_clear(err);
+    err_clear(err);
     if (!path || !rows || !n_rows || !row_len || (grids && !n_grids))
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_read_rows: NULL argument");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_read_rows: NULL argument");
     *rows = NULL;
     *n_rows = *row_len = 0;
     if (grids) {
@@ -118,7 +118,7 @@ qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t 
         *n_grids = 0;
     }
     FILE *f = fopen(path, "rb");
-    if (!f) return qvl_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     unsigned char magic[6] = {0};
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
@@ -128,30 +128,30 @@ qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t 
 }
 
 qvl_status qvl_write_npy(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err) {
-    qvl_error_clear(err);
+    err_clear(err);
     return npy_write_f32(path, data, rows, cols, err);
 }
 
 qvl_status qvl_write_safetensors(const char *path, const qvl_out_tensor *t, size_t n, const qvl_grid *grids,
                                  size_t n_grids, const char *const *meta_kv, size_t n_meta, qvl_error *err) {
-    qvl_error_clear(err);
+    err_clear(err);
     if (!path || (n && !t) || (n_grids && !grids))
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_write_safetensors: NULL argument");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_write_safetensors: NULL argument");
     size_t total;
-    if (qvl_add_overflow(n, n_grids ? 1 : 0, &total) || total > SIZE_MAX / sizeof(st_wtensor))
-        return qvl_fail(err, QVL_ERR_LIMIT, "qvl_write_safetensors: too many tensors");
+    if (size_add_overflow(n, n_grids ? 1 : 0, &total) || total > SIZE_MAX / sizeof(st_wtensor))
+        return err_fail(err, QVL_ERR_LIMIT, "qvl_write_safetensors: too many tensors");
     st_wtensor *w = calloc(total ? total : 1, sizeof *w);
     int64_t *g = n_grids ? calloc(n_grids, 3 * sizeof(int64_t)) : NULL;
     if (!w || (n_grids && !g)) {
         free(w);
         free(g);
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     }
     for (size_t i = 0; i < n; i++) {
         if (t[i].rows > INT64_MAX || t[i].cols > INT64_MAX) {
             free(w);
             free(g);
-            return qvl_fail(err, QVL_ERR_LIMIT, "%s: tensor %s is too large", path, t[i].name ? t[i].name : "?");
+            return err_fail(err, QVL_ERR_LIMIT, "%s: tensor %s is too large", path, t[i].name ? t[i].name : "?");
         }
         w[i] = (st_wtensor){.name = t[i].name, .dtype = ST_F32, .ndim = 2, .data = t[i].data};
         w[i].shape[0] = (int64_t)t[i].rows;

@@ -79,21 +79,21 @@ static int parse_word(cursor *c, const char *w) {
 static qvl_status parse_header(const unsigned char *buf, size_t len, const char *label, npy_header *h, qvl_error *err) {
     memset(h, 0, sizeof *h);
     if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: not a .npy file (bad magic)", label);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: not a .npy file (bad magic)", label);
     int major = buf[6];
     size_t hlen, pre;
     if (major == 1) {
         hlen = (size_t)buf[8] | (size_t)buf[9] << 8;
         pre = 10;
     } else if (major == 2 || major == 3) {
-        if (len < 12) return qvl_fail(err, QVL_ERR_FORMAT, "%s: truncated .npy header", label);
+        if (len < 12) return err_fail(err, QVL_ERR_FORMAT, "%s: truncated .npy header", label);
         hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
         pre = 12;
     } else {
-        return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: .npy format version %d.%d", label, major, buf[7]);
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: .npy format version %d.%d", label, major, buf[7]);
     }
     if (hlen > len - pre)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: .npy header of %zu bytes exceeds the file", label, hlen);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: .npy header of %zu bytes exceeds the file", label, hlen);
     h->data_off = pre + hlen;
 
     cursor c = {(const char *)buf + pre, (const char *)buf + pre + hlen};
@@ -107,7 +107,7 @@ static qvl_status parse_header(const unsigned char *buf, size_t len, const char 
             if (strcmp(val, "<f4") == 0) h->elem = 4;
             else if (strcmp(val, "<f8") == 0) h->elem = 8;
             else if (strcmp(val, "<f2") == 0) h->elem = 2;
-            else return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: .npy dtype '%s' (want <f4, <f8 or <f2)", label, val);
+            else return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: .npy dtype '%s' (want <f4, <f8 or <f2)", label, val);
             have_descr = 1;
         } else if (strcmp(key, "fortran_order") == 0) {
             if (parse_word(&c, "False")) h->fortran = 0;
@@ -119,7 +119,7 @@ static qvl_status parse_header(const unsigned char *buf, size_t len, const char 
             h->ndim = 0;
             while (!accept(&c, ')')) {
                 if (h->ndim == NPY_MAX_DIMS)
-                    return qvl_fail(err, QVL_ERR_LIMIT, "%s: .npy array has more than %d dimensions", label,
+                    return err_fail(err, QVL_ERR_LIMIT, "%s: .npy array has more than %d dimensions", label,
                                     NPY_MAX_DIMS);
                 if (!parse_u64(&c, &h->shape[h->ndim])) goto malformed;
                 h->ndim++;
@@ -130,7 +130,7 @@ static qvl_status parse_header(const unsigned char *buf, size_t len, const char 
             }
             have_shape = 1;
         } else {
-            return qvl_fail(err, QVL_ERR_FORMAT, "%s: unexpected .npy header key '%s'", label, key);
+            return err_fail(err, QVL_ERR_FORMAT, "%s: unexpected .npy header key '%s'", label, key);
         }
         if (!accept(&c, ',')) {
             if (!accept(&c, '}')) goto malformed;
@@ -138,13 +138,13 @@ static qvl_status parse_header(const unsigned char *buf, size_t len, const char 
         }
     }
     if (!have_descr || !have_fortran || !have_shape)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: .npy header lacks %s", label,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: .npy header lacks %s", label,
                         !have_descr ? "'descr'" : !have_fortran ? "'fortran_order'" : "'shape'");
-    if (h->fortran) return qvl_fail(err, QVL_ERR_UNSUPPORTED, "%s: fortran-order .npy arrays are not supported", label);
-    if (h->ndim == 0) return qvl_fail(err, QVL_ERR_SHAPE, "%s: 0-dimensional .npy array", label);
+    if (h->fortran) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: fortran-order .npy arrays are not supported", label);
+    if (h->ndim == 0) return err_fail(err, QVL_ERR_SHAPE, "%s: 0-dimensional .npy array", label);
     return QVL_OK;
 malformed:
-    return qvl_fail(err, QVL_ERR_FORMAT, "%s: malformed .npy header", label);
+    return err_fail(err, QVL_ERR_FORMAT, "%s: malformed .npy header", label);
 }
 
 /* Rows and columns of the header's shape, with the element count bounded by the bytes present. */
@@ -153,13 +153,13 @@ static qvl_status header_dims(const npy_header *h, size_t avail, const char *lab
     uint64_t r = h->ndim == 1 ? 1 : h->shape[0], c = 1;
     for (int d = h->ndim == 1 ? 0 : 1; d < h->ndim; d++)
         if (__builtin_mul_overflow(c, h->shape[d], &c))
-            return qvl_fail(err, QVL_ERR_LIMIT, "%s: .npy array size overflows", label);
+            return err_fail(err, QVL_ERR_LIMIT, "%s: .npy array size overflows", label);
     uint64_t count, bytes;
     if (__builtin_mul_overflow(r, c, &count) || __builtin_mul_overflow(count, (uint64_t)h->elem, &bytes) ||
         count > SIZE_MAX / sizeof(float))
-        return qvl_fail(err, QVL_ERR_LIMIT, "%s: .npy array size overflows", label);
+        return err_fail(err, QVL_ERR_LIMIT, "%s: .npy array size overflows", label);
     if (bytes > avail)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: .npy data needs %llu bytes, file has %zu", label,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: .npy data needs %llu bytes, file has %zu", label,
                         (unsigned long long)bytes, avail);
     *rows = (size_t)r;
     *cols = (size_t)c;
@@ -180,15 +180,15 @@ static void convert(const unsigned char *src, int elem, float *dst, size_t n) {
 
 qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, float **data, size_t *rows, size_t *cols,
                          qvl_error *err) {
-    if (!buf || !data || !rows || !cols) return qvl_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
+    if (!buf || !data || !rows || !cols) return err_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
     *data = NULL;
     npy_header h;
     size_t r, c;
-    QVL_TRY(parse_header(buf, len, label, &h, err));
-    QVL_TRY(header_dims(&h, len - h.data_off, label, &r, &c, err));
+    TRY(parse_header(buf, len, label, &h, err));
+    TRY(header_dims(&h, len - h.data_off, label, &r, &c, err));
     size_t n = r * c; /* checked in header_dims */
     float *out = malloc(n ? n * sizeof(float) : 1);
-    if (!out) return qvl_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", label, n);
+    if (!out) return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", label, n);
     convert((const unsigned char *)buf + h.data_off, h.elem, out, n);
     *data = out;
     *rows = r;
@@ -197,11 +197,11 @@ qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, float *
 }
 
 qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *cols, qvl_error *err) {
-    if (!path || !data || !rows || !cols) return qvl_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
+    if (!path || !data || !rows || !cols) return err_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
     *data = NULL;
     FILE *f;
     size_t size;
-    QVL_TRY(qvl_open_regular(path, &f, &size, err));
+    TRY(fu_open_regular(path, &f, &size, err));
     /* Read the header first (at most 12 + 4 GiB by format, bounded by the file), then the data straight into the
      * float array when it is already float32, so a large file is held once. */
     unsigned char pre[12];
@@ -215,12 +215,12 @@ qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *co
     unsigned char *hbuf = malloc(hdr_total ? hdr_total : 1);
     if (!hbuf) {
         fclose(f);
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     }
     memcpy(hbuf, pre, got < hdr_total ? got : hdr_total);
     qvl_status s = QVL_OK;
     if (hdr_total > got && fread(hbuf + got, 1, hdr_total - got, f) != hdr_total - got) {
-        s = qvl_fail(err, QVL_ERR_IO, "%s: read failed", path);
+        s = err_fail(err, QVL_ERR_IO, "%s: read failed", path);
         goto done;
     }
     npy_header h;
@@ -230,13 +230,13 @@ qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *co
     size_t n = r * c;
     float *out = malloc(n ? n * sizeof(float) : 1);
     if (!out) {
-        s = qvl_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
+        s = err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
         goto done;
     }
     if (h.elem == 4) {
         if (fread(out, 4, n, f) != n) {
             free(out);
-            s = qvl_fail(err, QVL_ERR_IO, "%s: short read", path);
+            s = err_fail(err, QVL_ERR_IO, "%s: short read", path);
             goto done;
         }
     } else {
@@ -245,7 +245,7 @@ qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *co
         unsigned char *stage = malloc((size_t)CHUNK * (size_t)h.elem);
         if (!stage) {
             free(out);
-            s = qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+            s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
             goto done;
         }
         for (size_t i = 0; i < n; i += CHUNK) {
@@ -253,7 +253,7 @@ qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *co
             if (fread(stage, (size_t)h.elem, k, f) != k) {
                 free(stage);
                 free(out);
-                s = qvl_fail(err, QVL_ERR_IO, "%s: short read", path);
+                s = err_fail(err, QVL_ERR_IO, "%s: short read", path);
                 goto done;
             }
             convert(stage, h.elem, out + i, k);
@@ -270,13 +270,13 @@ done:
 }
 
 qvl_status npy_write_f32(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err) {
-    if (!path || (!data && rows && cols)) return qvl_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
+    if (!path || (!data && rows && cols)) return err_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
     size_t n;
-    if (qvl_mul_overflow(rows, cols, &n) || n > SIZE_MAX / sizeof(float))
-        return qvl_fail(err, QVL_ERR_LIMIT, "%s: array size overflows", path);
+    if (size_mul_overflow(rows, cols, &n) || n > SIZE_MAX / sizeof(float))
+        return err_fail(err, QVL_ERR_LIMIT, "%s: array size overflows", path);
     char dict[128];
     int dl = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", rows, cols);
-    if (dl < 0 || (size_t)dl >= sizeof dict) return qvl_fail(err, QVL_ERR_INTERNAL, "%s: npy header overflow", path);
+    if (dl < 0 || (size_t)dl >= sizeof dict) return err_fail(err, QVL_ERR_INTERNAL, "%s: npy header overflow", path);
     /* 10 preamble bytes + dict + spaces + '\n', total a multiple of 64. */
     size_t total = (10 + (size_t)dl + 1 + 63) / 64 * 64;
     unsigned char hdr[256];
@@ -288,9 +288,9 @@ qvl_status npy_write_f32(const char *path, const float *data, size_t rows, size_
     memset(hdr + 10 + dl, ' ', total - 10 - (size_t)dl - 1);
     hdr[total - 1] = '\n';
 
-    qvl_tmpfile t;
-    QVL_TRY(qvl_tmp_open(&t, path, err));
-    qvl_tmp_write(&t, hdr, total);
-    qvl_tmp_write(&t, data, n * sizeof(float));
-    return qvl_tmp_finish(&t, QVL_OK, 0, err);
+    fu_tmpfile t;
+    TRY(fu_tmp_open(&t, path, err));
+    fu_tmp_write(&t, hdr, total);
+    fu_tmp_write(&t, data, n * sizeof(float));
+    return fu_tmp_finish(&t, QVL_OK, 0, err);
 }

@@ -89,26 +89,26 @@ static qvl_status st_parse_entry(const cJSON *e, const char *label, const uint8_
                                  st_tensor *t, uint64_t *begin, uint64_t *end, qvl_error *err) {
     const char *name = e->string;
     if (!cJSON_IsObject(e))
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' is not a JSON object", label, name);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' is not a JSON object", label, name);
 
     const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!jd || !js || !jo)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' lacks \"%s\"", label, name,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' lacks \"%s\"", label, name,
                         !jd ? "dtype" : !js ? "shape" : "data_offsets");
 
     if (!cJSON_IsString(jd) || !jd->valuestring)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' dtype is not a string", label, name);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' dtype is not a string", label, name);
     if (!st_dtype_parse(jd->valuestring, &t->dtype))
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' has unknown dtype '%.32s'", label, name,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' has unknown dtype '%.32s'", label, name,
                         jd->valuestring);
 
     if (!cJSON_IsArray(js))
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' shape is not an array", label, name);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' shape is not an array", label, name);
     int ndim = cJSON_GetArraySize(js);
     if (ndim > ST_MAX_DIMS)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' has %d dimensions, at most %d supported",
+        return err_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' has %d dimensions, at most %d supported",
                         label, name, ndim, ST_MAX_DIMS);
     uint64_t elems = 1;
     int overflow = 0;
@@ -116,7 +116,7 @@ static qvl_status st_parse_entry(const cJSON *e, const char *label, const uint8_
     for (const cJSON *d = js->child; d; d = d->next, k++) {
         uint64_t v;
         if (!st_json_uint(d, &v))
-            return qvl_fail(err, QVL_ERR_FORMAT,
+            return err_fail(err, QVL_ERR_FORMAT,
                             "%s: tensor '" ST_NAME_FMT "' shape[%d] is not a non-negative integer below 2^53", label,
                             name, k);
         t->shape[k] = (int64_t)v;
@@ -129,24 +129,24 @@ static qvl_status st_parse_entry(const cJSON *e, const char *label, const uint8_
         if (t->shape[k] == 0) overflow = 0, elems = 0;
 
     if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' data_offsets is not a [begin, end] pair",
+        return err_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' data_offsets is not a [begin, end] pair",
                         label, name);
     if (!st_json_uint(jo->child, begin) || !st_json_uint(jo->child->next, end))
-        return qvl_fail(err, QVL_ERR_FORMAT,
+        return err_fail(err, QVL_ERR_FORMAT,
                         "%s: tensor '" ST_NAME_FMT "' data_offsets are not non-negative integers below 2^53", label,
                         name);
     if (*begin > *end || *end > data_size)
-        return qvl_fail(err, QVL_ERR_FORMAT,
+        return err_fail(err, QVL_ERR_FORMAT,
                         "%s: tensor '" ST_NAME_FMT "' data_offsets [%llu, %llu] outside the data section (%zu bytes)",
                         label, name, (unsigned long long)*begin, (unsigned long long)*end, data_size);
 
     uint64_t nbytes;
     if (overflow || __builtin_mul_overflow(elems, (uint64_t)st_dtype_size(t->dtype), &nbytes))
-        return qvl_fail(err, QVL_ERR_FORMAT,
+        return err_fail(err, QVL_ERR_FORMAT,
                         "%s: tensor '" ST_NAME_FMT "' shape x %s size overflows 64 bits (data_offsets span %llu bytes)",
                         label, name, st_dtype_name(t->dtype), (unsigned long long)(*end - *begin));
     if (nbytes != *end - *begin)
-        return qvl_fail(err, QVL_ERR_FORMAT,
+        return err_fail(err, QVL_ERR_FORMAT,
                         "%s: tensor '" ST_NAME_FMT "' shape and dtype %s need %llu bytes but data_offsets [%llu, %llu] "
                         "span %llu",
                         label, name, st_dtype_name(t->dtype), (unsigned long long)nbytes,
@@ -155,7 +155,7 @@ static qvl_status st_parse_entry(const cJSON *e, const char *label, const uint8_
     t->data = data + *begin;
 
     t->name = st_strdup(name);
-    if (!t->name) return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying a tensor name", label);
+    if (!t->name) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying a tensor name", label);
     return QVL_OK;
 }
 
@@ -168,11 +168,11 @@ static int st_kv_cmp(const void *a, const void *b) { return strcmp(((const st_kv
 
 static qvl_status st_parse_meta(const cJSON *m, const char *label, st_file *f, qvl_error *err) {
     if (cJSON_IsNull(m)) return QVL_OK;
-    if (!cJSON_IsObject(m)) return qvl_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ is not a JSON object", label);
+    if (!cJSON_IsObject(m)) return err_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ is not a JSON object", label);
     size_t n = 0;
     for (const cJSON *e = m->child; e; e = e->next, n++) {
         if (!cJSON_IsString(e) || !e->valuestring)
-            return qvl_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ value for '" ST_NAME_FMT "' is not a string",
+            return err_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ value for '" ST_NAME_FMT "' is not a string",
                             label, e->string);
     }
     if (n == 0) return QVL_OK;
@@ -181,14 +181,14 @@ static qvl_status st_parse_meta(const cJSON *m, const char *label, st_file *f, q
     f->meta_vals = calloc(n, sizeof *f->meta_vals);
     if (!kv || !f->meta_keys || !f->meta_vals) {
         free(kv);
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %zu metadata entries", label, n);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %zu metadata entries", label, n);
     }
     size_t i = 0;
     for (const cJSON *e = m->child; e; e = e->next, i++) kv[i] = (st_kv){e->string, e->valuestring};
     qsort(kv, n, sizeof *kv, st_kv_cmp);
     for (i = 0; i + 1 < n; i++) {
         if (strcmp(kv[i].k, kv[i + 1].k) == 0) {
-            qvl_status s = qvl_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ key '" ST_NAME_FMT "' appears twice",
+            qvl_status s = err_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ key '" ST_NAME_FMT "' appears twice",
                                     label, kv[i].k);
             free(kv);
             return s;
@@ -200,7 +200,7 @@ static qvl_status st_parse_meta(const cJSON *m, const char *label, st_file *f, q
         f->n_meta = i + 1; /* st_close frees entries [0, n_meta) even if one of this pair is NULL */
         if (!f->meta_keys[i] || !f->meta_vals[i]) {
             free(kv);
-            return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying metadata", label);
+            return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying metadata", label);
         }
     }
     free(kv);
@@ -231,7 +231,7 @@ static qvl_status st_parse_header(const char *json, size_t n, const char *label,
     cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
     if (!root) {
         size_t at = end && end >= json && end <= json + n ? (size_t)(end - json) : 0;
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: header is not valid JSON (error near byte %zu of %zu)", label, at,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: header is not valid JSON (error near byte %zu of %zu)", label, at,
                         n);
     }
     qvl_status s = QVL_OK;
@@ -239,13 +239,13 @@ static qvl_status st_parse_header(const char *json, size_t n, const char *label,
     /* serde (the reference reader) allows only whitespace after the value; the Python writer pads with spaces. */
     for (const char *p = end ? end : json + n; p < json + n; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            s = qvl_fail(err, QVL_ERR_FORMAT, "%s: header has trailing bytes after the JSON value (at byte %zu of %zu)",
+            s = err_fail(err, QVL_ERR_FORMAT, "%s: header has trailing bytes after the JSON value (at byte %zu of %zu)",
                          label, (size_t)(p - json), n);
             goto done;
         }
     }
     if (!cJSON_IsObject(root)) {
-        s = qvl_fail(err, QVL_ERR_FORMAT, "%s: header is JSON but not an object", label);
+        s = err_fail(err, QVL_ERR_FORMAT, "%s: header is JSON but not an object", label);
         goto done;
     }
 
@@ -254,7 +254,7 @@ static qvl_status st_parse_header(const char *json, size_t n, const char *label,
     for (const cJSON *e = root->child; e; e = e->next) {
         if (strcmp(e->string, "__metadata__") == 0) {
             if (have_meta) {
-                s = qvl_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ appears twice", label);
+                s = err_fail(err, QVL_ERR_FORMAT, "%s: __metadata__ appears twice", label);
                 goto done;
             }
             have_meta = 1;
@@ -268,7 +268,7 @@ static qvl_status st_parse_header(const char *json, size_t n, const char *label,
     f->tensors = calloc(count, sizeof *f->tensors);
     spans = malloc(count * sizeof *spans);
     if (!f->tensors || !spans) {
-        s = qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %zu tensors", label, count);
+        s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %zu tensors", label, count);
         goto done;
     }
     size_t i = 0;
@@ -289,7 +289,7 @@ static qvl_status st_parse_header(const char *json, size_t n, const char *label,
     for (i = 0; i < count; i++) {
         if (spans[i].begin == spans[i].end) continue;
         if (have_reach && spans[i].begin < reach) {
-            s = qvl_fail(err, QVL_ERR_FORMAT,
+            s = err_fail(err, QVL_ERR_FORMAT,
                          "%s: tensor '" ST_NAME_FMT "' data_offsets [%llu, %llu] overlap tensor '" ST_NAME_FMT
                          "' ending at %llu",
                          label, f->tensors[spans[i].idx].name, (unsigned long long)spans[i].begin,
@@ -305,7 +305,7 @@ static qvl_status st_parse_header(const char *json, size_t n, const char *label,
     qsort(f->tensors, count, sizeof *f->tensors, st_tensor_cmp);
     for (i = 0; i + 1 < count; i++) {
         if (strcmp(f->tensors[i].name, f->tensors[i + 1].name) == 0) {
-            s = qvl_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' appears twice in the header", label,
+            s = err_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' appears twice in the header", label,
                          f->tensors[i].name);
             goto done;
         }
@@ -321,17 +321,17 @@ done:
 static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
     *out = NULL;
     if (len < 8)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", label,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", label,
                         len);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | buf[i];
     if (n > ST_MAX_HEADER)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", label,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", label,
                         (unsigned long long)n, (unsigned)ST_MAX_HEADER);
     if (n > len - 8)
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: header length %llu exceeds the %zu bytes after the length field",
+        return err_fail(err, QVL_ERR_FORMAT, "%s: header length %llu exceeds the %zu bytes after the length field",
                         label, (unsigned long long)n, len - 8);
-    if (n < 2) return qvl_fail(err, QVL_ERR_FORMAT, "%s: header length %llu is too short for a JSON object", label,
+    if (n < 2) return err_fail(err, QVL_ERR_FORMAT, "%s: header length %llu is too short for a JSON object", label,
                                (unsigned long long)n);
 
     st_file *f = calloc(1, sizeof *f);
@@ -340,7 +340,7 @@ static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *labe
     if (!f || !json) {
         free(f);
         free(json);
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory for a %llu-byte header", label,
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for a %llu-byte header", label,
                         (unsigned long long)n);
     }
     memcpy(json, buf + 8, (size_t)n);
@@ -357,10 +357,10 @@ static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *labe
 }
 
 qvl_status st_parse(const void *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
-    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "st_parse: out is NULL");
+    if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "st_parse: out is NULL");
     *out = NULL;
     if (!label) label = "<buffer>";
-    if (!buf && len) return qvl_fail(err, QVL_ERR_INVALID_ARG, "%s: buffer is NULL but length is %zu", label, len);
+    if (!buf && len) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: buffer is NULL but length is %zu", label, len);
     return st_parse_impl(buf, len, label, out, err);
 }
 
@@ -374,38 +374,38 @@ static const char *st_errstr(int e, char *buf, size_t n) {
 }
 
 qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
-    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "st_open: out is NULL");
+    if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "st_open: out is NULL");
     *out = NULL;
-    if (!path) return qvl_fail(err, QVL_ERR_INVALID_ARG, "st_open: path is NULL");
+    if (!path) return err_fail(err, QVL_ERR_INVALID_ARG, "st_open: path is NULL");
     char eb[128];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return qvl_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, st_errstr(errno, eb, sizeof eb));
+    if (fd < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, st_errstr(errno, eb, sizeof eb));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
-        return qvl_fail(err, QVL_ERR_IO, "%s: cannot stat: %s", path, st_errstr(e, eb, sizeof eb));
+        return err_fail(err, QVL_ERR_IO, "%s: cannot stat: %s", path, st_errstr(e, eb, sizeof eb));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return qvl_fail(err, QVL_ERR_IO, "%s: not a regular file", path);
+        return err_fail(err, QVL_ERR_IO, "%s: not a regular file", path);
     }
     if (sb.st_size < 0 || (uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
         close(fd);
-        return qvl_fail(err, QVL_ERR_LIMIT, "%s: file size %lld does not fit in memory", path,
+        return err_fail(err, QVL_ERR_LIMIT, "%s: file size %lld does not fit in memory", path,
                         (long long)sb.st_size);
     }
     size_t size = (size_t)sb.st_size;
     if (size < 8) { /* mmap of 0 bytes fails; report the format problem instead */
         close(fd);
-        return qvl_fail(err, QVL_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", path,
+        return err_fail(err, QVL_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", path,
                         size);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
     if (map == MAP_FAILED)
-        return qvl_fail(err, QVL_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, st_errstr(e, eb, sizeof eb));
+        return err_fail(err, QVL_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, st_errstr(e, eb, sizeof eb));
 
     st_file *f = NULL;
     qvl_status s = st_parse_impl(map, size, path, &f, err);
@@ -418,7 +418,7 @@ qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
     f->path = st_strdup(path);
     if (!f->path) {
         st_close(f);
-        return qvl_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying the path", path);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying the path", path);
     }
     *out = f;
     return QVL_OK;

@@ -66,24 +66,24 @@ static void sb_json_str(sbuf *b, const char *s) {
 
 /* Validate one tensor descriptor and compute its byte size (overflow-checked). */
 static qvl_status wtensor_nbytes(const st_wtensor *t, uint64_t *nbytes, qvl_error *err) {
-    if (!t->name || !t->name[0]) return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: tensor without a name");
+    if (!t->name || !t->name[0]) return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: tensor without a name");
     if (strcmp(t->name, "__metadata__") == 0)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: tensor name \"__metadata__\" is reserved");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: tensor name \"__metadata__\" is reserved");
     size_t es = st_dtype_size(t->dtype);
     if (es == 0)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: invalid dtype %d", t->name, (int)t->dtype);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: invalid dtype %d", t->name, (int)t->dtype);
     if (t->ndim < 0 || t->ndim > ST_MAX_DIMS)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: %d dimensions (max %d)", t->name, t->ndim,
+        return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: %d dimensions (max %d)", t->name, t->ndim,
                         ST_MAX_DIMS);
     uint64_t n = es;
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0)
-            return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: negative dimension %" PRId64, t->name,
+            return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: negative dimension %" PRId64, t->name,
                             t->shape[d]);
         if (__builtin_mul_overflow(n, (uint64_t)t->shape[d], &n))
-            return qvl_fail(err, QVL_ERR_LIMIT, "safetensors writer: %s: size overflows", t->name);
+            return err_fail(err, QVL_ERR_LIMIT, "safetensors writer: %s: size overflows", t->name);
     }
-    if (n > SIZE_MAX) return qvl_fail(err, QVL_ERR_LIMIT, "safetensors writer: %s: size overflows", t->name);
+    if (n > SIZE_MAX) return err_fail(err, QVL_ERR_LIMIT, "safetensors writer: %s: size overflows", t->name);
     *nbytes = n;
     return QVL_OK;
 }
@@ -93,12 +93,12 @@ static qvl_status build_header(const st_wtensor *t, size_t n, const char *const 
                                char **hdr, size_t *hdr_len, qvl_error *err) {
     for (size_t i = 0; i < n_meta; i++)
         if (!meta_kv || !meta_kv[2 * i] || !meta_kv[2 * i + 1])
-            return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: metadata pair %zu is NULL", i);
+            return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: metadata pair %zu is NULL", i);
     /* Duplicate names would make the header ambiguous; n is a few hundred at most in practice. */
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++)
             if (t[i].name && t[j].name && strcmp(t[i].name, t[j].name) == 0)
-                return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: duplicate tensor name %s", t[i].name);
+                return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: duplicate tensor name %s", t[i].name);
 
     sbuf b = {0};
     int first = 1;
@@ -134,7 +134,7 @@ static qvl_status build_header(const st_wtensor *t, size_t n, const char *const 
         sb_put(&b, ",", 1);
         if (__builtin_add_overflow(off, nb, &off)) {
             free(b.p);
-            return qvl_fail(err, QVL_ERR_LIMIT, "safetensors writer: total size overflows");
+            return err_fail(err, QVL_ERR_LIMIT, "safetensors writer: total size overflows");
         }
         sb_u64(&b, off);
         sb_str(&b, "]}");
@@ -143,11 +143,11 @@ static qvl_status build_header(const st_wtensor *t, size_t n, const char *const 
     while (!b.failed && b.len % 8 != 0) sb_put(&b, " ", 1);
     if (b.failed) {
         free(b.p);
-        return qvl_fail(err, QVL_ERR_NOMEM, "safetensors writer: out of memory building the header");
+        return err_fail(err, QVL_ERR_NOMEM, "safetensors writer: out of memory building the header");
     }
     if (b.len > ST_MAX_HEADER) {
         free(b.p);
-        return qvl_fail(err, QVL_ERR_LIMIT, "safetensors writer: header of %zu bytes exceeds %u", b.len, ST_MAX_HEADER);
+        return err_fail(err, QVL_ERR_LIMIT, "safetensors writer: header of %zu bytes exceeds %u", b.len, ST_MAX_HEADER);
     }
     *hdr = b.p;
     *hdr_len = b.len;
@@ -157,13 +157,13 @@ static qvl_status build_header(const st_wtensor *t, size_t n, const char *const 
 /* The shared body of st_write and st_write_stream: with fill == NULL each tensor's bytes come from t[i].data. */
 static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv,
                              size_t n_meta, st_fill_fn fill, void *user, qvl_error *err) {
-    if (!path || (n && !t)) return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL argument");
+    if (!path || (n && !t)) return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL argument");
     char *hdr = NULL;
     size_t hdr_len = 0;
-    QVL_TRY(build_header(t, n, meta_kv, n_meta, &hdr, &hdr_len, err));
+    TRY(build_header(t, n, meta_kv, n_meta, &hdr, &hdr_len, err));
 
-    qvl_tmpfile tf;
-    qvl_status s = qvl_tmp_open(&tf, path, err);
+    fu_tmpfile tf;
+    qvl_status s = fu_tmp_open(&tf, path, err);
     if (s != QVL_OK) {
         free(hdr);
         return s;
@@ -172,8 +172,8 @@ static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, co
     size_t scratch_cap = 0;
     unsigned char len8[8];
     for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)hdr_len >> (8 * k));
-    qvl_tmp_write(&tf, len8, 8);
-    qvl_tmp_write(&tf, hdr, hdr_len);
+    fu_tmp_write(&tf, len8, 8);
+    fu_tmp_write(&tf, hdr, hdr_len);
     for (size_t i = 0; i < n && s == QVL_OK && !tf.bad; i++) {
         uint64_t nb;
         if ((s = wtensor_nbytes(&t[i], &nb, err)) != QVL_OK) break;
@@ -182,7 +182,7 @@ static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, co
             if (nb > scratch_cap) {
                 void *q = realloc(scratch, (size_t)nb);
                 if (!q) {
-                    s = qvl_fail(err, QVL_ERR_NOMEM, "safetensors writer: %s: cannot allocate %" PRIu64 " bytes",
+                    s = err_fail(err, QVL_ERR_NOMEM, "safetensors writer: %s: cannot allocate %" PRIu64 " bytes",
                                  t[i].name, nb);
                     break;
                 }
@@ -192,12 +192,12 @@ static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, co
             if ((s = fill(user, i, scratch, (size_t)nb, err)) != QVL_OK) break;
             src = scratch;
         } else if (nb && !src) {
-            s = qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: NULL data", t[i].name);
+            s = err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: NULL data", t[i].name);
             break;
         }
-        qvl_tmp_write(&tf, src, (size_t)nb);
+        fu_tmp_write(&tf, src, (size_t)nb);
     }
-    s = qvl_tmp_finish(&tf, s, 1, err); /* fsync: checkpoints are large and read back by other processes */
+    s = fu_tmp_finish(&tf, s, 1, err); /* fsync: checkpoints are large and read back by other processes */
     free(scratch);
     free(hdr);
     return s;
@@ -210,6 +210,6 @@ qvl_status st_write(const char *path, const st_wtensor *t, size_t n, const char 
 
 qvl_status st_write_stream(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv,
                            size_t n_meta, st_fill_fn fill, void *user, qvl_error *err) {
-    if (!fill) return qvl_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL fill callback");
+    if (!fill) return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL fill callback");
     return write_file(path, t, n, meta_kv, n_meta, fill, user, err);
 }

@@ -26,7 +26,7 @@ void qvl_model_free(qvl_model *m) {
 }
 
 static void fill_info(qvl_model *m) {
-    const qvl_config *c = &m->cfg;
+    const tower_config *c = &m->cfg;
     qvl_model_info *in = &m->info;
     snprintf(in->model_type, sizeof in->model_type, "%s", c->model_type);
     in->depth = c->depth;
@@ -94,21 +94,21 @@ static void drop_mapped(const qvl_model *m, const void *p, size_t n) {
 static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
     size_t cap = 3 + 4 * (size_t)m->cfg.depth + 2 * (size_t)m->cfg.n_deepstack, n, total = 0;
     linear **ls = malloc(cap * sizeof *ls);
-    if (!ls) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory packing weights");
+    if (!ls) return err_fail(err, QVL_ERR_NOMEM, "out of memory packing weights");
     n = linears(m, ls);
     for (size_t i = 0; i < n; i++) {
         size_t b = gemm_pack_size(ls[i]->w.rows, ls[i]->w.cols, ls[i]->w.dtype, GEMM_PANEL_AUTO);
-        if (qvl_add_overflow(total, b, &total)) {
+        if (size_add_overflow(total, b, &total)) {
             free(ls);
-            return qvl_fail(err, QVL_ERR_LIMIT, "packed weights overflow");
+            return err_fail(err, QVL_ERR_LIMIT, "packed weights overflow");
         }
     }
     m->panels = aligned_alloc(64, total ? total : 64);
     if (!m->panels) {
         free(ls);
-        return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of packed weights", total);
+        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of packed weights", total);
     }
-    qvl_pool *pool = NULL; /* one thread per CPU for the packing, gone when it is done */
+    thread_pool *pool = NULL; /* one thread per CPU for the packing, gone when it is done */
     qvl_status s = pool_create(&pool, 0, err);
     if (s != QVL_OK) {
         free(ls);
@@ -121,7 +121,7 @@ static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
                         GEMM_PANEL_AUTO, pool, (gemm_isa)m->isa) != 0) {
             pool_destroy(pool);
             free(ls);
-            return qvl_fail(err, QVL_ERR_INTERNAL, "packing a %dx%d weight failed", l->w.rows, l->w.cols);
+            return err_fail(err, QVL_ERR_INTERNAL, "packing a %dx%d weight failed", l->w.rows, l->w.cols);
         }
         at += gemm_pack_size(l->w.rows, l->w.cols, l->w.dtype, GEMM_PANEL_AUTO);
         /* Page by page, so the mapped copy and the panels are never both resident in full. */
@@ -147,33 +147,33 @@ static qvl_status resolve_isa(int want, int *out, qvl_error *err) {
     switch (want) {
     case QVL_ISA_AUTO: *out = (int)gemm_auto_isa(); return QVL_OK;
     case QVL_ISA_AVX2:
-        if (!qvl_cpu_has_avx2()) return qvl_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: this CPU has no AVX2+FMA");
+        if (!cpu_has_avx2()) return err_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: this CPU has no AVX2+FMA");
         *out = GEMM_ISA_AVX2;
         return QVL_OK;
     case QVL_ISA_AVX512:
-        if (!qvl_cpu_has_avx512())
-            return qvl_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: this CPU has no AVX-512 (F, BW, DQ, VL)");
+        if (!cpu_has_avx512())
+            return err_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: this CPU has no AVX-512 (F, BW, DQ, VL)");
         *out = GEMM_ISA_AVX512;
         return QVL_OK;
-    default: return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown isa %d", want);
+    default: return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown isa %d", want);
     }
 }
 
 qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err) {
-    qvl_error_clear(err);
-    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: out is NULL");
+    err_clear(err);
+    if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: out is NULL");
     *out = NULL;
-    if (!dir) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: dir is NULL");
+    if (!dir) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: dir is NULL");
     int isa = 0;
-    QVL_TRY(resolve_isa(params ? (int)params->isa : QVL_ISA_AUTO, &isa, err));
+    TRY(resolve_isa(params ? (int)params->isa : QVL_ISA_AUTO, &isa, err));
     qvl_model *m = calloc(1, sizeof *m);
-    if (!m) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory");
+    if (!m) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     m->isa = isa;
     pthread_mutex_init(&m->fp_lock, NULL);
     char path[4096];
-    qvl_status s = qvl_join(path, sizeof path, dir, "config.json", err);
-    if (s == QVL_OK) s = qvl_config_load(path, &m->cfg, err);
-    if (s == QVL_OK) s = qvl_checkpoint_bind(m, dir, err);
+    qvl_status s = fu_join(path, sizeof path, dir, "config.json", err);
+    if (s == QVL_OK) s = config_load(path, &m->cfg, err);
+    if (s == QVL_OK) s = checkpoint_bind(m, dir, err);
     if (s == QVL_OK) s = pack_weights(m, err);
     if (s != QVL_OK) {
         qvl_model_free(m);
@@ -220,12 +220,12 @@ static int fingerprint(qvl_model *m) {
 }
 
 qvl_status qvl_model_fingerprint(qvl_model *m, uint8_t digest[16], char hex[33], qvl_error *err) {
-    if (!m) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_fingerprint: model is NULL");
+    if (!m) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_fingerprint: model is NULL");
     pthread_mutex_lock(&m->fp_lock);
     if (!m->fp_done) m->fp_done = fingerprint(m);
     int done = m->fp_done;
     pthread_mutex_unlock(&m->fp_lock);
-    if (!done) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory hashing the weights");
+    if (!done) return err_fail(err, QVL_ERR_NOMEM, "out of memory hashing the weights");
     if (digest) memcpy(digest, m->fp, 16);
     if (hex) {
         for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", m->fp[i]);

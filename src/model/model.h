@@ -55,7 +55,7 @@ typedef struct bound_tensor {
 } bound_tensor;
 
 struct qvl_model {
-    qvl_config cfg;
+    tower_config cfg;
     qvl_model_info info;
     st_file **files;
     int n_files;
@@ -76,6 +76,6 @@ struct qvl_model {
 };
 
 /* Locate the weights of `dir` and bind every tower tensor of `cfg` into `m` (checkpoint.c). */
-qvl_status qvl_checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err);
+qvl_status checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err);
 
 #endif

@@ -68,7 +68,7 @@ typedef struct pos_job {
 static void pos_blocks(void *ctx, long b0, long b1, int thread) {
     (void)thread;
     const pos_job *j = ctx;
-    const qvl_config *c = &j->m->cfg;
+    const tower_config *c = &j->m->cfg;
     const int H = c->hidden, G = c->pos_side, ms = c->merge;
     for (long blk = b0; blk < b1; blk++) {
         const int bh = (int)(blk / j->bw_n), bwi = (int)(blk % j->bw_n);
@@ -91,13 +91,13 @@ static void pos_blocks(void *ctx, long b0, long b1, int thread) {
 }
 
 void tables_pos(const qvl_model *m, qvl_pos_mode mode, const qvl_grid *grids, size_t n_grids, float *pos,
-                void *taps, qvl_pool *pool) {
-    const qvl_config *c = &m->cfg;
+                void *taps, thread_pool *pool) {
+    const tower_config *c = &m->cfg;
     const int H = c->hidden, G = c->pos_side, ms = c->merge;
     size_t row0 = 0;
     for (size_t gi = 0; gi < n_grids; gi++) {
         const int T = grids[gi].t, h = grids[gi].h, w = grids[gi].w;
-        axis_tap *ah = taps, *aw = ah + h; /* h, w ≤ QVL_MAX_SIDE, validated by the caller */
+        axis_tap *ah = taps, *aw = ah + h; /* h, w ≤ MAX_GRID_SIDE, validated by the caller */
         axis_taps(mode, h, G, ah);
         axis_taps(mode, w, G, aw);
         float *slice = pos + row0 * (size_t)H;
@@ -109,9 +109,9 @@ void tables_pos(const qvl_model *m, qvl_pos_mode mode, const qvl_grid *grids, si
     }
 }
 
-void tables_rope(const qvl_config *c, const qvl_grid *grids, size_t n_grids, float *cos_t, float *sin_t) {
+void tables_rope(const tower_config *c, const qvl_grid *grids, size_t n_grids, float *cos_t, float *sin_t) {
     const int d = c->head_dim / 2, nf = d / 2, ms = c->merge;
-    float inv[QVL_MAX_HEAD_DIM / 4];
+    float inv[MAX_HEAD_DIM / 4];
     for (int k = 0; k < nf; k++)
         inv[k] = 1.0f / powf(c->rope_theta, (float)(2 * k) / (float)d);
     size_t row = 0;
@@ -170,7 +170,7 @@ static void rope_rows(void *ctx, long r0, long r1, int thread) {
 }
 
 void rope_apply(float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t,
-                const float *sin_t, qvl_pool *pool) {
+                const float *sin_t, thread_pool *pool) {
     rope_job j = {qkv, ld, heads, head_dim, cos_t, sin_t};
     pool_for(pool, (long)rows, 0, rope_rows, &j);
 }

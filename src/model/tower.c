@@ -24,7 +24,7 @@
 struct qvl_ctx {
     const qvl_model *m;
     qvl_ctx_params p;
-    qvl_pool *pool; /* this context's threads */
+    thread_pool *pool; /* this context's threads */
     qvl_tap_fn tap;
     void *tap_user;
     /* scratch, reserved for cap_rows patch rows */
@@ -66,23 +66,23 @@ void qvl_ctx_params_default(qvl_ctx_params *p) {
 }
 
 qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_ctx **out, qvl_error *err) {
-    qvl_error_clear(err);
-    if (!out) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: out is NULL");
+    err_clear(err);
+    if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: out is NULL");
     *out = NULL;
-    if (!m) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: model is NULL");
+    if (!m) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: model is NULL");
     qvl_ctx *c = calloc(1, sizeof *c);
-    if (!c) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory");
+    if (!c) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     c->m = m;
     if (params) c->p = *params; else qvl_ctx_params_default(&c->p);
     if (c->p.pos_mode != QVL_POS_CLOSED_FORM && c->p.pos_mode != QVL_POS_LINSPACE) {
         int mode = (int)c->p.pos_mode;
         free(c);
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: unknown pos_mode %d", mode);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: unknown pos_mode %d", mode);
     }
     if (c->p.n_threads < 0 || c->p.n_threads > QVL_MAX_THREADS) {
         int n = c->p.n_threads;
         free(c);
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: n_threads %d is outside 0..%d (0: one per CPU)", n,
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: n_threads %d is outside 0..%d (0: one per CPU)", n,
                         QVL_MAX_THREADS);
     }
     qvl_status s = pool_create(&c->pool, c->p.n_threads, err);
@@ -118,13 +118,13 @@ typedef struct carver {
 
 static void *carve(carver *cv, size_t count, size_t elem) {
     size_t bytes;
-    if (qvl_mul_overflow(count, elem, &bytes) || qvl_add_overflow(bytes, 63, &bytes)) {
+    if (size_mul_overflow(count, elem, &bytes) || size_add_overflow(bytes, 63, &bytes)) {
         cv->overflow = 1;
         return NULL;
     }
     bytes &= ~(size_t)63;
     void *p = cv->base ? cv->base + cv->used : NULL;
-    if (qvl_add_overflow(cv->used, bytes, &cv->used)) cv->overflow = 1;
+    if (size_add_overflow(cv->used, bytes, &cv->used)) cv->overflow = 1;
     return p;
 }
 
@@ -152,7 +152,7 @@ static size_t mlp_width(const qvl_model *m) {
 }
 
 static void layout(qvl_ctx *c, carver *cv, size_t S) {
-    const qvl_config *k = &c->m->cfg;
+    const tower_config *k = &c->m->cfg;
     size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge;
     c->x = carve(cv, S * H, sizeof(float));
     c->a = carve(cv, S * H, sizeof(float));
@@ -168,15 +168,15 @@ static void layout(qvl_ctx *c, carver *cv, size_t S) {
 }
 
 qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_error *err) {
-    if (!c) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_reserve: ctx is NULL");
+    if (!c) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_reserve: ctx is NULL");
     (void)max_segment; /* attention memory does not grow with the segment length */
     if (max_rows <= c->cap_rows && c->block) return QVL_OK;
     carver cv = {0};
     layout(c, &cv, max_rows);
-    if (cv.overflow) return qvl_fail(err, QVL_ERR_LIMIT, "%zu rows: scratch size overflows", max_rows);
+    if (cv.overflow) return err_fail(err, QVL_ERR_LIMIT, "%zu rows: scratch size overflows", max_rows);
     void *block = aligned_alloc(64, cv.used);
     if (!block)
-        return qvl_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu rows", cv.used, max_rows);
+        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu rows", cv.used, max_rows);
     free(c->block);
     c->block = block;
     c->block_bytes = cv.used;
@@ -196,8 +196,8 @@ size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids) {
     if (!grids) return 0;
     for (size_t i = 0; i < n_grids; i++) {
         if (grids[i].t < 1 || grids[i].h < 1 || grids[i].w < 1) return 0;
-        if (qvl_mul_overflow((size_t)grids[i].t, (size_t)grids[i].h, &n) || qvl_mul_overflow(n, (size_t)grids[i].w, &n) ||
-            qvl_add_overflow(total, n, &total))
+        if (size_mul_overflow((size_t)grids[i].t, (size_t)grids[i].h, &n) || size_mul_overflow(n, (size_t)grids[i].w, &n) ||
+            size_add_overflow(total, n, &total))
             return 0;
     }
     return total;
@@ -208,26 +208,26 @@ size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids) { return qvl_pat
 /* Validate grids against the model and the row count; fill the segment table (*n_seg_out segments). */
 static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size_t n_grids, size_t *n_seg_out,
                           qvl_error *err) {
-    const qvl_config *k = &c->m->cfg;
-    if (!grids || n_grids == 0) return qvl_fail(err, QVL_ERR_INVALID_ARG, "no grids given");
+    const tower_config *k = &c->m->cfg;
+    if (!grids || n_grids == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "no grids given");
     size_t n_seg = 0;
     for (size_t i = 0; i < n_grids; i++) {
         const qvl_grid *g = &grids[i];
         if (g->t < 1 || g->h < k->merge || g->w < k->merge || g->h % k->merge || g->w % k->merge ||
-            g->h > QVL_MAX_SIDE || g->w > QVL_MAX_SIDE)
-            return qvl_fail(err, QVL_ERR_INVALID_ARG, "grid %zu (t=%d, h=%d, w=%d): t must be ≥ 1 and h, w positive "
+            g->h > MAX_GRID_SIDE || g->w > MAX_GRID_SIDE)
+            return err_fail(err, QVL_ERR_INVALID_ARG, "grid %zu (t=%d, h=%d, w=%d): t must be ≥ 1 and h, w positive "
                             "multiples of the merge size %d, at most %d", i, g->t, g->h, g->w, k->merge,
-                            QVL_MAX_SIDE);
-        if (qvl_add_overflow(n_seg, (size_t)g->t, &n_seg)) return qvl_fail(err, QVL_ERR_LIMIT, "too many segments");
+                            MAX_GRID_SIDE);
+        if (size_add_overflow(n_seg, (size_t)g->t, &n_seg)) return err_fail(err, QVL_ERR_LIMIT, "too many segments");
     }
     size_t S = qvl_patch_rows(grids, n_grids);
-    if (S == 0 || S > (size_t)INT32_MAX) return qvl_fail(err, QVL_ERR_LIMIT, "patch row count overflows");
+    if (S == 0 || S > (size_t)INT32_MAX) return err_fail(err, QVL_ERR_LIMIT, "patch row count overflows");
     if (S != n_rows)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "%zu pixel rows given, the grids need %zu", n_rows, S);
-    QVL_TRY(qvl_ctx_reserve(c, S, 0, err)); /* the scratch depends on the rows alone */
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%zu pixel rows given, the grids need %zu", n_rows, S);
+    TRY(qvl_ctx_reserve(c, S, 0, err)); /* the scratch depends on the rows alone */
     if (n_seg + 1 > c->cap_cu) {
         int *cu = realloc(c->cu, (n_seg + 1) * sizeof *cu);
-        if (!cu) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory for %zu segments", n_seg);
+        if (!cu) return err_fail(err, QVL_ERR_NOMEM, "out of memory for %zu segments", n_seg);
         c->cu = cu;
         c->cap_cu = n_seg + 1;
     }
@@ -249,7 +249,7 @@ static qvl_status build_tables(qvl_ctx *c, const qvl_grid *grids, size_t n_grids
     if (same) return QVL_OK;
     if (n_grids > c->cap_tab_grids) {
         qvl_grid *g = realloc(c->tab_grids, n_grids * sizeof *g);
-        if (!g) return qvl_fail(err, QVL_ERR_NOMEM, "out of memory for %zu grids", n_grids);
+        if (!g) return err_fail(err, QVL_ERR_NOMEM, "out of memory for %zu grids", n_grids);
         c->tab_grids = g;
         c->cap_tab_grids = n_grids;
     }
@@ -292,7 +292,7 @@ static void merger_mlp(qvl_ctx *c, const merger_w *mw, const float *in, size_t r
 }
 
 static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) {
-    const qvl_config *k = &c->m->cfg;
+    const tower_config *k = &c->m->cfg;
     size_t H = (size_t)k->hidden;
     qvl_profile *pf = &c->prof;
     double t0 = now_ms(), t1;
@@ -311,14 +311,14 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     op_layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->pool);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
-    mlp_rows(c, &b->fc1, &b->fc2, k->act == QVL_ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF, c->a, H, S,
+    mlp_rows(c, &b->fc1, &b->fc2, k->act == ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF, c->a, H, S,
              c->x, H, 1);
     pf->gemm_ms += now_ms() - t0;
 }
 
 /* Blocks from c->x (rotary tables and segments prepared), DeepStack features, and optionally the merger. */
 static void run_chain(qvl_ctx *c, size_t S, size_t n_seg, float *merged, float *const *deepstack) {
-    const qvl_config *k = &c->m->cfg;
+    const tower_config *k = &c->m->cfg;
     size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge, T = S / mm, O = (size_t)k->out_hidden;
     char name[32];
     double seg_flops = 0; /* attention FLOPs of one block: QKᵀ and P·V per segment */
@@ -368,12 +368,12 @@ static void add_rows(void *ctx, long r0, long r1, int thread) {
 
 qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_grid *grids, size_t n_grids,
                       float *merged, float *const *deepstack, qvl_error *err) {
-    qvl_error_clear(err);
+    err_clear(err);
     if (!c || !pixels || !merged)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_encode: ctx, pixels and merged must not be NULL");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_encode: ctx, pixels and merged must not be NULL");
     size_t n_seg;
-    QVL_TRY(prepare(c, n_rows, grids, n_grids, &n_seg, err));
-    const qvl_config *k = &c->m->cfg;
+    TRY(prepare(c, n_rows, grids, n_grids, &n_seg, err));
+    const tower_config *k = &c->m->cfg;
     size_t S = n_rows, H = (size_t)k->hidden;
 
     memset(&c->prof, 0, sizeof c->prof);
@@ -382,7 +382,7 @@ qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_
     c->prof.patch_ms = now_ms() - t0;
     tap(c, "patch", c->x, S, H);
     t0 = now_ms();
-    QVL_TRY(build_tables(c, grids, n_grids, 1, err));
+    TRY(build_tables(c, grids, n_grids, 1, err));
     tap(c, "pos", c->pos, S, H);
     add_job aj = {c->x, c->pos, H};
     pool_for(c->pool, (long)S, 0, add_rows, &aj);
@@ -394,17 +394,17 @@ qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_
 
 qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const qvl_grid *grids, size_t n_grids,
                           int through_merger, float *out, qvl_error *err) {
-    qvl_error_clear(err);
+    err_clear(err);
     if (!c || !hidden || !out)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_run_blocks: ctx, hidden and out must not be NULL");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_run_blocks: ctx, hidden and out must not be NULL");
     size_t n_seg;
-    QVL_TRY(prepare(c, n_rows, grids, n_grids, &n_seg, err));
-    const qvl_config *k = &c->m->cfg;
+    TRY(prepare(c, n_rows, grids, n_grids, &n_seg, err));
+    const tower_config *k = &c->m->cfg;
     size_t S = n_rows, H = (size_t)k->hidden;
     memset(&c->prof, 0, sizeof c->prof);
     double start = now_ms();
     memcpy(c->x, hidden, S * H * sizeof(float));
-    QVL_TRY(build_tables(c, grids, n_grids, 0, err));
+    TRY(build_tables(c, grids, n_grids, 0, err));
     run_chain(c, S, n_seg, through_merger ? out : NULL, NULL);
     c->prof.total_ms = now_ms() - start;
     if (!through_merger) memcpy(out, c->x, S * H * sizeof(float));

@@ -74,13 +74,13 @@ static qvl_status resolve(const qvl_synth_params *p, tower *tw, qvl_error *err) 
     tw->pr = NULL;
     for (size_t i = 0; i < N_PRESETS; i++)
         if (strcmp(presets[i].name, name) == 0) tw->pr = &presets[i];
-    if (!tw->pr) return qvl_fail(err, QVL_ERR_INVALID_ARG, "synth: unknown preset \"%s\"", name);
+    if (!tw->pr) return err_fail(err, QVL_ERR_INVALID_ARG, "synth: unknown preset \"%s\"", name);
     if ((unsigned)p->layout > QVL_LAYOUT_NESTED)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "synth: invalid layout %d", (int)p->layout);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: invalid layout %d", (int)p->layout);
     if (p->dtype != QVL_DTYPE_F32 && p->dtype != QVL_DTYPE_F16 && p->dtype != QVL_DTYPE_BF16)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "synth: invalid dtype %d", (int)p->dtype);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: invalid dtype %d", (int)p->dtype);
     if (p->depth < 0 || p->depth > SYNTH_MAX_DEPTH)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "synth: depth %d is outside 0..%d", p->depth, SYNTH_MAX_DEPTH);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: depth %d is outside 0..%d", p->depth, SYNTH_MAX_DEPTH);
     tw->depth = p->depth ? p->depth : tw->pr->depth;
     int has_ds = strcmp(tw->pr->model_type, "qwen3_5") != 0;
     if (p->n_deepstack < 0) {
@@ -90,18 +90,18 @@ static qvl_status resolve(const qvl_synth_params *p, tower *tw, qvl_error *err) 
         return QVL_OK;
     }
     if (p->n_deepstack > QVL_MAX_DEEPSTACK)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "synth: %d DeepStack indexes (max %d)", p->n_deepstack,
+        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: %d DeepStack indexes (max %d)", p->n_deepstack,
                         QVL_MAX_DEEPSTACK);
     if (p->n_deepstack > 0 && !has_ds)
-        return qvl_fail(err, QVL_ERR_INVALID_ARG, "synth: preset %s (%s) has no DeepStack mergers", tw->pr->name,
+        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: preset %s (%s) has no DeepStack mergers", tw->pr->name,
                         tw->pr->model_type);
     tw->n_deepstack = p->n_deepstack;
     for (int k = 0; k < p->n_deepstack; k++) {
         int v = p->deepstack_index[k];
         if (v < 0 || v >= tw->depth)
-            return qvl_fail(err, QVL_ERR_INVALID_ARG, "synth: DeepStack index %d is outside 0..%d", v, tw->depth - 1);
+            return err_fail(err, QVL_ERR_INVALID_ARG, "synth: DeepStack index %d is outside 0..%d", v, tw->depth - 1);
         if (k && v <= p->deepstack_index[k - 1])
-            return qvl_fail(err, QVL_ERR_INVALID_ARG, "synth: DeepStack indexes must be strictly increasing");
+            return err_fail(err, QVL_ERR_INVALID_ARG, "synth: DeepStack indexes must be strictly increasing");
         tw->deepstack[k] = v;
     }
     return QVL_OK;
@@ -260,7 +260,7 @@ typedef struct fill_ctx {
     const tspec *const *specs; /* the file's tensors, in write order */
     uint64_t seed;
     qvl_dtype dtype;
-    qvl_pool *pool;
+    thread_pool *pool;
 } fill_ctx;
 
 typedef struct chunk_job {
@@ -305,7 +305,7 @@ static qvl_status fill_tensor(void *user, size_t i, void *buf, size_t nbytes, qv
     const tspec *t = fc->specs[i];
     size_t es = fc->dtype == QVL_DTYPE_F32 ? 4 : 2;
     size_t n = nbytes / es;
-    if (n * es != nbytes) return qvl_fail(err, QVL_ERR_INTERNAL, "synth: %s: byte size %zu", t->name, nbytes);
+    if (n * es != nbytes) return err_fail(err, QVL_ERR_INTERNAL, "synth: %s: byte size %zu", t->name, nbytes);
     chunk_job jb = {t, tensor_seed(fc->seed, t->canon), n, fc->dtype, buf};
     pool_for(fc->pool, (long)((n + CHUNK - 1) / CHUNK), 1, fill_chunks, &jb);
     return QVL_OK;
@@ -320,42 +320,42 @@ static st_dtype st_of(qvl_dtype d) { return d == QVL_DTYPE_F32 ? ST_F32 : d == Q
 static qvl_status mkdir_p(const char *path, qvl_error *err) {
     char buf[4096];
     size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return qvl_fail(err, QVL_ERR_INVALID_ARG, "synth: bad directory \"%s\"", path);
+    if (n == 0 || n >= sizeof buf) return err_fail(err, QVL_ERR_INVALID_ARG, "synth: bad directory \"%s\"", path);
     memcpy(buf, path, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (buf[i] != '/' && buf[i] != '\0') continue;
         char saved = buf[i];
         buf[i] = '\0';
         if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return qvl_fail(err, QVL_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+            return err_fail(err, QVL_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
         buf[i] = saved;
     }
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return qvl_fail(err, QVL_ERR_IO, "%s: not a directory", path);
+        return err_fail(err, QVL_ERR_IO, "%s: not a directory", path);
     return QVL_OK;
 }
 
 static qvl_status write_text(const char *dir, const char *name, const char *text, qvl_error *err) {
     char path[4096];
-    QVL_TRY(qvl_join(path, sizeof path, dir, name, err));
-    qvl_tmpfile t;
-    QVL_TRY(qvl_tmp_open(&t, path, err));
-    qvl_tmp_write(&t, text, strlen(text));
-    return qvl_tmp_finish(&t, QVL_OK, 0, err);
+    TRY(fu_join(path, sizeof path, dir, name, err));
+    fu_tmpfile t;
+    TRY(fu_tmp_open(&t, path, err));
+    fu_tmp_write(&t, text, strlen(text));
+    return fu_tmp_finish(&t, QVL_OK, 0, err);
 }
 
 /* Write the tensors of `l` whose shard is `shard` (or all when shard < 0) to dir/name. */
 static qvl_status write_weights(const tlist *l, int shard, const char *dir, const char *name, const char *format,
-                                const qvl_synth_params *p, qvl_pool *pool, qvl_error *err) {
+                                const qvl_synth_params *p, thread_pool *pool, qvl_error *err) {
     char path[4096];
-    QVL_TRY(qvl_join(path, sizeof path, dir, name, err));
+    TRY(fu_join(path, sizeof path, dir, name, err));
     st_wtensor *w = calloc(l->n ? l->n : 1, sizeof *w);
     const tspec **specs = calloc(l->n ? l->n : 1, sizeof *specs);
     if (!w || !specs) {
         free(w);
         free(specs);
-        return qvl_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
+        return err_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
     }
     size_t n = 0;
     for (size_t i = 0; i < l->n; i++) {
@@ -385,7 +385,7 @@ static qvl_status write_index(const tlist *l, const char *const *files, const ch
     if (!sorted || !json) {
         free(sorted);
         free(json);
-        return qvl_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
+        return err_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
     }
     uint64_t total = 0;
     for (size_t i = 0; i < l->n; i++) {
@@ -449,8 +449,8 @@ static qvl_status write_configs(const tower *tw, const char *dir, qvl_error *err
                      "}\n",
                      architecture(p->model_type), p->model_type, p->out_hidden, ds, tw->depth, p->hidden,
                      p->intermediate, p->model_type, p->heads, p->num_pos, p->out_hidden);
-    if (n < 0 || (size_t)n >= sizeof cfg) return qvl_fail(err, QVL_ERR_INTERNAL, "synth: config.json overflow");
-    QVL_TRY(write_text(dir, "config.json", cfg, err));
+    if (n < 0 || (size_t)n >= sizeof cfg) return err_fail(err, QVL_ERR_INTERNAL, "synth: config.json overflow");
+    TRY(write_text(dir, "config.json", cfg, err));
     static const char pre[] = "{\n"
                               "  \"image_mean\": [\n    0.5,\n    0.5,\n    0.5\n  ],\n"
                               "  \"image_processor_type\": \"Qwen2VLImageProcessorFast\",\n"
@@ -465,11 +465,11 @@ static qvl_status write_configs(const tower *tw, const char *dir, qvl_error *err
 }
 
 qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error *err) {
-    qvl_error_clear(err);
-    if (!p || !dir || !dir[0]) return qvl_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_write: NULL argument");
+    err_clear(err);
+    if (!p || !dir || !dir[0]) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_write: NULL argument");
     tower tw = {0};
-    QVL_TRY(resolve(p, &tw, err));
-    QVL_TRY(mkdir_p(dir, err));
+    TRY(resolve(p, &tw, err));
+    TRY(mkdir_p(dir, err));
 
     const char *prefix = "model.visual.";
     int mlx = p->layout == QVL_LAYOUT_MLX || p->layout == QVL_LAYOUT_SIDECAR;
@@ -477,10 +477,10 @@ qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error
     if (p->layout == QVL_LAYOUT_NESTED) prefix = "model.language_model.visual.";
 
     tlist tower_l = {0}, text_l = {0};
-    qvl_pool *pool = NULL; /* one thread per CPU for generating the values, for every file written */
+    thread_pool *pool = NULL; /* one thread per CPU for generating the values, for every file written */
     qvl_status s = QVL_OK;
     if (!build_tower(&tower_l, &tw, prefix, mlx)) {
-        s = qvl_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
+        s = err_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
         goto done;
     }
     const size_t es = p->dtype == QVL_DTYPE_F32 ? 4 : 2;
@@ -494,12 +494,12 @@ qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error
         break;
     case QVL_LAYOUT_SIDECAR: {
         char sub[4096];
-        if ((s = qvl_join(sub, sizeof sub, dir, "optiq", err)) != QVL_OK) break;
+        if ((s = fu_join(sub, sizeof sub, dir, "optiq", err)) != QVL_OK) break;
         if ((s = mkdir_p(sub, err)) != QVL_OK) break;
         if ((s = write_weights(&tower_l, -1, sub, "optiq_vision.safetensors", "mlx", p, pool, err)) != QVL_OK) break;
         if (!add_text(&text_l, "model.language_model.embed_tokens.weight", 16, 8, 0) ||
             !add_text(&text_l, "model.language_model.norm.weight", 8, 0, 0)) {
-            s = qvl_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
+            s = err_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
             break;
         }
         s = write_weights(&text_l, -1, dir, "model.safetensors", "mlx", p, pool, err);
@@ -513,7 +513,7 @@ qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error
             !add_text(&tower_l, "model.language_model.layers.0.mlp.down_proj.weight", 8, 16, 1) ||
             !add_text(&tower_l, "model.language_model.norm.weight", 8, 0, 2) ||
             !add_text(&tower_l, "lm_head.weight", 16, 8, 2)) {
-            s = qvl_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
+            s = err_fail(err, QVL_ERR_NOMEM, "synth: out of memory");
             break;
         }
         for (int k = 0; k < 3 && s == QVL_OK; k++) s = write_weights(&tower_l, k, dir, files[k], "pt", p, pool, err);

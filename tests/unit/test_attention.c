@@ -71,10 +71,10 @@ static void run_case(const int *lens, int n_seg, int nh, int hd, float qmag) {
 }
 
 int main(void) {
-    if (!qvl_cpu_has_avx2()) printf("test_attention: no AVX2 on this CPU, portable blocks only\n");
-    else if (!qvl_cpu_has_avx512()) printf("test_attention: no AVX-512 on this CPU, its block untested here\n");
+    if (!cpu_has_avx2()) printf("test_attention: no AVX2 on this CPU, portable blocks only\n");
+    else if (!cpu_has_avx512()) printf("test_attention: no AVX-512 on this CPU, its block untested here\n");
     const attn_isa isas[4] = {ATTN_ISA_AUTO, ATTN_ISA_SCALAR, ATTN_ISA_AVX2, ATTN_ISA_AVX512};
-    const int n_isa = qvl_cpu_has_avx512() ? 4 : qvl_cpu_has_avx2() ? 3 : 2;
+    const int n_isa = cpu_has_avx512() ? 4 : cpu_has_avx2() ? 3 : 2;
     /* Around ATTN_BQ = 192 and ATTN_BK = 64 (193 rows and 65 keys are now single tiles that took a tail; 400 rows
      * and keys split), and the 6/12-row blocks (11, 13, 25) and 16-key groups (17, 33). */
     const int lens1[] = {1, 47, 191, 192, 193, 64, 65, 400};

@@ -40,7 +40,7 @@ static void rewrite(const char *from, const char *to, const char *drop, const ch
     snprintf(dst, sizeof dst, "%s/model.safetensors", to);
     st_file *f = NULL;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_open(src, &f, &err) == QVL_OK);
     if (!f) return;
     st_wtensor *w = calloc(f->n_tensors + 1, sizeof *w);

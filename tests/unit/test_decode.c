@@ -28,7 +28,7 @@ static void test_corpus(const st_file *f) {
         tu_source_path(rel, path, sizeof path);
         qvl_image img;
         qvl_error err;
-        qvl_error_clear(&err);
+        err_clear(&err);
         qvl_status s = qvl_image_load(path, NULL, &img, &err);
         CHECK(s == QVL_OK);
         if (s != QVL_OK) {
@@ -88,7 +88,7 @@ static void test_bad(void) {
         qvl_image img;
         memset(&img, 0x5a, sizeof img);
         qvl_error err;
-        qvl_error_clear(&err);
+        err_clear(&err);
         qvl_status s = qvl_image_load(path, NULL, &img, &err);
         int ok = s == cases[i].want && err.status == s && strstr(err.message, cases[i].name) != NULL &&
                  img.rgb == NULL && img.width == 0 && img.height == 0;
@@ -101,14 +101,14 @@ static void test_bad(void) {
     /* a missing file is an I/O error */
     qvl_image img;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(qvl_image_load("/nonexistent/dir/x.png", NULL, &img, &err) == QVL_ERR_IO);
     CHECK(strstr(err.message, "/nonexistent/dir/x.png") != NULL);
     /* from memory: "<memory>" is the label */
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(qvl_image_decode("GIF89a", 6, NULL, &img, &err) == QVL_ERR_FORMAT);
     CHECK(strstr(err.message, "<memory>") != NULL);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(qvl_image_decode(NULL, 0, NULL, &img, &err) == QVL_ERR_FORMAT);
     CHECK(img.rgb == NULL);
 }
@@ -133,7 +133,7 @@ static void test_truncations(void) {
             memcpy(copy, buf, cut);
             qvl_image img;
             qvl_error err;
-            qvl_error_clear(&err);
+            err_clear(&err);
             qvl_status s = qvl_image_decode(copy, cut, NULL, &img, &err);
             if (s != QVL_OK) {
                 failed++;
@@ -156,7 +156,7 @@ static void test_limits_and_options(void) {
     qvl_image img;
     qvl_error err;
     /* 40x24 stored, rotated to 24x40 */
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(qvl_image_load(path, &p, &img, &err) == QVL_OK && img.width == 24 && img.height == 40);
     qvl_image_free(&img);
     p.apply_exif = 0;
@@ -172,13 +172,13 @@ static void test_limits_and_options(void) {
         tu_source_path(rel, path, sizeof path);
         qvl_decode_params_default(&p);
         p.max_pixels = pixels[k];
-        qvl_error_clear(&err);
+        err_clear(&err);
         qvl_status s = qvl_image_load(path, &p, &img, &err);
         CHECK(s == QVL_OK);
         if (s != QVL_OK) fprintf(stderr, "  %s at its size: %s\n", names[k], err.message);
         qvl_image_free(&img);
         p.max_pixels = pixels[k] - 1;
-        qvl_error_clear(&err);
+        err_clear(&err);
         s = qvl_image_load(path, &p, &img, &err);
         CHECK(s == QVL_ERR_LIMIT && img.rgb == NULL && strstr(err.message, names[k]) != NULL);
         if (s != QVL_ERR_LIMIT) fprintf(stderr, "  %s below its size: %s\n", names[k], qvl_status_name(s));
@@ -198,7 +198,7 @@ int main(void) {
     tu_source_path("tests/fixtures/decode.safetensors", path, sizeof path);
     st_file *f = NULL;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     qvl_status s = st_open(path, &f, &err);
     CHECK(s == QVL_OK);
     if (s != QVL_OK) {

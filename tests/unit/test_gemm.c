@@ -128,7 +128,7 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
         for (size_t j = (size_t)N; j < ldc; j++)
             if (memcmp(&C1[(size_t)i * ldc + j], &C0[(size_t)i * ldc + j], 4)) ok = 0;
     /* The AVX2 and AVX-512 sets run the same FMA chains: the same bits (the SIMD sets only). */
-    if (ok && (isa == GEMM_ISA_AVX2 || isa == GEMM_ISA_AVX512) && qvl_cpu_has_avx512()) {
+    if (ok && (isa == GEMM_ISA_AVX2 || isa == GEMM_ISA_AVX512) && cpu_has_avx512()) {
         memcpy(C2, C0, (size_t)M * ldc * sizeof(float));
         g.C = C2;
         g.Bp = NULL;
@@ -148,7 +148,7 @@ int main(void) {
     unsigned char *wsbuf = malloc(gemm_workspace_size(2) + 8);
     void *ws = wsbuf + 8;
     gemm_isa isas[3] = {GEMM_ISA_SCALAR, GEMM_ISA_AVX2, GEMM_ISA_AVX512};
-    const int n_isa = qvl_cpu_has_avx512() ? 3 : qvl_cpu_has_avx2() ? 2 : 1;
+    const int n_isa = cpu_has_avx512() ? 3 : cpu_has_avx2() ? 2 : 1;
     if (n_isa == 1) printf("test_gemm: no AVX2 on this CPU, scalar kernels only\n");
     if (n_isa == 2) printf("test_gemm: no AVX-512 on this CPU, its kernels untested here\n");
     const qvl_dtype dts[3] = {QVL_DTYPE_F32, QVL_DTYPE_F16, QVL_DTYPE_BF16};

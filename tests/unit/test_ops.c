@@ -131,7 +131,7 @@ static void sweep(uint64_t lo, uint64_t hi, uint32_t step, int alt_sign, double 
 }
 
 static void test_vector_math(void) {
-    if (!qvl_cpu_has_avx2()) {
+    if (!cpu_has_avx2()) {
         printf("test_ops: no AVX2 on this CPU, vector tanh/erf not tested\n");
         return;
     }
@@ -181,7 +181,7 @@ static void test_vector_math(void) {
 /* The AVX-512 twins give the AVX2 bits for every value: all of float at a stride of 257 (subnormals, inf, NaN,
  * both signs), for tanh, erf and the two GELUs, including 1..15-element tails. */
 static void test_avx512_twins(void) {
-    if (!qvl_cpu_has_avx512()) {
+    if (!cpu_has_avx512()) {
         printf("test_ops: no AVX-512 on this CPU, the 16-lane vector math not tested\n");
         return;
     }

@@ -54,7 +54,7 @@ static int meta_int(const st_file *f, const char *key, int dflt) {
 static void run_fixture(const char *path) {
     st_file *fx = NULL;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_open(path, &fx, &err) == QVL_OK);
     if (!fx) { fprintf(stderr, "%s: %s\n", path, err.message); return; }
     const char *preset = st_meta(fx, "synth_preset");

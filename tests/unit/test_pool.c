@@ -24,7 +24,7 @@ static void count_task(void *ctx, long t, int thread) {
 }
 
 /* Runs n_tasks tasks on p and checks each ran once, on a thread number below pool_size. */
-static int run_counted(qvl_pool *p, long n_tasks) {
+static int run_counted(thread_pool *p, long n_tasks) {
     atomic_int *hits = calloc((size_t)n_tasks + 1, sizeof *hits);
     count_job j = {hits, 0, pool_size(p)};
     pool_run(p, n_tasks, count_task, &j);
@@ -47,7 +47,7 @@ static void range_fn(void *ctx, long b, long e, int thread) {
     for (long i = b; i < e; i++) j->seen[i]++;
 }
 
-static int run_ranges(qvl_pool *p, long n, long grain) {
+static int run_ranges(thread_pool *p, long n, long grain) {
     unsigned char *seen = calloc((size_t)n + 1, 1);
     range_job j = {seen, 0, grain};
     pool_for(p, n, grain, range_fn, &j);
@@ -60,7 +60,7 @@ static int run_ranges(qvl_pool *p, long n, long grain) {
 /* A pool per thread, each hammered with small loops at the same time (the one-context-per-thread pattern). */
 static void *driver(void *arg) {
     int *ok = arg;
-    qvl_pool *p = NULL;
+    thread_pool *p = NULL;
     *ok = pool_create(&p, 2, NULL) == QVL_OK && pool_size(p) == 2;
     for (int r = 0; r < 300 && *ok; r++) *ok = run_counted(p, 1 + r % 7);
     pool_destroy(p);
@@ -71,7 +71,7 @@ int main(void) {
     /* NULL and one-thread pools run inline, thread 0 only. */
     CHECK(pool_size(NULL) == 1);
     CHECK(run_counted(NULL, 5));
-    qvl_pool *one = NULL;
+    thread_pool *one = NULL;
     CHECK(pool_create(&one, 1, NULL) == QVL_OK && pool_size(one) == 1);
     CHECK(run_counted(one, 9));
     pool_destroy(one);
@@ -79,7 +79,7 @@ int main(void) {
     CHECK(pool_cpu_count() >= 1);
 
     for (int n = 2; n <= 5; n++) {
-        qvl_pool *p = NULL;
+        thread_pool *p = NULL;
         CHECK(pool_create(&p, n, NULL) == QVL_OK);
         CHECK(pool_size(p) == n);
         int ok = 1;

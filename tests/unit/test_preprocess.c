@@ -61,7 +61,7 @@ static void report_row0(const st_file *fx, const char *name, const char *path, c
 static void run_case(const st_file *fx, const char *name) {
     qvl_image img = {0};
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     char key[300];
     snprintf(key, sizeof key, "%s.recipe", name);
     const char *recipe = st_meta(fx, key);
@@ -129,7 +129,7 @@ static void run_video_cases(void) {
     tu_source_path("tests/fixtures/video.safetensors", path, sizeof path);
     st_file *fx = NULL;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_open(path, &fx, &err) == QVL_OK);
     if (!fx) return;
     const st_tensor *lut = st_find(fx, "pre.lut");
@@ -189,7 +189,7 @@ int main(void) {
     tu_source_path("tests/fixtures/preprocess.safetensors", path, sizeof path);
     st_file *fx = NULL;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_open(path, &fx, &err) == QVL_OK);
     if (!fx) return tu_finish("test_preprocess");
     const char *cases = st_meta(fx, "cases");

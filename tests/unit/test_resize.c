@@ -36,7 +36,7 @@ static qvl_status run(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, i
     size_t wsz = resize_workspace_size(sw, sh, dw, dh, c);
     void *ws = malloc(wsz ? wsz : 1);
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     resize_set_simd(simd);
     qvl_status s = resize_u8(src, sw, sh, c, dst, dw, dh, kind, ws, tu_pool(threads), &err);
     resize_set_simd(1);
@@ -69,7 +69,7 @@ static void test_corpus(void) {
     char path[1024];
     st_file *f = NULL;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     tu_source_path("tests/fixtures/resize/corpus.safetensors", path, sizeof path);
     CHECK(st_open(path, &f, &err) == QVL_OK);
     if (!f) {
@@ -200,18 +200,18 @@ static void test_invalid(void) {
                           {2, 2, 1, 1, 0}, {2, 2, 1, 1, 5}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(resize_workspace_size(bad[i][0], bad[i][1], bad[i][2], bad[i][3], bad[i][4]) == 0);
-        qvl_error_clear(&err);
+        err_clear(&err);
         CHECK(resize_u8(px, bad[i][0], bad[i][1], bad[i][4], out, bad[i][2], bad[i][3], RESIZE_TORCHVISION, ws, NULL,
                         &err) == QVL_ERR_INVALID_ARG);
         CHECK(err.status == QVL_ERR_INVALID_ARG && err.message[0] != '\0');
     }
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(resize_u8(px, 2, 2, 3, out, 1, 1, (resize_kind)7, ws, NULL, &err) == QVL_ERR_INVALID_ARG);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(resize_u8(NULL, 2, 2, 3, out, 1, 1, RESIZE_PIL, ws, NULL, &err) == QVL_ERR_INVALID_ARG);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(resize_u8(px, 2, 2, 3, out, 1, 1, RESIZE_PIL, NULL, NULL, &err) == QVL_ERR_INVALID_ARG);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(resize_u8(px, RESIZE_MAX_SIDE + 1, 1, 1, out, 1, 1, RESIZE_PIL, ws, NULL, &err) == QVL_ERR_LIMIT);
     CHECK(resize_workspace_size(RESIZE_MAX_SIDE + 1, 1, 1, 1, 1) == 0);
     CHECK(resize_workspace_size(RESIZE_MAX_SIDE, 1, 1, 1, 4) > 0);

@@ -45,7 +45,7 @@ static const char *write_file(const char *name, const buf *b, char *path, size_t
 static void expect_fail_buf(const char *what, buf b, qvl_status want) {
     qvl_error err;
     st_file *f = (st_file *)&err; /* poison: must come back NULL */
-    qvl_error_clear(&err);
+    err_clear(&err);
     qvl_status s = st_parse(b.p, b.n, what, &f, &err);
     CHECK(s == want);
     CHECK(err.status == want);
@@ -58,7 +58,7 @@ static void expect_fail_buf(const char *what, buf b, qvl_status want) {
     char path[512];
     write_file(what, &b, path, sizeof path);
     f = (st_file *)&err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     s = st_open(path, &f, &err);
     CHECK(s == want);
     CHECK(f == NULL);
@@ -155,16 +155,16 @@ static void test_malformed(void) {
     st_file *f = NULL;
     char path[512];
     snprintf(path, sizeof path, "%s/does-not-exist.safetensors", g_dir);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_open(path, &f, &err) == QVL_ERR_IO);
     CHECK(f == NULL && err.status == QVL_ERR_IO && strstr(err.message, "does-not-exist") != NULL);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_open(g_dir, &f, &err) == QVL_ERR_IO);
     CHECK(f == NULL && err.message[0] != '\0');
     /* NULL arguments. */
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_parse(NULL, 0, "x", NULL, &err) == QVL_ERR_INVALID_ARG);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_parse(NULL, 8, "x", &f, &err) == QVL_ERR_INVALID_ARG && f == NULL);
     CHECK(st_open(path, &f, NULL) == QVL_ERR_IO); /* err may be NULL */
 }
@@ -176,7 +176,7 @@ static void test_valid_empty(void) {
     /* Zero tensors, with the Python writer's space padding after the object. */
     buf b = make_st("{}      ", NULL, 0);
     write_file("zero.safetensors", &b, path, sizeof path);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_open(path, &f, &err) == QVL_OK);
     CHECK(f != NULL);
     if (f) {
@@ -191,7 +191,7 @@ static void test_valid_empty(void) {
 
     /* Only metadata (null metadata counts as none). */
     b = make_st("{\"__metadata__\": null}", NULL, 0);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_parse(b.p, b.n, "nullmeta", &f, &err) == QVL_OK);
     if (f) CHECK(f->n_tensors == 0 && f->n_meta == 0 && f->path == NULL && f->map == NULL);
     st_close(f);
@@ -202,7 +202,7 @@ static void test_valid_empty(void) {
     b = make_st("{\"empty\": {\"dtype\": \"BF16\", \"shape\": [3, 0, 7], \"data_offsets\": [2, 2]},"
                 " \"s\": {\"dtype\": \"F32\", \"shape\": [], \"data_offsets\": [0, 4]}}",
                 &scalar, sizeof scalar);
-    qvl_error_clear(&err);
+    err_clear(&err);
     f = NULL;
     CHECK(st_parse(b.p, b.n, "zerosize", &f, &err) == QVL_OK);
     if (f) {
@@ -239,7 +239,7 @@ static void test_valid_several(void) {
     char path[512];
     write_file("several.safetensors", &b, path, sizeof path);
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     st_file *f = NULL;
     CHECK(st_open(path, &f, &err) == QVL_OK);
     if (!f) {
@@ -297,7 +297,7 @@ static void test_dtypes(void) {
         uint8_t data[24] = {0};
         buf b = make_st(json, data, 3 * sz);
         qvl_error err;
-        qvl_error_clear(&err);
+        err_clear(&err);
         st_file *f = NULL;
         CHECK(st_parse(b.p, b.n, "dtype", &f, &err) == QVL_OK);
         CHECK(f && f->n_tensors == 1 && f->tensors[0].dtype == (st_dtype)d && f->tensors[0].nbytes == 3 * sz);

@@ -65,7 +65,7 @@ static void test_st_roundtrip(void) {
     };
     const char *meta[] = {"format", "pt", "note", "line\nbreak"};
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_write(tpath("rt.safetensors"), t, 3, meta, 2, &err) == QVL_OK);
     CHECK(st_write(tpath("rt2.safetensors"), t, 3, meta, 2, &err) == QVL_OK);
     CHECK(same_bytes(tpath("rt.safetensors"), tpath("rt2.safetensors")));
@@ -80,7 +80,7 @@ static void test_st_roundtrip(void) {
     CHECK(hl % 8 == 0);
 
     st_file *sf = NULL;
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_open(tpath("rt.safetensors"), &sf, &err) == QVL_OK);
     if (!sf) {
         fprintf(stderr, "st_open: %s\n", err.message);
@@ -103,20 +103,20 @@ static void test_st_roundtrip(void) {
 
     /* Errors: duplicate names, bad dtype, unwritable path. */
     st_wtensor dup[2] = {t[0], t[0]};
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_write(tpath("dup.safetensors"), dup, 2, NULL, 0, &err) == QVL_ERR_INVALID_ARG);
     CHECK(!exists(tpath("dup.safetensors")) && !exists(tpath("dup.safetensors.tmp")));
     st_wtensor bad = t[0];
     bad.dtype = ST_DTYPE_COUNT;
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_write(tpath("bad.safetensors"), &bad, 1, NULL, 0, &err) == QVL_ERR_INVALID_ARG);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_write("/nonexistent-dir/x.safetensors", t, 1, NULL, 0, &err) == QVL_ERR_IO);
     CHECK(strstr(err.message, "/nonexistent-dir/x.safetensors") != NULL);
     /* An empty file (no tensors, no metadata) is valid. */
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_write(tpath("empty.safetensors"), NULL, 0, NULL, 0, &err) == QVL_OK);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(st_open(tpath("empty.safetensors"), &sf, &err) == QVL_OK);
     if (sf) CHECK(sf->n_tensors == 0);
     st_close(sf);
@@ -144,7 +144,7 @@ static void test_npy(void) {
     float a[15];
     for (int i = 0; i < 15; i++) a[i] = (float)i * 0.25f - 1;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_write_f32(tpath("a.npy"), a, 3, 5, &err) == QVL_OK);
     float *d = NULL;
     size_t r = 0, c = 0;
@@ -160,43 +160,43 @@ static void test_npy(void) {
 
     double f8[6] = {1.5, -2, 3, 4, 5, 6e10};
     make_npy(tpath("f8.npy"), 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2, 3), }", f8, sizeof f8);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("f8.npy"), &d, &r, &c, &err) == QVL_OK);
     CHECK(r == 1 && c == 6 && d && d[0] == 1.5f && d[1] == -2.0f && d[5] == (float)6e10);
     free(d);
 
     uint16_t f2[3] = {0x3c00, 0xc000, 0x3800}; /* 1, -2, 0.5 */
     make_npy(tpath("f2.npy"), 3, "{\"shape\": (3,), \"fortran_order\": False, \"descr\": \"<f2\"}", f2, sizeof f2);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("f2.npy"), &d, &r, &c, &err) == QVL_OK);
     CHECK(r == 1 && c == 3 && d && d[0] == 1.0f && d[1] == -2.0f && d[2] == 0.5f);
     free(d);
 
     make_npy(tpath("fo.npy"), 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 2), }", a, 8);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("fo.npy"), &d, &r, &c, &err) == QVL_ERR_UNSUPPORTED && d == NULL);
     make_npy(tpath("tr.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }", a, 60);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("tr.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT && d == NULL);
     make_npy(tpath("big.npy"), 1,
              "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", a, 4);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("big.npy"), &d, &r, &c, &err) == QVL_ERR_LIMIT && d == NULL);
     make_npy(tpath("i4.npy"), 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), }", a, 4);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("i4.npy"), &d, &r, &c, &err) == QVL_ERR_UNSUPPORTED);
     make_npy(tpath("0d.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", a, 4);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("0d.npy"), &d, &r, &c, &err) == QVL_ERR_SHAPE);
     make_npy(tpath("junk.npy"), 1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", a, 4);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("junk.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT);
     write_bytes(tpath("short.npy"), "\x93NUM", 4);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("short.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT);
     /* A header length past the end of the file. */
     write_bytes(tpath("hl.npy"), "\x93NUMPY\x01\x00\xff\xff{}", 12);
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(npy_read_f32(tpath("hl.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT);
 }
 
@@ -233,7 +233,7 @@ static void test_files(void) {
 static float *load_f32(const char *file, const char *name, size_t *n, int mlx_conv) {
     st_file *f = NULL;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     if (st_open(file, &f, &err) != QVL_OK) return NULL;
     const st_tensor *t = st_find(f, name);
     float *out = NULL;
@@ -262,7 +262,7 @@ static float *load_f32(const char *file, const char *name, size_t *n, int mlx_co
 static size_t count_tensors(const char *file) {
     st_file *f = NULL;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     if (st_open(file, &f, &err) != QVL_OK) return 0;
     size_t n = f->n_tensors;
     st_close(f);

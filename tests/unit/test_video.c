@@ -52,7 +52,7 @@ static void test_sampling(const st_file *f) {
         p.max_frames = (int32_t)get_f64(par, 6 * c + 5);
         size_t want_n = (size_t)(get_i64(off, c + 1) - get_i64(off, c)), n = 0;
         qvl_error err;
-        qvl_error_clear(&err);
+        err_clear(&err);
         qvl_status s = qvl_video_sample_indices(total, vfps, &p, got, 1024, &n, &err);
         int ok = s == QVL_OK && n == want_n && n <= 1024;
         for (size_t i = 0; ok && i < n; i++) ok = got[i] == get_i64(idx, (size_t)get_i64(off, c) + i);
@@ -102,7 +102,7 @@ static void test_clip(const st_file *f, const char *file, const char *key) {
     if (!info || !idx || !rgb) return;
     qvl_video v;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     qvl_status s = qvl_video_load(path, NULL, &v, &err);
     CHECK(s == QVL_OK);
     if (s != QVL_OK) {
@@ -160,7 +160,7 @@ static void expect_fail(const char *rel, const qvl_video_params *p, qvl_status w
     qvl_video v;
     memset(&v, 0xAB, sizeof v);
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     qvl_status s = qvl_video_load(path, p, &v, &err);
     CHECK(s == want);
     CHECK(err.status == want);
@@ -206,7 +206,7 @@ static void test_images(void) {
     paths[5] = tu_source_path("tests/data/video/frames/video_frame_12x16.png", buf[5], sizeof buf[5]);
     qvl_video v;
     qvl_error err;
-    qvl_error_clear(&err);
+    err_clear(&err);
     /* 5 frames at 24 fps, 2 fps wanted: int(5 / 24 · 2) = 0 → min_frames 4 → linspace(0, 4, 4) = 0 1.33 2.67 4 */
     qvl_status s = qvl_video_from_images(paths, 5, NULL, &v, &err);
     CHECK(s == QVL_OK);
@@ -232,7 +232,7 @@ static void test_images(void) {
     qvl_video_params_default(&p);
     p.num_frames = 2; /* the mismatching frame is not sampled, and still refused */
     const char *mixed[4] = {paths[0], paths[1], paths[5], paths[2]};
-    qvl_error_clear(&err);
+    err_clear(&err);
     CHECK(qvl_video_from_images(mixed, 4, &p, &v, &err) == QVL_ERR_INVALID_ARG);
     CHECK(strstr(err.message, paths[5]) != NULL && v.rgb == NULL);
     printf("mismatched frames: %s\n", err.message);

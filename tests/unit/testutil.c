@@ -13,9 +13,9 @@ int tu_checks = 0;
 
 void tu_report(const char *file, int line, const char *what) { fprintf(stderr, "%s:%d: check failed: %s\n", file, line, what); }
 
-static qvl_pool *tu_pools[9];
+static thread_pool *tu_pools[9];
 
-qvl_pool *tu_pool(int n) {
+thread_pool *tu_pool(int n) {
     if (n <= 1 || n > 8) return NULL;
     if (!tu_pools[n] && pool_create(&tu_pools[n], n, NULL) != QVL_OK) return NULL;
     return tu_pools[n];

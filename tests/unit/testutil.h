@@ -24,7 +24,7 @@ const char *tu_tmpdir(char *buf, size_t n);
 /* 1 if n bytes are equal; otherwise print how many differ, the largest difference and the first one. */
 int tu_same_bytes(const unsigned char *got, const unsigned char *want, size_t n, const char *what);
 /* A thread pool of n threads (1 ≤ n ≤ 8; NULL for 1), created on first use and kept until tu_finish. */
-struct qvl_pool *tu_pool(int n);
+struct thread_pool *tu_pool(int n);
 /* Wall-clock seconds (monotonic). */
 double tu_now(void);
 /* Remove a directory tree (rm -rf); 1 on success. */
