@@ -40,9 +40,22 @@
 extern "C" {
 #endif
 
-#define QVL_VERSION_MAJOR 0
-#define QVL_VERSION_MINOR 1
+/* Export: every function below is exported from libqvl.so; everything else in the library is hidden. */
+#if defined(__GNUC__) || defined(__clang__)
+#define QVL_API __attribute__((visibility("default")))
+#else
+#define QVL_API
+#endif
+
+#define QVL_VERSION_MAJOR 1
+#define QVL_VERSION_MINOR 0
 #define QVL_VERSION_PATCH 0
+/* MAJOR·10000 + MINOR·100 + PATCH of this header; compare with qvl_version_number() to catch a mismatch. */
+#define QVL_VERSION_NUMBER (QVL_VERSION_MAJOR * 10000 + QVL_VERSION_MINOR * 100 + QVL_VERSION_PATCH)
+
+/* The library's version at run time: "1.0.0", and its QVL_VERSION_NUMBER. */
+QVL_API const char *qvl_version(void);
+QVL_API int qvl_version_number(void);
 
 /* Status codes. Numeric values are stable. */
 typedef enum qvl_status {
@@ -59,7 +72,7 @@ typedef enum qvl_status {
 } qvl_status;
 
 /* Short stable name of a status ("ok", "invalid argument", ...). Never NULL. */
-const char *qvl_status_name(qvl_status s);
+QVL_API const char *qvl_status_name(qvl_status s);
 
 /* Caller-owned error detail. */
 typedef struct qvl_error {
@@ -69,7 +82,7 @@ typedef struct qvl_error {
 
 /* Storage dtypes of weights. */
 typedef enum qvl_dtype { QVL_DTYPE_F32 = 0, QVL_DTYPE_F16 = 1, QVL_DTYPE_BF16 = 2 } qvl_dtype;
-const char *qvl_dtype_name(qvl_dtype d);
+QVL_API const char *qvl_dtype_name(qvl_dtype d);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Model: discovery, weights, identity
@@ -118,7 +131,7 @@ typedef struct qvl_model_info {
 typedef enum qvl_isa { QVL_ISA_AUTO = 0, QVL_ISA_AVX2 = 2, QVL_ISA_AVX512 = 3 } qvl_isa;
 
 /* The name of a kernel set: "auto", "portable", "avx2", "avx512" (portable is what AUTO picks without AVX2). */
-const char *qvl_isa_name(int isa);
+QVL_API const char *qvl_isa_name(int isa);
 
 typedef struct qvl_load_params {
     qvl_isa isa; /* kernels the model's contexts run; weights are packed for them at load. A set this CPU lacks:
@@ -128,14 +141,14 @@ typedef struct qvl_load_params {
 /* Load the vision tower from a model directory as users have it on disk: config.json (vision_config or a
  * vision-only config) and weights from optiq/optiq_vision.safetensors, model.safetensors.index.json or
  * model.safetensors, under any known prefix. `params` may be NULL. On success *out owns the mapping. */
-qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err);
-void qvl_model_free(qvl_model *m);
-void qvl_model_get_info(const qvl_model *m, qvl_model_info *info);
+QVL_API qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err);
+QVL_API void qvl_model_free(qvl_model *m);
+QVL_API void qvl_model_get_info(const qvl_model *m, qvl_model_info *info);
 
 /* Content fingerprint of the tower's weights: XXH3-128 over canonical names, dtypes, shapes and bytes in canonical
  * order (conv weight in HF layout), the same for every layout, prefix and sharding of the same weights. Computed on
  * first call and cached; thread-safe. `hex` receives 32 lowercase hex digits and a NUL. */
-qvl_status qvl_model_fingerprint(qvl_model *m, uint8_t digest[16], char hex[33], qvl_error *err);
+QVL_API qvl_status qvl_model_fingerprint(qvl_model *m, uint8_t digest[16], char hex[33], qvl_error *err);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Encoding
@@ -162,26 +175,26 @@ typedef struct qvl_ctx_params {
     qvl_pos_mode pos_mode; /* default QVL_POS_CLOSED_FORM */
 } qvl_ctx_params;
 
-void qvl_ctx_params_default(qvl_ctx_params *p);
+QVL_API void qvl_ctx_params_default(qvl_ctx_params *p);
 
 /* Create an encoder context over a loaded model, with its thread pool. The model must outlive the context.
  * `params` may be NULL. When the system refuses some threads, the context runs on those it got. */
-qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_ctx **out, qvl_error *err);
-void qvl_ctx_free(qvl_ctx *ctx);
+QVL_API qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_ctx **out, qvl_error *err);
+QVL_API void qvl_ctx_free(qvl_ctx *ctx);
 /* Threads of the context's pool, the caller included: what it got (0 for NULL). */
-int qvl_ctx_threads(const qvl_ctx *ctx);
+QVL_API int qvl_ctx_threads(const qvl_ctx *ctx);
 
 /* Patch rows (S) and merged tokens (S/4) of a list of grids; 0 if a grid is invalid or the count overflows. */
-size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids);
-size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids);
+QVL_API size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids);
+QVL_API size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids);
 
 /* Reserve scratch for inputs of up to `max_rows` patch rows. `max_segment` (the largest attention segment) is
  * accepted and ignored: attention memory does not grow with it. qvl_encode reserves on demand; calling this first
  * keeps allocation out of the encode path entirely. */
-qvl_status qvl_ctx_reserve(qvl_ctx *ctx, size_t max_rows, size_t max_segment, qvl_error *err);
+QVL_API qvl_status qvl_ctx_reserve(qvl_ctx *ctx, size_t max_rows, size_t max_segment, qvl_error *err);
 /* Bytes of scratch the context holds now (what qvl_ctx_reserve or the largest encode so far allocated): every
  * activation buffer of the forward pass, for the largest input seen. 0 for NULL or before the first reserve. */
-size_t qvl_ctx_scratch_size(const qvl_ctx *ctx);
+QVL_API size_t qvl_ctx_scratch_size(const qvl_ctx *ctx);
 
 /* Encode preprocessed patch rows.
  *   pixels     [S, row_len] float32, merge-block-major rows, (c, t, y, x) columns, S = qvl_patch_rows(grids)
@@ -189,7 +202,7 @@ size_t qvl_ctx_scratch_size(const qvl_ctx *ctx);
  *   merged     out: [S/4, out_hidden] float32 (caller-owned)
  *   deepstack  out: NULL, or an array of n_deepstack pointers each to [S/4, out_hidden] float32 (any may be NULL)
  * Attention never crosses an item or a temporal slice of a video. */
-qvl_status qvl_encode(qvl_ctx *ctx, const float *pixels, size_t n_rows, const qvl_grid *grids, size_t n_grids,
+QVL_API qvl_status qvl_encode(qvl_ctx *ctx, const float *pixels, size_t n_rows, const qvl_grid *grids, size_t n_grids,
                       float *merged, float *const *deepstack, qvl_error *err);
 
 /* Where the time of the last qvl_encode / qvl_run_blocks went, and the work it did. */
@@ -205,19 +218,19 @@ typedef struct qvl_profile {
     double attention_flops;/* 4·n²·head_dim per segment and head */
 } qvl_profile;
 
-void qvl_ctx_get_profile(const qvl_ctx *ctx, qvl_profile *out);
+QVL_API void qvl_ctx_get_profile(const qvl_ctx *ctx, qvl_profile *out);
 
 /* Stage taps for parity bisection. When set, every encode calls `fn` for each stage in order with float32 data:
  *   "patch" [S,H], "pos" [S,H], "blk0".."blk{depth-1}" [S,H], "deepstack{k}" [S/4,O], "merged" [S/4,O].
  * `data` is valid only during the call. Pass fn = NULL to clear. */
 typedef void (*qvl_tap_fn)(void *user, const char *stage, const float *data, size_t rows, size_t cols);
-void qvl_ctx_set_tap(qvl_ctx *ctx, qvl_tap_fn fn, void *user);
+QVL_API void qvl_ctx_set_tap(qvl_ctx *ctx, qvl_tap_fn fn, void *user);
 
 /* Block-chain debug entry: run blocks [0, depth) on a caller-given hidden state [S, H] (for example the
  * reference's post-position-embedding state), with the rotary tables and segments of `grids`. If through_merger,
  * also run the final merger and write [S/4, O] to `out`; otherwise write the post-block state [S, H]. DeepStack
  * features are reported through the tap, if one is set. */
-qvl_status qvl_run_blocks(qvl_ctx *ctx, const float *hidden, size_t n_rows, const qvl_grid *grids, size_t n_grids,
+QVL_API qvl_status qvl_run_blocks(qvl_ctx *ctx, const float *hidden, size_t n_rows, const qvl_grid *grids, size_t n_grids,
                           int through_merger, float *out, qvl_error *err);
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -242,19 +255,19 @@ typedef struct qvl_synth_params {
     int deepstack_index[QVL_MAX_DEEPSTACK];
 } qvl_synth_params;
 
-void qvl_synth_params_default(qvl_synth_params *p);
+QVL_API void qvl_synth_params_default(qvl_synth_params *p);
 /* NULL-terminated list of preset names. */
-const char *const *qvl_synth_presets(void);
+QVL_API const char *const *qvl_synth_presets(void);
 /* Write a deterministic synthetic checkpoint (config.json, preprocessor_config.json, weights) into `dir`
  * (created if missing). The same params always give byte-identical files. */
-qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error *err);
+QVL_API qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error *err);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Files: reading pixel rows and writing float32 outputs (used by the qvl CLI; src/io/files.c)
  * ------------------------------------------------------------------------------------------------------------- */
 
 /* Free memory returned by the qvl_read_* functions. NULL is a no-op. */
-void qvl_free(void *p);
+QVL_API void qvl_free(void *p);
 
 /* Read preprocessed pixel rows from `path`, chosen by content:
  *   .npy          float32 (or f64 / f16, converted), C order, [S, row_len]; no grids (*n_grids = 0)
@@ -263,11 +276,11 @@ void qvl_free(void *p);
  * On success *rows is a malloc'd [*n_rows, *row_len] float32 array and *grids (when `grids` is not NULL) a malloc'd
  * array of *n_grids grids or NULL when there are none; free both with qvl_free. `grids` and `n_grids` may be NULL to
  * ignore grid_thw. On failure the outputs are NULL/0 and nothing leaks. Grids are not checked against the rows. */
-qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len, qvl_grid **grids,
+QVL_API qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len, qvl_grid **grids,
                          size_t *n_grids, qvl_error *err);
 
 /* Write a [rows, cols] float32 row-major array as a .npy file (version 1.0, '<f4'). */
-qvl_status qvl_write_npy(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err);
+QVL_API qvl_status qvl_write_npy(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err);
 
 /* One float32 output tensor for qvl_write_safetensors. */
 typedef struct qvl_out_tensor {
@@ -279,7 +292,7 @@ typedef struct qvl_out_tensor {
 /* Write a safetensors file holding the n float32 tensors in the given order, then, when n_grids > 0, "grid_thw"
  * int64 [n_grids, 3]; `meta_kv` holds n_meta key/value string pairs (key0, value0, ...) for "__metadata__" (may be
  * NULL when n_meta is 0). Written to "<path>.tmp" and renamed into place; identical inputs give identical bytes. */
-qvl_status qvl_write_safetensors(const char *path, const qvl_out_tensor *t, size_t n, const qvl_grid *grids,
+QVL_API qvl_status qvl_write_safetensors(const char *path, const qvl_out_tensor *t, size_t n, const qvl_grid *grids,
                                  size_t n_grids, const char *const *meta_kv, size_t n_meta, qvl_error *err);
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -301,17 +314,17 @@ typedef struct qvl_decode_params {
     int apply_exif;      /* 1 (default): apply the EXIF orientation, as transformers' load_image does */
 } qvl_decode_params;
 
-void qvl_decode_params_default(qvl_decode_params *p);
+QVL_API void qvl_decode_params_default(qvl_decode_params *p);
 
 /* Decode JPEG (baseline, progressive, gray, CMYK/YCCK), PNG (8/16-bit, gray, palette, alpha), WebP (lossy, lossless,
  * alpha), GIF (first frame) or BMP (uncompressed) from memory, and convert to RGB exactly as transformers'
  * load_image + convert_to_rgb do with Pillow: EXIF orientation applied, PIL's convert("RGB") rules (alpha dropped,
  * not composited; CMYK, 16-bit and palette by Pillow's formulas), and a tRNS / GIF colour key that survives
  * convert("RGB") whitened, as the processors' convert_to_rgb does. `p` may be NULL. On failure *out is zeroed. */
-qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_params *p, qvl_image *out,
+QVL_API qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_params *p, qvl_image *out,
                             qvl_error *err);
-qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_image *out, qvl_error *err);
-void qvl_image_free(qvl_image *img);
+QVL_API qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_image *out, qvl_error *err);
+QVL_API void qvl_image_free(qvl_image *img);
 
 /* Frame sampling of a video (Qwen3VLVideoProcessor.sample_frames). */
 typedef struct qvl_video_params {
@@ -323,12 +336,12 @@ typedef struct qvl_video_params {
     uint64_t max_pixels;   /* per-frame decompression limit (as qvl_decode_params.max_pixels) */
 } qvl_video_params;
 
-void qvl_video_params_default(qvl_video_params *p);
+QVL_API void qvl_video_params_default(qvl_video_params *p);
 
 /* Source frame indices to sample from a video of `total` frames at `video_fps`: numpy
  * linspace(0, total − 1, n) rounded half to even, n from fps or num_frames and clamped as the reference does.
  * Writes up to `cap` indices and their count to *n. */
-qvl_status qvl_video_sample_indices(int64_t total, double video_fps, const qvl_video_params *p, int64_t *indices,
+QVL_API qvl_status qvl_video_sample_indices(int64_t total, double video_fps, const qvl_video_params *p, int64_t *indices,
                                     size_t cap, size_t *n, qvl_error *err);
 
 /* Sampled frames of a video, all of one size: rgb[((f·height + y)·width + x)·3 + c]. Free with qvl_video_free. */
@@ -343,11 +356,11 @@ typedef struct qvl_video {
 
 /* Decode a video file through FFmpeg's libraries, keeping only the sampled frames (converted to RGB24; frames with
  * alpha are blended over white as transformers' video processor does). */
-qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err);
+QVL_API qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err);
 /* A video given as frame images (in order), sampled like a file at p->default_fps frames per second. */
-qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
+QVL_API qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
                                  qvl_error *err);
-void qvl_video_free(qvl_video *v);
+QVL_API void qvl_video_free(qvl_video *v);
 
 typedef enum qvl_resize_mode {
     QVL_RESIZE_TORCHVISION = 0, /* transformers' default (fast) processor on CPU: torch's uint8 antialiased bicubic */
@@ -368,31 +381,31 @@ typedef struct qvl_preprocess_params {
 
 /* Qwen3-VL's published values (min 65536 / max 16777216 pixels for images, 4096 / 25165824 for video, patch 16,
  * temporal 2, merge 2, mean = std = 0.5, rescale 1/255), torchvision resize. */
-void qvl_preprocess_params_default(qvl_preprocess_params *p);
+QVL_API void qvl_preprocess_params_default(qvl_preprocess_params *p);
 
 /* Read preprocessor_config.json and video_preprocessor_config.json from a model directory where present (either
  * output may be NULL); absent files or keys keep the values already in *p / *v. */
-qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_params *p, qvl_video_params *v,
+QVL_API qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_params *p, qvl_video_params *v,
                                       qvl_error *err);
 
 /* transformers' smart_resize: sides rounded half-to-even to multiples of `factor`, then scaled into
  * [min_pixels, max_pixels]; refuses an aspect ratio above 200 and sides below `factor`. */
-qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint64_t min_pixels, uint64_t max_pixels,
+QVL_API qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint64_t min_pixels, uint64_t max_pixels,
                             int32_t *out_height, int32_t *out_width, qvl_error *err);
 
 /* Resize an RGB image with one of the exact kernels (the resize step of the processors, for tests and tools). */
-qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode,
+QVL_API qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode,
                             int n_threads, qvl_image *out, qvl_error *err);
 
 /* The grid an image or video will have (the size query: rows = t·h·w of row_len = 3·Tp·P² floats). */
-qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
-qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
+QVL_API qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
+QVL_API qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
 
 /* Resize, normalize and patchify into caller-owned rows [t·h·w, row_len] (merge-block-major rows, (c, t, y, x)
  * columns); an image fills both temporal slots; a video with an odd frame count repeats its last frame. */
-qvl_status qvl_preprocess_image(const qvl_image *img, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+QVL_API qvl_status qvl_preprocess_image(const qvl_image *img, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                 qvl_error *err);
-qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+QVL_API qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                 qvl_error *err);
 
 #ifdef __cplusplus

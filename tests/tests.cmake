@@ -1,0 +1,68 @@
+# Tests (included by the top-level CMakeLists.txt when QVL_BUILD_TESTS is ON): tests/unit/test_*.c each become one
+# executable and one test, run from the build directory with the source tree in QVL_SOURCE_DIR and the CLI in
+# QVL_BIN; tests/*.sh run the same way; every fuzz target gets a replay driver over its committed corpus.
+enable_testing()
+set(QVL_ROOT ${CMAKE_CURRENT_SOURCE_DIR})
+qvl_internal(qvl_internal qvl_obj)
+
+# One unit test `name`: `src` and testutil.c against library `lib`, with environment `env` (a list); extra compile
+# and link options (a sanitizer) in the remaining arguments.
+function(qvl_unit_test name src lib env)
+  add_executable(${name} ${src} ${QVL_ROOT}/tests/unit/testutil.c)
+  qvl_target_options(${name})
+  target_include_directories(${name} PRIVATE ${QVL_ROOT}/tests/unit)
+  target_link_libraries(${name} PRIVATE ${lib})
+  target_compile_options(${name} PRIVATE ${ARGN})
+  target_link_options(${name} PRIVATE ${ARGN})
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 1800)
+endfunction()
+set(QVL_TEST_ENV "QVL_SOURCE_DIR=${QVL_ROOT}")
+if(QVL_BUILD_CLI)
+  list(APPEND QVL_TEST_ENV "QVL_BIN=$<TARGET_FILE:qvl_cli>")
+endif()
+file(GLOB QVL_UNIT_TESTS CONFIGURE_DEPENDS ${QVL_ROOT}/tests/unit/test_*.c)
+foreach(src ${QVL_UNIT_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  qvl_unit_test(${name} ${src} qvl_internal "${QVL_TEST_ENV}")
+endforeach()
+# ThreadSanitizer (it cannot share a process with ASan, so only in the plain build): the library built again with
+# -fsanitize=thread, under the thread pool's own test and the test that drives several contexts from several
+# threads at once (and 1, 2, 3 threads, and both kernel sets).
+if(NOT QVL_SANITIZE AND NOT QVL_FUZZ AND NOT CMAKE_CROSSCOMPILING)
+  qvl_objects(qvl_obj_tsan -fsanitize=thread -g)
+  qvl_internal(qvl_internal_tsan qvl_obj_tsan)
+  foreach(name test_pool test_layouts)
+    qvl_unit_test(${name}_tsan ${QVL_ROOT}/tests/unit/${name}.c qvl_internal_tsan
+                  "QVL_SOURCE_DIR=${QVL_ROOT};TSAN_OPTIONS=halt_on_error=1" -fsanitize=thread -g)
+  endforeach()
+endif()
+if(QVL_BUILD_CLI)
+  file(GLOB QVL_SHELL_TESTS CONFIGURE_DEPENDS ${QVL_ROOT}/tests/*.sh)
+  foreach(sh ${QVL_SHELL_TESTS})
+    get_filename_component(name ${sh} NAME_WE)
+    add_test(NAME ${name} COMMAND bash ${sh})
+    set_tests_properties(${name} PROPERTIES
+      ENVIRONMENT "QVL_SOURCE_DIR=${QVL_ROOT};QVL_BIN=$<TARGET_FILE:qvl_cli>;QVL_BUILD_DIR=${CMAKE_CURRENT_BINARY_DIR};QVL_SANITIZE=$<BOOL:${QVL_SANITIZE}>"
+      TIMEOUT 1800)
+  endforeach()
+endif()
+
+# Fuzz targets: libFuzzer builds with clang (QVL_FUZZ=ON); every build gets a replay driver that runs each
+# target over its committed corpus as an ordinary test.
+file(GLOB QVL_FUZZ_TARGETS CONFIGURE_DEPENDS ${QVL_ROOT}/fuzz/fuzz_*.c)
+foreach(src ${QVL_FUZZ_TARGETS})
+  get_filename_component(name ${src} NAME_WE)
+  string(REPLACE "fuzz_" "" corpus ${name})
+  add_executable(${name}_replay ${src} ${QVL_ROOT}/fuzz/replay.c)
+  qvl_target_options(${name}_replay)
+  target_link_libraries(${name}_replay PRIVATE qvl_internal)
+  add_test(NAME ${name}_replay COMMAND ${name}_replay ${QVL_ROOT}/fuzz/corpus/${corpus})
+  if(QVL_FUZZ)
+    add_executable(${name} ${src})
+    qvl_target_options(${name})
+    target_compile_options(${name} PRIVATE -fsanitize=fuzzer) # ASan/UBSan: the QVL_FUZZ options
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+    target_link_libraries(${name} PRIVATE qvl_internal)
+  endif()
+endforeach()
