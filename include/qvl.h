@@ -1,31 +1,54 @@
-/* qvl.h — the Qwen3-VL / Qwen3.5 vision encoder, in C.
+/* qvl.h — the Qwen3-VL / Qwen3.5 vision encoder, in C. The one public header: everything libqvl offers is
+ * declared here, and this comment is its manual.
  *
- * One public header. Everything the library offers is declared here; every other header in the tree is private.
- *
- * Usage
+ * Quick start (a complete program: README.md "Using libqvl from C")
  *   qvl_error err;
- *   qvl_model *m;
- *   if (qvl_model_load("/path/to/Qwen3-VL-8B", NULL, &m, &err) != QVL_OK) { puts(err.message); ... }
- *   qvl_ctx *ctx;
- *   qvl_ctx_create(m, NULL, &ctx, &err);
- *   qvl_grid g = {1, 28, 28};                        // t, h, w in patches (h, w even)
- *   size_t n_tok = qvl_merged_tokens(&g, 1);          // t*h*w/4
- *   float *out = malloc(n_tok * info.out_hidden * sizeof(float));
- *   qvl_encode(ctx, pixels, 784, &g, 1, out, NULL, &err);
- *   qvl_ctx_free(ctx); qvl_model_free(m);
+ *   qvl_model *m;  qvl_ctx *ctx;  qvl_plan *plan;
+ *   qvl_model_load("/path/to/Qwen3-VL-8B", NULL, &m, &err);          // weights mmapped, validated
+ *   qvl_ctx_create(m, NULL, &ctx, &err);                              // scratch + thread pool
+ *   qvl_item it;  qvl_item_default(&it);
+ *   it.kind = QVL_ITEM_PATH;  it.path = "photo.jpg";
+ *   qvl_plan_create(ctx, &it, 1, NULL, &plan, &err);                  // decode + preprocess, sizes known
+ *   qvl_item_info info;  qvl_plan_item(plan, 0, &info);                // grid, tokens, out_bytes, status
+ *   void *out = malloc(info.out_bytes);
+ *   qvl_plan_encode(ctx, plan, &out, &err);                           // [tokens, out_hidden·(1+n_deepstack)]
+ *   qvl_plan_free(plan); qvl_ctx_free(ctx); qvl_model_free(m);
  *
- * Lifetimes. A qvl_model holds the weights (mmapped, read-only after load) and may be shared by any number of
- * threads. A qvl_ctx holds one worker's scratch memory and its own thread pool (n_threads threads, the calling
- * thread included, started by qvl_ctx_create and joined by qvl_ctx_free; idle workers sleep after a few
- * microseconds); use one ctx per concurrent caller. Contexts share no threads or state, so several can encode
- * at once from different threads. Results never depend on the thread count.
+ * Objects and threads
+ *   qvl_model  the weights (mmapped, read-only after load). Any number of threads may use one model at once.
+ *   qvl_ctx    one worker: scratch memory and its own thread pool (n_threads threads, the calling thread
+ *              included, started by qvl_ctx_create and joined by qvl_ctx_free). Calls on one ctx must not overlap;
+ *              use one ctx per concurrent caller. Contexts share nothing, so several encode at once.
+ *   qvl_plan   the decoded and preprocessed items of one request, with their sizes. Made and encoded on one ctx.
+ *   Every other function is reentrant: it touches only its arguments. Results never depend on the thread count.
+ *   The only process-wide state is read-only after first use (CPU feature detection). qvl_ctx_cancel may be
+ *   called from any thread at any time.
  *
- * Errors. Every fallible call returns a qvl_status and, when `err` is not NULL, fills it with the status and a
- * one-line message naming the cause (file, tensor, expected and actual values). The library never exits or
- * aborts on bad input. All *_free functions accept NULL.
+ * Errors
+ *   Every fallible call returns a qvl_status and takes a `qvl_error *err` last (NULL to ignore). Every public
+ *   function that takes an err clears it on entry (status QVL_OK, empty message); on failure it sets err->status
+ *   to the returned status and err->message to one line that is never empty and names the cause: the file,
+ *   tensor, field or argument, and the expected and actual values. On success err stays cleared. The library
+ *   never exits, aborts or prints on bad input. All *_free functions accept NULL.
  *
- * Ownership. Outputs are caller-owned buffers, sized with the query functions below. The library keeps no
- * pointer to caller memory after a call returns.
+ * Ownership
+ *   Outputs go to caller-owned buffers, sized by a query first (qvl_plan_item().out_bytes, qvl_patch_rows, ...).
+ *   Inputs are borrowed for the duration of the call only, except where a struct says it borrows for longer
+ *   (qvl_item memory stays borrowed until qvl_plan_create returns; the plan keeps its own copies). The few
+ *   functions that return memory say how to free it.
+ *
+ * ABI: params structs
+ *   Every params struct (qvl_*_params, qvl_item) starts with `size_t struct_size` and is initialised by its
+ *   *_default() function only, which sets struct_size = sizeof the struct as the caller compiled it and every
+ *   field to its default. Fields are only ever appended in later versions; the library reads the first
+ *   struct_size bytes and takes defaults for fields the caller's header did not have, so old binaries keep
+ *   working against a newer libqvl.so.1. A struct_size of 0 (a zeroed, not defaulted struct) is refused with
+ *   QVL_ERR_INVALID_ARG. Passing NULL for a params pointer means all defaults. Enumerator values and the status
+ *   codes are stable. Within one major version (the SONAME libqvl.so.1) nothing is removed or changed.
+ *
+ * Limits
+ *   Images: qvl_decode_params.max_pixels before decoding (PIL's bomb limit by default); grids: sides of at most
+ *   16384 patches, rows ≤ INT32_MAX; an item that breaks a limit fails alone with QVL_ERR_LIMIT.
  *
  * Numerics. Weights stay in their stored dtype (bf16, f16 or f32) and are widened in registers; activations and
  * accumulation are float32. Parity with Hugging Face transformers is measured in docs/PARITY.md.
@@ -68,13 +91,14 @@ typedef enum qvl_status {
     QVL_ERR_LIMIT = 6,       /* a size exceeds a limit or overflows */
     QVL_ERR_NOMEM = 7,       /* an allocation failed */
     QVL_ERR_BACKEND = 8,     /* a compute backend failed */
-    QVL_ERR_INTERNAL = 9     /* a bug in qvl: please report */
+    QVL_ERR_INTERNAL = 9,    /* a bug in qvl: please report */
+    QVL_ERR_CANCELLED = 10   /* the context's cancel flag was raised (qvl_ctx_cancel) */
 } qvl_status;
 
 /* Short stable name of a status ("ok", "invalid argument", ...). Never NULL. */
 QVL_API const char *qvl_status_name(qvl_status s);
 
-/* Caller-owned error detail. */
+/* Caller-owned error detail (see "Errors" above). */
 typedef struct qvl_error {
     qvl_status status;
     char message[1024];
@@ -134,16 +158,29 @@ typedef enum qvl_isa { QVL_ISA_AUTO = 0, QVL_ISA_AVX2 = 2, QVL_ISA_AVX512 = 3 } 
 QVL_API const char *qvl_isa_name(int isa);
 
 typedef struct qvl_load_params {
-    qvl_isa isa; /* kernels the model's contexts run; weights are packed for them at load. A set this CPU lacks:
-                    QVL_ERR_UNSUPPORTED. Default (zeroed struct, or NULL params): QVL_ISA_AUTO */
+    size_t struct_size; /* set by qvl_load_params_default */
+    qvl_isa isa;        /* kernels the model's contexts run; weights are packed for them at load. A set this CPU
+                           lacks: QVL_ERR_UNSUPPORTED. Default QVL_ISA_AUTO */
+    int n_threads;      /* threads that pack the weights during the load (joined before it returns); 0 (default):
+                           one per CPU this process may use */
 } qvl_load_params;
+
+/* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
+QVL_API void qvl_load_params_init(qvl_load_params *p, size_t struct_size);
+static inline void qvl_load_params_default(qvl_load_params *p) { qvl_load_params_init(p, sizeof *p); }
 
 /* Load the vision tower from a model directory as users have it on disk: config.json (vision_config or a
  * vision-only config) and weights from optiq/optiq_vision.safetensors, model.safetensors.index.json or
  * model.safetensors, under any known prefix. `params` may be NULL. On success *out owns the mapping. */
 QVL_API qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err);
 QVL_API void qvl_model_free(qvl_model *m);
-QVL_API void qvl_model_get_info(const qvl_model *m, qvl_model_info *info);
+/* Output structs (qvl_model_info, qvl_profile, qvl_item_info) are filled through *_sized functions that write at
+ * most `size` bytes (the caller's sizeof), so that fields appended later never overrun an older caller's struct;
+ * the inline wrappers pass sizeof for you. */
+QVL_API void qvl_model_get_info_sized(const qvl_model *m, qvl_model_info *info, size_t size);
+static inline void qvl_model_get_info(const qvl_model *m, qvl_model_info *info) {
+    qvl_model_get_info_sized(m, info, sizeof *info);
+}
 
 /* Content fingerprint of the tower's weights: XXH3-128 over canonical names, dtypes, shapes and bytes in canonical
  * order (conv weight in HF layout), the same for every layout, prefix and sharding of the same weights. Computed on
@@ -170,12 +207,15 @@ typedef enum qvl_pos_mode {
 #define QVL_MAX_THREADS 1024
 
 typedef struct qvl_ctx_params {
+    size_t struct_size;    /* set by qvl_ctx_params_default */
     int n_threads;         /* threads of the context's pool, the caller included; 0: one per CPU this process may
                               use (its affinity mask); at most QVL_MAX_THREADS */
     qvl_pos_mode pos_mode; /* default QVL_POS_CLOSED_FORM */
 } qvl_ctx_params;
 
-QVL_API void qvl_ctx_params_default(qvl_ctx_params *p);
+/* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
+QVL_API void qvl_ctx_params_init(qvl_ctx_params *p, size_t struct_size);
+static inline void qvl_ctx_params_default(qvl_ctx_params *p) { qvl_ctx_params_init(p, sizeof *p); }
 
 /* Create an encoder context over a loaded model, with its thread pool. The model must outlive the context.
  * `params` may be NULL. When the system refuses some threads, the context runs on those it got. */
@@ -218,7 +258,10 @@ typedef struct qvl_profile {
     double attention_flops;/* 4·n²·head_dim per segment and head */
 } qvl_profile;
 
-QVL_API void qvl_ctx_get_profile(const qvl_ctx *ctx, qvl_profile *out);
+QVL_API void qvl_ctx_get_profile_sized(const qvl_ctx *ctx, qvl_profile *out, size_t size);
+static inline void qvl_ctx_get_profile(const qvl_ctx *ctx, qvl_profile *out) {
+    qvl_ctx_get_profile_sized(ctx, out, sizeof *out);
+}
 
 /* Stage taps for parity bisection. When set, every encode calls `fn` for each stage in order with float32 data:
  *   "patch" [S,H], "pos" [S,H], "blk0".."blk{depth-1}" [S,H], "deepstack{k}" [S/4,O], "merged" [S/4,O].
@@ -226,12 +269,24 @@ QVL_API void qvl_ctx_get_profile(const qvl_ctx *ctx, qvl_profile *out);
 typedef void (*qvl_tap_fn)(void *user, const char *stage, const float *data, size_t rows, size_t cols);
 QVL_API void qvl_ctx_set_tap(qvl_ctx *ctx, qvl_tap_fn fn, void *user);
 
+/* Cancellation. qvl_ctx_cancel raises the context's cancel flag; it may be called from any thread (a deadline
+ * timer, a signal-free watchdog, a server whose client went away). The encode checks the flag before each block
+ * and each merger, and returns QVL_ERR_CANCELLED, leaving the outputs unspecified; a plan's remaining items are
+ * marked cancelled. The flag stays raised until qvl_ctx_uncancel, so a cancel that races the start of an encode
+ * is not lost. Optionally `fn(user)` is polled at the same points: nonzero cancels (deadlines without a timer
+ * thread). Pass fn = NULL to clear it. */
+QVL_API void qvl_ctx_cancel(qvl_ctx *ctx);
+QVL_API void qvl_ctx_uncancel(qvl_ctx *ctx);
+typedef int (*qvl_cancel_fn)(void *user);
+QVL_API void qvl_ctx_set_cancel_fn(qvl_ctx *ctx, qvl_cancel_fn fn, void *user);
+
 /* Block-chain debug entry: run blocks [0, depth) on a caller-given hidden state [S, H] (for example the
  * reference's post-position-embedding state), with the rotary tables and segments of `grids`. If through_merger,
  * also run the final merger and write [S/4, O] to `out`; otherwise write the post-block state [S, H]. DeepStack
  * features are reported through the tap, if one is set. */
 QVL_API qvl_status qvl_run_blocks(qvl_ctx *ctx, const float *hidden, size_t n_rows, const qvl_grid *grids, size_t n_grids,
                           int through_merger, float *out, qvl_error *err);
+
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Synthetic checkpoints (tests, demos, benchmarks)
@@ -246,6 +301,7 @@ typedef enum qvl_synth_layout {
 } qvl_synth_layout;
 
 typedef struct qvl_synth_params {
+    size_t struct_size;   /* set by qvl_synth_params_default */
     const char *preset;   /* "tiny", "qwen3-vl-2b", "qwen3-vl-8b", "qwen3.5-27b", ... (qvl_synth_presets) */
     uint64_t seed;
     qvl_synth_layout layout;
@@ -255,7 +311,9 @@ typedef struct qvl_synth_params {
     int deepstack_index[QVL_MAX_DEEPSTACK];
 } qvl_synth_params;
 
-QVL_API void qvl_synth_params_default(qvl_synth_params *p);
+/* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
+QVL_API void qvl_synth_params_init(qvl_synth_params *p, size_t struct_size);
+static inline void qvl_synth_params_default(qvl_synth_params *p) { qvl_synth_params_init(p, sizeof *p); }
 /* NULL-terminated list of preset names. */
 QVL_API const char *const *qvl_synth_presets(void);
 /* Write a deterministic synthetic checkpoint (config.json, preprocessor_config.json, weights) into `dir`
@@ -308,13 +366,24 @@ typedef struct qvl_image {
     uint8_t *rgb;
 } qvl_image;
 
+/* What decoding does with an alpha channel (RGBA, LA, palette or colour-key transparency). */
+typedef enum qvl_alpha_mode {
+    QVL_ALPHA_WHITE = 0, /* composite onto white: what transformers' image processors do with the PIL images users
+                            hand them (convert_to_rgb), and vLLM's and qwen-vl-utils' loaders (default) */
+    QVL_ALPHA_DROP = 1   /* drop it, keeping the colour channels as stored: transformers' load_image + convert("RGB") */
+} qvl_alpha_mode;
+
 typedef struct qvl_decode_params {
+    size_t struct_size;  /* set by qvl_decode_params_default */
     uint64_t max_pixels; /* the header's width·height above this is refused before decoding (decompression bombs);
                             default 178956970, the limit at which PIL raises DecompressionBombError */
     int apply_exif;      /* 1 (default): apply the EXIF orientation, as transformers' load_image does */
+    qvl_alpha_mode alpha; /* default QVL_ALPHA_WHITE */
 } qvl_decode_params;
 
-QVL_API void qvl_decode_params_default(qvl_decode_params *p);
+/* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
+QVL_API void qvl_decode_params_init(qvl_decode_params *p, size_t struct_size);
+static inline void qvl_decode_params_default(qvl_decode_params *p) { qvl_decode_params_init(p, sizeof *p); }
 
 /* Decode JPEG (baseline, progressive, gray, CMYK/YCCK), PNG (8/16-bit, gray, palette, alpha), WebP (lossy, lossless,
  * alpha), GIF (first frame) or BMP (uncompressed) from memory, and convert to RGB exactly as transformers'
@@ -328,6 +397,7 @@ QVL_API void qvl_image_free(qvl_image *img);
 
 /* Frame sampling of a video (Qwen3VLVideoProcessor.sample_frames). */
 typedef struct qvl_video_params {
+    size_t struct_size;    /* set by qvl_video_params_default */
     double fps;            /* frames to sample per second of video (default 2); ignored when num_frames > 0 */
     int32_t num_frames;    /* exact number of frames to sample (0: from fps) */
     int32_t min_frames;    /* default 4 */
@@ -336,7 +406,9 @@ typedef struct qvl_video_params {
     uint64_t max_pixels;   /* per-frame decompression limit (as qvl_decode_params.max_pixels) */
 } qvl_video_params;
 
-QVL_API void qvl_video_params_default(qvl_video_params *p);
+/* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
+QVL_API void qvl_video_params_init(qvl_video_params *p, size_t struct_size);
+static inline void qvl_video_params_default(qvl_video_params *p) { qvl_video_params_init(p, sizeof *p); }
 
 /* Source frame indices to sample from a video of `total` frames at `video_fps`: numpy
  * linspace(0, total − 1, n) rounded half to even, n from fps or num_frames and clamped as the reference does.
@@ -358,6 +430,12 @@ typedef struct qvl_video {
  * alpha are blended over white as transformers' video processor does). */
 QVL_API qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err);
 /* A video given as frame images (in order), sampled like a file at p->default_fps frames per second. */
+/* Seconds of each temporal patch of a sampled video, as transformers' Qwen3VLProcessor computes them for the
+ * prompt: the sampled indices padded to a multiple of temporal_patch by repeating the last, each divided by
+ * v->fps, then the mean of the first and last of each group of temporal_patch. Writes up to `cap` values and the
+ * count (ceil(n_frames / temporal_patch)) to *n. */
+QVL_API qvl_status qvl_video_timestamps(const qvl_video *v, int32_t temporal_patch, double *ts, size_t cap,
+                                        size_t *n, qvl_error *err);
 QVL_API qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
                                  qvl_error *err);
 QVL_API void qvl_video_free(qvl_video *v);
@@ -369,6 +447,7 @@ typedef enum qvl_resize_mode {
 } qvl_resize_mode;
 
 typedef struct qvl_preprocess_params {
+    size_t struct_size;                          /* set by qvl_preprocess_params_default */
     qvl_resize_mode resize;
     uint64_t min_pixels, max_pixels;             /* image budget (preprocessor_config.json size) */
     uint64_t video_min_pixels, video_max_pixels; /* whole-clip budget (video_preprocessor_config.json size) */
@@ -376,12 +455,15 @@ typedef struct qvl_preprocess_params {
     float image_mean[3], image_std[3];
     double rescale_factor;
     int32_t patch, temporal_patch, merge;
-    int n_threads;                               /* 0: all cores; threads started and joined per call */
+    int n_threads;                               /* the standalone qvl_preprocess_* calls only: threads started and
+                                                    joined per call (0: one per CPU); a plan uses its ctx's pool */
 } qvl_preprocess_params;
 
 /* Qwen3-VL's published values (min 65536 / max 16777216 pixels for images, 4096 / 25165824 for video, patch 16,
  * temporal 2, merge 2, mean = std = 0.5, rescale 1/255), torchvision resize. */
-QVL_API void qvl_preprocess_params_default(qvl_preprocess_params *p);
+/* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
+QVL_API void qvl_preprocess_params_init(qvl_preprocess_params *p, size_t struct_size);
+static inline void qvl_preprocess_params_default(qvl_preprocess_params *p) { qvl_preprocess_params_init(p, sizeof *p); }
 
 /* Read preprocessor_config.json and video_preprocessor_config.json from a model directory where present (either
  * output may be NULL); absent files or keys keep the values already in *p / *v. */
@@ -407,6 +489,144 @@ QVL_API qvl_status qvl_preprocess_image(const qvl_image *img, const qvl_preproce
                                 qvl_error *err);
 QVL_API qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                 qvl_error *err);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Items, plans, encode into caller buffers: the API for servers, bindings and engines
+ *
+ *   qvl_plan_create   decode + preprocess a list of items on the ctx's pool; per item: status, grid, tokens,
+ *                     output bytes (and video timing); in total: the scratch the encode needs. Nothing encoded.
+ *   qvl_ctx_reserve_plan  (optional) allocate that scratch now, so that the encode allocates nothing.
+ *   qvl_plan_encode   encode every item that planned well into one caller buffer per item.
+ * One bad item fails alone with its own status and message; the others are planned and encoded as usual.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+/* Raw 8-bit pixels in memory, borrowed: rows of `width` pixels of `channels` bytes (3: RGB, 4: RGBA), `stride`
+ * bytes apart (0: width·channels), e.g. a numpy HxWx3 / HxWx4 uint8 array. Contiguous RGB is read in place. */
+typedef struct qvl_pixels {
+    const uint8_t *data;
+    int32_t width, height;
+    int32_t channels; /* 3 or 4; RGBA's alpha is handled as qvl_item.decode.alpha says */
+    size_t stride;
+} qvl_pixels;
+
+typedef enum qvl_item_kind {
+    QVL_ITEM_PATH = 0,    /* `path`: an image file, a video file, or a directory of frame images (one video) */
+    QVL_ITEM_ENCODED = 1, /* `data`, `size`: the bytes of an image file (JPEG, PNG, WebP, GIF, BMP) */
+    QVL_ITEM_PIXELS = 2,  /* `image`: one decoded image */
+    QVL_ITEM_FRAMES = 3,  /* `frames[n_frames]` of one size at `fps`: a video already sampled (every frame is used) */
+    QVL_ITEM_ROWS = 4     /* `rows` [t·h·w, row_len] float32 and `grid`: preprocessed patch rows (merge-block-major) */
+} qvl_item_kind;
+
+/* One input. Initialise with qvl_item_default, then set `kind` and its fields. */
+typedef struct qvl_item {
+    size_t struct_size; /* set by qvl_item_default */
+    qvl_item_kind kind;
+    const char *label;  /* names the item in messages (default: the path, else "item N") */
+    const char *path;                 /* PATH */
+    const void *data;                 /* ENCODED */
+    size_t size;
+    qvl_pixels image;                 /* PIXELS */
+    const qvl_pixels *frames;         /* FRAMES */
+    size_t n_frames;
+    double fps;                       /* FRAMES: their frame rate (timestamps); 0: video.default_fps */
+    const float *rows;                /* ROWS */
+    qvl_grid grid;
+    /* Preprocessing of this item (NULL: the plan's defaults, i.e. the model directory's
+     * preprocessor_config.json / video_preprocessor_config.json over Qwen3-VL's published values). */
+    const qvl_preprocess_params *preprocess;
+    const qvl_video_params *video;
+    const qvl_decode_params *decode;
+} qvl_item;
+
+/* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
+QVL_API void qvl_item_init(qvl_item *p, size_t struct_size);
+static inline void qvl_item_default(qvl_item *p) { qvl_item_init(p, sizeof *p); }
+
+/* Output layout of one item's embeddings. */
+typedef enum qvl_output_layout {
+    QVL_OUTPUT_CONCAT = 0, /* [tokens, out_hidden·(1 + n_deepstack)]: the merger output, then each DeepStack
+                              feature on the last axis, as vLLM and SGLang take precomputed Qwen3-VL embeddings */
+    QVL_OUTPUT_SPLIT = 1   /* [(1 + n_deepstack), tokens, out_hidden]: the merger output, then each DeepStack
+                              feature, each a contiguous [tokens, out_hidden] plane */
+} qvl_output_layout;
+
+typedef struct qvl_plan_params {
+    size_t struct_size;         /* set by qvl_plan_params_default */
+    qvl_dtype dtype;            /* of the outputs: F32 (default), BF16 or F16 (rounded to nearest even) */
+    qvl_output_layout layout;   /* default QVL_OUTPUT_CONCAT */
+    int deepstack;              /* 1 (default): outputs include the DeepStack features; 0: the merger output alone */
+    size_t max_batch_rows;      /* items are encoded together (one forward pass over several attention segments,
+                                   the same bits as one by one) in groups of at most this many patch rows; an item
+                                   above it runs alone. 0: 16384 */
+    /* Defaults for items that give none. NULL: what the model directory's json files say (read once per plan). */
+    const qvl_preprocess_params *preprocess;
+    const qvl_video_params *video;
+    const qvl_decode_params *decode;
+} qvl_plan_params;
+
+/* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
+QVL_API void qvl_plan_params_init(qvl_plan_params *p, size_t struct_size);
+static inline void qvl_plan_params_default(qvl_plan_params *p) { qvl_plan_params_init(p, sizeof *p); }
+
+typedef struct qvl_plan qvl_plan;
+
+/* What the plan knows of one item. */
+typedef struct qvl_item_info {
+    qvl_status status;        /* QVL_OK, or why this item failed (planning, then encoding) */
+    const char *message;      /* "" when ok; else one line naming the item and the cause. Owned by the plan */
+    const char *kind;         /* "image", "video", "frames", "rows" (a PATH item: what it turned out to be) */
+    qvl_grid grid;            /* t, h, w in patches */
+    size_t n_rows;            /* patch rows t·h·w */
+    size_t n_tokens;          /* merged tokens t·h·w / merge² */
+    size_t out_cols;          /* CONCAT: out_hidden·(1 + n_ds); SPLIT: out_hidden */
+    size_t n_planes;          /* CONCAT: 1; SPLIT: 1 + n_ds */
+    size_t out_bytes;         /* bytes of this item's output buffer: n_tokens · out_cols · n_planes · dtype size */
+    int32_t src_width, src_height; /* the decoded image or frames, before resizing */
+    int32_t resized_width, resized_height;
+    /* Videos (kind "video" or "frames"); 0 / NULL otherwise. */
+    int32_t n_frames;             /* frames sampled */
+    int64_t total_frames;         /* frames in the source */
+    double source_fps;            /* the source's frame rate */
+    const int64_t *frame_indices; /* [n_frames] source frame index of each sampled frame. Owned by the plan */
+    size_t n_timestamps;          /* = grid.t */
+    const double *timestamps;     /* [grid.t] seconds of each temporal patch, as Qwen3VLProcessor puts them in the
+                                     prompt ("<%.1f seconds>"): the mean time of its first and last frame.
+                                     Owned by the plan */
+    double decode_ms, preprocess_ms, encode_ms;
+} qvl_item_info;
+
+/* Decode and preprocess `items` on ctx's pool (the ctx's model decides patch size, merge and output widths).
+ * Returns QVL_OK when the plan was made, even if some items failed (see each qvl_item_info.status; err then
+ * holds the first failure's message); an error only for bad arguments or memory. `params` may be NULL. */
+QVL_API qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, const qvl_plan_params *params,
+                                   qvl_plan **out, qvl_error *err);
+QVL_API void qvl_plan_free(qvl_plan *plan);
+QVL_API size_t qvl_plan_count(const qvl_plan *plan);
+/* Item i's info (zeroed, with QVL_ERR_INVALID_ARG, for i out of range). Pointers in it live as long as the plan. */
+QVL_API void qvl_plan_item_sized(const qvl_plan *plan, size_t i, qvl_item_info *info, size_t size);
+static inline void qvl_plan_item(const qvl_plan *plan, size_t i, qvl_item_info *info) {
+    qvl_plan_item_sized(plan, i, info, sizeof *info);
+}
+/* Items that planned well, and the sum of their out_bytes. */
+QVL_API size_t qvl_plan_ok_count(const qvl_plan *plan);
+QVL_API size_t qvl_plan_out_bytes(const qvl_plan *plan);
+/* Bytes of ctx scratch qvl_plan_encode needs for this plan, and bytes the plan itself holds (the pixel rows). */
+QVL_API size_t qvl_plan_scratch_bytes(const qvl_plan *plan);
+QVL_API size_t qvl_plan_held_bytes(const qvl_plan *plan);
+/* The pixel rows of item i ([n_rows, row_len] float32, owned by the plan), or NULL if it failed. */
+QVL_API const float *qvl_plan_rows(const qvl_plan *plan, size_t i);
+
+/* Reserve the ctx scratch for `plan` (and anything smaller): after it, qvl_plan_encode of this or any plan whose
+ * qvl_plan_scratch_bytes is no larger allocates nothing. */
+QVL_API qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *plan, qvl_error *err);
+
+/* Encode every item that planned well: outputs[i] (ignored, may be NULL, for failed items) receives item i's
+ * qvl_item_info.out_bytes in the plan's dtype and layout. Items are encoded in groups of up to max_batch_rows
+ * rows; an item's bits do not depend on its group. Returns QVL_OK when every item is ok; otherwise the status of
+ * the first failed item (err names it), with each item's own status in qvl_plan_item. Encoding failures (NaN
+ * guards aside, only cancellation and memory) mark the items of the failing group. The plan can be encoded
+ * again (for example on another ctx over the same model). */
+QVL_API qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *plan, void *const *outputs, qvl_error *err);
 
 #ifdef __cplusplus
 }

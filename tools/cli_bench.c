@@ -122,7 +122,8 @@ int cmd_bench(int argc, char **argv) {
         {"isa", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char *model_dir = NULL, *sizes = "224,448,896";
     long video_f = 8, video_s = 448, batch_n = 8, batch_s = 224, threads = 0, repeat = 3;
-    qvl_load_params lp = {QVL_ISA_AUTO};
+    qvl_load_params lp;
+    qvl_load_params_default(&lp);
     int c;
     while ((c = getopt_long(argc, argv, ":m:s:v:b:t:r:i:h", opts, NULL)) != -1) {
         switch (c) {

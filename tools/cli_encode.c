@@ -139,6 +139,8 @@ int cmd_encode(int argc, char **argv) {
         {NULL, 0, NULL, 0}};
     media_opts mo;
     memset(&mo, 0, sizeof mo);
+    qvl_load_params_default(&mo.load);
+    qvl_ctx_params_default(&mo.ctx);
     qvl_preprocess_params_default(&mo.pp);
     qvl_video_params_default(&mo.vp);
     qvl_decode_params_default(&mo.dp);

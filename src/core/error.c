@@ -17,6 +17,7 @@ const char *qvl_status_name(qvl_status s) {
     case QVL_ERR_NOMEM: return "out of memory";
     case QVL_ERR_BACKEND: return "backend error";
     case QVL_ERR_INTERNAL: return "internal error";
+    case QVL_ERR_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }

@@ -9,15 +9,30 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/params.h"
+#include "image/image_params.h"
 #include "io/fileutil.h"
 
 /* Files above this size are refused by qvl_image_load before reading (no image we accept needs more). */
 #define DEC_MAX_FILE_BYTES ((size_t)1 << 31)
 
-void qvl_decode_params_default(qvl_decode_params *p) {
-    if (!p) return;
+void decode_defaults(qvl_decode_params *p) {
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
     p->max_pixels = 178956970u; /* 2 · PIL.Image.MAX_IMAGE_PIXELS: DecompressionBombError above it */
     p->apply_exif = 1;
+    p->alpha = QVL_ALPHA_WHITE;
+}
+
+void qvl_decode_params_init(qvl_decode_params *p, size_t struct_size) {
+    qvl_decode_params d;
+    decode_defaults(&d);
+    params_init(p, struct_size, &d, sizeof d);
+}
+
+qvl_status decode_params_take(qvl_decode_params *full, const qvl_decode_params *p, qvl_error *err) {
+    decode_defaults(full);
+    return params_take(full, sizeof *full, p, "qvl_decode_params", err);
 }
 
 void qvl_image_free(qvl_image *img) {
@@ -163,10 +178,8 @@ static qvl_status apply_orientation(dec_out *o, const char *label, qvl_error *er
 static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_params *p, const char *label,
                                  qvl_image *out, qvl_error *err) {
     qvl_decode_params def;
-    if (!p) {
-        qvl_decode_params_default(&def);
-        p = &def;
-    }
+    TRY(decode_params_take(&def, p, err));
+    p = &def;
     dec_out o;
     memset(&o, 0, sizeof o);
     o.orientation = 1;
@@ -202,6 +215,7 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
 
 qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_params *p, qvl_image *out,
                             qvl_error *err) {
+    err_clear(err);
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: out is NULL");
     memset(out, 0, sizeof *out);
     if (!data && size) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: data is NULL");
@@ -209,6 +223,7 @@ qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_para
 }
 
 qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_image *out, qvl_error *err) {
+    err_clear(err);
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: out is NULL");
     memset(out, 0, sizeof *out);
     if (!path) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: path is NULL");

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/params.h"
+#include "image/image_params.h"
 #include "image/preproc_config.h"
 #include "io/fileutil.h"
 
@@ -128,7 +130,16 @@ static qvl_status load_file(const char *model_dir, const char *name, int video, 
 
 qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_params *p, qvl_video_params *v,
                                       qvl_error *err) {
+    err_clear(err);
     if (!model_dir) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params_load: model_dir is NULL");
-    if (p) TRY(load_file(model_dir, "preprocessor_config.json", 0, p, v, err));
-    return load_file(model_dir, "video_preprocessor_config.json", 1, p, v, err);
+    /* In/out structs of the caller's version: work on full copies, give back the caller's bytes. */
+    qvl_preprocess_params pf;
+    qvl_video_params vf;
+    if (p) TRY(preprocess_params_take(&pf, p, err));
+    if (v) TRY(video_params_take(&vf, v, err));
+    if (p) TRY(load_file(model_dir, "preprocessor_config.json", 0, &pf, v ? &vf : NULL, err));
+    TRY(load_file(model_dir, "video_preprocessor_config.json", 1, p ? &pf : NULL, v ? &vf : NULL, err));
+    if (p) params_give(p, &pf, sizeof pf);
+    if (v) params_give(v, &vf, sizeof vf);
+    return QVL_OK;
 }

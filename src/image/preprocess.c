@@ -7,11 +7,25 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/params.h"
+#include "image/image_params.h"
 #include "core/pool.h"
 #include "image/resize.h"
 
-void qvl_preprocess_params_default(qvl_preprocess_params *p) {
+void qvl_preprocess_params_init(qvl_preprocess_params *p, size_t struct_size) {
+    qvl_preprocess_params d;
+    preprocess_defaults(&d);
+    params_init(p, struct_size, &d, sizeof d);
+}
+
+qvl_status preprocess_params_take(qvl_preprocess_params *full, const qvl_preprocess_params *p, qvl_error *err) {
+    preprocess_defaults(full);
+    return params_take(full, sizeof *full, p, "qvl_preprocess_params", err);
+}
+
+void preprocess_defaults(qvl_preprocess_params *p) {
     memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
     p->resize = QVL_RESIZE_TORCHVISION;
     p->min_pixels = 65536;            /* preprocessor_config.json size.shortest_edge of every Qwen3-VL release */
     p->max_pixels = 16777216;         /* size.longest_edge */
@@ -121,7 +135,12 @@ static qvl_status image_target(int32_t h, int32_t w, const qvl_preprocess_params
 }
 
 qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err) {
-    if (!img || !img->rgb || !grid) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_grid: NULL argument");
+    err_clear(err);
+    if (!img || !img->rgb || !grid)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_grid: %s is NULL", !img ? "img" : !grid ? "grid" : "img->rgb");
+    qvl_preprocess_params pp;
+    TRY(preprocess_params_take(&pp, p, err));
+    p = &pp;
     TRY(check_params(p, err));
     int32_t th = 0, tw = 0;
     TRY(image_target(img->height, img->width, p, &th, &tw, err));
@@ -144,7 +163,12 @@ static qvl_status video_target(const qvl_video *v, const qvl_preprocess_params *
 }
 
 qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err) {
-    if (!v || !v->rgb || !grid) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_grid: NULL argument");
+    err_clear(err);
+    if (!v || !v->rgb || !grid)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_grid: %s is NULL", !v ? "v" : !grid ? "grid" : "v->rgb");
+    qvl_preprocess_params pp;
+    TRY(preprocess_params_take(&pp, p, err));
+    p = &pp;
     TRY(check_params(p, err));
     int32_t th = 0, tw = 0;
     TRY(video_target(v, p, &th, &tw, err));
@@ -269,14 +293,22 @@ static qvl_status frames_to_rows(const uint8_t *rgb, int32_t n_frames, int32_t w
 
 qvl_status qvl_preprocess_image(const qvl_image *img, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                 qvl_error *err) {
+    err_clear(err);
     if (!rows) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_image: rows is NULL");
+    qvl_preprocess_params pp;
+    TRY(preprocess_params_take(&pp, p, err));
+    p = &pp;
     TRY(qvl_image_grid(img, p, grid, err));
     return frames_to_rows(img->rgb, 1, img->width, img->height, grid->w * p->patch, grid->h * p->patch, p, rows, err);
 }
 
 qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                 qvl_error *err) {
+    err_clear(err);
     if (!rows) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_video: rows is NULL");
+    qvl_preprocess_params pp;
+    TRY(preprocess_params_take(&pp, p, err));
+    p = &pp;
     TRY(qvl_video_grid(v, p, grid, err));
     return frames_to_rows(v->rgb, v->n_frames, v->width, v->height, grid->w * p->patch, grid->h * p->patch, p, rows,
                           err);
@@ -284,7 +316,9 @@ qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params 
 
 qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode, int n_threads,
                             qvl_image *out, qvl_error *err) {
-    if (!src || !src->rgb || !out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: NULL argument");
+    err_clear(err);
+    if (!src || !src->rgb || !out)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: %s is NULL", !src ? "src" : !out ? "out" : "src->rgb");
     memset(out, 0, sizeof *out);
     size_t ws_bytes = resize_workspace_size(src->width, src->height, width, height, 3), bytes;
     if (!ws_bytes || size_mul_overflow((size_t)width * 3, (size_t)height, &bytes))

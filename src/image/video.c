@@ -29,6 +29,7 @@
 #include <libswscale/swscale.h>
 
 #include "core/error.h"
+#include "image/image_params.h"
 
 #define VIDEO_SWS_FLAGS SWS_BILINEAR
 
@@ -312,13 +313,13 @@ static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *
 }
 
 qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
+    err_clear(err);
     if (out) memset(out, 0, sizeof *out);
-    if (!path || !out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: NULL argument");
+    if (!path || !out)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: %s is NULL", path ? "out" : "path");
     qvl_video_params def;
-    if (!p) {
-        qvl_video_params_default(&def);
-        p = &def;
-    }
+    TRY(video_params_take(&def, p, err));
+    p = &def;
     vdec d;
     qvl_status s = video_load(&d, path, p, out, err);
     vdec_close(&d);
@@ -359,14 +360,14 @@ static qvl_status from_images(const char *const *paths, size_t n, const qvl_vide
 
 qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
                                  qvl_error *err) {
+    err_clear(err);
     if (out) memset(out, 0, sizeof *out);
     if (!paths || !out || n == 0)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: %s", n == 0 ? "no frames" : "NULL argument");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: %s",
+                        n == 0 ? "no frames (n is 0)" : !paths ? "paths is NULL" : "out is NULL");
     qvl_video_params def;
-    if (!p) {
-        qvl_video_params_default(&def);
-        p = &def;
-    }
+    TRY(video_params_take(&def, p, err));
+    p = &def;
     qvl_status s = from_images(paths, n, p, out, err);
     if (s != QVL_OK) qvl_video_free(out);
     return s;

@@ -18,11 +18,26 @@
  * y[i] = i · ((stop − start) / (num − 1)) + start in double and stores stop exactly in the last slot; np.round
  * rounds half to even, which rint does in the default rounding mode. */
 #include <math.h>
+#include <string.h>
 
 #include "core/error.h"
+#include "core/params.h"
+#include "image/image_params.h"
 
-void qvl_video_params_default(qvl_video_params *p) {
-    if (!p) return;
+void qvl_video_params_init(qvl_video_params *p, size_t struct_size) {
+    qvl_video_params d;
+    video_defaults(&d);
+    params_init(p, struct_size, &d, sizeof d);
+}
+
+qvl_status video_params_take(qvl_video_params *full, const qvl_video_params *p, qvl_error *err) {
+    video_defaults(full);
+    return params_take(full, sizeof *full, p, "qvl_video_params", err);
+}
+
+void video_defaults(qvl_video_params *p) {
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
     p->fps = 2.0;
     p->num_frames = 0;
     p->min_frames = 4;
@@ -64,9 +79,13 @@ static qvl_status sample_count(int64_t total, double video_fps, const qvl_video_
 
 qvl_status qvl_video_sample_indices(int64_t total, double video_fps, const qvl_video_params *p, int64_t *indices,
                                     size_t cap, size_t *n, qvl_error *err) {
+    err_clear(err);
     if (n) *n = 0;
-    if (!p || !n || (cap > 0 && !indices))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_sample_indices: NULL argument");
+    if (!n || (cap > 0 && !indices))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_sample_indices: %s is NULL", !n ? "n" : "indices");
+    qvl_video_params vp;
+    TRY(video_params_take(&vp, p, err));
+    p = &vp;
     if (total < 1)
         return err_fail(err, QVL_ERR_INVALID_ARG, "video sampling: the video has %lld frames", (long long)total);
     int64_t count = 0;

@@ -8,6 +8,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/params.h"
 #include "core/pool.h"
 #include "io/fileutil.h"
 #include "model/model.h"
@@ -91,7 +92,7 @@ static void drop_mapped(const qvl_model *m, const void *p, size_t n) {
 /* Pack every Linear's weight into GEMM panels once (bf16 stays bf16: the panels take the checkpoint's own bytes),
  * then let the kernel drop the mapped copies of the pages: encode reads only the panels, and anything that reads
  * the mapping later (the fingerprint, the position table) faults the pages back in from the file. */
-static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
+static qvl_status pack_weights(qvl_model *m, int n_threads, qvl_error *err) {
     size_t cap = 3 + 4 * (size_t)m->cfg.depth + 2 * (size_t)m->cfg.n_deepstack, n, total = 0;
     linear **ls = malloc(cap * sizeof *ls);
     if (!ls) return err_fail(err, QVL_ERR_NOMEM, "out of memory packing weights");
@@ -108,8 +109,8 @@ static qvl_status pack_weights(qvl_model *m, qvl_error *err) {
         free(ls);
         return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of packed weights", total);
     }
-    thread_pool *pool = NULL; /* one thread per CPU for the packing, gone when it is done */
-    qvl_status s = pool_create(&pool, 0, err);
+    thread_pool *pool = NULL; /* the load's own threads for the packing, gone when it is done */
+    qvl_status s = pool_create(&pool, n_threads, err);
     if (s != QVL_OK) {
         free(ls);
         return s;
@@ -159,13 +160,33 @@ static qvl_status resolve_isa(int want, int *out, qvl_error *err) {
     }
 }
 
+static void load_defaults(qvl_load_params *p) {
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->isa = QVL_ISA_AUTO;
+    p->n_threads = 0;
+}
+
+void qvl_load_params_init(qvl_load_params *p, size_t struct_size) {
+    qvl_load_params d;
+    load_defaults(&d);
+    params_init(p, struct_size, &d, sizeof d);
+}
+
 qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err) {
     err_clear(err);
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: out is NULL");
     *out = NULL;
     if (!dir) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: dir is NULL");
+    if (!*dir) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: dir is the empty string");
+    qvl_load_params lp;
+    load_defaults(&lp);
+    TRY(params_take(&lp, sizeof lp, params, "qvl_load_params", err));
+    if (lp.n_threads < 0 || lp.n_threads > QVL_MAX_THREADS)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: n_threads %d is outside 0..%d (0: one per CPU)",
+                        lp.n_threads, QVL_MAX_THREADS);
     int isa = 0;
-    TRY(resolve_isa(params ? (int)params->isa : QVL_ISA_AUTO, &isa, err));
+    TRY(resolve_isa((int)lp.isa, &isa, err));
     qvl_model *m = calloc(1, sizeof *m);
     if (!m) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     m->isa = isa;
@@ -174,7 +195,7 @@ qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_mo
     qvl_status s = fu_join(path, sizeof path, dir, "config.json", err);
     if (s == QVL_OK) s = config_load(path, &m->cfg, err);
     if (s == QVL_OK) s = checkpoint_bind(m, dir, err);
-    if (s == QVL_OK) s = pack_weights(m, err);
+    if (s == QVL_OK) s = pack_weights(m, lp.n_threads, err);
     if (s != QVL_OK) {
         qvl_model_free(m);
         return s;
@@ -184,8 +205,10 @@ qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_mo
     return QVL_OK;
 }
 
-void qvl_model_get_info(const qvl_model *m, qvl_model_info *info) {
-    if (m && info) *info = m->info;
+void qvl_model_get_info_sized(const qvl_model *m, qvl_model_info *info, size_t size) {
+    if (!info) return;
+    memset(info, 0, size);
+    if (m) memcpy(info, &m->info, size < sizeof m->info ? size : sizeof m->info);
 }
 
 /* XXH3-128 over a versioned header, then per tensor in canonical order: name, NUL, dtype name, NUL, ndim and

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/params.h"
 #include "core/pool.h"
 #include "cpu/attention.h"
 #include "cpu/gemm.h"
@@ -55,14 +56,23 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-void qvl_ctx_get_profile(const qvl_ctx *c, qvl_profile *out) {
-    if (c && out) *out = c->prof;
+void qvl_ctx_get_profile_sized(const qvl_ctx *c, qvl_profile *out, size_t size) {
+    if (!out) return;
+    memset(out, 0, size);
+    if (c) memcpy(out, &c->prof, size < sizeof c->prof ? size : sizeof c->prof);
 }
 
-void qvl_ctx_params_default(qvl_ctx_params *p) {
+static void ctx_defaults(qvl_ctx_params *p) {
     memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
     p->n_threads = 0;
     p->pos_mode = QVL_POS_CLOSED_FORM;
+}
+
+void qvl_ctx_params_init(qvl_ctx_params *p, size_t struct_size) {
+    qvl_ctx_params d;
+    ctx_defaults(&d);
+    params_init(p, struct_size, &d, sizeof d);
 }
 
 qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_ctx **out, qvl_error *err) {
@@ -73,7 +83,12 @@ qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_
     qvl_ctx *c = calloc(1, sizeof *c);
     if (!c) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     c->m = m;
-    if (params) c->p = *params; else qvl_ctx_params_default(&c->p);
+    ctx_defaults(&c->p);
+    qvl_status ps = params_take(&c->p, sizeof c->p, params, "qvl_ctx_params", err);
+    if (ps != QVL_OK) {
+        free(c);
+        return ps;
+    }
     if (c->p.pos_mode != QVL_POS_CLOSED_FORM && c->p.pos_mode != QVL_POS_LINSPACE) {
         int mode = (int)c->p.pos_mode;
         free(c);

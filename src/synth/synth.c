@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/params.h"
 #include "core/pool.h"
 #include "cpu/ops.h"
 #include "io/fileutil.h"
@@ -52,9 +53,17 @@ static const char *const preset_names[] = {"tiny",         "tiny-3.5",         "
 
 const char *const *qvl_synth_presets(void) { return preset_names; }
 
-void qvl_synth_params_default(qvl_synth_params *p) {
-    if (!p) return;
+static void synth_defaults(qvl_synth_params *p);
+
+void qvl_synth_params_init(qvl_synth_params *p, size_t struct_size) {
+    qvl_synth_params d;
+    synth_defaults(&d);
+    params_init(p, struct_size, &d, sizeof d);
+}
+
+static void synth_defaults(qvl_synth_params *p) {
     memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
     p->preset = "tiny";
     p->seed = 0;
     p->layout = QVL_LAYOUT_HF;
@@ -466,7 +475,12 @@ static qvl_status write_configs(const tower *tw, const char *dir, qvl_error *err
 
 qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, qvl_error *err) {
     err_clear(err);
-    if (!p || !dir || !dir[0]) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_write: NULL argument");
+    if (!dir || !dir[0])
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_write: dir is %s", dir ? "the empty string" : "NULL");
+    qvl_synth_params sp;
+    synth_defaults(&sp);
+    TRY(params_take(&sp, sizeof sp, p, "qvl_synth_params", err));
+    p = &sp;
     tower tw = {0};
     TRY(resolve(p, &tw, err));
     TRY(mkdir_p(dir, err));

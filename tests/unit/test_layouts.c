@@ -275,7 +275,9 @@ static void check_isa(const char *dir) {
     float *ref = NULL;
     size_t n = 0;
     for (int i = 0; i < 2; i++) {
-        qvl_load_params lp = {(qvl_isa)sets[i]};
+        qvl_load_params lp;
+        qvl_load_params_default(&lp);
+        lp.isa = (qvl_isa)sets[i];
         qvl_model *m = NULL;
         qvl_status s = qvl_model_load(dir, &lp, &m, &err);
         if (s == QVL_ERR_UNSUPPORTED) {
@@ -307,9 +309,31 @@ static void check_isa(const char *dir) {
         free(px);
     }
     free(ref);
-    qvl_load_params bad = {(qvl_isa)7};
+    qvl_load_params bad;
+    qvl_load_params_default(&bad);
+    bad.isa = (qvl_isa)7;
     qvl_model *m = NULL;
     CHECK(qvl_model_load(dir, &bad, &m, &err) == QVL_ERR_INVALID_ARG && m == NULL);
+    /* A zeroed struct was never initialised: refused, naming the struct and the initialiser. */
+    qvl_load_params zeroed = {0};
+    CHECK(qvl_model_load(dir, &zeroed, &m, &err) == QVL_ERR_INVALID_ARG && m == NULL &&
+          strstr(err.message, "qvl_load_params.struct_size") && strstr(err.message, "qvl_load_params_default"));
+    /* An older caller's shorter struct: the fields it lacks take their defaults. */
+    qvl_load_params older;
+    qvl_load_params_init(&older, offsetof(qvl_load_params, n_threads));
+    CHECK(older.struct_size == offsetof(qvl_load_params, n_threads));
+    CHECK(qvl_model_load(dir, &older, &m, &err) == QVL_OK);
+    qvl_model_free(m);
+    m = NULL;
+    /* A newer caller's longer struct with a field this library does not know set: refused. */
+    struct { qvl_load_params p; int extra; } newer;
+    memset(&newer, 0, sizeof newer);
+    qvl_load_params_init(&newer.p, sizeof newer);
+    newer.extra = 1;
+    CHECK(qvl_model_load(dir, &newer.p, &m, &err) == QVL_ERR_UNSUPPORTED && m == NULL);
+    newer.extra = 0;
+    CHECK(qvl_model_load(dir, &newer.p, &m, &err) == QVL_OK);
+    qvl_model_free(m);
 }
 
 /* The per-grid table cache: A, then B, then A again gives A's bits; so does a fresh context. */

@@ -73,7 +73,8 @@ static void test_sampling(const st_file *f) {
     CHECK(got[0] == 0 && got[1] == 16 && got[2] == 31); /* preprocessing reference §8.1 example */
     qvl_error err;
     CHECK(qvl_video_sample_indices(0, 30.0, &p, got, 8, &n, &err) == QVL_ERR_INVALID_ARG && n == 0);
-    CHECK(qvl_video_sample_indices(30, 30.0, NULL, got, 8, &n, &err) == QVL_ERR_INVALID_ARG);
+    /* NULL params are the defaults (2 fps, at least 4 frames): 30 frames at 30 fps sample 4. */
+    CHECK(qvl_video_sample_indices(30, 30.0, NULL, got, 8, &n, &err) == QVL_OK && n == 4 && err.status == QVL_OK);
     CHECK(qvl_video_sample_indices(30, 30.0, &p, NULL, 8, &n, &err) == QVL_ERR_INVALID_ARG);
     p.num_frames = -1;
     CHECK(qvl_video_sample_indices(30, 30.0, &p, got, 8, &n, &err) == QVL_ERR_INVALID_ARG);
