@@ -8,6 +8,7 @@
  * shuffle is a plain reinterpretation of the row-major buffer.
  * All scratch lives in one block reserved for the largest input seen; encode never allocates otherwise. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "cpu/ops.h"
 #include "model/model.h"
 #include "model/tables.h"
+#include "model/tower.h"
 
 struct qvl_ctx {
     const qvl_model *m;
@@ -28,8 +30,12 @@ struct qvl_ctx {
     thread_pool *pool; /* this context's threads */
     qvl_tap_fn tap;
     void *tap_user;
-    /* scratch, reserved for cap_rows patch rows */
+    atomic_int cancel;       /* raised by qvl_ctx_cancel from any thread */
+    qvl_cancel_fn cancel_fn; /* polled with the flag */
+    void *cancel_user;
+    /* scratch, reserved for cap_rows patch rows (with the output staging buffer when cap_stage) */
     size_t cap_rows;
+    int cap_stage;
     void *block;
     size_t block_bytes;
     float *x;      /* [S, H] residual stream */
@@ -40,12 +46,13 @@ struct qvl_ctx {
     float *ds;     /* [S/4, O] DeepStack output when the caller wants only the tap (models with DeepStack) */
     float *cos_t;  /* [S, hd/2] */
     float *sin_t;
+    float *stage;  /* [mlp_step(S/m²), O] merger output before conversion to a bf16/f16 sink (when cap_stage) */
     void *gemm_ws, *attn_ws, *taps;
-    int *cu;       /* [segments + 1] */
-    size_t cap_cu;
-    /* The grids whose position and rotary tables are in pos / cos_t / sin_t (built once per grid list). */
+    int *cu;       /* [S/m² + 1]: segment boundaries (a segment has at least m² rows) */
+    /* The grids whose position and rotary tables are in pos / cos_t / sin_t (built once per grid list); room for
+     * S/m² grids, as many as S rows can hold. */
     qvl_grid *tab_grids;
-    size_t n_tab_grids, cap_tab_grids;
+    size_t n_tab_grids;
     int tab_valid;
     qvl_profile prof;
 };
@@ -113,10 +120,34 @@ void qvl_ctx_free(qvl_ctx *c) {
     if (!c) return;
     pool_destroy(c->pool);
     free(c->block);
-    free(c->cu);
-    free(c->tab_grids);
     free(c);
 }
+
+void qvl_ctx_cancel(qvl_ctx *c) {
+    if (c) atomic_store(&c->cancel, 1);
+}
+
+void qvl_ctx_uncancel(qvl_ctx *c) {
+    if (c) atomic_store(&c->cancel, 0);
+}
+
+void qvl_ctx_set_cancel_fn(qvl_ctx *c, qvl_cancel_fn fn, void *user) {
+    if (!c) return;
+    c->cancel_fn = fn;
+    c->cancel_user = user;
+}
+
+static int cancelled(qvl_ctx *c) {
+    if (atomic_load(&c->cancel)) return 1;
+    if (c->cancel_fn && c->cancel_fn(c->cancel_user)) {
+        atomic_store(&c->cancel, 1);
+        return 1;
+    }
+    return 0;
+}
+
+thread_pool *ctx_pool(qvl_ctx *c) { return c->pool; }
+const qvl_model *ctx_model(const qvl_ctx *c) { return c->m; }
 
 void qvl_ctx_set_tap(qvl_ctx *c, qvl_tap_fn fn, void *user) {
     if (!c) return;
@@ -166,7 +197,7 @@ static size_t mlp_width(const qvl_model *m) {
     return w;
 }
 
-static void layout(qvl_ctx *c, carver *cv, size_t S) {
+static void layout(qvl_ctx *c, carver *cv, size_t S, int stage) {
     const tower_config *k = &c->m->cfg;
     size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge;
     c->x = carve(cv, S * H, sizeof(float));
@@ -180,26 +211,51 @@ static void layout(qvl_ctx *c, carver *cv, size_t S) {
     c->gemm_ws = carve(cv, gemm_workspace_size(pool_size(c->pool)), 1);
     c->attn_ws = carve(cv, attn_workspace_size(k->head_dim, pool_size(c->pool)), 1);
     c->taps = carve(cv, TABLES_TAPS_BYTES, 1);
+    c->stage = carve(cv, stage ? mlp_step(S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
+    c->cu = carve(cv, S / mm + 1, sizeof(int));
+    c->tab_grids = carve(cv, S / mm + 1, sizeof(qvl_grid));
 }
 
-qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_error *err) {
-    if (!c) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_reserve: ctx is NULL");
-    (void)max_segment; /* attention memory does not grow with the segment length */
-    if (max_rows <= c->cap_rows && c->block) return QVL_OK;
+size_t tower_scratch_bytes(const qvl_ctx *c, size_t rows, int stage) {
+    qvl_ctx tmp; /* layout only measures through a NULL base; it reads m and pool and writes tmp's pointers */
+    memset(&tmp, 0, sizeof tmp);
+    tmp.m = c->m;
+    tmp.pool = c->pool;
     carver cv = {0};
-    layout(c, &cv, max_rows);
-    if (cv.overflow) return err_fail(err, QVL_ERR_LIMIT, "%zu rows: scratch size overflows", max_rows);
+    layout(&tmp, &cv, rows, stage);
+    return cv.overflow ? 0 : cv.used;
+}
+
+qvl_status tower_reserve(qvl_ctx *c, size_t max_rows, int stage, qvl_error *err) {
+    if (c->block && max_rows <= c->cap_rows && (c->cap_stage || !stage)) return QVL_OK;
+    if (c->block) { /* grow to cover both what is held and what is asked */
+        if (c->cap_rows > max_rows) max_rows = c->cap_rows;
+        stage = stage || c->cap_stage;
+    }
+    carver cv = {0};
+    layout(c, &cv, max_rows, stage);
+    if (cv.overflow) return err_fail(err, QVL_ERR_LIMIT, "%zu patch rows: the scratch size overflows", max_rows);
     void *block = aligned_alloc(64, cv.used);
     if (!block)
-        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu rows", cv.used, max_rows);
+        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu patch rows", cv.used,
+                        max_rows);
     free(c->block);
     c->block = block;
     c->block_bytes = cv.used;
     c->tab_valid = 0; /* the tables lived in the old block */
     cv = (carver){.base = block};
-    layout(c, &cv, max_rows);
+    layout(c, &cv, max_rows, stage);
     c->cap_rows = max_rows;
+    c->cap_stage = stage;
     return QVL_OK;
+}
+
+qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_error *err) {
+    err_clear(err);
+    if (!c) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_reserve: ctx is NULL");
+    (void)max_segment; /* attention memory does not grow with the segment length */
+    if (max_rows == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_reserve: max_rows is 0");
+    return tower_reserve(c, max_rows, 0, err);
 }
 
 size_t qvl_ctx_scratch_size(const qvl_ctx *c) { return c && c->block ? c->block_bytes : 0; }
@@ -221,8 +277,8 @@ size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids) {
 size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids) { return qvl_patch_rows(grids, n_grids) / 4; }
 
 /* Validate grids against the model and the row count; fill the segment table (*n_seg_out segments). */
-static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size_t n_grids, size_t *n_seg_out,
-                          qvl_error *err) {
+static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size_t n_grids, int stage,
+                          size_t *n_seg_out, qvl_error *err) {
     const tower_config *k = &c->m->cfg;
     if (!grids || n_grids == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "no grids given");
     size_t n_seg = 0;
@@ -239,13 +295,7 @@ static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size
     if (S == 0 || S > (size_t)INT32_MAX) return err_fail(err, QVL_ERR_LIMIT, "patch row count overflows");
     if (S != n_rows)
         return err_fail(err, QVL_ERR_INVALID_ARG, "%zu pixel rows given, the grids need %zu", n_rows, S);
-    TRY(qvl_ctx_reserve(c, S, 0, err)); /* the scratch depends on the rows alone */
-    if (n_seg + 1 > c->cap_cu) {
-        int *cu = realloc(c->cu, (n_seg + 1) * sizeof *cu);
-        if (!cu) return err_fail(err, QVL_ERR_NOMEM, "out of memory for %zu segments", n_seg);
-        c->cu = cu;
-        c->cap_cu = n_seg + 1;
-    }
+    TRY(tower_reserve(c, S, stage, err)); /* the scratch depends on the rows alone; a no-op once reserved */
     size_t s = 0, row = 0;
     c->cu[0] = 0;
     for (size_t i = 0; i < n_grids; i++)
@@ -258,22 +308,15 @@ static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size
 }
 
 /* Build the position and rotary tables for `grids` unless the last call used the same list. */
-static qvl_status build_tables(qvl_ctx *c, const qvl_grid *grids, size_t n_grids, int want_pos, qvl_error *err) {
+static void build_tables(qvl_ctx *c, const qvl_grid *grids, size_t n_grids, int want_pos) {
     int same = c->tab_valid && c->n_tab_grids == n_grids &&
                memcmp(c->tab_grids, grids, n_grids * sizeof *grids) == 0 && (c->tab_valid == 2 || !want_pos);
-    if (same) return QVL_OK;
-    if (n_grids > c->cap_tab_grids) {
-        qvl_grid *g = realloc(c->tab_grids, n_grids * sizeof *g);
-        if (!g) return err_fail(err, QVL_ERR_NOMEM, "out of memory for %zu grids", n_grids);
-        c->tab_grids = g;
-        c->cap_tab_grids = n_grids;
-    }
+    if (same) return;
     memcpy(c->tab_grids, grids, n_grids * sizeof *grids);
     c->n_tab_grids = n_grids;
     if (want_pos) tables_pos(c->m, c->p.pos_mode, grids, n_grids, c->pos, c->taps, c->pool);
     tables_rope(&c->m->cfg, grids, n_grids, c->cos_t, c->sin_t);
     c->tab_valid = want_pos ? 2 : 1;
-    return QVL_OK;
 }
 
 static void tap(qvl_ctx *c, const char *name, const float *data, size_t rows, size_t cols) {
@@ -300,10 +343,39 @@ static void mlp_rows(qvl_ctx *c, const linear *fc1, const linear *fc2, gemm_epil
     }
 }
 
-/* fc1 → erf GELU → fc2 over `in` [S/4, 4H] into out [S/4, O]. */
-static void merger_mlp(qvl_ctx *c, const merger_w *mw, const float *in, size_t rows, float *out) {
-    mlp_rows(c, &mw->fc1, &mw->fc2, GEMM_EPI_GELU_ERF, in, (size_t)mw->fc1.w.cols, rows, out, (size_t)mw->fc2.w.rows,
-             0);
+/* Rows [0, rows) of src [rows, cols] (ld cols) into dst (row stride ld elements) in `dt`, rounded to nearest
+ * even. */
+static void store_rows(const float *src, size_t rows, size_t cols, void *dst, size_t ld, qvl_dtype dt) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *s = src + r * cols;
+        if (dt == QVL_DTYPE_F32) {
+            memcpy((float *)dst + r * ld, s, cols * sizeof *s);
+        } else {
+            uint16_t *d = (uint16_t *)dst + r * ld;
+            if (dt == QVL_DTYPE_BF16)
+                for (size_t j = 0; j < cols; j++) d[j] = op_f32_to_bf16(s[j]);
+            else
+                for (size_t j = 0; j < cols; j++) d[j] = op_f32_to_f16(s[j]);
+        }
+    }
+}
+
+/* Merger MLP (fc1 → erf GELU → fc2) over in [rows, 4H] (row stride ld_in) into a sink target: straight into it
+ * when it is float32, else through the staging buffer and converted. */
+static void merger_to(qvl_ctx *c, const merger_w *mw, const float *in, size_t ld_in, size_t rows, void *dst,
+                      size_t ld, qvl_dtype dt) {
+    if (dt == QVL_DTYPE_F32) {
+        mlp_rows(c, &mw->fc1, &mw->fc2, GEMM_EPI_GELU_ERF, in, ld_in, rows, dst, ld, 0);
+        return;
+    }
+    const size_t hid = (size_t)mw->fc1.w.rows, O = (size_t)mw->fc2.w.rows, step = mlp_step(rows),
+                 es = dt == QVL_DTYPE_F32 ? 4 : 2;
+    for (size_t r = 0; r < rows; r += step) {
+        const size_t m = rows - r < step ? rows - r : step;
+        linear_run(c, &mw->fc1, in + r * ld_in, ld_in, m, c->mlp, hid, 0, GEMM_EPI_GELU_ERF);
+        linear_run(c, &mw->fc2, c->mlp, hid, m, c->stage, O, 0, GEMM_EPI_NONE);
+        store_rows(c->stage, m, O, (unsigned char *)dst + r * ld * es, ld, dt);
+    }
 }
 
 static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) {
@@ -331,10 +403,31 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     pf->gemm_ms += now_ms() - t0;
 }
 
-/* Blocks from c->x (rotary tables and segments prepared), DeepStack features, and optionally the merger. */
-static void run_chain(qvl_ctx *c, size_t S, size_t n_seg, float *merged, float *const *deepstack) {
+/* Merger target `target` (0: the final merger, 1 + d: DeepStack d) for every sink that wants it, from the
+ * normalized rows in c->a ([T, 4H]). Taps the result when a sink holds it as contiguous float32. */
+static void mergers_out(qvl_ctx *c, const merger_w *mw, int target, const tower_sink *sinks, size_t n_sinks,
+                        const char *tap_name) {
+    const size_t H4 = (size_t)mw->fc1.w.cols, O = (size_t)mw->fc2.w.rows;
+    for (size_t i = 0; i < n_sinks; i++) {
+        const tower_sink *k = &sinks[i];
+        if (!k->dst[target]) continue;
+        merger_to(c, mw, c->a + k->t0 * H4, H4, k->n, k->dst[target], k->ld, k->dtype);
+        if (k->dtype == QVL_DTYPE_F32 && k->ld == O) tap(c, tap_name, k->dst[target], k->n, O);
+    }
+}
+
+static int sinks_want(const tower_sink *sinks, size_t n_sinks, int target) {
+    for (size_t i = 0; i < n_sinks; i++)
+        if (sinks[i].dst[target]) return 1;
+    return 0;
+}
+
+/* Blocks from c->x (rotary tables and segments prepared), DeepStack features, and the merger into the sinks.
+ * Checks for cancellation before every block and merger. */
+static qvl_status run_chain(qvl_ctx *c, size_t S, size_t n_seg, const tower_sink *sinks, size_t n_sinks,
+                            qvl_error *err) {
     const tower_config *k = &c->m->cfg;
-    size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge, T = S / mm, O = (size_t)k->out_hidden;
+    size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge, T = S / mm;
     char name[32];
     double seg_flops = 0; /* attention FLOPs of one block: QKᵀ and P·V per segment */
     for (size_t s = 0; s < n_seg; s++) {
@@ -342,30 +435,30 @@ static void run_chain(qvl_ctx *c, size_t S, size_t n_seg, float *merged, float *
         seg_flops += 4.0 * n * n * k->head_dim * k->heads;
     }
     for (int i = 0; i < k->depth; i++) {
+        if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before block %d of %d", i, k->depth);
         block_forward(c, &c->m->blocks[i], S, n_seg);
         c->prof.attention_flops += seg_flops;
         snprintf(name, sizeof name, "blk%d", i);
         tap(c, name, c->x, S, H);
         for (int d = 0; d < k->n_deepstack; d++) {
-            if (k->deepstack_index[d] != i) continue;
-            float *dst = deepstack && deepstack[d] ? deepstack[d] : c->tap ? c->ds : NULL;
-            if (!dst) continue;
+            if (k->deepstack_index[d] != i || !sinks_want(sinks, n_sinks, 1 + d)) continue;
+            if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before DeepStack merger %d", d);
             const merger_w *mw = &c->m->deepstack[d];
             double t0 = now_ms();
             op_layernorm(c->x, H * mm, c->a, H * mm, T, H * mm, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
-            merger_mlp(c, mw, c->a, T, dst);
-            c->prof.merger_ms += now_ms() - t0;
             snprintf(name, sizeof name, "deepstack%d", d);
-            tap(c, name, dst, T, O);
+            mergers_out(c, mw, 1 + d, sinks, n_sinks, name);
+            c->prof.merger_ms += now_ms() - t0;
         }
     }
-    if (!merged) return;
+    if (!sinks_want(sinks, n_sinks, 0)) return QVL_OK;
+    if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before the merger");
     const merger_w *mw = &c->m->merger;
     double t0 = now_ms();
     op_layernorm(c->x, H, c->a, H, S, H, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
-    merger_mlp(c, mw, c->a, T, merged);
+    mergers_out(c, mw, 0, sinks, n_sinks, "merged");
     c->prof.merger_ms += now_ms() - t0;
-    tap(c, "merged", merged, T, O);
+    return QVL_OK;
 }
 
 typedef struct add_job {
@@ -381,47 +474,75 @@ static void add_rows(void *ctx, long r0, long r1, int thread) {
     for (size_t i = (size_t)r0 * j->cols; i < (size_t)r1 * j->cols; i++) j->x[i] = j->x[i] + j->y[i];
 }
 
-qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_grid *grids, size_t n_grids,
-                      float *merged, float *const *deepstack, qvl_error *err) {
-    err_clear(err);
-    if (!c || !pixels || !merged)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_encode: ctx, pixels and merged must not be NULL");
+qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *item_rows, size_t n_rows,
+                        const qvl_grid *grids, size_t n_grids, const tower_sink *sinks, size_t n_sinks,
+                        qvl_error *err) {
+    int stage = 0;
+    for (size_t i = 0; i < n_sinks; i++) stage |= sinks[i].dtype != QVL_DTYPE_F32;
     size_t n_seg;
-    TRY(prepare(c, n_rows, grids, n_grids, &n_seg, err));
+    TRY(prepare(c, n_rows, grids, n_grids, stage, &n_seg, err));
     const tower_config *k = &c->m->cfg;
     size_t S = n_rows, H = (size_t)k->hidden;
 
     memset(&c->prof, 0, sizeof c->prof);
+    if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before it started");
     double start = now_ms(), t0 = start;
-    linear_run(c, &c->m->patch, pixels, (size_t)k->row_len, S, c->x, H, 0, GEMM_EPI_NONE);
+    if (pixels) {
+        linear_run(c, &c->m->patch, pixels, (size_t)k->row_len, S, c->x, H, 0, GEMM_EPI_NONE);
+    } else { /* each item's rows where they are (the patch GEMM's bits do not depend on how M is split) */
+        size_t r = 0;
+        for (size_t i = 0; i < n_grids; i++) {
+            const size_t n = qvl_patch_rows(&grids[i], 1);
+            linear_run(c, &c->m->patch, item_rows[i], (size_t)k->row_len, n, c->x + r * H, H, 0, GEMM_EPI_NONE);
+            r += n;
+        }
+    }
     c->prof.patch_ms = now_ms() - t0;
     tap(c, "patch", c->x, S, H);
     t0 = now_ms();
-    TRY(build_tables(c, grids, n_grids, 1, err));
+    build_tables(c, grids, n_grids, 1);
     tap(c, "pos", c->pos, S, H);
     add_job aj = {c->x, c->pos, H};
     pool_for(c->pool, (long)S, 0, add_rows, &aj);
     c->prof.pos_rope_ms += now_ms() - t0;
-    run_chain(c, S, n_seg, merged, deepstack);
+    qvl_status s = run_chain(c, S, n_seg, sinks, n_sinks, err);
     c->prof.total_ms = now_ms() - start;
-    return QVL_OK;
+    return s;
+}
+
+qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_grid *grids, size_t n_grids,
+                      float *merged, float *const *deepstack, qvl_error *err) {
+    err_clear(err);
+    if (!c || !pixels || !merged)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_encode: %s is NULL", !c ? "ctx" : !pixels ? "pixels" : "merged");
+    const tower_config *k = &c->m->cfg;
+    tower_sink sink = {.t0 = 0, .n = qvl_patch_rows(grids, n_grids) / ((size_t)k->merge * k->merge),
+                       .ld = (size_t)k->out_hidden, .dtype = QVL_DTYPE_F32};
+    sink.dst[0] = merged;
+    for (int d = 0; d < k->n_deepstack; d++) /* a DeepStack feature the caller skips still reaches the tap */
+        sink.dst[1 + d] = deepstack && deepstack[d] ? deepstack[d] : c->tap ? c->ds : NULL;
+    return tower_encode(c, pixels, NULL, n_rows, grids, n_grids, &sink, 1, err);
 }
 
 qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const qvl_grid *grids, size_t n_grids,
                           int through_merger, float *out, qvl_error *err) {
     err_clear(err);
     if (!c || !hidden || !out)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_run_blocks: ctx, hidden and out must not be NULL");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_run_blocks: %s is NULL", !c ? "ctx" : !hidden ? "hidden" : "out");
     size_t n_seg;
-    TRY(prepare(c, n_rows, grids, n_grids, &n_seg, err));
+    TRY(prepare(c, n_rows, grids, n_grids, 0, &n_seg, err));
     const tower_config *k = &c->m->cfg;
     size_t S = n_rows, H = (size_t)k->hidden;
     memset(&c->prof, 0, sizeof c->prof);
     double start = now_ms();
     memcpy(c->x, hidden, S * H * sizeof(float));
-    TRY(build_tables(c, grids, n_grids, 0, err));
-    run_chain(c, S, n_seg, through_merger ? out : NULL, NULL);
+    build_tables(c, grids, n_grids, 0);
+    tower_sink sink = {.t0 = 0, .n = S / ((size_t)k->merge * k->merge), .ld = (size_t)k->out_hidden,
+                       .dtype = QVL_DTYPE_F32};
+    sink.dst[0] = through_merger ? out : NULL;
+    for (int d = 0; d < k->n_deepstack; d++) sink.dst[1 + d] = c->tap ? c->ds : NULL;
+    qvl_status s = run_chain(c, S, n_seg, &sink, 1, err);
     c->prof.total_ms = now_ms() - start;
-    if (!through_merger) memcpy(out, c->x, S * H * sizeof(float));
-    return QVL_OK;
+    if (s == QVL_OK && !through_merger) memcpy(out, c->x, S * H * sizeof(float));
+    return s;
 }
