@@ -1,4 +1,5 @@
-/* video_sample.c — which source frames a video contributes: Qwen3VLVideoProcessor.sample_frames, exactly.
+/* video_sample.c — which source frames a video contributes: Qwen3VLVideoProcessor.sample_frames, exactly; and
+ * the seconds of each temporal patch that Qwen3VLProcessor puts in the prompt (qvl_video_timestamps, below).
  *
  * transformers 5.23 (models/qwen3_vl/video_processing_qwen3_vl.py), with `metadata` the video's frame count and
  * native rate:
@@ -108,5 +109,51 @@ qvl_status qvl_video_sample_indices(int64_t total, double video_fps, const qvl_v
         indices[0] = 0; /* num = 1: y = 0 · delta + start */
     }
     *n = (size_t)count;
+    return QVL_OK;
+}
+
+/* Qwen3VLProcessor._calculate_timestamps (transformers 5.23, models/qwen3_vl/processing_qwen3_vl.py), which
+ * replace_video_token calls with metadata.frames_indices, metadata.fps (the container's rate, 24 when unknown) and
+ * video_processor.temporal_patch_size as `merge_size`:
+ *
+ *     if len(indices) % merge_size != 0:
+ *         indices.extend(indices[-1] for _ in range(merge_size - len(indices) % merge_size))
+ *     timestamps = [idx / video_fps for idx in indices]
+ *     timestamps = [(timestamps[i] + timestamps[i + merge_size - 1]) / 2
+ *                   for i in range(0, len(timestamps), merge_size)]
+ *
+ * and prints each as f"<{t:.1f} seconds>". Python's int / float converts the index to a double (exact below
+ * 2^53) and divides once, so each value here is the same two IEEE divisions, one addition and one halving, in
+ * that order: (i0 / fps + i1 / fps) / 2, not (i0 + i1) / (2 · fps), which rounds differently (in the last bit,
+ * and then in the printed tenth: 0.15000000000000002 is "0.2", 0.14999999999999999 "0.1"). */
+qvl_status qvl_video_timestamps(const qvl_video *v, int32_t temporal_patch, double *ts, size_t cap, size_t *n,
+                                qvl_error *err) {
+    err_clear(err);
+    if (n) *n = 0;
+    if (!v || !n || (cap > 0 && !ts))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_timestamps: %s is NULL", !v ? "v" : !n ? "n" : "ts");
+    if (temporal_patch < 1)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_timestamps: temporal_patch %d is not a positive count",
+                        (int)temporal_patch);
+    if (v->n_frames < 1)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_timestamps: the video has %d frames (v->n_frames)",
+                        (int)v->n_frames);
+    if (!v->indices)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_timestamps: v->indices is NULL with %d frames",
+                        (int)v->n_frames);
+    if (!(v->fps > 0.0) || !isfinite(v->fps))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_timestamps: v->fps %g is not a positive finite rate",
+                        v->fps);
+    size_t frames = (size_t)v->n_frames, tp = (size_t)temporal_patch;
+    size_t count = frames / tp + (frames % tp != 0);
+    size_t m = count < cap ? count : cap;
+    for (size_t g = 0; g < m; g++) {
+        size_t first = g * tp, last = first + tp - 1; /* in the padded list: past the end means the last frame */
+        if (last >= frames) last = frames - 1;
+        double a = (double)v->indices[first] / v->fps;
+        double b = (double)v->indices[last] / v->fps;
+        ts[g] = (a + b) / 2.0;
+    }
+    *n = count;
     return QVL_OK;
 }

@@ -3,7 +3,11 @@
  * tests/fixtures/video.safetensors (tests/oracle/video_oracle.py) holds 255 sampling cases from
  * Qwen3VLVideoProcessor.sample_frames and, for each clip of tests/data/video/, the frame count, rate, sampled
  * indices and PyAV's rgb24 frames (alpha blended over white as transformers does). Both must match exactly. Also:
- * repeated indices, the pixel limit, bad files (status and a message naming the file), frames from images. */
+ * repeated indices, the pixel limit, bad files (status and a message naming the file), frames from images.
+ * Prompt timing: for each clip under several fps / num_frames / temporal_patch settings, the frame indices, the
+ * source rate and the per-temporal-patch seconds that Qwen3VLProcessor computed (and the "<t seconds>" strings it
+ * printed) against qvl_video_load + qvl_video_timestamps, bit for bit. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +138,143 @@ static void test_clip(const st_file *f, const char *file, const char *key) {
 }
 
 /* More frames than the clip has: indices repeat and the repeated frames are copies. */
+/* Line `i` of the newline-separated names in `t` into buf; 0 when there is no such line. */
+static int nth_name(const st_tensor *t, size_t i, char *buf, size_t cap) {
+    const char *p = (const char *)t->data, *end = p + t->nbytes;
+    for (; i > 0 && p < end; p++)
+        if (*p == '\n') i--;
+    if (i > 0 || p >= end) return 0;
+    size_t len = 0;
+    while (p + len < end && p[len] != '\n') len++;
+    if (len + 1 > cap) return 0;
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    return 1;
+}
+
+static void test_timing(const st_file *f) {
+    const st_tensor *clips = need(f, "tim.clips", ST_U8), *par = need(f, "tim.params", ST_F64);
+    const st_tensor *off = need(f, "tim.offsets", ST_I64), *idx = need(f, "tim.indices", ST_I64);
+    const st_tensor *toff = need(f, "tim.ts_offsets", ST_I64), *ts = need(f, "tim.ts", ST_F64);
+    const st_tensor *poff = need(f, "tim.prompt_offsets", ST_I64), *prompt = need(f, "tim.prompt", ST_U8);
+    CHECK(clips && par && off && idx && toff && ts && poff && prompt);
+    if (!clips || !par || !off || !idx || !toff || !ts || !poff || !prompt) return;
+    size_t n_cases = (size_t)par->shape[0];
+    CHECK(par->ndim == 2 && par->shape[1] == 5 && n_cases >= 40);
+    CHECK((size_t)off->shape[0] == n_cases + 1 && (size_t)toff->shape[0] == n_cases + 1 &&
+          (size_t)poff->shape[0] == n_cases + 1);
+    size_t bad = 0, odd = 0, fractional = 0;
+    for (size_t c = 0; c < n_cases; c++) {
+        char file[256], path[1024], label[512];
+        CHECK(nth_name(clips, (size_t)get_f64(par, c * 5), file, sizeof file));
+        double req_fps = get_f64(par, c * 5 + 1), nf = get_f64(par, c * 5 + 2);
+        int32_t tp = (int32_t)get_f64(par, c * 5 + 3);
+        double src_fps = get_f64(par, c * 5 + 4);
+        snprintf(label, sizeof label, "%s fps %g num_frames %g temporal_patch %d", file, req_fps, nf, (int)tp);
+        snprintf(path, sizeof path, "tests/data/video/%s", file);
+        char full[1024];
+        tu_source_path(path, full, sizeof full);
+        qvl_video_params p;
+        qvl_video_params_default(&p);
+        p.fps = req_fps;
+        p.num_frames = (int32_t)nf;
+        qvl_video v = {0};
+        qvl_error err;
+        if (qvl_video_load(full, &p, &v, &err) != QVL_OK) {
+            fprintf(stderr, "  %s: %s\n", label, err.message);
+            bad++;
+            continue;
+        }
+        int64_t i0 = get_i64(off, c), i1 = get_i64(off, c + 1);
+        int ok = v.fps == src_fps && v.n_frames == i1 - i0;
+        for (int64_t i = 0; ok && i < i1 - i0; i++) ok = v.indices[i] == get_i64(idx, (size_t)(i0 + i));
+        if (!ok) fprintf(stderr, "  %s: sampled frames or fps %.17g differ from the processor's\n", label, v.fps);
+        odd += (v.n_frames % tp) != 0;
+        fractional += src_fps != (double)(int64_t)src_fps;
+
+        size_t t0 = (size_t)get_i64(toff, c), want_n = (size_t)get_i64(toff, c + 1) - t0, n = 0;
+        double got[64];
+        CHECK(want_n <= 64);
+        /* the size query first, then the values */
+        ok = ok && qvl_video_timestamps(&v, tp, NULL, 0, &n, &err) == QVL_OK && n == want_n && err.status == QVL_OK;
+        ok = ok && qvl_video_timestamps(&v, tp, got, 64, &n, &err) == QVL_OK && n == want_n && err.message[0] == 0;
+        char text[1024] = "";
+        size_t len = 0;
+        for (size_t k = 0; ok && k < want_n; k++) {
+            double want = get_f64(ts, t0 + k);
+            if (memcmp(&got[k], &want, sizeof want) != 0) {
+                fprintf(stderr, "  %s: timestamp %zu is %.17g, the processor's %.17g\n", label, k, got[k], want);
+                ok = 0;
+            }
+            len += (size_t)snprintf(text + len, sizeof text - len, "<%.1f seconds>", got[k]);
+        }
+        size_t p0 = (size_t)get_i64(poff, c), plen = (size_t)get_i64(poff, c + 1) - p0;
+        if (ok && (plen != len || memcmp(text, (const uint8_t *)prompt->data + p0, plen) != 0)) {
+            fprintf(stderr, "  %s: prompt %s differs from the processor's %.*s\n", label, text, (int)plen,
+                    (const char *)prompt->data + p0);
+            ok = 0;
+        }
+        bad += !ok;
+        qvl_video_free(&v);
+    }
+    printf("timing: %zu cases (%zu with a frame count not a multiple of the temporal patch, %zu at a non-integer "
+           "rate), %zu differ\n", n_cases, odd, fractional, bad);
+    CHECK(bad == 0 && odd > 0 && fractional > 0);
+}
+
+/* Argument errors and the contract's edges, on a hand-made video. */
+static void test_timestamps_args(void) {
+    int64_t ind[5] = {0, 15, 30, 44, 59};
+    qvl_video v = {.width = 1, .height = 1, .n_frames = 5, .indices = ind, .total_frames = 60, .fps = 30.0};
+    double ts[4] = {-1, -1, -1, -1};
+    size_t n = 99;
+    qvl_error err;
+    /* cap below the count: only cap values written, the full count reported */
+    CHECK(qvl_video_timestamps(&v, 2, ts, 1, &n, &err) == QVL_OK && n == 3 && err.status == QVL_OK);
+    CHECK(ts[0] == 0.25 && ts[1] == -1);
+    /* an exact binary tie: Python's f"{0.25:.1f}" is "0.2" (round half to even), and so is printf's */
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.1f %.1f %.1f", 0.25, 0.75, 1.25);
+    CHECK(strcmp(buf, "0.2 0.8 1.2") == 0);
+    /* temporal_patch 1: one per frame, idx / fps exactly */
+    double one[5];
+    CHECK(qvl_video_timestamps(&v, 1, one, 5, &n, NULL) == QVL_OK && n == 5 && one[1] == 15.0 / 30.0);
+    /* temporal_patch larger than the video: one value, the first and last (repeated) index */
+    CHECK(qvl_video_timestamps(&v, 8, ts, 4, &n, NULL) == QVL_OK && n == 1 && ts[0] == (0.0 / 30 + 59.0 / 30) / 2);
+
+    CHECK(qvl_video_timestamps(NULL, 2, ts, 4, &n, &err) == QVL_ERR_INVALID_ARG && n == 0);
+    CHECK(strstr(err.message, "v is NULL") != NULL);
+    CHECK(qvl_video_timestamps(&v, 2, ts, 4, NULL, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(strstr(err.message, "n is NULL") != NULL);
+    CHECK(qvl_video_timestamps(&v, 2, NULL, 4, &n, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(strstr(err.message, "ts is NULL") != NULL);
+    CHECK(qvl_video_timestamps(&v, 0, ts, 4, &n, &err) == QVL_ERR_INVALID_ARG && n == 0);
+    CHECK(strstr(err.message, "temporal_patch 0") != NULL);
+    CHECK(qvl_video_timestamps(&v, -3, ts, 4, &n, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(strstr(err.message, "temporal_patch -3") != NULL);
+    const double bad_fps[3] = {0.0, -24.0, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        qvl_video w = v;
+        w.fps = bad_fps[i];
+        CHECK(qvl_video_timestamps(&w, 2, ts, 4, &n, &err) == QVL_ERR_INVALID_ARG && n == 0);
+        CHECK(strstr(err.message, "fps") != NULL && err.status == QVL_ERR_INVALID_ARG);
+    }
+    qvl_video w = v;
+    w.fps = NAN;
+    CHECK(qvl_video_timestamps(&w, 2, ts, 4, &n, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "fps"));
+    w = v;
+    w.n_frames = 0;
+    CHECK(qvl_video_timestamps(&w, 2, ts, 4, &n, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "n_frames"));
+    w.n_frames = -1;
+    CHECK(qvl_video_timestamps(&w, 2, ts, 4, &n, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "n_frames"));
+    w = v;
+    w.indices = NULL;
+    CHECK(qvl_video_timestamps(&w, 2, ts, 4, &n, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "indices"));
+    /* success after a failure clears err */
+    CHECK(qvl_video_timestamps(&v, 2, ts, 4, &n, &err) == QVL_OK && err.status == QVL_OK && err.message[0] == 0);
+    CHECK(n == 3 && ts[0] == 0.25 && ts[2] == 59.0 / 30.0);
+}
+
 static void test_repeats(const st_file *f) {
     char path[1024];
     tu_source_path("tests/data/video/video_3frames.mp4", path, sizeof path);
@@ -258,10 +399,13 @@ int main(void) {
         test_clip(f, "video_3frames.mp4", "3frames_mp4");
         test_clip(f, "video_alpha.mov", "alpha_mov");
         test_clip(f, "video_editlist.mp4", "editlist_mp4"); /* header: 60 frames; the edit list leaves 45 */
+        test_clip(f, "video_2997.mp4", "2997_mp4");         /* 30000/1001 fps */
+        test_timing(f);
         test_repeats(f);
         st_close(f);
     }
     test_bad();
     test_images();
+    test_timestamps_args();
     return tu_finish("test_video");
 }
