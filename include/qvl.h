@@ -34,8 +34,7 @@
  * Ownership
  *   Outputs go to caller-owned buffers, sized by a query first (qvl_plan_item().out_bytes, qvl_patch_rows, ...).
  *   Inputs are borrowed for the duration of the call only, except where a struct says it borrows for longer
- *   (qvl_item memory stays borrowed until qvl_plan_create returns; the plan keeps its own copies). The few
- *   functions that return memory say how to free it.
+ *   (a ROWS item's rows, until its plan is freed). The few functions that return memory say how to free it.
  *
  * ABI: params structs
  *   Every params struct (qvl_*_params, qvl_item) starts with `size_t struct_size` and is initialised by its
@@ -337,6 +336,25 @@ QVL_API void qvl_free(void *p);
 QVL_API qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len, qvl_grid **grids,
                          size_t *n_grids, qvl_error *err);
 
+/* A safetensors file written piece by piece, so that a producer holds only what it is writing: tensors in order,
+ * each declared (name, dtype, shape) and then given its bytes in any number of pieces; metadata at any time. The
+ * bytes go to a new temporary file beside `path` (created exclusively: nothing planted there is followed), which
+ * finish renames over `path`; a path that exists and is not a regular file (directory, FIFO, device) is refused.
+ * Errors are sticky: after one, every call returns it, and finish removes the temporary (so does abort), leaving
+ * `path` as it was. header_reserve: bytes reserved for the header (0: 64 KiB); a header that outgrows it costs one
+ * extra copy of the data at finish. dtype names as safetensors spells them: "F32", "BF16", "F16", "I32", "I64", ...
+ * Not thread-safe: one writer, one thread at a time. */
+typedef struct qvl_st_writer qvl_st_writer;
+QVL_API qvl_status qvl_st_writer_open(const char *path, size_t header_reserve, qvl_st_writer **out, qvl_error *err);
+QVL_API qvl_status qvl_st_writer_meta(qvl_st_writer *w, const char *key, const char *value, qvl_error *err);
+QVL_API qvl_status qvl_st_writer_tensor(qvl_st_writer *w, const char *name, const char *dtype, const int64_t *shape,
+                                        int ndim, qvl_error *err);
+QVL_API qvl_status qvl_st_writer_data(qvl_st_writer *w, const void *data, size_t n, qvl_error *err);
+/* Write the header, rename into place and free the writer (also on failure). */
+QVL_API qvl_status qvl_st_writer_finish(qvl_st_writer *w, qvl_error *err);
+/* Remove the temporary and free the writer; NULL is a no-op. */
+QVL_API void qvl_st_writer_abort(qvl_st_writer *w);
+
 /* Write a [rows, cols] float32 row-major array as a .npy file (version 1.0, '<f4'). */
 QVL_API qvl_status qvl_write_npy(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err);
 
@@ -529,7 +547,7 @@ typedef struct qvl_item {
     const qvl_pixels *frames;         /* FRAMES */
     size_t n_frames;
     double fps;                       /* FRAMES: their frame rate (timestamps); 0: video.default_fps */
-    const float *rows;                /* ROWS */
+    const float *rows;                /* ROWS (borrowed until the plan is freed) */
     qvl_grid grid;
     /* Preprocessing of this item (NULL: the plan's defaults, i.e. the model directory's
      * preprocessor_config.json / video_preprocessor_config.json over Qwen3-VL's published values). */
@@ -596,8 +614,11 @@ typedef struct qvl_item_info {
 } qvl_item_info;
 
 /* Decode and preprocess `items` on ctx's pool (the ctx's model decides patch size, merge and output widths).
- * Returns QVL_OK when the plan was made, even if some items failed (see each qvl_item_info.status; err then
- * holds the first failure's message); an error only for bad arguments or memory. `params` may be NULL. */
+ * Returns QVL_OK when the plan was made, even if some or all items failed: each item's own status and message
+ * are in qvl_plan_item (qvl_plan_ok_count says how many succeeded); an error status only for bad arguments or
+ * memory, with no plan. Items: an array of n_items structs, each initialised by qvl_item_default (the array's
+ * stride is items[0].struct_size). ROWS items' rows are borrowed until the plan is freed; everything else an item
+ * points to is read during this call only. `params` may be NULL. */
 QVL_API qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, const qvl_plan_params *params,
                                    qvl_plan **out, qvl_error *err);
 QVL_API void qvl_plan_free(qvl_plan *plan);

@@ -234,3 +234,9 @@ qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_imag
     free(buf);
     return s;
 }
+
+qvl_status image_decode_labeled(const void *data, size_t size, const qvl_decode_params *p, const char *label,
+                                qvl_image *out, qvl_error *err) {
+    memset(out, 0, sizeof *out);
+    return decode_labeled(data, size, p, label, out, err);
+}

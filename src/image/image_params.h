@@ -3,6 +3,7 @@
 #ifndef QVL_IMAGE_PARAMS_H
 #define QVL_IMAGE_PARAMS_H
 
+#include "core/pool.h"
 #include "qvl.h"
 
 void decode_defaults(qvl_decode_params *p);
@@ -12,5 +13,14 @@ void video_defaults(qvl_video_params *p);
 qvl_status decode_params_take(qvl_decode_params *full, const qvl_decode_params *p, qvl_error *err);
 qvl_status preprocess_params_take(qvl_preprocess_params *full, const qvl_preprocess_params *p, qvl_error *err);
 qvl_status video_params_take(qvl_video_params *full, const qvl_video_params *p, qvl_error *err);
+
+/* qvl_preprocess_image / _video on a caller's pool (a context's), with full (already taken) params. */
+qvl_status preprocess_image_pool(const qvl_image *img, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+                                 thread_pool *pool, qvl_error *err);
+qvl_status preprocess_video_pool(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+                                 thread_pool *pool, qvl_error *err);
+/* qvl_image_decode with `label` naming the bytes in messages. */
+qvl_status image_decode_labeled(const void *data, size_t size, const qvl_decode_params *p, const char *label,
+                                qvl_image *out, qvl_error *err);
 
 #endif

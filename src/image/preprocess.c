@@ -256,7 +256,7 @@ static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_
  * n_frames = 1 for an image (it fills every temporal slot); a video with n_frames not a multiple of Tp repeats its
  * last frame. */
 static qvl_status frames_to_rows(const uint8_t *rgb, int32_t n_frames, int32_t w, int32_t h, int32_t tw, int32_t th,
-                                 const qvl_preprocess_params *p, float *rows, qvl_error *err) {
+                                 const qvl_preprocess_params *p, float *rows, thread_pool *pool, qvl_error *err) {
     const int resize = w != tw || h != th;
     size_t frame_bytes, all = 0, ws_bytes = 0;
     if (size_mul_overflow((size_t)tw * 3, (size_t)th, &frame_bytes) ||
@@ -273,8 +273,9 @@ static qvl_status frames_to_rows(const uint8_t *rgb, int32_t n_frames, int32_t w
         free(ws);
         return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for resized frames", all + ws_bytes);
     }
-    thread_pool *pool = NULL;
-    qvl_status s = pool_create(&pool, p->n_threads, err);
+    thread_pool *own = NULL; /* the caller's pool, else one of this call's own */
+    qvl_status s = pool ? QVL_OK : pool_create(&own, p->n_threads, err);
+    if (!pool) pool = own;
     const size_t src_bytes = (size_t)w * (size_t)h * 3;
     for (int32_t f = 0; resize && f < n_frames && s == QVL_OK; f++)
         s = resize_u8(rgb + (size_t)f * src_bytes, w, h, 3, resized + (size_t)f * frame_bytes, tw, th,
@@ -285,7 +286,7 @@ static qvl_status frames_to_rows(const uint8_t *rgb, int32_t n_frames, int32_t w
         /* An image is one frame repeated into every temporal slot of its single temporal patch. */
         patchify(resize ? resized : rgb, n_frames, th, tw, p, (const float(*)[256])lut, rows, pool);
     }
-    pool_destroy(pool);
+    pool_destroy(own);
     free(ws);
     free(resized);
     return s;
@@ -299,7 +300,22 @@ qvl_status qvl_preprocess_image(const qvl_image *img, const qvl_preprocess_param
     TRY(preprocess_params_take(&pp, p, err));
     p = &pp;
     TRY(qvl_image_grid(img, p, grid, err));
-    return frames_to_rows(img->rgb, 1, img->width, img->height, grid->w * p->patch, grid->h * p->patch, p, rows, err);
+    return frames_to_rows(img->rgb, 1, img->width, img->height, grid->w * p->patch, grid->h * p->patch, p, rows, NULL,
+                          err);
+}
+
+qvl_status preprocess_image_pool(const qvl_image *img, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+                                 thread_pool *pool, qvl_error *err) {
+    TRY(qvl_image_grid(img, p, grid, err));
+    return frames_to_rows(img->rgb, 1, img->width, img->height, grid->w * p->patch, grid->h * p->patch, p, rows, pool,
+                          err);
+}
+
+qvl_status preprocess_video_pool(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
+                                 thread_pool *pool, qvl_error *err) {
+    TRY(qvl_video_grid(v, p, grid, err));
+    return frames_to_rows(v->rgb, v->n_frames, v->width, v->height, grid->w * p->patch, grid->h * p->patch, p, rows,
+                          pool, err);
 }
 
 qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
@@ -311,7 +327,7 @@ qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params 
     p = &pp;
     TRY(qvl_video_grid(v, p, grid, err));
     return frames_to_rows(v->rgb, v->n_frames, v->width, v->height, grid->w * p->patch, grid->h * p->patch, p, rows,
-                          err);
+                          NULL, err);
 }
 
 qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode, int n_threads,

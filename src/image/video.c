@@ -140,6 +140,10 @@ static void blend_white(const uint8_t *rgba, size_t n_px, uint8_t *rgb) {
     }
 }
 
+/* libswscale's SIMD output loops may store up to a vector past the end of a packed row (seen: 8 bytes at width
+ * 62, RGB24); rows are packed here, so only the last row of a buffer can overrun, into this slack. */
+enum { VIDEO_SWS_SLACK = 64 };
+
 /* Convert one decoded frame into packed RGB24 at `dst` ([height·width·3]). */
 static qvl_status convert_frame(vdec *d, const AVFrame *f, int64_t index, uint8_t *dst, qvl_error *err) {
     if (f->width != d->width || f->height != d->height)
@@ -162,7 +166,7 @@ static qvl_status convert_frame(vdec *d, const AVFrame *f, int64_t index, uint8_
     uint8_t *out = dst;
     if (alpha) {
         if (!d->rgba) {
-            d->rgba = malloc(n_px * 4);
+            d->rgba = malloc(n_px * 4 + VIDEO_SWS_SLACK);
             if (!d->rgba) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", d->path);
         }
         out = d->rgba;
@@ -245,7 +249,7 @@ static qvl_status alloc_frames(qvl_video *out, int32_t w, int32_t h, size_t n, c
     size_t fs, total;
     if (n > INT32_MAX || size_mul_overflow((size_t)w * (size_t)h, 3, &fs) || size_mul_overflow(fs, n, &total))
         return err_fail(err, QVL_ERR_LIMIT, "%s: %zu frames of %dx%d are too large", what, n, (int)w, (int)h);
-    out->rgb = malloc(total ? total : 1);
+    out->rgb = malloc(total + VIDEO_SWS_SLACK); /* the last frame's last row is written by sws_scale */
     out->indices = malloc(n * sizeof *out->indices);
     if (!out->rgb || !out->indices)
         return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu frames of %dx%d", what, n, (int)w, (int)h);

@@ -88,8 +88,7 @@ static qvl_status wtensor_nbytes(const st_wtensor *t, uint64_t *nbytes, qvl_erro
     return QVL_OK;
 }
 
-/* Build the padded header. On success *hdr is malloc'd, *hdr_len a multiple of 8. */
-static qvl_status build_header(const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta,
+qvl_status st_build_header(const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta,
                                char **hdr, size_t *hdr_len, qvl_error *err) {
     for (size_t i = 0; i < n_meta; i++)
         if (!meta_kv || !meta_kv[2 * i] || !meta_kv[2 * i + 1])
@@ -160,7 +159,7 @@ static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, co
     if (!path || (n && !t)) return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL argument");
     char *hdr = NULL;
     size_t hdr_len = 0;
-    TRY(build_header(t, n, meta_kv, n_meta, &hdr, &hdr_len, err));
+    TRY(st_build_header(t, n, meta_kv, n_meta, &hdr, &hdr_len, err));
 
     fu_tmpfile tf;
     qvl_status s = fu_tmp_open(&tf, path, err);

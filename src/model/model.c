@@ -22,6 +22,7 @@ void qvl_model_free(qvl_model *m) {
     free(m->owned_patch);
     free(m->small);
     free(m->panels);
+    free(m->dir);
     pthread_mutex_destroy(&m->fp_lock);
     free(m);
 }
@@ -191,6 +192,11 @@ qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_mo
     if (!m) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     m->isa = isa;
     pthread_mutex_init(&m->fp_lock, NULL);
+    m->dir = strdup(dir);
+    if (!m->dir) {
+        qvl_model_free(m);
+        return err_fail(err, QVL_ERR_NOMEM, "out of memory");
+    }
     char path[4096];
     qvl_status s = fu_join(path, sizeof path, dir, "config.json", err);
     if (s == QVL_OK) s = config_load(path, &m->cfg, err);

@@ -70,6 +70,7 @@ struct qvl_model {
     float *small;        /* every f32-widened vector (biases, norms), one allocation */
     void *panels;        /* every Linear's packed weight panels, one allocation */
     int isa;             /* gemm_isa the panels are packed for and the contexts run (never AUTO once loaded) */
+    char *dir;           /* the model directory as given to qvl_model_load (its preprocessing json files) */
     pthread_mutex_t fp_lock;
     int fp_done;
     uint8_t fp[16];

@@ -276,20 +276,26 @@ size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids) {
 
 size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids) { return qvl_patch_rows(grids, n_grids) / 4; }
 
-/* Validate grids against the model and the row count; fill the segment table (*n_seg_out segments). */
+qvl_status tower_check_grid(const qvl_model *m, const qvl_grid *g, const char *label, qvl_error *err) {
+    const int merge = m->cfg.merge;
+    if (g->t < 1 || g->h < merge || g->w < merge || g->h % merge || g->w % merge || g->h > MAX_GRID_SIDE ||
+        g->w > MAX_GRID_SIDE)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s (t=%d, h=%d, w=%d): t must be ≥ 1 and h, w positive multiples "
+                        "of the merge size %d, at most %d", label, g->t, g->h, g->w, merge, MAX_GRID_SIDE);
+    return QVL_OK;
+}
+
+/* Validate grids against the model and the row count; reserve; fill the segment table (*n_seg_out segments). */
 static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size_t n_grids, int stage,
                           size_t *n_seg_out, qvl_error *err) {
-    const tower_config *k = &c->m->cfg;
     if (!grids || n_grids == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "no grids given");
     size_t n_seg = 0;
     for (size_t i = 0; i < n_grids; i++) {
-        const qvl_grid *g = &grids[i];
-        if (g->t < 1 || g->h < k->merge || g->w < k->merge || g->h % k->merge || g->w % k->merge ||
-            g->h > MAX_GRID_SIDE || g->w > MAX_GRID_SIDE)
-            return err_fail(err, QVL_ERR_INVALID_ARG, "grid %zu (t=%d, h=%d, w=%d): t must be ≥ 1 and h, w positive "
-                            "multiples of the merge size %d, at most %d", i, g->t, g->h, g->w, k->merge,
-                            MAX_GRID_SIDE);
-        if (size_add_overflow(n_seg, (size_t)g->t, &n_seg)) return err_fail(err, QVL_ERR_LIMIT, "too many segments");
+        char label[32];
+        snprintf(label, sizeof label, "grid %zu", i);
+        TRY(tower_check_grid(c->m, &grids[i], label, err));
+        if (size_add_overflow(n_seg, (size_t)grids[i].t, &n_seg))
+            return err_fail(err, QVL_ERR_LIMIT, "too many segments");
     }
     size_t S = qvl_patch_rows(grids, n_grids);
     if (S == 0 || S > (size_t)INT32_MAX) return err_fail(err, QVL_ERR_LIMIT, "patch row count overflows");

@@ -1,0 +1,641 @@
+/* plan.c — plans: a list of items (files, encoded bytes, pixels, frames, patch rows) decoded and preprocessed on a
+ * context's pool, with every size known before anything is encoded; then one encode into caller buffers, items
+ * grouped into passes of up to max_batch_rows rows. One item's failure stays with that item. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/params.h"
+#include "image/image_params.h"
+#include "model/model.h"
+#include "model/tower.h"
+
+typedef struct plan_item {
+    qvl_status status;     /* planning */
+    qvl_status enc_status; /* the last encode (QVL_OK until one fails) */
+    char message[1024];
+    char label[256];
+    const char *kind;
+    qvl_grid grid;
+    size_t n_rows, n_tokens, out_bytes;
+    const float *rows;     /* the plan's copy (rows_owned), or a ROWS item's borrowed rows */
+    float *rows_owned;
+    int32_t src_w, src_h, res_w, res_h, n_frames;
+    int64_t total_frames;
+    double fps;
+    int64_t *indices;
+    double *timestamps;
+    size_t n_timestamps;
+    double decode_ms, preprocess_ms, encode_ms;
+    int encoded;           /* the last encode reached this item's group and it succeeded */
+} plan_item;
+
+struct qvl_plan {
+    const qvl_model *m;
+    qvl_plan_params p;
+    int n_ds;                     /* DeepStack features in the outputs */
+    size_t O, out_cols, n_planes, esize;
+    size_t n;
+    plan_item *items;
+    size_t n_ok, out_bytes, held, max_group_rows, scratch;
+    /* encode-time tables, sized here so the encode allocates nothing */
+    const float **g_rows;
+    qvl_grid *g_grids;
+    tower_sink *g_sinks;
+    size_t *g_items;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void item_defaults(qvl_item *it) {
+    memset(it, 0, sizeof *it);
+    it->struct_size = sizeof *it;
+    it->kind = QVL_ITEM_PATH;
+}
+
+void qvl_item_init(qvl_item *p, size_t struct_size) {
+    qvl_item d;
+    item_defaults(&d);
+    params_init(p, struct_size, &d, sizeof d);
+}
+
+static void plan_defaults(qvl_plan_params *p) {
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    p->dtype = QVL_DTYPE_F32;
+    p->layout = QVL_OUTPUT_CONCAT;
+    p->deepstack = 1;
+    p->max_batch_rows = 0;
+}
+
+void qvl_plan_params_init(qvl_plan_params *p, size_t struct_size) {
+    qvl_plan_params d;
+    plan_defaults(&d);
+    params_init(p, struct_size, &d, sizeof d);
+}
+
+/* ---- one item: decode ----------------------------------------------------------------------------------------- */
+
+/* Image files by their first bytes (JPEG, PNG, GIF, WebP, BMP); anything else is a video for FFmpeg. */
+static int looks_like_image(const char *path) {
+    unsigned char b[12] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 1; /* the image loader reports the I/O error */
+    size_t n = fread(b, 1, sizeof b, f);
+    fclose(f);
+    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return 1;
+    if (n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return 1;
+    if (n >= 6 && (memcmp(b, "GIF87a", 6) == 0 || memcmp(b, "GIF89a", 6) == 0)) return 1;
+    if (n >= 12 && memcmp(b, "RIFF", 4) == 0 && memcmp(b + 8, "WEBP", 4) == 0) return 1;
+    if (n >= 2 && b[0] == 'B' && b[1] == 'M') return 1;
+    return 0;
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The regular files of a directory, sorted by name, as one video's frames. */
+static qvl_status load_frames_dir(const char *dir, const qvl_video_params *vp, qvl_video *v, qvl_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return err_fail(err, QVL_ERR_IO, "%s: cannot open the directory", dir);
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    qvl_status s = QVL_OK;
+    struct dirent *e;
+    while (s == QVL_OK && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        char *p = malloc(len);
+        if (!p) {
+            s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory listing frames", dir);
+            break;
+        }
+        snprintf(p, len, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) {
+            free(p);
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **q = realloc(names, cap * sizeof *q);
+            if (!q) {
+                free(p);
+                s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory listing frames", dir);
+                break;
+            }
+            names = q;
+        }
+        names[n++] = p;
+    }
+    closedir(d);
+    if (s == QVL_OK && n == 0) s = err_fail(err, QVL_ERR_INVALID_ARG, "%s: no frame images in the directory", dir);
+    if (s == QVL_OK) {
+        qsort(names, n, sizeof *names, name_cmp);
+        s = qvl_video_from_images((const char *const *)names, n, vp, v, err);
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return s;
+}
+
+/* Packed RGB from caller pixels: in place when they already are (returned *owned NULL), else converted (RGBA:
+ * alpha composited onto white, as PIL's convert_to_rgb does, or dropped). */
+static qvl_status pixels_rgb(const qvl_pixels *px, qvl_alpha_mode alpha, const char *label, qvl_image *img,
+                             uint8_t **owned, qvl_error *err) {
+    *owned = NULL;
+    if (!px->data) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: image.data is NULL", label);
+    if (px->width < 1 || px->height < 1)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: image is %dx%d pixels; both sides must be at least 1", label,
+                        px->width, px->height);
+    if (px->channels != 3 && px->channels != 4)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: image.channels is %d; 3 (RGB) or 4 (RGBA) are accepted",
+                        label, px->channels);
+    size_t row, bytes;
+    if (size_mul_overflow((size_t)px->width, (size_t)px->channels, &row) ||
+        size_mul_overflow((size_t)px->width * 3, (size_t)px->height, &bytes))
+        return err_fail(err, QVL_ERR_LIMIT, "%s: a %dx%d image overflows", label, px->width, px->height);
+    const size_t stride = px->stride ? px->stride : row;
+    if (stride < row)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: image.stride %zu is below width·channels = %zu", label, stride,
+                        row);
+    if (px->channels == 3 && stride == row) {
+        *img = (qvl_image){px->width, px->height, (uint8_t *)px->data};
+        return QVL_OK;
+    }
+    uint8_t *rgb = malloc(bytes);
+    if (!rgb) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory converting a %dx%d image", label, px->width,
+                              px->height);
+    for (int32_t y = 0; y < px->height; y++) {
+        const uint8_t *s = px->data + (size_t)y * stride;
+        uint8_t *d = rgb + (size_t)y * px->width * 3;
+        for (int32_t x = 0; x < px->width; x++, s += px->channels, d += 3) {
+            if (px->channels == 3 || alpha == QVL_ALPHA_DROP) {
+                d[0] = s[0], d[1] = s[1], d[2] = s[2];
+            } else { /* PIL alpha_composite of the pixel over opaque white, then convert("RGB") */
+                const unsigned a = s[3];
+                for (int c = 0; c < 3; c++) d[c] = (uint8_t)((s[c] * a + 255u * (255u - a) + 127u) / 255u);
+            }
+        }
+    }
+    *owned = rgb;
+    *img = (qvl_image){px->width, px->height, rgb};
+    return QVL_OK;
+}
+
+/* A video from caller frames (all used, one size), copied into one block as qvl_video holds frames. */
+static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, qvl_alpha_mode alpha,
+                               const char *label, qvl_video *v, qvl_error *err) {
+    memset(v, 0, sizeof *v);
+    if (!it->frames || it->n_frames == 0)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: a FRAMES item needs frames and n_frames ≥ 1 (n_frames %zu)",
+                        label, it->n_frames);
+    if (it->n_frames > INT32_MAX)
+        return err_fail(err, QVL_ERR_LIMIT, "%s: %zu frames is too many", label, it->n_frames);
+    const double fps = it->fps > 0 ? it->fps : vp->default_fps;
+    if (!(fps > 0) || !isfinite(fps))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: fps %g is not a positive number", label, it->fps);
+    const int32_t w = it->frames[0].width, h = it->frames[0].height;
+    size_t fs = 0, all = 0;
+    if (w < 1 || h < 1 || size_mul_overflow((size_t)w * 3, (size_t)h, &fs) ||
+        size_mul_overflow(fs, it->n_frames, &all))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame 0 is %dx%d pixels", label, w, h);
+    v->rgb = malloc(all);
+    v->indices = malloc(it->n_frames * sizeof *v->indices);
+    if (!v->rgb || !v->indices) {
+        qvl_video_free(v);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %zu frames of %dx%d", label, it->n_frames, w, h);
+    }
+    for (size_t f = 0; f < it->n_frames; f++) {
+        const qvl_pixels *px = &it->frames[f];
+        if (px->width != w || px->height != h) {
+            qvl_video_free(v);
+            return err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame %zu is %dx%d, frame 0 is %dx%d", label, f,
+                            px->width, px->height, w, h);
+        }
+        char flabel[300];
+        snprintf(flabel, sizeof flabel, "%s frame %zu", label, f);
+        qvl_image img;
+        uint8_t *owned;
+        qvl_status s = pixels_rgb(px, alpha, flabel, &img, &owned, err);
+        if (s != QVL_OK) {
+            qvl_video_free(v);
+            return s;
+        }
+        memcpy(v->rgb + f * fs, img.rgb, fs);
+        free(owned);
+        v->indices[f] = (int64_t)f;
+    }
+    v->width = w, v->height = h, v->n_frames = (int32_t)it->n_frames;
+    v->total_frames = (int64_t)it->n_frames;
+    v->fps = fps;
+    return QVL_OK;
+}
+
+/* ---- one item: preprocess ------------------------------------------------------------------------------------- */
+
+static qvl_status fits_model(const qvl_model *m, const qvl_preprocess_params *pp, const char *label, qvl_error *err) {
+    const tower_config *k = &m->cfg;
+    if (pp->patch != k->patch || pp->temporal_patch != k->temporal_patch || pp->merge != k->merge)
+        return err_fail(err, QVL_ERR_INVALID_ARG,
+                        "%s: preprocessing patch %d / temporal_patch %d / merge %d does not fit the tower's %d / %d / %d",
+                        label, pp->patch, pp->temporal_patch, pp->merge, k->patch, k->temporal_patch, k->merge);
+    return QVL_OK;
+}
+
+static qvl_status alloc_rows(plan_item *pi, const qvl_model *m, qvl_error *err) {
+    size_t bytes;
+    pi->n_rows = qvl_patch_rows(&pi->grid, 1);
+    if (pi->n_rows == 0 || pi->n_rows > INT32_MAX ||
+        size_mul_overflow(pi->n_rows, (size_t)m->cfg.row_len * sizeof(float), &bytes))
+        return err_fail(err, QVL_ERR_LIMIT, "%s: grid %dx%dx%d is %zu patch rows, above the limit %d", pi->label,
+                        pi->grid.t, pi->grid.h, pi->grid.w, pi->n_rows, INT32_MAX);
+    pi->rows_owned = malloc(bytes);
+    if (!pi->rows_owned)
+        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu bytes for %zu patch rows", pi->label, bytes,
+                        pi->n_rows);
+    pi->rows = pi->rows_owned;
+    return QVL_OK;
+}
+
+static qvl_status plan_image(plan_item *pi, const qvl_model *m, const qvl_image *img, const qvl_preprocess_params *pp,
+                             thread_pool *pool, qvl_error *err) {
+    pi->src_w = img->width, pi->src_h = img->height;
+    TRY(qvl_image_grid(img, pp, &pi->grid, err));
+    TRY(alloc_rows(pi, m, err));
+    return preprocess_image_pool(img, pp, pi->rows_owned, &pi->grid, pool, err);
+}
+
+static qvl_status plan_video(plan_item *pi, const qvl_model *m, const qvl_video *v, const qvl_preprocess_params *pp,
+                             thread_pool *pool, qvl_error *err) {
+    pi->src_w = v->width, pi->src_h = v->height;
+    pi->n_frames = v->n_frames, pi->total_frames = v->total_frames, pi->fps = v->fps;
+    TRY(qvl_video_grid(v, pp, &pi->grid, err));
+    pi->indices = malloc((size_t)v->n_frames * sizeof *pi->indices);
+    pi->timestamps = malloc((size_t)pi->grid.t * sizeof *pi->timestamps);
+    if (!pi->indices || !pi->timestamps)
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for the frame table", pi->label);
+    memcpy(pi->indices, v->indices, (size_t)v->n_frames * sizeof *pi->indices);
+    TRY(qvl_video_timestamps(v, pp->temporal_patch, pi->timestamps, (size_t)pi->grid.t, &pi->n_timestamps, err));
+    TRY(alloc_rows(pi, m, err));
+    return preprocess_video_pool(v, pp, pi->rows_owned, &pi->grid, pool, err);
+}
+
+typedef struct item_settings {
+    qvl_preprocess_params pp;
+    qvl_video_params vp;
+    qvl_decode_params dp;
+} item_settings;
+
+static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it, const item_settings *base,
+                           thread_pool *pool, qvl_error *err) {
+    item_settings s = *base;
+    if (it->preprocess) TRY(preprocess_params_take(&s.pp, it->preprocess, err));
+    if (it->video) TRY(video_params_take(&s.vp, it->video, err));
+    if (it->decode) TRY(decode_params_take(&s.dp, it->decode, err));
+    s.vp.max_pixels = s.dp.max_pixels < s.vp.max_pixels ? s.dp.max_pixels : s.vp.max_pixels;
+    double t0 = now_ms();
+    qvl_image img = {0};
+    qvl_video vid = {0};
+    uint8_t *owned = NULL;
+    qvl_status st = QVL_OK;
+    int video = 0;
+    switch (it->kind) {
+    case QVL_ITEM_ROWS:
+        pi->kind = "rows";
+        if (!it->rows) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: rows is NULL", pi->label);
+        TRY(tower_check_grid(m, &it->grid, pi->label, err));
+        pi->grid = it->grid;
+        pi->n_rows = qvl_patch_rows(&pi->grid, 1);
+        if (pi->n_rows == 0 || pi->n_rows > INT32_MAX)
+            return err_fail(err, QVL_ERR_LIMIT, "%s: grid %dx%dx%d is too many patch rows", pi->label, it->grid.t,
+                            it->grid.h, it->grid.w);
+        pi->rows = it->rows;
+        return QVL_OK;
+    case QVL_ITEM_PATH: {
+        if (!it->path || !*it->path)
+            return err_fail(err, QVL_ERR_INVALID_ARG, "%s: path is %s", pi->label, it->path ? "empty" : "NULL");
+        struct stat sb;
+        const int dir = stat(it->path, &sb) == 0 && S_ISDIR(sb.st_mode);
+        video = dir || !looks_like_image(it->path);
+        pi->kind = dir ? "frames" : video ? "video" : "image";
+        if (!video) st = qvl_image_load(it->path, &s.dp, &img, err);
+        else if (dir) st = load_frames_dir(it->path, &s.vp, &vid, err);
+        else st = qvl_video_load(it->path, &s.vp, &vid, err);
+        break;
+    }
+    case QVL_ITEM_ENCODED:
+        pi->kind = "image";
+        if (!it->data || !it->size)
+            return err_fail(err, QVL_ERR_INVALID_ARG, "%s: an ENCODED item needs data and size ≥ 1 (size %zu)",
+                            pi->label, it->size);
+        st = image_decode_labeled(it->data, it->size, &s.dp, pi->label, &img, err);
+        break;
+    case QVL_ITEM_PIXELS:
+        pi->kind = "image";
+        st = pixels_rgb(&it->image, s.dp.alpha, pi->label, &img, &owned, err);
+        break;
+    case QVL_ITEM_FRAMES:
+        pi->kind = "frames";
+        video = 1;
+        st = frames_video(it, &s.vp, s.dp.alpha, pi->label, &vid, err);
+        break;
+    default:
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: unknown item kind %d", pi->label, (int)it->kind);
+    }
+    pi->decode_ms = now_ms() - t0;
+    t0 = now_ms();
+    if (st == QVL_OK) st = fits_model(m, &s.pp, pi->label, err);
+    if (st == QVL_OK)
+        st = video ? plan_video(pi, m, &vid, &s.pp, pool, err) : plan_image(pi, m, &img, &s.pp, pool, err);
+    pi->res_w = pi->grid.w * s.pp.patch, pi->res_h = pi->grid.h * s.pp.patch;
+    pi->preprocess_ms = now_ms() - t0;
+    if (owned) free(owned);
+    else if (it->kind != QVL_ITEM_PIXELS) qvl_image_free(&img);
+    qvl_video_free(&vid);
+    return st;
+}
+
+/* ---- plans ---------------------------------------------------------------------------------------------------- */
+
+static void item_free(plan_item *pi) {
+    free(pi->rows_owned);
+    free(pi->indices);
+    free(pi->timestamps);
+}
+
+void qvl_plan_free(qvl_plan *p) {
+    if (!p) return;
+    for (size_t i = 0; i < p->n; i++) item_free(&p->items[i]);
+    free(p->items);
+    free(p->g_rows);
+    free(p->g_grids);
+    free(p->g_sinks);
+    free(p->g_items);
+    free(p);
+}
+
+/* The settings items without their own start from: the plan's, else the model directory's json files. */
+static qvl_status base_settings(const qvl_model *m, const qvl_plan_params *pp, item_settings *s, qvl_error *err) {
+    preprocess_defaults(&s->pp);
+    video_defaults(&s->vp);
+    decode_defaults(&s->dp);
+    if (!pp->preprocess || !pp->video) {
+        qvl_preprocess_params fp = s->pp;
+        qvl_video_params fv = s->vp;
+        TRY(qvl_preprocess_params_load(m->dir, &fp, &fv, err));
+        if (!pp->preprocess) s->pp = fp;
+        if (!pp->video) s->vp = fv;
+    }
+    if (pp->preprocess) TRY(preprocess_params_take(&s->pp, pp->preprocess, err));
+    if (pp->video) TRY(video_params_take(&s->vp, pp->video, err));
+    if (pp->decode) TRY(decode_params_take(&s->dp, pp->decode, err));
+    return QVL_OK;
+}
+
+/* The group structure: consecutive ok items while their rows fit max_batch_rows (an item above it alone). */
+static void plan_groups(qvl_plan *p, const qvl_ctx *ctx) {
+    const size_t cap = p->p.max_batch_rows;
+    size_t rows = 0, largest = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        const plan_item *pi = &p->items[i];
+        if (pi->status != QVL_OK) continue;
+        if (rows && rows + pi->n_rows > cap) rows = 0;
+        rows += pi->n_rows;
+        if (rows > largest) largest = rows;
+    }
+    p->max_group_rows = largest;
+    p->scratch = largest ? tower_scratch_bytes(ctx, largest, p->p.dtype != QVL_DTYPE_F32) : 0;
+}
+
+qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, const qvl_plan_params *params,
+                           qvl_plan **out, qvl_error *err) {
+    err_clear(err);
+    if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_create: out is NULL");
+    *out = NULL;
+    if (!ctx) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_create: ctx is NULL");
+    if (!items && n_items) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_create: items is NULL");
+    size_t stride = n_items ? items[0].struct_size : 0;
+    if (n_items && stride < offsetof(qvl_item, kind) + sizeof(qvl_item_kind))
+        return err_fail(err, QVL_ERR_INVALID_ARG,
+                        "qvl_plan_create: items[0].struct_size is %zu: initialise items with qvl_item_default()",
+                        stride);
+    const qvl_model *m = ctx_model(ctx);
+    qvl_plan *p = calloc(1, sizeof *p);
+    if (!p) return err_fail(err, QVL_ERR_NOMEM, "qvl_plan_create: out of memory");
+    plan_defaults(&p->p);
+    qvl_status s = params_take(&p->p, sizeof p->p, params, "qvl_plan_params", err);
+    if (s == QVL_OK && p->p.dtype != QVL_DTYPE_F32 && p->p.dtype != QVL_DTYPE_BF16 && p->p.dtype != QVL_DTYPE_F16)
+        s = err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_params.dtype %d is not F32, BF16 or F16", (int)p->p.dtype);
+    if (s == QVL_OK && p->p.layout != QVL_OUTPUT_CONCAT && p->p.layout != QVL_OUTPUT_SPLIT)
+        s = err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_params.layout %d is not CONCAT or SPLIT", (int)p->p.layout);
+    item_settings base;
+    if (s == QVL_OK) s = base_settings(m, &p->p, &base, err);
+    p->p.preprocess = NULL, p->p.video = NULL, p->p.decode = NULL; /* taken; the caller's may go */
+    if (!p->p.max_batch_rows) p->p.max_batch_rows = 16384;
+    p->m = m;
+    p->n_ds = p->p.deepstack ? m->cfg.n_deepstack : 0;
+    p->O = (size_t)m->cfg.out_hidden;
+    p->esize = p->p.dtype == QVL_DTYPE_F32 ? 4 : 2;
+    p->out_cols = p->p.layout == QVL_OUTPUT_CONCAT ? p->O * (1 + (size_t)p->n_ds) : p->O;
+    p->n_planes = p->p.layout == QVL_OUTPUT_CONCAT ? 1 : 1 + (size_t)p->n_ds;
+    p->n = n_items;
+    if (s == QVL_OK) {
+        const size_t n = n_items ? n_items : 1;
+        p->items = calloc(n, sizeof *p->items);
+        p->g_rows = calloc(n, sizeof *p->g_rows);
+        p->g_grids = calloc(n, sizeof *p->g_grids);
+        p->g_sinks = calloc(n, sizeof *p->g_sinks);
+        p->g_items = calloc(n, sizeof *p->g_items);
+        if (!p->items || !p->g_rows || !p->g_grids || !p->g_sinks || !p->g_items)
+            s = err_fail(err, QVL_ERR_NOMEM, "qvl_plan_create: out of memory for %zu items", n_items);
+    }
+    if (s != QVL_OK) {
+        qvl_plan_free(p);
+        return s;
+    }
+    const size_t mm = (size_t)m->cfg.merge * (size_t)m->cfg.merge;
+    for (size_t i = 0; i < n_items; i++) {
+        plan_item *pi = &p->items[i];
+        qvl_item it;
+        item_defaults(&it);
+        const qvl_item *ci = (const qvl_item *)((const unsigned char *)items + i * stride);
+        qvl_error ie;
+        err_clear(&ie);
+        pi->status = params_take(&it, sizeof it, ci, "qvl_item", &ie);
+        if (it.label && *it.label) snprintf(pi->label, sizeof pi->label, "%s", it.label);
+        else if (it.kind == QVL_ITEM_PATH && it.path && *it.path) snprintf(pi->label, sizeof pi->label, "%s", it.path);
+        else snprintf(pi->label, sizeof pi->label, "item %zu", i);
+        if (pi->status == QVL_OK) pi->status = plan_one(pi, m, &it, &base, ctx_pool(ctx), &ie);
+        if (pi->status == QVL_OK) {
+            pi->n_tokens = pi->n_rows / mm;
+            size_t b;
+            if (size_mul_overflow(pi->n_tokens, p->out_cols * p->n_planes * p->esize, &b) ||
+                size_add_overflow(p->out_bytes, b, &p->out_bytes))
+                pi->status = err_fail(&ie, QVL_ERR_LIMIT, "%s: the output size overflows", pi->label);
+            pi->out_bytes = b;
+        }
+        if (pi->status != QVL_OK) {
+            if (!pi->kind) pi->kind = it.kind == QVL_ITEM_ROWS ? "rows" : it.kind == QVL_ITEM_FRAMES ? "frames" : "image";
+            snprintf(pi->message, sizeof pi->message, "%s", ie.message[0] ? ie.message : qvl_status_name(pi->status));
+            free(pi->rows_owned), pi->rows_owned = NULL, pi->rows = NULL;
+            continue;
+        }
+        p->n_ok++;
+        p->held += pi->rows_owned ? pi->n_rows * (size_t)m->cfg.row_len * sizeof(float) : 0;
+    }
+    plan_groups(p, ctx);
+    *out = p;
+    return QVL_OK;
+}
+
+size_t qvl_plan_count(const qvl_plan *p) { return p ? p->n : 0; }
+size_t qvl_plan_ok_count(const qvl_plan *p) { return p ? p->n_ok : 0; }
+size_t qvl_plan_out_bytes(const qvl_plan *p) { return p ? p->out_bytes : 0; }
+size_t qvl_plan_scratch_bytes(const qvl_plan *p) { return p ? p->scratch : 0; }
+size_t qvl_plan_held_bytes(const qvl_plan *p) { return p ? p->held : 0; }
+
+const float *qvl_plan_rows(const qvl_plan *p, size_t i) {
+    return p && i < p->n && p->items[i].status == QVL_OK ? p->items[i].rows : NULL;
+}
+
+void qvl_plan_item_sized(const qvl_plan *p, size_t i, qvl_item_info *info, size_t size) {
+    if (!info) return;
+    qvl_item_info f;
+    memset(&f, 0, sizeof f);
+    if (!p || i >= p->n) {
+        f.status = QVL_ERR_INVALID_ARG;
+        f.message = !p ? "qvl_plan_item: plan is NULL" : "qvl_plan_item: index out of range";
+        f.kind = "";
+    } else {
+        const plan_item *pi = &p->items[i];
+        f.status = pi->status != QVL_OK ? pi->status : pi->enc_status;
+        f.message = pi->message;
+        f.kind = pi->kind ? pi->kind : "";
+        if (pi->status == QVL_OK) {
+            f.grid = pi->grid;
+            f.n_rows = pi->n_rows;
+            f.n_tokens = pi->n_tokens;
+            f.out_cols = p->out_cols;
+            f.n_planes = p->n_planes;
+            f.out_bytes = pi->out_bytes;
+        }
+        f.src_width = pi->src_w, f.src_height = pi->src_h;
+        f.resized_width = pi->res_w, f.resized_height = pi->res_h;
+        f.n_frames = pi->n_frames;
+        f.total_frames = pi->total_frames;
+        f.source_fps = pi->fps;
+        f.frame_indices = pi->indices;
+        f.n_timestamps = pi->n_timestamps;
+        f.timestamps = pi->timestamps;
+        f.decode_ms = pi->decode_ms, f.preprocess_ms = pi->preprocess_ms, f.encode_ms = pi->encode_ms;
+    }
+    memcpy(info, &f, size < sizeof f ? size : sizeof f);
+}
+
+qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *p, qvl_error *err) {
+    err_clear(err);
+    if (!ctx || !p) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_reserve_plan: %s is NULL", !ctx ? "ctx" : "plan");
+    if (ctx_model(ctx) != p->m)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_reserve_plan: the plan was made for another model");
+    if (!p->max_group_rows) return QVL_OK;
+    return tower_reserve(ctx, p->max_group_rows, p->p.dtype != QVL_DTYPE_F32, err);
+}
+
+/* Sink of item i (its own buffer `out`): CONCAT puts target k at column k·O of each row, SPLIT at plane k. */
+static void item_sink(const qvl_plan *p, const plan_item *pi, size_t t0, void *out, tower_sink *k) {
+    memset(k, 0, sizeof *k);
+    k->t0 = t0;
+    k->n = pi->n_tokens;
+    k->dtype = p->p.dtype;
+    k->ld = p->out_cols;
+    unsigned char *base = out;
+    for (int d = 0; d <= p->n_ds; d++) {
+        const size_t off = p->p.layout == QVL_OUTPUT_CONCAT ? (size_t)d * p->O : (size_t)d * pi->n_tokens * p->O;
+        k->dst[d] = base + off * p->esize;
+    }
+}
+
+static void mark(qvl_plan *p, const size_t *idx, size_t n, qvl_status s, const char *msg) {
+    for (size_t j = 0; j < n; j++) {
+        plan_item *pi = &p->items[idx[j]];
+        pi->enc_status = s;
+        snprintf(pi->message, sizeof pi->message, "%.200s: %.800s", pi->label, msg);
+    }
+}
+
+qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_error *err) {
+    err_clear(err);
+    if (!ctx || !p || (!outputs && p->n_ok))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_encode: %s is NULL", !ctx ? "ctx" : !p ? "plan" : "outputs");
+    if (ctx_model(ctx) != p->m)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_encode: the plan was made for another model");
+    for (size_t i = 0; i < p->n; i++) { /* a fresh encode: earlier encode failures are forgotten */
+        plan_item *pi = &p->items[i];
+        if (pi->status != QVL_OK) continue;
+        pi->enc_status = QVL_OK;
+        pi->message[0] = '\0';
+        pi->encode_ms = 0;
+        pi->encoded = 0;
+        if (!outputs[i]) {
+            pi->enc_status = QVL_ERR_INVALID_ARG;
+            snprintf(pi->message, sizeof pi->message, "%s: outputs[%zu] is NULL", pi->label, i);
+        }
+    }
+    const size_t cap = p->p.max_batch_rows;
+    int stop = 0;
+    for (size_t i = 0; i < p->n && !stop;) {
+        /* the next group: consecutive ok items while their rows fit (the same rule as plan_groups) */
+        size_t n = 0, rows = 0, tok = 0;
+        for (; i < p->n; i++) {
+            plan_item *pi = &p->items[i];
+            if (pi->status != QVL_OK || pi->enc_status != QVL_OK) continue;
+            if (rows && rows + pi->n_rows > cap) break;
+            p->g_rows[n] = pi->rows;
+            p->g_grids[n] = pi->grid;
+            item_sink(p, pi, tok, outputs[i], &p->g_sinks[n]);
+            p->g_items[n++] = i;
+            rows += pi->n_rows;
+            tok += pi->n_tokens;
+        }
+        if (!n) break;
+        qvl_error ge;
+        err_clear(&ge);
+        double t0 = now_ms();
+        qvl_status s = tower_encode(ctx, NULL, p->g_rows, rows, p->g_grids, n, p->g_sinks, n, &ge);
+        double ms = now_ms() - t0;
+        for (size_t j = 0; j < n; j++) { /* the group's time, shared by rows */
+            plan_item *pi = &p->items[p->g_items[j]];
+            pi->encode_ms = ms * (double)pi->n_rows / (double)rows;
+        }
+        if (s != QVL_OK) {
+            mark(p, p->g_items, n, s, ge.message);
+            if (s == QVL_ERR_CANCELLED) stop = 1;
+        } else {
+            for (size_t j = 0; j < n; j++) p->items[p->g_items[j]].encoded = 1;
+        }
+    }
+    /* Items a cancellation left unencoded. */
+    qvl_status first = QVL_OK;
+    for (size_t i = 0; i < p->n; i++) {
+        plan_item *pi = &p->items[i];
+        if (pi->status != QVL_OK) continue;
+        if (stop && pi->enc_status == QVL_OK && !pi->encoded) {
+            pi->enc_status = QVL_ERR_CANCELLED;
+            snprintf(pi->message, sizeof pi->message, "%s: not encoded: the encode was cancelled", pi->label);
+        }
+        if (pi->enc_status != QVL_OK && first == QVL_OK) {
+            first = pi->enc_status;
+            err_fail(err, first, "%s", pi->message);
+        }
+    }
+    return first;
+}
