@@ -12,9 +12,12 @@
  * Gates per output: ‖ours − ref‖ / ‖ref‖ ≤ 1e-4, max |ours − ref| / rms(ref) ≤ 1e-4, and the grid equal. */
 #include <dirent.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/error.h"
@@ -68,34 +71,38 @@ static int xxh64_matches(const st_file *fx, const char *key, const void *data, s
     return want && strtoull(want, NULL, 10) == (unsigned long long)XXH64(data, n, 0);
 }
 
-/* Fixture strings go into a command line: allow only what a path or number in this tree needs. */
-static int safe_arg(const char *s) {
-    if (!s || !*s) return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || strchr("/._-,", *s)))
-            return 0;
-    return 1;
+/* Run argv[0] with argv (no shell: paths may hold any character); its exit status, or -1. */
+static int run_cmd(char *const argv[]) {
+    fflush(stdout);
+    pid_t pid;
+    if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0) return -1;
+    int st;
+    if (waitpid(pid, &st, 0) != pid) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* The CLI path: qvl encode, then qvl encode --preprocess-only. */
 static void run_cli(const char *bin, const char *ckpt, const char *image, const char *max_pixels, const char *tmp,
                     const st_file *fx, const int64_t want_grid[3], int n_ds) {
-    char out[600], pre[600], extra[64] = "", cmd[4096];
+    char out[600], pre[600];
     snprintf(out, sizeof out, "%s/out.safetensors", tmp);
     snprintf(pre, sizeof pre, "%s/pre.safetensors", tmp);
-    if (strcmp(max_pixels, "0") != 0) snprintf(extra, sizeof extra, " --max-pixels %s", max_pixels);
-    CHECK(safe_arg(bin) && safe_arg(ckpt) && safe_arg(image) && safe_arg(tmp));
-    if (!(safe_arg(bin) && safe_arg(ckpt) && safe_arg(image) && safe_arg(tmp))) return;
+    /* qvl encode -q --model CKPT [--max-pixels N] IMAGE -o OUT, and the same with --preprocess-only */
+    char *argv[16];
+    int a = 0;
+    argv[a++] = (char *)bin, argv[a++] = "encode", argv[a++] = "-q", argv[a++] = "--model", argv[a++] = (char *)ckpt;
+    if (strcmp(max_pixels, "0") != 0) argv[a++] = "--max-pixels", argv[a++] = (char *)max_pixels;
+    const int tail = a;
+    argv[a++] = (char *)image, argv[a++] = "-o", argv[a++] = out, argv[a] = NULL;
     double t0 = tu_now();
-    fflush(stdout);
-    snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s'%s '%s' -o '%s'", bin, ckpt, extra, image, out);
-    int rc = system(cmd);
+    int rc = run_cmd(argv);
     double t_enc = tu_now() - t0;
     CHECK(rc == 0);
-    snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s'%s --preprocess-only '%s' -o '%s'", bin, ckpt, extra, image,
-             pre);
-    CHECK(system(cmd) == 0);
-    if (rc != 0) { printf("  cli: `%s` failed (%d)\n", cmd, rc); return; }
+    a = tail;
+    argv[a++] = "--preprocess-only", argv[a++] = (char *)image, argv[a++] = "-o", argv[a++] = pre, argv[a] = NULL;
+    int rc2 = run_cmd(argv);
+    CHECK(rc2 == 0);
+    if (rc != 0 || rc2 != 0) { printf("  cli: %s encode failed (%d, %d)\n", bin, rc, rc2); return; }
     printf("  cli: qvl encode ran in %.2f s\n", t_enc);
 
     qvl_error err;
