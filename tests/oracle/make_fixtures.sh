@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Regenerate every committed oracle fixture under tests/fixtures/tower/.
+# Regenerate every committed oracle fixture under tests/fixtures/tower/ (oracle.py) and the end-to-end fixture(s)
+# tests/fixtures/e2e_*.safetensors (e2e_oracle.py).
 #
 # usage: tests/oracle/make_fixtures.sh [QVL_BIN]      (default: build/qvl)
 # env:   PYTHON   interpreter with tests/oracle/requirements.txt installed (default: .venv/bin/python)
-#        ONLY     space-separated case names to regenerate (default: all)
-#        OUTDIR   where fixtures go (default: tests/fixtures/tower)
+#        ONLY     space-separated case names to regenerate (default: all), e.g. ONLY=e2e_rocket
+#        OUTDIR   where fixtures go (default: tests/fixtures/tower, and tests/fixtures for e2e_*)
 #        KEEP_CKPT=1  keep the synthesized checkpoints (their temp dir is printed)
 set -euo pipefail
 
@@ -15,6 +16,7 @@ cd "$ROOT"
 [[ -x "$QVL" ]] || { echo "make_fixtures: no executable qvl at $QVL (build it first or pass its path)" >&2; exit 1; }
 [[ -x "$PYTHON" ]] || { echo "make_fixtures: no python at $PYTHON (see tests/oracle/README.md)" >&2; exit 1; }
 
+E2E_OUTDIR="${OUTDIR:-$ROOT/tests/fixtures}"
 OUTDIR="${OUTDIR:-$ROOT/tests/fixtures/tower}"
 mkdir -p "$OUTDIR"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/qvl-fixtures.XXXXXX")"
@@ -32,6 +34,14 @@ CASES=(
   "wide_single   | qwen3.5-27b | 2 | 2 | preset | --grid 1,4,4 --seed 104"
   "w2b_deepstack | qwen3-vl-2b | 3 | 4 | 1,3    | --grid 1,4,4 --grid 1,2,4 --seed 105"
   "tiny_tiles    | tiny        | 1 | 0 | preset | --grid 1,8,34 --seed 107"
+)
+
+# End to end: an image file through transformers' load_image, AutoImageProcessor and vision model (f32).
+# name | preset | seed | depth | deepstack | image | max_pixels (0: the checkpoint's preprocessor_config.json)
+# e2e_rocket: the 640x427 photograph at max_pixels 65536 (grid 1x12x18, 54 tokens, 216-row attention segment), so
+# that merged + 2 DeepStack features at out_hidden 2048 stay at 1.3 MB.
+E2E_CASES=(
+  "e2e_rocket    | qwen3-vl-2b | 5 | 4 | 1,3    | tests/data/photos/rocket.jpg | 65536"
 )
 
 trim() { local s="$1"; s="${s#"${s%%[![:space:]]*}"}"; printf '%s' "${s%"${s##*[![:space:]]}"}"; }
@@ -55,4 +65,24 @@ for c in "${CASES[@]}"; do
     --meta synth_preset="$preset" --meta synth_seed="$seed" --meta synth_depth="$depth" \
     --meta synth_deepstack="$ds" --meta fingerprint="$fp" --meta pos_mode=closed
 done
-echo "make_fixtures: done ($OUTDIR)"
+
+for c in "${E2E_CASES[@]}"; do
+  IFS='|' read -r name preset seed depth ds image maxpx <<<"$c"
+  name="$(trim "$name")"; preset="$(trim "$preset")"; seed="$(trim "$seed")"; depth="$(trim "$depth")"
+  ds="$(trim "$ds")"; image="$(trim "$image")"; maxpx="$(trim "$maxpx")"
+  synth="--preset $preset --seed $seed"
+  [[ "$depth" == 0 ]] || synth+=" --depth $depth"
+  [[ "$ds" == preset ]] || synth+=" --deepstack $ds"
+  if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then continue; fi
+  ckpt="$TMP/$name"
+  echo "== $name: qvl synth $synth"
+  # shellcheck disable=SC2086
+  "$QVL" synth $synth --layout hf -o "$ckpt"
+  fp="$("$QVL" info --model "$ckpt" | awk '$1 == "fingerprint:" {print $2}')"
+  [[ -n "$fp" ]] || { echo "make_fixtures: no fingerprint from qvl info" >&2; exit 1; }
+  "$PYTHON" tests/oracle/e2e_oracle.py --model "$ckpt" --image "$image" --max-pixels "$maxpx" \
+    --out "$E2E_OUTDIR/$name.safetensors" \
+    --meta synth_preset="$preset" --meta synth_seed="$seed" --meta synth_depth="$depth" \
+    --meta synth_deepstack="$ds" --meta fingerprint="$fp"
+done
+echo "make_fixtures: done ($OUTDIR, $E2E_OUTDIR)"

@@ -5,8 +5,11 @@
  * This test re-creates the checkpoint, checks the fingerprint (so a drifted synth cannot pass silently), encodes
  * the fixture's pixel rows and compares every stage the fixture holds:
  *   gate 1: ‖ours − ref‖ / ‖ref‖ ≤ 1e-4 against the float32 oracle;
- *   gate 2: that error is no larger than transformers' own bf16 run's error at the same stage. */
+ *   gate 2: that error is no larger than transformers' own bf16 run's error at the same stage;
+ *   gate 3: max |ours − ref| / rms(ref) ≤ 1e-4, so that an error confined to a few values (one wrong row or
+ *           element), which barely moves the L2 norm of a large stage, still fails (docs/PARITY.md). */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 #include "testutil.h"
 
 #define REL_GATE 1e-4
+#define MAXABS_GATE 1e-4 /* max |ours − ref| / rms(ref); measured ≤ 6.7e-6 over the committed fixtures */
 
 typedef struct stage_store {
     char names[64][32];
@@ -44,6 +48,18 @@ static float *tensor_f32(const st_tensor *t, size_t *n) {
     if (t->dtype == ST_F32) memcpy(out, t->data, count * sizeof(float));
     *n = count;
     return out;
+}
+
+static double rms(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return n ? sqrt(s / (double)n) : 0;
+}
+
+/* max |d| scaled by the reference's RMS (a zero reference: max |d| itself). */
+static double scaled_max(double maxabs, const float *ref, size_t n) {
+    double r = rms(ref, n);
+    return r > 0 ? maxabs / r : maxabs;
 }
 
 static int meta_int(const st_file *f, const char *key, int dflt) {
@@ -113,7 +129,7 @@ static void run_fixture(const char *path) {
     CHECK(qvl_encode(ctx, pixels, S, grids, n_grids, merged, NULL, &err) == QVL_OK);
 
     printf("%s (%s, grids %zu, S=%zu)\n", strrchr(path, '/') ? strrchr(path, '/') + 1 : path, preset, n_grids, S);
-    printf("  %-12s %12s %12s %12s\n", "stage", "rel err", "max abs", "bf16 rel");
+    printf("  %-12s %12s %12s %12s %12s\n", "stage", "rel err", "max abs", "max/rms", "bf16 rel");
     int compared = 0;
     for (int i = 0; i < st.n; i++) {
         const st_tensor *ref = st_find(fx, st.names[i]);
@@ -122,15 +138,16 @@ static void run_fixture(const char *path) {
         float *r = tensor_f32(ref, &n);
         CHECK(n == st.rows[i] * st.cols[i]);
         if (n != st.rows[i] * st.cols[i]) { free(r); continue; }
-        double maxabs, rel = tu_relerr(st.data[i], r, n, &maxabs);
+        double maxabs, rel = tu_relerr(st.data[i], r, n, &maxabs), mxr = scaled_max(maxabs, r, n);
         char key[64];
         snprintf(key, sizeof key, "bf16_relerr.%s", st.names[i]);
         const char *b = st_meta(fx, key);
         double bf = b ? atof(b) : -1;
-        printf("  %-12s %12.3e %12.3e %12.3e%s\n", st.names[i], rel, maxabs, bf,
-               rel <= REL_GATE && (bf < 0 || rel <= bf) ? "" : "  FAIL");
+        printf("  %-12s %12.3e %12.3e %12.3e %12.3e%s\n", st.names[i], rel, maxabs, mxr, bf,
+               rel <= REL_GATE && (bf < 0 || rel <= bf) && mxr <= MAXABS_GATE ? "" : "  FAIL");
         CHECK(rel <= REL_GATE);
         if (bf >= 0) CHECK(rel <= bf);
+        CHECK(mxr <= MAXABS_GATE);
         compared++;
         free(r);
     }
@@ -151,11 +168,14 @@ static void run_fixture(const char *path) {
         float *outb = malloc(S * H * sizeof(float));
         qvl_ctx_set_tap(ctx, NULL, NULL);
         CHECK(qvl_run_blocks(ctx, hid, S, grids, n_grids, 0, outb, &err) == QVL_OK);
-        double mx1, r1 = tu_relerr(outb, ref_l, S * H, &mx1);
+        double mx1, r1 = tu_relerr(outb, ref_l, S * H, &mx1), s1 = scaled_max(mx1, ref_l, S * H);
         CHECK(qvl_run_blocks(ctx, hid, S, grids, n_grids, 1, merged, &err) == QVL_OK);
         double mx2, r2 = tu_relerr(merged, ref_m, S / 4 * (size_t)info.out_hidden, &mx2);
-        printf("  run_blocks from the reference's patch+pos: %s rel %.3e, merged rel %.3e\n", last, r1, r2);
+        double s2 = scaled_max(mx2, ref_m, S / 4 * (size_t)info.out_hidden);
+        printf("  run_blocks from the reference's patch+pos: %s rel %.3e max/rms %.3e, merged rel %.3e max/rms %.3e\n",
+               last, r1, s1, r2, s2);
         CHECK(r1 <= REL_GATE && r2 <= REL_GATE);
+        CHECK(s1 <= MAXABS_GATE && s2 <= MAXABS_GATE);
         free(hid); free(pq); free(ref_l); free(ref_m); free(outb);
     }
     for (int i = 0; i < st.n; i++) free(st.data[i]);
