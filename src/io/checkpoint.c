@@ -1,32 +1,19 @@
-/* checkpoint.c — find a tower's weights on disk and bind every tensor the configuration calls for.
- *
- * Sources, first match wins: the OptiQ sidecar optiq/optiq_vision.safetensors (the only source when present);
- * a sharded model.safetensors.index.json (only the shards holding tower tensors are mapped); a single
- * model.safetensors. Name prefixes: model.visual., vision_tower., model.language_model.visual., visual.
- * The patch-embed Conv3d weight may be HF (out, in, kT, kH, kW) or MLX (out, kT, kH, kW, in); MLX is detected by
- * its last axis and permuted once into an owned buffer in the HF column order (c, t, y, x). */
+/* checkpoint.c — find a tower's weights on disk and list its tensors (see checkpoint.h). Nothing here depends on
+ * the model: the table says what is stored and where, and checkpoint_get checks what the reader asks for. */
+#include "io/checkpoint.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "cpu/ops.h"
 #include "io/fileutil.h"
-#include "model/model.h"
 
 static const char *const k_prefixes[] = {"model.visual.", "vision_tower.", "model.language_model.visual.", "visual.",
                                          NULL};
 static const char *const k_tower_roots[] = {"patch_embed.", "pos_embed.", "blocks.", "merger.",
                                             "deepstack_merger_list.", NULL};
-
-typedef struct binder {
-    qvl_model *m;
-    const char *dir;
-    const char *prefix;
-    size_t small_cap, small_used;
-    qvl_error *err;
-} binder;
 
 static int is_tower_name(const char *rest) {
     for (const char *const *r = k_tower_roots; *r; r++)
@@ -34,34 +21,29 @@ static int is_tower_name(const char *rest) {
     return 0;
 }
 
-static qvl_status open_file(qvl_model *m, const char *path, qvl_error *err) {
-    st_file **grown = realloc(m->files, (size_t)(m->n_files + 1) * sizeof *grown);
+static qvl_status open_file(checkpoint *ck, const char *path, qvl_error *err) {
+    st_file **grown = realloc(ck->files, (size_t)(ck->n_files + 1) * sizeof *grown);
     if (!grown) return err_fail(err, QVL_ERR_NOMEM, "out of memory opening %s", path);
-    m->files = grown;
-    TRY(st_open(path, &m->files[m->n_files], err));
-    m->n_files++;
+    ck->files = grown;
+    TRY(st_open(path, &ck->files[ck->n_files], err));
+    ck->n_files++;
     return QVL_OK;
 }
 
-/* First file holding `name` (its index in *file when not NULL). */
-static const st_tensor *find_in(const qvl_model *m, const char *name, int *file) {
-    for (int i = 0; i < m->n_files; i++) {
-        const st_tensor *t = st_find(m->files[i], name);
-        if (t) {
-            if (file) *file = i;
-            return t;
-        }
+/* First opened file holding the stored name `name`. */
+static const st_tensor *find_any(const checkpoint *ck, const char *name) {
+    for (int i = 0; i < ck->n_files; i++) {
+        const st_tensor *t = st_find(ck->files[i], name);
+        if (t) return t;
     }
     return NULL;
 }
 
-static const st_tensor *find_any(const qvl_model *m, const char *name) { return find_in(m, name, NULL); }
-
-static void files_searched(const qvl_model *m, char *buf, size_t n) {
+static void files_searched(const checkpoint *ck, char *buf, size_t n) {
     size_t used = 0;
     buf[0] = '\0';
-    for (int i = 0; i < m->n_files && used + 1 < n; i++) {
-        int k = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", m->files[i]->path);
+    for (int i = 0; i < ck->n_files && used + 1 < n; i++) {
+        int k = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", ck->files[i]->path);
         if (k < 0) break;
         used += (size_t)k;
     }
@@ -75,186 +57,120 @@ static void shape_str(const int64_t *shape, int ndim, char *buf, size_t n) {
     if (used < n) snprintf(buf + used, n - used, "]");
 }
 
-static qvl_status as_qvl_dtype(const st_tensor *t, qvl_dtype *dt, qvl_error *err) {
-    switch (t->dtype) {
-    case ST_F32: *dt = QVL_DTYPE_F32; return QVL_OK;
-    case ST_F16: *dt = QVL_DTYPE_F16; return QVL_OK;
-    case ST_BF16: *dt = QVL_DTYPE_BF16; return QVL_OK;
-    default:
-        return err_fail(err, QVL_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; the tower needs F32, F16 or BF16",
-                        t->name, st_dtype_name(t->dtype));
+static int as_qvl_dtype(st_dtype d, qvl_dtype *dt) {
+    switch (d) {
+    case ST_F32: *dt = QVL_DTYPE_F32; return 1;
+    case ST_F16: *dt = QVL_DTYPE_F16; return 1;
+    case ST_BF16: *dt = QVL_DTYPE_BF16; return 1;
+    default: return 0;
     }
 }
 
-/* Look up `canonical` under the prefix, check it has `shape`, record it for the fingerprint under its canonical
- * shape `canon` (NULL: the same). */
-static qvl_status lookup2(binder *b, const char *canonical, int ndim, const int64_t *shape, const int64_t *canon,
-                          const st_tensor **out) {
+/* MLX (out, kT, kH, kW, in) <-> HF (out, in, kT, kH, kW). */
+static void mlx_to_hf(const int64_t *mlx, int64_t *hf) {
+    hf[0] = mlx[0], hf[1] = mlx[4], hf[2] = mlx[1], hf[3] = mlx[2], hf[4] = mlx[3];
+}
+static void hf_to_mlx(const int64_t *hf, int64_t *mlx) {
+    mlx[0] = hf[0], mlx[1] = hf[2], mlx[2] = hf[3], mlx[3] = hf[4], mlx[4] = hf[1];
+}
+
+static int entry_cmp(const void *a, const void *b) {
+    const ckpt_tensor *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->file > y->file) - (x->file < y->file);
+}
+
+/* Every tower tensor under the prefix, sorted by canonical name, the first file's where a name repeats. The
+ * patch-embed weight is MLX order when its last axis is the channel axis; the two orders cannot be told apart
+ * when in_channels == patch, and are then taken as HF. */
+static qvl_status build_table(checkpoint *ck, const tower_config *cfg, qvl_error *err) {
+    size_t plen = strlen(ck->prefix), n = 0, cap = 0;
+    for (int i = 0; i < ck->n_files; i++)
+        if (size_add_overflow(cap, ck->files[i]->n_tensors, &cap))
+            return err_fail(err, QVL_ERR_LIMIT, "tensor count overflows");
+    ck->tensors = calloc(cap ? cap : 1, sizeof *ck->tensors);
+    if (!ck->tensors) return err_fail(err, QVL_ERR_NOMEM, "out of memory listing %zu tensors", cap);
+    for (int i = 0; i < ck->n_files; i++) {
+        const st_file *f = ck->files[i];
+        for (size_t j = 0; j < f->n_tensors; j++) {
+            const st_tensor *t = &f->tensors[j];
+            if (strncmp(t->name, ck->prefix, plen) != 0 || !is_tower_name(t->name + plen)) continue;
+            ckpt_tensor *e = &ck->tensors[n++];
+            e->name = t->name + plen;
+            e->stored_dtype = t->dtype;
+            e->supported = as_qvl_dtype(t->dtype, &e->dtype);
+            e->ndim = t->ndim;
+            memcpy(e->stored_shape, t->shape, sizeof e->stored_shape);
+            memcpy(e->shape, t->shape, sizeof e->shape);
+            e->layout = CKPT_LAYOUT_STORED;
+            if (strcmp(e->name, "patch_embed.proj.weight") == 0 && t->ndim == 5 &&
+                t->shape[4] == cfg->in_channels && cfg->in_channels != cfg->patch) {
+                e->layout = CKPT_LAYOUT_MLX_CONV;
+                mlx_to_hf(t->shape, e->shape);
+            }
+            e->data = t->data;
+            e->nbytes = t->nbytes;
+            e->file = i;
+        }
+    }
+    qsort(ck->tensors, n, sizeof *ck->tensors, entry_cmp);
+    size_t kept = 0;
+    for (size_t j = 0; j < n; j++)
+        if (kept == 0 || strcmp(ck->tensors[kept - 1].name, ck->tensors[j].name) != 0)
+            ck->tensors[kept++] = ck->tensors[j];
+    ck->n_tensors = kept;
+    return QVL_OK;
+}
+
+const ckpt_tensor *checkpoint_find(const checkpoint *ck, const char *name) {
+    size_t lo = 0, hi = ck->n_tensors;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(ck->tensors[mid].name, name);
+        if (c == 0) return &ck->tensors[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+qvl_status checkpoint_get(const checkpoint *ck, const char *name, int ndim, const int64_t *shape,
+                          const ckpt_tensor **out, qvl_error *err) {
     char full[256], want[96], got[96], files[512];
-    snprintf(full, sizeof full, "%s%s", b->prefix, canonical);
-    int file = 0;
-    const st_tensor *t = find_in(b->m, full, &file);
-    shape_str(shape, ndim, want, sizeof want);
+    snprintf(full, sizeof full, "%s%s", ck->prefix, name);
+    *out = NULL;
+    if (ndim < 1 || ndim > ST_MAX_DIMS)
+        return err_fail(err, QVL_ERR_INTERNAL, "checkpoint_get '%s': ndim %d outside 1..%d", full, ndim, ST_MAX_DIMS);
+    const ckpt_tensor *t = checkpoint_find(ck, name);
     if (!t) {
-        files_searched(b->m, files, sizeof files);
-        return err_fail(b->err, QVL_ERR_SHAPE, "missing tensor '%s' (expected shape %s) in %s", full, want, files);
+        shape_str(shape, ndim, want, sizeof want);
+        files_searched(ck, files, sizeof files);
+        return err_fail(err, QVL_ERR_SHAPE, "missing tensor '%s' (expected shape %s) in %s", full, want, files);
     }
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (!same) {
-        shape_str(t->shape, t->ndim, got, sizeof got);
-        return err_fail(b->err, QVL_ERR_SHAPE, "tensor '%s' in %s has shape %s, expected %s", full,
-                        b->m->files[file]->path, got, want);
+        int64_t stored[ST_MAX_DIMS];
+        if (t->layout == CKPT_LAYOUT_MLX_CONV && ndim == 5) hf_to_mlx(shape, stored);
+        else memcpy(stored, shape, (size_t)ndim * sizeof *shape);
+        shape_str(stored, ndim, want, sizeof want);
+        shape_str(t->stored_shape, t->ndim, got, sizeof got);
+        return err_fail(err, QVL_ERR_SHAPE, "tensor '%s' in %s has shape %s, expected %s", full,
+                        ck->files[t->file]->path, got, want);
     }
-    qvl_dtype dt = QVL_DTYPE_F32;
-    TRY(as_qvl_dtype(t, &dt, b->err));
-    bound_tensor *bt = &b->m->bound[b->m->n_bound++];
-    snprintf(bt->name, sizeof bt->name, "%s", canonical);
-    bt->dtype = dt;
-    bt->ndim = ndim;
-    memcpy(bt->shape, canon ? canon : shape, (size_t)ndim * sizeof *shape);
-    bt->data = t->data;
-    bt->nbytes = t->nbytes;
+    if (!t->supported)
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; the tower needs F32, F16 or BF16", full,
+                        st_dtype_name(t->stored_dtype));
     *out = t;
     return QVL_OK;
 }
 
-static qvl_status lookup(binder *b, const char *canonical, int ndim, const int64_t *shape, const st_tensor **out) {
-    return lookup2(b, canonical, ndim, shape, NULL, out);
-}
-
-static qvl_status bind_mat(binder *b, const char *canonical, int rows, int cols, wmat *w) {
-    const st_tensor *t;
-    int64_t shape[2] = {rows, cols};
-    TRY(lookup(b, canonical, 2, shape, &t));
-    w->data = t->data;
-    w->rows = rows;
-    w->cols = cols;
-    return as_qvl_dtype(t, &w->dtype, b->err);
-}
-
-static qvl_status bind_vec(binder *b, const char *canonical, int n, const float **out) {
-    const st_tensor *t;
-    int64_t shape[1] = {n};
-    TRY(lookup(b, canonical, 1, shape, &t));
-    if (b->small_used + (size_t)n > b->small_cap)
-        return err_fail(b->err, QVL_ERR_INTERNAL, "vector storage undersized at '%s'", canonical);
-    float *dst = b->m->small + b->small_used;
-    qvl_dtype dt = QVL_DTYPE_F32;
-    TRY(as_qvl_dtype(t, &dt, b->err));
-    op_to_f32(t->data, dt, dst, (size_t)n);
-    b->small_used += (size_t)n;
-    *out = dst;
-    return QVL_OK;
-}
-
-static qvl_status bind_linear(binder *b, const char *base, int out, int in, linear *l) {
-    char name[160];
-    snprintf(name, sizeof name, "%s.weight", base);
-    TRY(bind_mat(b, name, out, in, &l->w));
-    snprintf(name, sizeof name, "%s.bias", base);
-    return bind_vec(b, name, out, &l->b);
-}
-
-static qvl_status bind_norm(binder *b, const char *base, int dim, layernorm *n) {
-    char name[160];
-    n->dim = dim;
-    snprintf(name, sizeof name, "%s.weight", base);
-    TRY(bind_vec(b, name, dim, &n->w));
-    snprintf(name, sizeof name, "%s.bias", base);
-    return bind_vec(b, name, dim, &n->b);
-}
-
-static qvl_status bind_merger(binder *b, const char *base, int norm_dim, merger_w *mw) {
-    const tower_config *c = &b->m->cfg;
-    char name[120];
-    int h4 = c->hidden * c->merge * c->merge; /* one merged token: merge² patch tokens side by side */
-    snprintf(name, sizeof name, "%s.norm", base);
-    TRY(bind_norm(b, name, norm_dim, &mw->norm));
-    snprintf(name, sizeof name, "%s.linear_fc1", base);
-    TRY(bind_linear(b, name, h4, h4, &mw->fc1));
-    snprintf(name, sizeof name, "%s.linear_fc2", base);
-    return bind_linear(b, name, c->out_hidden, h4, &mw->fc2);
-}
-
-/* The patch embedding: a 5-D Conv3d weight in HF or MLX layout, exposed as [H, row_len] in (c, t, y, x) order. */
-static qvl_status bind_patch(binder *b) {
-    qvl_model *m = b->m;
-    const tower_config *c = &m->cfg;
-    char full[256];
-    snprintf(full, sizeof full, "%spatch_embed.proj.weight", b->prefix);
-    const st_tensor *t = find_any(m, full);
-    int64_t hf[5] = {c->hidden, c->in_channels, c->temporal_patch, c->patch, c->patch};
-    int64_t mlx[5] = {c->hidden, c->temporal_patch, c->patch, c->patch, c->in_channels};
-    /* MLX layout ends in the channel axis; the two shapes cannot collide unless in_channels == patch. */
-    int is_mlx = t && t->ndim == 5 && t->shape[4] == c->in_channels && c->in_channels != c->patch;
-    const st_tensor *found;
-    TRY(lookup2(b, "patch_embed.proj.weight", 5, is_mlx ? mlx : hf, hf, &found));
-    TRY(as_qvl_dtype(found, &m->patch.w.dtype, b->err));
-    m->patch.w.data = found->data;
-    if (is_mlx) {
-        size_t es = st_dtype_size(found->dtype);
-        unsigned char *dst = malloc((size_t)found->nbytes);
-        if (!dst)
-            return err_fail(b->err, QVL_ERR_NOMEM, "cannot allocate %llu bytes for the patch weight",
-                            (unsigned long long)found->nbytes);
-        const unsigned char *src = found->data;
-        int C = c->in_channels, T = c->temporal_patch, P = c->patch;
-        for (int o = 0; o < c->hidden; o++)
-            for (int ci = 0; ci < C; ci++)
-                for (int ti = 0; ti < T; ti++)
-                    for (int y = 0; y < P; y++)
-                        for (int x = 0; x < P; x++) {
-                            size_t di = ((((size_t)o * C + ci) * T + ti) * P + y) * P + x;
-                            size_t si = ((((size_t)o * T + ti) * P + y) * P + x) * C + ci;
-                            memcpy(dst + di * es, src + si * es, es);
-                        }
-        m->owned_patch = dst;
-        m->patch.w.data = dst;
-        m->bound[m->n_bound - 1].data = dst; /* the fingerprint sees HF layout whatever was stored */
-    }
-    m->patch.w.rows = c->hidden;
-    m->patch.w.cols = c->row_len;
-    m->info.conv_layout_mlx = is_mlx;
-    return bind_vec(b, "patch_embed.proj.bias", c->hidden, &m->patch.b);
-}
-
-/* Bind every tensor the configuration calls for, in canonical order. */
-static qvl_status bind_all(binder *b) {
-    qvl_model *m = b->m;
-    const tower_config *c = &m->cfg;
-    char base[96];
-    TRY(bind_patch(b));
-    TRY(bind_mat(b, "pos_embed.weight", c->num_pos, c->hidden, &m->pos));
-    for (int i = 0; i < c->depth; i++) {
-        block_w *bw = &m->blocks[i];
-        snprintf(base, sizeof base, "blocks.%d.norm1", i);
-        TRY(bind_norm(b, base, c->hidden, &bw->norm1));
-        snprintf(base, sizeof base, "blocks.%d.attn.qkv", i);
-        TRY(bind_linear(b, base, 3 * c->hidden, c->hidden, &bw->qkv));
-        snprintf(base, sizeof base, "blocks.%d.attn.proj", i);
-        TRY(bind_linear(b, base, c->hidden, c->hidden, &bw->proj));
-        snprintf(base, sizeof base, "blocks.%d.norm2", i);
-        TRY(bind_norm(b, base, c->hidden, &bw->norm2));
-        snprintf(base, sizeof base, "blocks.%d.mlp.linear_fc1", i);
-        TRY(bind_linear(b, base, c->intermediate, c->hidden, &bw->fc1));
-        snprintf(base, sizeof base, "blocks.%d.mlp.linear_fc2", i);
-        TRY(bind_linear(b, base, c->hidden, c->intermediate, &bw->fc2));
-    }
-    TRY(bind_merger(b, "merger", c->hidden, &m->merger));
-    for (int k = 0; k < c->n_deepstack; k++) {
-        snprintf(base, sizeof base, "deepstack_merger_list.%d", k);
-        TRY(bind_merger(b, base, c->hidden * c->merge * c->merge, &m->deepstack[k]));
-    }
-    return QVL_OK;
-}
-
 /* Prefix under which `patch_embed.proj.weight` exists in the opened files. */
-static const char *detect_prefix(const qvl_model *m) {
+static const char *detect_prefix(const checkpoint *ck) {
     char full[256];
     for (const char *const *p = k_prefixes; *p; p++) {
         snprintf(full, sizeof full, "%spatch_embed.proj.weight", *p);
-        if (find_any(m, full)) return *p;
+        if (find_any(ck, full)) return *p;
     }
     return NULL;
 }
@@ -262,7 +178,7 @@ static const char *detect_prefix(const qvl_model *m) {
 static int name_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* Map the shards of a model.safetensors.index.json that hold tower tensors. */
-static qvl_status open_sharded(qvl_model *m, const char *dir, const char *index, qvl_error *err) {
+static qvl_status open_sharded(checkpoint *ck, const char *dir, const char *index, qvl_error *err) {
     char *text = NULL;
     size_t len = 0;
     TRY(fu_read_file(index, 64u << 20, &text, &len, err));
@@ -312,7 +228,7 @@ static qvl_status open_sharded(qvl_model *m, const char *dir, const char *index,
     for (size_t j = 0; j < n_shards && s == QVL_OK; j++) {
         char path[4096];
         s = fu_join(path, sizeof path, dir, shards[j], err);
-        if (s == QVL_OK) s = open_file(m, path, err);
+        if (s == QVL_OK) s = open_file(ck, path, err);
     }
 done:
     free(shards);
@@ -320,54 +236,61 @@ done:
     return s;
 }
 
-qvl_status checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err) {
+static qvl_status open_all(const char *dir, const tower_config *cfg, checkpoint *ck, qvl_error *err) {
     char path[4096];
     TRY(fu_join(path, sizeof path, dir, "optiq/optiq_vision.safetensors", err));
     if (fu_is_file(path)) {
-        m->info.source = QVL_SOURCE_SIDECAR;
-        TRY(open_file(m, path, err));
+        ck->source = QVL_SOURCE_SIDECAR;
+        TRY(open_file(ck, path, err));
     } else {
         TRY(fu_join(path, sizeof path, dir, "model.safetensors.index.json", err));
         if (fu_is_file(path)) {
-            m->info.source = QVL_SOURCE_SHARDED;
-            TRY(open_sharded(m, dir, path, err));
+            ck->source = QVL_SOURCE_SHARDED;
+            TRY(open_sharded(ck, dir, path, err));
         } else {
             TRY(fu_join(path, sizeof path, dir, "model.safetensors", err));
             if (!fu_is_file(path))
                 return err_fail(err, QVL_ERR_IO, "no weights in %s (looked for optiq/optiq_vision.safetensors, "
                                 "model.safetensors.index.json, model.safetensors)", dir);
-            m->info.source = QVL_SOURCE_SINGLE;
-            TRY(open_file(m, path, err));
+            ck->source = QVL_SOURCE_SINGLE;
+            TRY(open_file(ck, path, err));
         }
     }
-    const char *prefix = detect_prefix(m);
+    const char *prefix = detect_prefix(ck);
     if (!prefix) {
         char files[512];
-        files_searched(m, files, sizeof files);
+        files_searched(ck, files, sizeof files);
         return err_fail(err, QVL_ERR_SHAPE, "no vision tower in %s: no patch_embed.proj.weight under any of "
                         "model.visual., vision_tower., model.language_model.visual., visual.", files);
     }
-    snprintf(m->info.prefix, sizeof m->info.prefix, "%s", prefix);
+    snprintf(ck->prefix, sizeof ck->prefix, "%s", prefix);
+    TRY(build_table(ck, cfg, err));
 
     /* A quantized tower ships .scales/.biases companions: out of scope, and silently wrong if bound as bf16. */
-    char qname[256];
-    snprintf(qname, sizeof qname, "%sblocks.0.attn.qkv.scales", prefix);
-    if (find_any(m, qname))
-        return err_fail(err, QVL_ERR_UNSUPPORTED, "quantized vision tower ('%s' present): only F32/F16/BF16 towers "
-                        "are supported", qname);
-
-    const tower_config *c = &m->cfg;
-    size_t h = (size_t)c->hidden, h4 = h * (size_t)c->merge * (size_t)c->merge, o = (size_t)c->out_hidden;
-    size_t per_block = 4 * h + 3 * h + h + (size_t)c->intermediate + h;
-    size_t n_tensors = (size_t)c->depth * 12 + 9 + 6 * (size_t)c->n_deepstack;
-    binder b = {.m = m, .dir = dir, .prefix = prefix, .err = err};
-    b.small_cap = h + (size_t)c->depth * per_block + (2 * h + h4 + o) + (size_t)c->n_deepstack * (2 * h4 + h4 + o);
-    m->small = malloc(b.small_cap * sizeof(float));
-    m->bound = calloc(n_tensors, sizeof *m->bound);
-    m->blocks = calloc((size_t)c->depth, sizeof *m->blocks);
-    if (!m->small || !m->bound || !m->blocks) return err_fail(err, QVL_ERR_NOMEM, "out of memory binding weights");
-    TRY(bind_all(&b));
-    if (m->n_bound != n_tensors)
-        return err_fail(err, QVL_ERR_INTERNAL, "bound %zu tensors, expected %zu", m->n_bound, n_tensors);
+    if (checkpoint_find(ck, "blocks.0.attn.qkv.scales"))
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "quantized vision tower ('%sblocks.0.attn.qkv.scales' present): "
+                        "only F32/F16/BF16 towers are supported", ck->prefix);
     return QVL_OK;
+}
+
+qvl_status checkpoint_open(const char *dir, const tower_config *cfg, checkpoint *ck, qvl_error *err) {
+    memset(ck, 0, sizeof *ck);
+    qvl_status s = open_all(dir, cfg, ck, err);
+    if (s != QVL_OK) checkpoint_close(ck);
+    return s;
+}
+
+void checkpoint_take_files(checkpoint *ck, st_file ***files, int *n_files) {
+    *files = ck->files;
+    *n_files = ck->n_files;
+    ck->files = NULL;
+    ck->n_files = 0;
+}
+
+void checkpoint_close(checkpoint *ck) {
+    if (!ck) return;
+    for (int i = 0; i < ck->n_files; i++) st_close(ck->files[i]);
+    free(ck->files);
+    free(ck->tensors);
+    memset(ck, 0, sizeof *ck);
 }

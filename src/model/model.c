@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/params.h"
 #include "core/pool.h"
+#include "io/checkpoint.h"
 #include "io/fileutil.h"
 #include "model/model.h"
 
@@ -200,7 +201,13 @@ qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_mo
     char path[4096];
     qvl_status s = fu_join(path, sizeof path, dir, "config.json", err);
     if (s == QVL_OK) s = config_load(path, &m->cfg, err);
-    if (s == QVL_OK) s = checkpoint_bind(m, dir, err);
+    if (s == QVL_OK) {
+        checkpoint ck;
+        s = checkpoint_open(dir, &m->cfg, &ck, err);
+        if (s == QVL_OK) s = model_bind(m, &ck, err);
+        if (s == QVL_OK) checkpoint_take_files(&ck, &m->files, &m->n_files); /* the bound tensors point into them */
+        checkpoint_close(&ck);
+    }
     if (s == QVL_OK) s = pack_weights(m, lp.n_threads, err);
     if (s != QVL_OK) {
         qvl_model_free(m);

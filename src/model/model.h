@@ -57,7 +57,7 @@ typedef struct bound_tensor {
 struct qvl_model {
     tower_config cfg;
     qvl_model_info info;
-    st_file **files;
+    st_file **files;     /* the checkpoint's mapped files, owned */
     int n_files;
     linear patch;       /* [H, row_len], columns in (c, t, y, x) order */
     wmat pos;           /* [num_pos, H] */
@@ -76,7 +76,10 @@ struct qvl_model {
     uint8_t fp[16];
 };
 
-/* Locate the weights of `dir` and bind every tower tensor of `cfg` into `m` (checkpoint.c). */
-qvl_status checkpoint_bind(qvl_model *m, const char *dir, qvl_error *err);
+struct checkpoint;
+
+/* Bind every tower tensor of m->cfg from the checkpoint's table into `m`, and take its source and prefix into
+ * m->info (bind.c). The table's data must stay mapped for the model's life: the caller hands the files to m. */
+qvl_status model_bind(qvl_model *m, const struct checkpoint *ck, qvl_error *err);
 
 #endif

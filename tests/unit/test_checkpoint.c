@@ -1,9 +1,12 @@
 /* test_checkpoint.c — checkpoint discovery and binding errors: every broken checkpoint gives a clear error that
  * names the cause, never a crash or a leak (this test runs under ASan/LeakSanitizer in CI). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/checkpoint.h"
+#include "io/config.h"
 #include "io/safetensors.h"
 #include "core/error.h"
 #include "qvl.h"
@@ -76,6 +79,92 @@ static void rewrite(const char *from, const char *to, const char *drop, const ch
     st_close(f);
 }
 
+/* One-way layering: nothing under src/io/ includes a header from src/model/. */
+static void check_io_layering(void) {
+    char dir[512], path[1024], line[512];
+    CHECK(tu_source_path("src/io", dir, sizeof dir) != NULL);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    if (!d) return;
+    int scanned = 0, bad = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (n < 3 || (strcmp(e->d_name + n - 2, ".c") != 0 && strcmp(e->d_name + n - 2, ".h") != 0)) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        CHECK(f != NULL);
+        if (!f) continue;
+        scanned++;
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "#include", 8) != 0 || !strstr(line, "model/")) continue;
+            printf("  layering: %s includes from src/model/: %s", e->d_name, line);
+            bad++;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    printf("  layering: %d files under src/io/, %d includes from src/model/\n", scanned, bad);
+    CHECK(scanned >= 10 && bad == 0);
+}
+
+/* The neutral table: canonical names, canonical shapes, the conv layout as stored, checked lookups. */
+static void check_table(const char *dir, qvl_synth_layout layout) {
+    char cfg_path[600];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    tower_config cfg;
+    qvl_error err;
+    err_clear(&err); /* internal calls do not clear it; the first failure recorded wins */
+    CHECK(config_load(cfg_path, &cfg, &err) == QVL_OK);
+    checkpoint ck;
+    CHECK(checkpoint_open(dir, &cfg, &ck, &err) == QVL_OK);
+    int mlx = layout == QVL_LAYOUT_MLX;
+    CHECK(ck.source == QVL_SOURCE_SINGLE && ck.n_files == 1);
+    CHECK(strcmp(ck.prefix, mlx ? "vision_tower." : "model.visual.") == 0);
+    CHECK(ck.n_tensors == 69); /* tiny: 4 blocks · 12 + 9 + 2 DeepStack mergers · 6, nothing else */
+    int sorted = 1;
+    for (size_t i = 1; i < ck.n_tensors; i++) sorted &= strcmp(ck.tensors[i - 1].name, ck.tensors[i].name) < 0;
+    CHECK(sorted);
+    const ckpt_tensor *t = checkpoint_find(&ck, "patch_embed.proj.weight");
+    CHECK(t != NULL);
+    if (t) {
+        static const int64_t hf[5] = {64, 3, 2, 16, 16}, as_mlx[5] = {64, 2, 16, 16, 3};
+        CHECK(t->ndim == 5 && memcmp(t->shape, hf, sizeof hf) == 0);
+        CHECK(memcmp(t->stored_shape, mlx ? as_mlx : hf, sizeof hf) == 0);
+        CHECK(t->layout == (mlx ? CKPT_LAYOUT_MLX_CONV : CKPT_LAYOUT_STORED));
+        CHECK(t->supported && t->dtype == QVL_DTYPE_BF16 && t->nbytes == 64 * 1536 * 2 && t->file == 0);
+    }
+    const ckpt_tensor *got = NULL;
+    static const int64_t qkv[2] = {192, 64}, wrong[2] = {64, 192};
+    CHECK(checkpoint_get(&ck, "blocks.3.attn.qkv.weight", 2, qkv, &got, &err) == QVL_OK && got != NULL);
+    CHECK(got && strcmp(got->name, "blocks.3.attn.qkv.weight") == 0);
+    err_clear(&err);
+    CHECK(checkpoint_get(&ck, "blocks.3.attn.qkv.weight", 2, wrong, &got, &err) == QVL_ERR_SHAPE && got == NULL);
+    CHECK(strstr(err.message, "has shape [192, 64], expected [64, 192]") != NULL);
+    err_clear(&err);
+    CHECK(checkpoint_get(&ck, "blocks.4.attn.qkv.weight", 2, qkv, &got, &err) == QVL_ERR_SHAPE && got == NULL);
+    CHECK(strstr(err.message, mlx ? "missing tensor 'vision_tower.blocks.4.attn.qkv.weight' (expected shape [192, 64])"
+                                  : "missing tensor 'model.visual.blocks.4.attn.qkv.weight' (expected shape [192, 64])")
+          != NULL);
+    printf("  table (%s): %zu tensors under %s, conv %s; %s\n", mlx ? "mlx" : "hf", ck.n_tensors, ck.prefix,
+           t && t->layout == CKPT_LAYOUT_MLX_CONV ? "MLX order" : "HF order", err.message);
+    if (mlx) {
+        /* A 5-D conv shape mismatch is reported in the order it is stored. */
+        static const int64_t hf_bad[5] = {64, 3, 2, 16, 8};
+        err_clear(&err);
+        CHECK(checkpoint_get(&ck, "patch_embed.proj.weight", 5, hf_bad, &got, &err) == QVL_ERR_SHAPE);
+        CHECK(strstr(err.message, "has shape [64, 2, 16, 16, 3], expected [64, 2, 16, 8, 3]") != NULL);
+    }
+    st_file **files = NULL;
+    int n_files = 0;
+    checkpoint_take_files(&ck, &files, &n_files);
+    CHECK(n_files == 1 && files != NULL && ck.files == NULL && ck.n_files == 0);
+    checkpoint_close(&ck);
+    CHECK(ck.tensors == NULL && ck.n_tensors == 0);
+    for (int i = 0; i < n_files; i++) st_close(files[i]);
+    free(files);
+    checkpoint_close(NULL);
+}
+
 static void expect_load_error(const char *dir, qvl_status want, const char *needle) {
     qvl_model *m = (qvl_model *)1;
     qvl_error err;
@@ -95,6 +184,14 @@ int main(void) {
     p.preset = "tiny";
     qvl_error err;
     CHECK(qvl_synth_write(&p, good, &err) == QVL_OK);
+
+    check_io_layering();
+    check_table(good, QVL_LAYOUT_HF);
+    snprintf(d, sizeof d, "%s/mlx", g_root);
+    p.layout = QVL_LAYOUT_MLX;
+    CHECK(qvl_synth_write(&p, d, &err) == QVL_OK);
+    check_table(d, QVL_LAYOUT_MLX);
+    p.layout = QVL_LAYOUT_HF;
 
     snprintf(d, sizeof d, "%s/missing-dir", g_root);
     expect_load_error(d, QVL_ERR_IO, "config.json");
