@@ -37,12 +37,24 @@ void err_clear(qvl_error *err) {
     err->message[0] = '\0';
 }
 
+/* A failure already recorded: a known non-OK status with a message. An err that holds a status but no message
+ * (a caller's uninitialised struct, or a status assigned by hand) is not one, so it does not hide this cause. */
+static int holds_failure(const qvl_error *err) {
+    return err->status > QVL_OK && err->status <= QVL_ERR_CANCELLED && err->message[0] != '\0' &&
+           memchr(err->message, '\0', sizeof err->message) != NULL;
+}
+
 qvl_status err_fail(qvl_error *err, qvl_status s, const char *fmt, ...) {
-    if (!err || err->status != QVL_OK) return s;
+    if (!err || holds_failure(err)) return s;
     err->status = s;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
+    err->message[0] = '\0';
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    /* The message is never empty; every caller names the cause, so this text means a caller did not. */
+    if (err->message[0] == '\0') snprintf(err->message, sizeof err->message, "%s " ERR_NO_DETAIL, qvl_status_name(s));
     return s;
 }

@@ -11,7 +11,10 @@
 #endif
 
 /* Record `s` and a formatted message in `err` (which may be NULL) and return `s`. The first error wins: a later
- * call on an error that already holds a failure leaves it untouched, so the innermost cause is kept. */
+ * call on an error that already holds a failure (a non-OK status with a message) leaves it untouched, so the
+ * innermost cause is kept. The message is never left empty: a format that gives "" records the status name and
+ * ERR_NO_DETAIL, a safety net that tests treat as a bug in the caller. */
+#define ERR_NO_DETAIL "(no detail)"
 qvl_status err_fail(qvl_error *err, qvl_status s, const char *fmt, ...) ATTR_PRINTF(3, 4);
 
 /* Reset `err` to QVL_OK with an empty message. */

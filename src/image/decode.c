@@ -32,7 +32,11 @@ void qvl_decode_params_init(qvl_decode_params *p, size_t struct_size) {
 
 qvl_status decode_params_take(qvl_decode_params *full, const qvl_decode_params *p, qvl_error *err) {
     decode_defaults(full);
-    return params_take(full, sizeof *full, p, "qvl_decode_params", err);
+    TRY(params_take(full, sizeof *full, p, "qvl_decode_params", err));
+    if (full->alpha != QVL_ALPHA_WHITE && full->alpha != QVL_ALPHA_DROP)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_decode_params.alpha is %d, not a qvl_alpha_mode (0..1)",
+                        (int)full->alpha);
+    return QVL_OK;
 }
 
 void qvl_image_free(qvl_image *img) {

@@ -12,13 +12,17 @@
 #include "image/image_params.h"
 #include "image/preproc_config.h"
 #include "io/fileutil.h"
+#include "io/jsonutil.h"
 
 static qvl_status num(const cJSON *obj, const char *key, double lo, double hi, double *out, const char *path,
                       qvl_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return QVL_OK;
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
-        return err_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a number in [%g, %g]", path, key, lo, hi);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
+        char got[64];
+        return err_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a number in [%g, %g], got %s", path, key, lo, hi,
+                        json_describe(v, got, sizeof got));
+    }
     *out = v->valuedouble;
     return QVL_OK;
 }
@@ -28,7 +32,7 @@ static qvl_status integer(const cJSON *obj, const char *key, double lo, double h
     double v = NAN;
     TRY(num(obj, key, lo, hi, &v, path, err));
     if (isnan(v)) return QVL_OK;
-    if (v != floor(v)) return err_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be an integer", path, key);
+    if (v != floor(v)) return err_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be an integer, got %.17g", path, key, v);
     *out = v;
     return QVL_OK;
 }
@@ -37,28 +41,44 @@ static qvl_status integer(const cJSON *obj, const char *key, double lo, double h
 static qvl_status budget(const cJSON *root, const char *path, uint64_t *min_px, uint64_t *max_px, qvl_error *err) {
     double lo = (double)*min_px, hi = (double)*max_px;
     const cJSON *size = cJSON_GetObjectItemCaseSensitive(root, "size");
+    if (size && !cJSON_IsNull(size) && !cJSON_IsObject(size)) {
+        char got[64];
+        return err_fail(err, QVL_ERR_FORMAT, "%s: 'size' must be an object with shortest_edge / longest_edge, got %s",
+                        path, json_describe(size, got, sizeof got));
+    }
     if (cJSON_IsObject(size)) {
         TRY(integer(size, "shortest_edge", 1, 1e12, &lo, path, err));
         TRY(integer(size, "longest_edge", 1, 1e12, &hi, path, err));
     }
     TRY(integer(root, "min_pixels", 1, 1e12, &lo, path, err));
     TRY(integer(root, "max_pixels", 1, 1e12, &hi, path, err));
-    if (lo > hi) return err_fail(err, QVL_ERR_FORMAT, "%s: min pixels %.0f above max pixels %.0f", path, lo, hi);
+    if (lo > hi)
+        return err_fail(err, QVL_ERR_FORMAT,
+                        "%s: min pixels %.0f (size.shortest_edge / min_pixels) above max pixels %.0f "
+                        "(size.longest_edge / max_pixels)", path, lo, hi);
     *min_px = (uint64_t)lo;
     *max_px = (uint64_t)hi;
     return QVL_OK;
 }
 
-static qvl_status triple(const cJSON *root, const char *key, float out[3], const char *path, qvl_error *err) {
+/* A list of 3 finite numbers (nonzero ones when `nonzero`: a divisor). */
+static qvl_status triple(const cJSON *root, const char *key, int nonzero, float out[3], const char *path,
+                         qvl_error *err) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!a || cJSON_IsNull(a)) return QVL_OK;
+    char got[64];
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3)
-        return err_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a list of 3 numbers", path, key);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: '%s' must be a list of 3 numbers, got %s", path, key,
+                        json_describe(a, got, sizeof got));
+    float v[3];
     for (int c = 0; c < 3; c++) {
         const cJSON *e = cJSON_GetArrayItem(a, c);
-        if (!cJSON_IsNumber(e)) return err_fail(err, QVL_ERR_FORMAT, "%s: '%s'[%d] is not a number", path, key, c);
-        out[c] = (float)e->valuedouble;
+        if (!cJSON_IsNumber(e) || !isfinite((float)e->valuedouble) || (nonzero && (float)e->valuedouble == 0))
+            return err_fail(err, QVL_ERR_FORMAT, "%s: '%s'[%d] must be a finite%s number, got %s", path, key, c,
+                            nonzero ? ", nonzero" : "", json_describe(e, got, sizeof got));
+        v[c] = (float)e->valuedouble;
     }
+    for (int c = 0; c < 3; c++) out[c] = v[c];
     return QVL_OK;
 }
 
@@ -67,7 +87,7 @@ static qvl_status parse_json(const char *text, size_t len, const char *path, cJS
     if (!cJSON_IsObject(*root)) {
         cJSON_Delete(*root);
         *root = NULL;
-        return err_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object", path);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object (%zu bytes)", path, len);
     }
     return QVL_OK;
 }
@@ -79,8 +99,8 @@ static qvl_status image_config(const cJSON *r, const char *path, qvl_preprocess_
     TRY(integer(r, "temporal_patch_size", 1, 16, &tp, path, err));
     TRY(integer(r, "merge_size", 1, 16, &merge, path, err));
     TRY(num(r, "rescale_factor", 1e-9, 1e9, &rescale, path, err));
-    TRY(triple(r, "image_mean", p->image_mean, path, err));
-    TRY(triple(r, "image_std", p->image_std, path, err));
+    TRY(triple(r, "image_mean", 0, p->image_mean, path, err));
+    TRY(triple(r, "image_std", 1, p->image_std, path, err));
     p->patch = (int32_t)patch;
     p->temporal_patch = (int32_t)tp;
     p->merge = (int32_t)merge;
@@ -106,7 +126,8 @@ static qvl_status video_config(const cJSON *r, const char *path, qvl_preprocess_
 
 qvl_status preproc_config_parse(const char *text, size_t len, const char *path, int video, qvl_preprocess_params *p,
                                 qvl_video_params *v, qvl_error *err) {
-    if (!text || (!video && !p)) return err_fail(err, QVL_ERR_INVALID_ARG, "preproc_config_parse: NULL argument");
+    if (!text || (!video && !p))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "preproc_config_parse: %s is NULL", !text ? "text" : "p");
     cJSON *root;
     TRY(parse_json(text, len, path, &root, err));
     qvl_status s = video ? video_config(root, path, p, v, err) : image_config(root, path, p, err);

@@ -46,8 +46,13 @@ static double round_half_even(double x) { return nearbyint(x); }
 
 qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint64_t min_pixels, uint64_t max_pixels,
                             int32_t *out_h, int32_t *out_w, qvl_error *err) {
+    err_clear(err);
+    if (!out_h || !out_w)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_smart_resize: %s is NULL", !out_h ? "out_height" : "out_width");
     if (height < 1 || width < 1 || factor < 1)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "smart_resize: %dx%d with factor %d", height, width, factor);
+        return err_fail(err, QVL_ERR_INVALID_ARG,
+                        "qvl_smart_resize: height %d, width %d, factor %d: each must be at least 1", height, width,
+                        factor);
     double hi = height > width ? height : width, lo = height > width ? width : height;
     if (hi / lo > 200)
         return err_fail(err, QVL_ERR_INVALID_ARG, "image %dx%d: aspect ratio %.1f is above 200", width, height, hi / lo);
@@ -105,21 +110,30 @@ static qvl_status video_smart_resize(int32_t frames, int32_t height, int32_t wid
 }
 
 static qvl_status check_params(const qvl_preprocess_params *p, qvl_error *err) {
-    if (!p) return err_fail(err, QVL_ERR_INVALID_ARG, "preprocess params are NULL");
+    if (!p) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params is NULL");
     if (p->patch < 1 || p->patch > 1024 || p->merge < 1 || p->merge > 16 || p->temporal_patch < 1 ||
         p->temporal_patch > 16)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "patch %d, merge %d, temporal %d out of range", p->patch, p->merge,
-                        p->temporal_patch);
+        return err_fail(err, QVL_ERR_INVALID_ARG,
+                        "qvl_preprocess_params: patch %d, merge %d, temporal_patch %d (want patch in 1..1024, merge "
+                        "and temporal_patch in 1..16)", p->patch, p->merge, p->temporal_patch);
     if (p->resize != QVL_RESIZE_TORCHVISION && p->resize != QVL_RESIZE_PIL && p->resize != QVL_RESIZE_PIL_LEGACY)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "unknown resize mode %d", (int)p->resize);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params.resize is %d, not a qvl_resize_mode (0..2)",
+                        (int)p->resize);
     if (!(p->rescale_factor > 0))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "rescale_factor must be positive");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params.rescale_factor is %g (want > 0)",
+                        p->rescale_factor);
     for (int c = 0; c < 3; c++)
         if (!(p->image_std[c] != 0))
-            return err_fail(err, QVL_ERR_INVALID_ARG, "image_std[%d] is zero", c);
+            return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params.image_std[%d] is %g (want nonzero)", c,
+                            (double)p->image_std[c]);
+    if (p->n_threads < 0 || p->n_threads > QVL_MAX_THREADS)
+        return err_fail(err, QVL_ERR_INVALID_ARG,
+                        "qvl_preprocess_params.n_threads is %d, outside 0..%d (0: one per CPU)", p->n_threads,
+                        QVL_MAX_THREADS);
     int32_t f = p->patch * p->merge;
     if ((p->size_h || p->size_w) && (p->size_h < f || p->size_w < f || p->size_h % f || p->size_w % f))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "exact size %dx%d must be positive multiples of %d", p->size_h,
+        return err_fail(err, QVL_ERR_INVALID_ARG,
+                        "qvl_preprocess_params.size_h x size_w is %dx%d (want positive multiples of %d)", p->size_h,
                         p->size_w, f);
     return QVL_OK;
 }
@@ -336,10 +350,16 @@ qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width,
     if (!src || !src->rgb || !out)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: %s is NULL", !src ? "src" : !out ? "out" : "src->rgb");
     memset(out, 0, sizeof *out);
+    if (mode != QVL_RESIZE_TORCHVISION && mode != QVL_RESIZE_PIL && mode != QVL_RESIZE_PIL_LEGACY)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: mode %d is not a qvl_resize_mode (0..2)",
+                        (int)mode);
+    if (n_threads < 0 || n_threads > QVL_MAX_THREADS)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: n_threads %d is outside 0..%d (0: one per CPU)",
+                        n_threads, QVL_MAX_THREADS);
     size_t ws_bytes = resize_workspace_size(src->width, src->height, width, height, 3), bytes;
     if (!ws_bytes || size_mul_overflow((size_t)width * 3, (size_t)height, &bytes))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "resize %dx%d -> %dx%d: bad size", src->width, src->height, width,
-                        height);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_resize: %dx%d -> width %d x height %d: bad size",
+                        src->width, src->height, width, height);
     void *ws = malloc(ws_bytes);
     uint8_t *dst = malloc(bytes);
     if (!ws || !dst) {

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/fileutil.h"
+#include "io/jsonutil.h"
 
 /* Families whose vision tower is the Qwen3-VL tower. Top-level and vision_config model_type spellings. */
 static const char *const k_families[] = {"qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", NULL};
@@ -26,8 +27,11 @@ static qvl_status get_int(const cJSON *obj, const char *key, int lo, int hi, int
                           qvl_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return QVL_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-        return err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.%s must be an integer in [%d, %d]", path, key, lo, hi);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi) {
+        char got[64];
+        return err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.%s must be an integer in [%d, %d], got %s", path, key,
+                        lo, hi, json_describe(v, got, sizeof got));
+    }
     *out = (int)v->valuedouble;
     return QVL_OK;
 }
@@ -52,8 +56,10 @@ static qvl_status parse_vision(const cJSON *vc, const char *path, tower_config *
 
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(vc, "hidden_act");
     if (act) {
-        if (!cJSON_IsString(act))
-            return err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.hidden_act must be a string", path);
+        char got[64];
+        if (!cJSON_IsString(act) || !act->valuestring)
+            return err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.hidden_act must be a string, got %s", path,
+                            json_describe(act, got, sizeof got));
         if (strcmp(act->valuestring, "gelu_pytorch_tanh") == 0 || strcmp(act->valuestring, "gelu_new") == 0)
             c->act = ACT_GELU_TANH;
         else if (strcmp(act->valuestring, "gelu") == 0)
@@ -68,8 +74,10 @@ static qvl_status parse_vision(const cJSON *vc, const char *path, tower_config *
     const cJSON *ds = cJSON_GetObjectItemCaseSensitive(vc, "deepstack_visual_indexes");
     if (strncmp(c->model_type, "qwen3_5", 7) == 0) c->n_deepstack = 0;
     if (ds && !cJSON_IsNull(ds)) {
+        char got[64];
         if (!cJSON_IsArray(ds))
-            return err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.deepstack_visual_indexes must be a list", path);
+            return err_fail(err, QVL_ERR_FORMAT, "%s: vision_config.deepstack_visual_indexes must be a list, got %s",
+                            path, json_describe(ds, got, sizeof got));
         int n = cJSON_GetArraySize(ds);
         if (n > QVL_MAX_DEEPSTACK)
             return err_fail(err, QVL_ERR_LIMIT, "%s: %d DeepStack indexes, at most %d supported", path, n,
@@ -80,7 +88,7 @@ static qvl_status parse_vision(const cJSON *vc, const char *path, tower_config *
             if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
                 e->valuedouble >= c->depth)
                 return err_fail(err, QVL_ERR_FORMAT, "%s: deepstack_visual_indexes[%d] must be a block index in "
-                                "[0, %d)", path, i, c->depth);
+                                "[0, %d), got %s", path, i, c->depth, json_describe(e, got, sizeof got));
             c->deepstack_index[i] = (int)e->valuedouble;
             for (int j = 0; j < i; j++)
                 if (c->deepstack_index[j] == c->deepstack_index[i])
@@ -124,20 +132,26 @@ qvl_status config_parse(const char *text, size_t len, const char *path, tower_co
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return err_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object", path);
+        return err_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object (%zu bytes)", path, len);
     }
     qvl_status s = QVL_OK;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     const cJSON *vc = cJSON_GetObjectItemCaseSensitive(root, "vision_config");
     const char *type = cJSON_IsString(mt) ? mt->valuestring : NULL;
     if (vc && !cJSON_IsObject(vc)) {
-        s = err_fail(err, QVL_ERR_FORMAT, "%s: vision_config is not an object", path);
+        char got[64];
+        s = err_fail(err, QVL_ERR_FORMAT, "%s: vision_config is not an object, got %s", path,
+                     json_describe(vc, got, sizeof got));
         goto done;
     }
     if (!vc) vc = root; /* a vision-only config */
     if (!type || !(vc == root ? in_list(type, k_vision_types) : in_list(type, k_families))) {
-        s = err_fail(err, QVL_ERR_UNSUPPORTED, "%s: model_type '%s' is not a Qwen3-VL family model (%s)", path,
-                     type ? type : "(missing)", "qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe");
+        char got[64];
+        if (type) snprintf(got, sizeof got, "'%.40s'", type);
+        else json_describe(mt, got, sizeof got);
+        s = err_fail(err, QVL_ERR_UNSUPPORTED, "%s: model_type is %s, not a Qwen3-VL family model (%s)", path, got,
+                     vc == root ? "qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, qwen3_5_vision, qwen3_5_moe_vision"
+                                : "qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe");
         goto done;
     }
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", type);

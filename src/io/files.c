@@ -1,6 +1,7 @@
 /* files.c — the public file helpers of qvl.h ("Files"): pixel rows in from .npy or safetensors, float32 outputs
  * out to .npy or safetensors. Thin wrappers over io/npy.c and io/safetensors.h. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,10 @@ static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grid
     size_t n;
     if (g->ndim == 2 && g->shape[1] == 3) n = (size_t)g->shape[0];
     else if (g->ndim == 1 && g->shape[0] == 3) n = 1;
-    else return err_fail(err, QVL_ERR_SHAPE, "%s: grid_thw must have shape [n, 3]", path);
+    else
+        return err_fail(err, QVL_ERR_SHAPE, "%s: grid_thw has %d dimensions [%lld, %lld, ...] (want [n, 3])", path,
+                        g->ndim, g->ndim > 0 ? (long long)g->shape[0] : 0LL,
+                        g->ndim > 1 ? (long long)g->shape[1] : 0LL);
     if (n == 0) return QVL_OK;
     qvl_grid *out = calloc(n, sizeof *out);
     if (!out) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
@@ -58,8 +62,8 @@ static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grid
             }
             if (v[k] < 1 || v[k] > INT32_MAX) {
                 free(out);
-                return err_fail(err, QVL_ERR_SHAPE, "%s: grid_thw[%zu][%d] = %lld is out of range", path, i, k,
-                                (long long)v[k]);
+                return err_fail(err, QVL_ERR_SHAPE, "%s: grid_thw[%zu][%d] = %lld is out of range (want 1..%d)", path,
+                                i, k, (long long)v[k], INT32_MAX);
             }
         }
         out[i] = (qvl_grid){(int32_t)v[0], (int32_t)v[1], (int32_t)v[2]};
@@ -86,7 +90,7 @@ static qvl_status read_safetensors_rows(const char *path, float **rows, size_t *
     }
     size_t r = (size_t)t->shape[0], c = (size_t)t->shape[1], n;
     if (size_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float)) {
-        s = err_fail(err, QVL_ERR_LIMIT, "%s: pixel_values size overflows", path);
+        s = err_fail(err, QVL_ERR_LIMIT, "%s: pixel_values [%zu, %zu] size overflows", path, r, c);
         goto done;
     }
     out = malloc(n ? n * sizeof(float) : 1);
@@ -110,7 +114,8 @@ qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t 
                          size_t *n_grids, qvl_error *err) {
     err_clear(err);
     if (!path || !rows || !n_rows || !row_len || (grids && !n_grids))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_read_rows: NULL argument");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_read_rows: %s is NULL",
+                        !path ? "path" : !rows ? "rows" : !n_rows ? "n_rows" : !row_len ? "row_len" : "n_grids");
     *rows = NULL;
     *n_rows = *row_len = 0;
     if (grids) {
@@ -124,6 +129,20 @@ qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t 
     fclose(f);
     if (got == sizeof magic && memcmp(magic, "\x93NUMPY", 6) == 0)
         return npy_read_f32(path, rows, n_rows, row_len, err);
+    /* Chosen by content; a file named .npy that is not a safetensors file either gets the .npy reader's
+     * complaint rather than the safetensors reader's. */
+    size_t plen = strlen(path);
+    if (plen >= 4 && strcmp(path + plen - 4, ".npy") == 0) {
+        qvl_error st_err;
+        err_clear(&st_err);
+        qvl_status s = read_safetensors_rows(path, rows, n_rows, row_len, grids, n_grids, &st_err);
+        if (s != QVL_ERR_FORMAT) { /* a safetensors file (or an I/O failure): its own message */
+            if (s != QVL_OK) err_fail(err, s, "%s", st_err.message);
+            return s;
+        }
+        return err_fail(err, QVL_ERR_FORMAT, "%s: not a .npy file (the first bytes are not \\x93NUMPY) nor a "
+                        "safetensors file", path);
+    }
     return read_safetensors_rows(path, rows, n_rows, row_len, grids, n_grids, err);
 }
 
@@ -136,10 +155,11 @@ qvl_status qvl_write_safetensors(const char *path, const qvl_out_tensor *t, size
                                  size_t n_grids, const char *const *meta_kv, size_t n_meta, qvl_error *err) {
     err_clear(err);
     if (!path || (n && !t) || (n_grids && !grids))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_write_safetensors: NULL argument");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_write_safetensors: %s is NULL",
+                        !path ? "path" : (n && !t) ? "t (with n > 0)" : "grids (with n_grids > 0)");
     size_t total;
     if (size_add_overflow(n, n_grids ? 1 : 0, &total) || total > SIZE_MAX / sizeof(st_wtensor))
-        return err_fail(err, QVL_ERR_LIMIT, "qvl_write_safetensors: too many tensors");
+        return err_fail(err, QVL_ERR_LIMIT, "%s: qvl_write_safetensors: %zu tensors is too many", path, n);
     st_wtensor *w = calloc(total ? total : 1, sizeof *w);
     int64_t *g = n_grids ? calloc(n_grids, 3 * sizeof(int64_t)) : NULL;
     if (!w || (n_grids && !g)) {
@@ -151,7 +171,8 @@ qvl_status qvl_write_safetensors(const char *path, const qvl_out_tensor *t, size
         if (t[i].rows > INT64_MAX || t[i].cols > INT64_MAX) {
             free(w);
             free(g);
-            return err_fail(err, QVL_ERR_LIMIT, "%s: tensor %s is too large", path, t[i].name ? t[i].name : "?");
+            return err_fail(err, QVL_ERR_LIMIT, "%s: tensor %zu (%s) of %zu x %zu is too large", path, i,
+                            t[i].name ? t[i].name : "no name", t[i].rows, t[i].cols);
         }
         w[i] = (st_wtensor){.name = t[i].name, .dtype = ST_F32, .ndim = 2, .data = t[i].data};
         w[i].shape[0] = (int64_t)t[i].rows;

@@ -144,7 +144,8 @@ static qvl_status parse_header(const unsigned char *buf, size_t len, const char 
     if (h->ndim == 0) return err_fail(err, QVL_ERR_SHAPE, "%s: 0-dimensional .npy array", label);
     return QVL_OK;
 malformed:
-    return err_fail(err, QVL_ERR_FORMAT, "%s: malformed .npy header", label);
+    return err_fail(err, QVL_ERR_FORMAT, "%s: malformed .npy header at byte %zu of %zu (want {'descr': ..., "
+                    "'fortran_order': ..., 'shape': (...)})", label, (size_t)(c.p - (const char *)buf - pre), hlen);
 }
 
 /* Rows and columns of the header's shape, with the element count bounded by the bytes present. */
@@ -180,7 +181,9 @@ static void convert(const unsigned char *src, int elem, float *dst, size_t n) {
 
 qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, float **data, size_t *rows, size_t *cols,
                          qvl_error *err) {
-    if (!buf || !data || !rows || !cols) return err_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
+    if (!buf || !data || !rows || !cols)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "npy_parse_f32: %s is NULL",
+                        !buf ? "buf" : !data ? "data" : !rows ? "rows" : "cols");
     *data = NULL;
     npy_header h;
     size_t r, c;
@@ -197,7 +200,9 @@ qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, float *
 }
 
 qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *cols, qvl_error *err) {
-    if (!path || !data || !rows || !cols) return err_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
+    if (!path || !data || !rows || !cols)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "npy_read_f32: %s is NULL",
+                        !path ? "path" : !data ? "data" : !rows ? "rows" : "cols");
     *data = NULL;
     FILE *f;
     size_t size;
@@ -270,10 +275,12 @@ done:
 }
 
 qvl_status npy_write_f32(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err) {
-    if (!path || (!data && rows && cols)) return err_fail(err, QVL_ERR_INVALID_ARG, "npy: NULL argument");
+    if (!path || (!data && rows && cols))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_write_npy: %s is NULL",
+                        !path ? "path" : "data (with rows x cols > 0)");
     size_t n;
     if (size_mul_overflow(rows, cols, &n) || n > SIZE_MAX / sizeof(float))
-        return err_fail(err, QVL_ERR_LIMIT, "%s: array size overflows", path);
+        return err_fail(err, QVL_ERR_LIMIT, "%s: array of %zu x %zu floats overflows", path, rows, cols);
     char dict[128];
     int dl = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", rows, cols);
     if (dl < 0 || (size_t)dl >= sizeof dict) return err_fail(err, QVL_ERR_INTERNAL, "%s: npy header overflow", path);

@@ -68,8 +68,9 @@ typedef struct st_wtensor {
 qvl_status st_write(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta,
                     qvl_error *err);
 /* The header st_write writes for t[0..n) (data in that order, no gaps) and the metadata pairs, padded with spaces to
- * a multiple of 8 bytes; validates names (unique, not "__metadata__"), dtypes and sizes. *hdr is malloc'd. */
-qvl_status st_build_header(const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta, char **hdr,
+ * a multiple of 8 bytes; validates names (unique, not "__metadata__"), dtypes and sizes; `path` names the file in
+ * messages. *hdr is malloc'd. */
+qvl_status st_build_header(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta, char **hdr,
                            size_t *hdr_len, qvl_error *err);
 
 /* st_write's meta_kv holds n_meta key/value pairs as 2·n_meta strings (key0, value0, key1, ...), written as the

@@ -65,39 +65,43 @@ static void sb_json_str(sbuf *b, const char *s) {
 }
 
 /* Validate one tensor descriptor and compute its byte size (overflow-checked). */
-static qvl_status wtensor_nbytes(const st_wtensor *t, uint64_t *nbytes, qvl_error *err) {
-    if (!t->name || !t->name[0]) return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: tensor without a name");
+static qvl_status wtensor_nbytes(const char *path, size_t i, const st_wtensor *t, uint64_t *nbytes, qvl_error *err) {
+    if (!t->name || !t->name[0])
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: tensor %zu has %s name", path, i,
+                        t->name ? "an empty" : "a NULL");
     if (strcmp(t->name, "__metadata__") == 0)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: tensor name \"__metadata__\" is reserved");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: tensor %zu: the name \"__metadata__\" is reserved", path, i);
     size_t es = st_dtype_size(t->dtype);
     if (es == 0)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: invalid dtype %d", t->name, (int)t->dtype);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: tensor %s: invalid dtype %d", path, t->name, (int)t->dtype);
     if (t->ndim < 0 || t->ndim > ST_MAX_DIMS)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: %d dimensions (max %d)", t->name, t->ndim,
-                        ST_MAX_DIMS);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: tensor %s: %d dimensions (want 0..%d)", path, t->name,
+                        t->ndim, ST_MAX_DIMS);
     uint64_t n = es;
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0)
-            return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: negative dimension %" PRId64, t->name,
-                            t->shape[d]);
+            return err_fail(err, QVL_ERR_INVALID_ARG, "%s: tensor %s: dimension %d is %" PRId64 " (want >= 0)", path,
+                            t->name, d, t->shape[d]);
         if (__builtin_mul_overflow(n, (uint64_t)t->shape[d], &n))
-            return err_fail(err, QVL_ERR_LIMIT, "safetensors writer: %s: size overflows", t->name);
+            return err_fail(err, QVL_ERR_LIMIT, "%s: tensor %s: size overflows", path, t->name);
     }
-    if (n > SIZE_MAX) return err_fail(err, QVL_ERR_LIMIT, "safetensors writer: %s: size overflows", t->name);
+    if (n > SIZE_MAX) return err_fail(err, QVL_ERR_LIMIT, "%s: tensor %s: size overflows", path, t->name);
     *nbytes = n;
     return QVL_OK;
 }
 
-qvl_status st_build_header(const st_wtensor *t, size_t n, const char *const *meta_kv, size_t n_meta,
-                               char **hdr, size_t *hdr_len, qvl_error *err) {
+qvl_status st_build_header(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv,
+                           size_t n_meta, char **hdr, size_t *hdr_len, qvl_error *err) {
     for (size_t i = 0; i < n_meta; i++)
         if (!meta_kv || !meta_kv[2 * i] || !meta_kv[2 * i + 1])
-            return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: metadata pair %zu is NULL", i);
+            return err_fail(err, QVL_ERR_INVALID_ARG, "%s: metadata pair %zu has a NULL %s", path, i,
+                            !meta_kv ? "list (meta_kv)" : !meta_kv[2 * i] ? "key" : "value");
     /* Duplicate names would make the header ambiguous; n is a few hundred at most in practice. */
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++)
             if (t[i].name && t[j].name && strcmp(t[i].name, t[j].name) == 0)
-                return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: duplicate tensor name %s", t[i].name);
+                return err_fail(err, QVL_ERR_INVALID_ARG, "%s: tensors %zu and %zu are both named %s", path, i, j,
+                                t[i].name);
 
     sbuf b = {0};
     int first = 1;
@@ -116,7 +120,7 @@ qvl_status st_build_header(const st_wtensor *t, size_t n, const char *const *met
     uint64_t off = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t nb;
-        qvl_status s = wtensor_nbytes(&t[i], &nb, err);
+        qvl_status s = wtensor_nbytes(path, i, &t[i], &nb, err);
         if (s != QVL_OK) { free(b.p); return s; }
         if (!first) sb_put(&b, ",", 1);
         first = 0;
@@ -133,7 +137,7 @@ qvl_status st_build_header(const st_wtensor *t, size_t n, const char *const *met
         sb_put(&b, ",", 1);
         if (__builtin_add_overflow(off, nb, &off)) {
             free(b.p);
-            return err_fail(err, QVL_ERR_LIMIT, "safetensors writer: total size overflows");
+            return err_fail(err, QVL_ERR_LIMIT, "%s: total size overflows", path);
         }
         sb_u64(&b, off);
         sb_str(&b, "]}");
@@ -142,11 +146,11 @@ qvl_status st_build_header(const st_wtensor *t, size_t n, const char *const *met
     while (!b.failed && b.len % 8 != 0) sb_put(&b, " ", 1);
     if (b.failed) {
         free(b.p);
-        return err_fail(err, QVL_ERR_NOMEM, "safetensors writer: out of memory building the header");
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory building the header", path);
     }
     if (b.len > ST_MAX_HEADER) {
         free(b.p);
-        return err_fail(err, QVL_ERR_LIMIT, "safetensors writer: header of %zu bytes exceeds %u", b.len, ST_MAX_HEADER);
+        return err_fail(err, QVL_ERR_LIMIT, "%s: header of %zu bytes exceeds %u", path, b.len, ST_MAX_HEADER);
     }
     *hdr = b.p;
     *hdr_len = b.len;
@@ -156,10 +160,11 @@ qvl_status st_build_header(const st_wtensor *t, size_t n, const char *const *met
 /* The shared body of st_write and st_write_stream: with fill == NULL each tensor's bytes come from t[i].data. */
 static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv,
                              size_t n_meta, st_fill_fn fill, void *user, qvl_error *err) {
-    if (!path || (n && !t)) return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL argument");
+    if (!path || (n && !t))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s is NULL", !path ? "path" : "t (with n > 0)");
     char *hdr = NULL;
     size_t hdr_len = 0;
-    TRY(st_build_header(t, n, meta_kv, n_meta, &hdr, &hdr_len, err));
+    TRY(st_build_header(path, t, n, meta_kv, n_meta, &hdr, &hdr_len, err));
 
     fu_tmpfile tf;
     qvl_status s = fu_tmp_open(&tf, path, err);
@@ -175,13 +180,13 @@ static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, co
     fu_tmp_write(&tf, hdr, hdr_len);
     for (size_t i = 0; i < n && s == QVL_OK && !tf.bad; i++) {
         uint64_t nb;
-        if ((s = wtensor_nbytes(&t[i], &nb, err)) != QVL_OK) break;
+        if ((s = wtensor_nbytes(path, i, &t[i], &nb, err)) != QVL_OK) break;
         const void *src = t[i].data;
         if (fill) {
             if (nb > scratch_cap) {
                 void *q = realloc(scratch, (size_t)nb);
                 if (!q) {
-                    s = err_fail(err, QVL_ERR_NOMEM, "safetensors writer: %s: cannot allocate %" PRIu64 " bytes",
+                    s = err_fail(err, QVL_ERR_NOMEM, "%s: tensor %s: cannot allocate %" PRIu64 " bytes", path,
                                  t[i].name, nb);
                     break;
                 }
@@ -191,7 +196,7 @@ static qvl_status write_file(const char *path, const st_wtensor *t, size_t n, co
             if ((s = fill(user, i, scratch, (size_t)nb, err)) != QVL_OK) break;
             src = scratch;
         } else if (nb && !src) {
-            s = err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: %s: NULL data", t[i].name);
+            s = err_fail(err, QVL_ERR_INVALID_ARG, "%s: tensor %s: data is NULL", path, t[i].name);
             break;
         }
         fu_tmp_write(&tf, src, (size_t)nb);
@@ -209,6 +214,7 @@ qvl_status st_write(const char *path, const st_wtensor *t, size_t n, const char 
 
 qvl_status st_write_stream(const char *path, const st_wtensor *t, size_t n, const char *const *meta_kv,
                            size_t n_meta, st_fill_fn fill, void *user, qvl_error *err) {
-    if (!fill) return err_fail(err, QVL_ERR_INVALID_ARG, "safetensors writer: NULL fill callback");
+    if (!fill)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: st_write_stream: fill is NULL", path ? path : "(no path)");
     return write_file(path, t, n, meta_kv, n_meta, fill, user, err);
 }

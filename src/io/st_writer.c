@@ -304,8 +304,12 @@ qvl_status qvl_st_writer_finish(qvl_st_writer *w, qvl_error *err) {
     if (s == QVL_OK) {
         qvl_error he;
         err_clear(&he);
-        s = st_build_header(t, w->n, (const char *const *)w->meta, w->n_meta, &hdr, &hdr_len, &he);
-        if (s != QVL_OK) s = fail(w, err, s, he.message);
+        s = st_build_header(w->path, t, w->n, (const char *const *)w->meta, w->n_meta, &hdr, &hdr_len, &he);
+        if (s != QVL_OK) { /* the message already names the path */
+            w->failed = s;
+            snprintf(w->fail_msg, sizeof w->fail_msg, "%s", he.message);
+            s = sticky(w, err);
+        }
     }
     if (s == QVL_OK) {
         if (8 + (uint64_t)hdr_len <= w->reserve) { /* pad the header to fill the region */

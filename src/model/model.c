@@ -256,6 +256,7 @@ static int fingerprint(qvl_model *m) {
 }
 
 qvl_status qvl_model_fingerprint(qvl_model *m, uint8_t digest[16], char hex[33], qvl_error *err) {
+    err_clear(err);
     if (!m) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_fingerprint: model is NULL");
     pthread_mutex_lock(&m->fp_lock);
     if (!m->fp_done) m->fp_done = fingerprint(m);

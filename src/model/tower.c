@@ -232,18 +232,18 @@ qvl_status tower_reserve(qvl_ctx *c, size_t max_rows, int stage, qvl_error *err)
         if (c->cap_rows > max_rows) max_rows = c->cap_rows;
         stage = stage || c->cap_stage;
     }
-    carver cv = {0};
-    layout(c, &cv, max_rows, stage);
-    if (cv.overflow) return err_fail(err, QVL_ERR_LIMIT, "%zu patch rows: the scratch size overflows", max_rows);
-    void *block = aligned_alloc(64, cv.used);
+    /* Measured on a copy: a failure leaves the ctx with the block and pointers it had. */
+    const size_t bytes = tower_scratch_bytes(c, max_rows, stage);
+    if (!bytes) return err_fail(err, QVL_ERR_LIMIT, "%zu patch rows: the scratch size overflows", max_rows);
+    void *block = aligned_alloc(64, bytes);
     if (!block)
-        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu patch rows", cv.used,
+        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu patch rows", bytes,
                         max_rows);
     free(c->block);
     c->block = block;
-    c->block_bytes = cv.used;
+    c->block_bytes = bytes;
     c->tab_valid = 0; /* the tables lived in the old block */
-    cv = (carver){.base = block};
+    carver cv = {.base = block};
     layout(c, &cv, max_rows, stage);
     c->cap_rows = max_rows;
     c->cap_stage = stage;

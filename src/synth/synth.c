@@ -83,13 +83,18 @@ static qvl_status resolve(const qvl_synth_params *p, tower *tw, qvl_error *err) 
     tw->pr = NULL;
     for (size_t i = 0; i < N_PRESETS; i++)
         if (strcmp(presets[i].name, name) == 0) tw->pr = &presets[i];
-    if (!tw->pr) return err_fail(err, QVL_ERR_INVALID_ARG, "synth: unknown preset \"%s\"", name);
+    if (!tw->pr)
+        return err_fail(err, QVL_ERR_INVALID_ARG,
+                        "qvl_synth_params.preset \"%.64s\" is not a preset (see qvl_synth_presets)", name);
     if ((unsigned)p->layout > QVL_LAYOUT_NESTED)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: invalid layout %d", (int)p->layout);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_params.layout is %d, not a qvl_synth_layout (0..%d)",
+                        (int)p->layout, (int)QVL_LAYOUT_NESTED);
     if (p->dtype != QVL_DTYPE_F32 && p->dtype != QVL_DTYPE_F16 && p->dtype != QVL_DTYPE_BF16)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: invalid dtype %d", (int)p->dtype);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_params.dtype is %d, not F32, F16 or BF16",
+                        (int)p->dtype);
     if (p->depth < 0 || p->depth > SYNTH_MAX_DEPTH)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: depth %d is outside 0..%d", p->depth, SYNTH_MAX_DEPTH);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_params.depth is %d, outside 0..%d", p->depth,
+                        SYNTH_MAX_DEPTH);
     tw->depth = p->depth ? p->depth : tw->pr->depth;
     int has_ds = strcmp(tw->pr->model_type, "qwen3_5") != 0;
     if (p->n_deepstack < 0) {
@@ -99,18 +104,21 @@ static qvl_status resolve(const qvl_synth_params *p, tower *tw, qvl_error *err) 
         return QVL_OK;
     }
     if (p->n_deepstack > QVL_MAX_DEEPSTACK)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: %d DeepStack indexes (max %d)", p->n_deepstack,
-                        QVL_MAX_DEEPSTACK);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_params.n_deepstack is %d (want -1..%d)",
+                        p->n_deepstack, QVL_MAX_DEEPSTACK);
     if (p->n_deepstack > 0 && !has_ds)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "synth: preset %s (%s) has no DeepStack mergers", tw->pr->name,
-                        tw->pr->model_type);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_params.n_deepstack is %d, but preset %s (%s) has no "
+                        "DeepStack mergers", p->n_deepstack, tw->pr->name, tw->pr->model_type);
     tw->n_deepstack = p->n_deepstack;
     for (int k = 0; k < p->n_deepstack; k++) {
         int v = p->deepstack_index[k];
         if (v < 0 || v >= tw->depth)
-            return err_fail(err, QVL_ERR_INVALID_ARG, "synth: DeepStack index %d is outside 0..%d", v, tw->depth - 1);
+            return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_params.deepstack_index[%d] is %d, outside 0..%d",
+                            k, v, tw->depth - 1);
         if (k && v <= p->deepstack_index[k - 1])
-            return err_fail(err, QVL_ERR_INVALID_ARG, "synth: DeepStack indexes must be strictly increasing");
+            return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_synth_params.deepstack_index[%d] is %d, not above "
+                            "deepstack_index[%d] = %d (must be strictly increasing)", k, v, k - 1,
+                            p->deepstack_index[k - 1]);
         tw->deepstack[k] = v;
     }
     return QVL_OK;
@@ -329,7 +337,9 @@ static st_dtype st_of(qvl_dtype d) { return d == QVL_DTYPE_F32 ? ST_F32 : d == Q
 static qvl_status mkdir_p(const char *path, qvl_error *err) {
     char buf[4096];
     size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return err_fail(err, QVL_ERR_INVALID_ARG, "synth: bad directory \"%s\"", path);
+    if (n == 0 || n >= sizeof buf)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%.200s...: directory path of %zu bytes (want 1..%zu)", path, n,
+                        sizeof buf - 1);
     memcpy(buf, path, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (buf[i] != '/' && buf[i] != '\0') continue;
