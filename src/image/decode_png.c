@@ -112,6 +112,22 @@ static int png_orientation(const uint8_t *d, size_t n) {
     return o;
 }
 
+/* A palette image's tRNS chunk before IDAT as Pillow reads it: libpng drops one longer than the palette (a benign
+ * "invalid" error), Pillow keeps it. Sets *n to its length (at most 256 entries used) and returns its data or NULL. */
+static const uint8_t *png_palette_trns(const uint8_t *d, size_t n, int *len) {
+    size_t p = 8;
+    while (n - p >= 12) {
+        uint32_t l = be32(d + p);
+        if (l > n - p - 12 || memcmp(d + p + 4, "IDAT", 4) == 0) break;
+        if (memcmp(d + p + 4, "tRNS", 4) == 0) {
+            *len = l > 256 ? 256 : (int)l;
+            return l ? d + p + 8 : NULL;
+        }
+        p += 12 + (size_t)l;
+    }
+    return NULL;
+}
+
 static inline int sample(const uint8_t *row, size_t i, int depth16) {
     return depth16 ? row[2 * i] << 8 | row[2 * i + 1] : row[i];
 }
@@ -172,7 +188,10 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
     png_color_16p tc = NULL;
     uint8_t pal_a[256];
     memset(pal_a, 255, sizeof pal_a);
-    if (png_get_tRNS(png, info, &trans, &ntrans, &tc)) {
+    int have_trns = png_get_tRNS(png, info, &trans, &ntrans, &tc) != 0;
+    if (!have_trns && ct == PNG_COLOR_TYPE_PALETTE)
+        have_trns = (trans = (png_bytep)png_palette_trns(data, size, &ntrans)) != NULL;
+    if (have_trns) {
         if (ct == PNG_COLOR_TYPE_PALETTE && trans) {
             /* convert("RGBA"): putpalettealpha(index, 0) or putpalettealphas(bytes); the rest stay opaque */
             palpha = out->want_alpha;

@@ -250,6 +250,10 @@ def make_images(d):
     # palette alpha shorter than the palette (entries past it opaque), 4-bit indices
     write(f"{d}/png_p4_trns_short.png", png_bytes(rng.integers(0, 8, size=(11, 13, 1)), 4, 3, plte=plte3,
                                                   trns=bytes([0, 64, 128, 200, 255, 1])))
+    # tRNS longer than the palette: libpng drops it, Pillow keeps it
+    write(f"{d}/png_p_trns_long.png", png_bytes(np.random.default_rng(30).integers(0, 4, size=(9, 11, 1)), 8, 3,
+                                                plte=plte3[:12],
+                                                trns=bytes([10, 0, 255, 90, 7, 7])))
     # 16-bit RGB with a tRNS key that high bytes can equal
     vals = np.array([0x0000, 0x00ff, 0x0100, 0x01ff, 0xff00, 0xffff])
     write(f"{d}/png_rgb16_trns.png", png_bytes(vals[rng.integers(0, 6, size=(12, 14, 3))], 16, 2,
