@@ -386,9 +386,14 @@ typedef struct qvl_image {
 
 /* What decoding does with an alpha channel (RGBA, LA, palette or colour-key transparency). */
 typedef enum qvl_alpha_mode {
-    QVL_ALPHA_WHITE = 0, /* composite onto white: what transformers' image processors do with the PIL images users
-                            hand them (convert_to_rgb), and vLLM's and qwen-vl-utils' loaders (default) */
-    QVL_ALPHA_DROP = 1   /* drop it, keeping the colour channels as stored: transformers' load_image + convert("RGB") */
+    QVL_ALPHA_WHITE = 0, /* composite onto white (default): transformers' convert_to_rgb of the opened (EXIF-
+                            transposed) PIL image, what its image processors do with the PIL images users hand them:
+                            an image with an A band or info["transparency"] goes to RGBA and Image.alpha_composite
+                            over opaque white, bit for bit (palette and GIF keys by index, gray/RGB tRNS by value).
+                            qwen-vl-utils' to_rgb gives the same bytes for RGBA images (a paste over white) and
+                            drops the alpha of the other modes */
+    QVL_ALPHA_DROP = 1   /* drop it, keeping the colour channels as stored: transformers' load_image (convert("RGB"))
+                            then convert_to_rgb, which whitens only a tRNS / GIF colour key surviving convert("RGB") */
 } qvl_alpha_mode;
 
 typedef struct qvl_decode_params {
@@ -396,7 +401,7 @@ typedef struct qvl_decode_params {
     uint64_t max_pixels; /* the header's width·height above this is refused before decoding (decompression bombs);
                             default 178956970, the limit at which PIL raises DecompressionBombError */
     int apply_exif;      /* 1 (default): apply the EXIF orientation, as transformers' load_image does */
-    qvl_alpha_mode alpha; /* default QVL_ALPHA_WHITE */
+    qvl_alpha_mode alpha; /* default QVL_ALPHA_WHITE; another value is refused with QVL_ERR_INVALID_ARG */
 } qvl_decode_params;
 
 /* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
@@ -404,10 +409,12 @@ QVL_API void qvl_decode_params_init(qvl_decode_params *p, size_t struct_size);
 static inline void qvl_decode_params_default(qvl_decode_params *p) { qvl_decode_params_init(p, sizeof *p); }
 
 /* Decode JPEG (baseline, progressive, gray, CMYK/YCCK), PNG (8/16-bit, gray, palette, alpha), WebP (lossy, lossless,
- * alpha), GIF (first frame) or BMP (uncompressed) from memory, and convert to RGB exactly as transformers'
- * load_image + convert_to_rgb do with Pillow: EXIF orientation applied, PIL's convert("RGB") rules (alpha dropped,
- * not composited; CMYK, 16-bit and palette by Pillow's formulas), and a tRNS / GIF colour key that survives
- * convert("RGB") whitened, as the processors' convert_to_rgb does. `p` may be NULL. On failure *out is zeroed. */
+ * alpha), GIF (first frame) or BMP (uncompressed) from memory, and convert to RGB exactly as transformers does with
+ * Pillow 13: EXIF orientation applied (ImageOps.exif_transpose), Pillow's formulas for CMYK, 16-bit and palette
+ * images, and transparency as p->alpha says: by default (QVL_ALPHA_WHITE) composited onto white, equal to
+ * convert_to_rgb(exif_transpose(Image.open(f)), return_numpy=True); with QVL_ALPHA_DROP equal to
+ * convert_to_rgb(load_image(f), return_numpy=True) (alpha dropped, a surviving colour key whitened). `p` may be
+ * NULL (defaults). On failure *out is zeroed. */
 QVL_API qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_params *p, qvl_image *out,
                             qvl_error *err);
 QVL_API qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_image *out, qvl_error *err);

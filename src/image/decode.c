@@ -1,8 +1,14 @@
-/* decode.c — qvl_image_decode/load: format detection by magic bytes, the pixel limit, and the two steps of
- * transformers' load path that follow the decoder: PIL.ImageOps.exif_transpose (orientation 2..8) and the
- * processors' convert_to_rgb, which composites a surviving info["transparency"] colour key onto white.
+/* decode.c — qvl_image_decode/load: format detection by magic bytes, the pixel limit, and the steps of
+ * transformers' load path that follow the decoder: the processors' convert_to_rgb (transparency onto white) and
+ * PIL.ImageOps.exif_transpose (orientation 2..8).
  *
- * The result equals convert_to_rgb(load_image(path), return_numpy=True) of transformers 5.23 with Pillow 13. */
+ * With transformers 5.23 and Pillow 13 the result equals, for im = ImageOps.exif_transpose(Image.open(path)):
+ *   QVL_ALPHA_WHITE  convert_to_rgb(im, return_numpy=True): an image with an A band or info["transparency"] is
+ *                    converted to RGBA and alpha-composited onto opaque white (what the processors make of the
+ *                    PIL image a user hands them);
+ *   QVL_ALPHA_DROP   convert_to_rgb(im.convert("RGB"), return_numpy=True), i.e. of load_image(path): alpha dropped,
+ *                    only a colour key that survives convert("RGB") whitened.
+ * Compositing is per pixel, so it is done before the orientation. */
 #include "image/decode.h"
 
 #include <stdlib.h>
@@ -34,7 +40,8 @@ qvl_status decode_params_take(qvl_decode_params *full, const qvl_decode_params *
     decode_defaults(full);
     TRY(params_take(full, sizeof *full, p, "qvl_decode_params", err));
     if (full->alpha != QVL_ALPHA_WHITE && full->alpha != QVL_ALPHA_DROP)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_decode_params.alpha is %d, not a qvl_alpha_mode (0..1)",
+        return err_fail(err, QVL_ERR_INVALID_ARG,
+                        "qvl_decode_params.alpha: %d is not QVL_ALPHA_WHITE (0) or QVL_ALPHA_DROP (1)",
                         (int)full->alpha);
     return QVL_OK;
 }
@@ -133,8 +140,8 @@ int dec_xmp_orientation(const uint8_t *x, size_t n) {
 
 /* ---- post-processing ----------------------------------------------------------------------------------------- */
 
-/* convert_to_rgb: info["transparency"] present → RGBA with alpha 0 exactly where the pixel equals the key →
- * alpha_composite over opaque white → those pixels white, all others unchanged. */
+/* QVL_ALPHA_DROP, convert_to_rgb of load_image's RGB: info["transparency"] present → RGBA with alpha 0 exactly
+ * where the pixel equals the key → alpha_composite over opaque white → those pixels white, all others unchanged. */
 static void apply_key(dec_out *o) {
     if (!o->has_key) return;
     for (int c = 0; c < 3; c++)
@@ -143,6 +150,31 @@ static void apply_key(dec_out *o) {
     uint8_t *p = o->rgb;
     for (size_t i = 0; i < n; i++, p += 3)
         if (p[0] == o->key[0] && p[1] == o->key[1] && p[2] == o->key[2]) p[0] = p[1] = p[2] = 255;
+}
+
+/* PIL's Image.alpha_composite(white, im) then convert("RGB"), in its integer arithmetic (libImaging/
+ * AlphaComposite.c) with the destination opaque white: blend = 255·(255 − a), outa255 = 255·a + blend,
+ * coef1 = a·255·255·128 / outa255, coef2 = 255·128 − coef1, c' = div255(c·coef1 + 255·coef2 + 128·128) >> 7,
+ * div255(x) = ((x >> 8) + x) >> 8; a = 0 copies the destination (white). a = 255 keeps c. */
+void dec_composite_white(uint8_t *rgb, const uint8_t *alpha, size_t n) {
+    for (size_t i = 0; i < n; i++, rgb += 3) dec_white_px(rgb, alpha[i]);
+}
+
+/* convert_to_rgb of the opened image: RGBA (convert("RGBA")), alpha_composite over white. For the colour-keyed
+ * modes convert("RGBA") gives alpha 0 exactly where the pixel equals the key and 255 elsewhere, so those pixels
+ * become white and all others are unchanged. */
+static void apply_alpha(dec_out *o) {
+    size_t n = (size_t)o->width * (size_t)o->height;
+    if (o->alpha) {
+        dec_composite_white(o->rgb, o->alpha, n);
+        return;
+    }
+    if (!o->has_akey) return;
+    for (int c = 0; c < 3; c++)
+        if (o->akey[c] < 0 || o->akey[c] > 255) return;
+    uint8_t *p = o->rgb;
+    for (size_t i = 0; i < n; i++, p += 3)
+        if (p[0] == o->akey[0] && p[1] == o->akey[1] && p[2] == o->akey[2]) p[0] = p[1] = p[2] = 255;
 }
 
 /* PIL's Image.transpose for orientation 2..8 (exif_transpose's table). Returns NOMEM on allocation failure. */
@@ -187,6 +219,7 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
     dec_out o;
     memset(&o, 0, sizeof o);
     o.orientation = 1;
+    o.want_alpha = p->alpha == QVL_ALPHA_WHITE;
     qvl_status s;
     if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF)
         s = dec_jpeg(d, n, label, p->max_pixels, &o, err);
@@ -204,9 +237,11 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
         s = err_fail(err, QVL_ERR_FORMAT, "%s: not a JPEG, PNG, WebP, GIF or BMP image (unknown magic bytes)", label);
     if (s == QVL_OK && !o.rgb) s = err_fail(err, QVL_ERR_INTERNAL, "%s: decoder returned no pixels", label);
     if (s == QVL_OK) {
-        apply_key(&o);
+        if (p->alpha == QVL_ALPHA_WHITE) apply_alpha(&o);
+        else apply_key(&o);
         if (p->apply_exif) s = apply_orientation(&o, label, err);
     }
+    free(o.alpha);
     if (s != QVL_OK) {
         free(o.rgb);
         return s;

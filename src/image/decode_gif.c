@@ -3,7 +3,8 @@
  * when it has one and index 0 otherwise, then the frame's rows (de-interlaced) at its offset. Indices map through the
  * local palette, else the global one (entries past the table are black); without any palette (or with an identity gray
  * one, which Pillow opens as mode L) the index is the gray level. A transparent index becomes the colour key: Pillow
- * keeps it as info["transparency"] and convert_to_rgb whitens every pixel of that colour. */
+ * keeps it as info["transparency"] and convert_to_rgb of load_image's RGB whitens every pixel of that colour; with
+ * want_alpha it becomes the alpha of convert("RGBA"), 0 exactly at that index (for mode L: that level). */
 #include <gif_lib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +49,7 @@ qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated GIF: %s", label, why ? why : "?");
     }
     qvl_status s = dec_check_dims(g->SWidth, g->SHeight, max_pixels, label, "GIF", err);
-    uint8_t *idx = NULL, *rgb = NULL;
+    uint8_t *idx = NULL, *rgb = NULL, *alpha = NULL;
     int trans = -1;
     GifRecordType rt;
     while (s == QVL_OK) {
@@ -123,6 +124,15 @@ qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t
         if (trans >= 0) {
             out->has_key = 1;
             for (int c = 0; c < 3; c++) out->key[c] = pal[trans][c];
+            if (out->want_alpha) {
+                alpha = dec_alloc_pixels(w, h, 1);
+                if (!alpha) {
+                    s = err_fail(err, QVL_ERR_NOMEM, "%s: GIF: cannot allocate %lldx%lld pixels", label,
+                                 (long long)w, (long long)h);
+                    break;
+                }
+                for (size_t i = 0; i < n; i++) alpha[i] = idx[i] == trans ? 0 : 255;
+            }
         }
         out->width = (int32_t)w;
         out->height = (int32_t)h;
@@ -133,9 +143,11 @@ qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t
     free(idx);
     if (s != QVL_OK) {
         free(rgb);
+        free(alpha);
         out->has_key = 0;
         return s;
     }
     out->rgb = rgb;
+    out->alpha = alpha;
     return QVL_OK;
 }

@@ -1,10 +1,12 @@
 /* decode_png.c — PNG through libpng's classic API, with no colour transforms (only unpacking of sub-byte
  * samples and Adam7 de-interlacing); the mapping to RGB is Pillow 13's:
  *   gray 1-bit → "1" (0/255), 2/4-bit → "L;2"/"L;4" (scaled ×85/×17), 8-bit → L, 16-bit → "I;16" then clipped
- *   to 255 by convert("RGB"); gray+alpha → LA (16-bit: high byte), alpha dropped; RGB/RGBA 16-bit → high byte, alpha
- *   dropped (not composited); palette → lookup (entries past PLTE are black), tRNS alpha ignored.
- * tRNS that PIL keeps as info["transparency"] becomes the colour key (see decode.h). EXIF comes from eXIf, XMP from
- * an uncompressed iTXt "XML:com.adobe.xmp"; both found by walking the chunk list here. */
+ *   to 255 by convert("RGB"); gray+alpha → LA (16-bit: Pillow's RGBA from LA;16B, high bytes); RGB/RGBA 16-bit →
+ *   high byte; palette → lookup (entries past PLTE are black).
+ * Transparency (see decode.h): tRNS that PIL keeps as info["transparency"] after convert("RGB") becomes the colour
+ * key; with want_alpha, the alpha of convert("RGBA"): the A sample (16-bit: its high byte), a palette's tRNS alpha
+ * by index (entries past tRNS opaque), or for gray / RGB the tRNS value as convert_transparent compares it.
+ * EXIF comes from eXIf, XMP from an uncompressed iTXt "XML:com.adobe.xmp"; both found by walking the chunk list. */
 #include <png.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@ typedef struct png_ctx {
     uint8_t *volatile raw;         /* all rows as libpng delivers them */
     png_bytep *volatile rows;      /* row pointers into raw */
     uint8_t *volatile rgb;
+    uint8_t *volatile alpha;       /* want_alpha and an A band or palette alpha */
 } png_ctx;
 
 static void on_error(png_structp png, png_const_charp msg) {
@@ -109,6 +112,22 @@ static int png_orientation(const uint8_t *d, size_t n) {
     return o;
 }
 
+/* A palette image's tRNS chunk before IDAT as Pillow reads it: libpng drops one longer than the palette (a benign
+ * "invalid" error), Pillow keeps it. Sets *n to its length (at most 256 entries used) and returns its data or NULL. */
+static const uint8_t *png_palette_trns(const uint8_t *d, size_t n, int *len) {
+    size_t p = 8;
+    while (n - p >= 12) {
+        uint32_t l = be32(d + p);
+        if (l > n - p - 12 || memcmp(d + p + 4, "IDAT", 4) == 0) break;
+        if (memcmp(d + p + 4, "tRNS", 4) == 0) {
+            *len = l > 256 ? 256 : (int)l;
+            return l ? d + p + 8 : NULL;
+        }
+        p += 12 + (size_t)l;
+    }
+    return NULL;
+}
+
 static inline int sample(const uint8_t *row, size_t i, int depth16) {
     return depth16 ? row[2 * i] << 8 | row[2 * i + 1] : row[i];
 }
@@ -135,7 +154,8 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
         free(ctx.raw);
         free(ctx.rows);
         free(ctx.rgb);
-        out->rgb = NULL;
+        free(ctx.alpha);
+        out->rgb = out->alpha = NULL;
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated PNG: %s", label, ctx.msg);
     }
     png_set_read_fn(png, &ctx, on_read);
@@ -164,10 +184,18 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
                 pal[i][0] = plte[i].red, pal[i][1] = plte[i].green, pal[i][2] = plte[i].blue;
     }
     png_bytep trans = NULL;
-    int ntrans = 0;
+    int ntrans = 0, palpha = 0;
     png_color_16p tc = NULL;
-    if (png_get_tRNS(png, info, &trans, &ntrans, &tc)) {
+    uint8_t pal_a[256];
+    memset(pal_a, 255, sizeof pal_a);
+    int have_trns = png_get_tRNS(png, info, &trans, &ntrans, &tc) != 0;
+    if (!have_trns && ct == PNG_COLOR_TYPE_PALETTE)
+        have_trns = (trans = (png_bytep)png_palette_trns(data, size, &ntrans)) != NULL;
+    if (have_trns) {
         if (ct == PNG_COLOR_TYPE_PALETTE && trans) {
+            /* convert("RGBA"): putpalettealpha(index, 0) or putpalettealphas(bytes); the rest stay opaque */
+            palpha = out->want_alpha;
+            for (int i = 0; i < ntrans && i < 256; i++) pal_a[i] = trans[i];
             /* PIL's _simple_palette: one 0 entry, all others 255 → an index key; else alpha bytes (no key) */
             int zero = -1, simple = 1;
             for (int i = 0; i < ntrans; i++) {
@@ -183,11 +211,17 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
             if (depth == 1) out->key[0] = tc->gray ? 255 : 0; /* mode "1": (t, 0, 0) via RGB→RGBA */
             else if (depth == 16) out->key[0] = tc->gray;     /* "I;16": (t, 0, 0) */
             else out->key[0] = out->key[1] = out->key[2] = tc->gray; /* L: raw value, unscaled */
+            /* convert("RGBA") of "1" / L / I;16: convert_transparent, (t, t, t) against the converted RGB */
+            out->has_akey = out->want_alpha;
+            out->akey[0] = out->akey[1] = out->akey[2] = depth == 1 ? (tc->gray ? 255 : 0) : tc->gray;
         } else if (ct == PNG_COLOR_TYPE_RGB && tc) {
             out->has_key = 1;
             out->key[0] = tc->red, out->key[1] = tc->green, out->key[2] = tc->blue;
+            out->has_akey = out->want_alpha;
+            memcpy(out->akey, out->key, sizeof out->akey);
         }
     }
+    int aband = out->want_alpha && (ct == PNG_COLOR_TYPE_GRAY_ALPHA || ct == PNG_COLOR_TYPE_RGB_ALPHA);
 
     if (depth < 8) png_set_packing(png);
     png_set_interlace_handling(png);
@@ -201,11 +235,13 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
     ctx.raw = malloc(total ? total : 1);
     ctx.rows = (png_bytep *)dec_alloc_pixels(h, 1, (int)sizeof(png_bytep));
     ctx.rgb = dec_alloc_pixels(w, h, 3);
-    if (!ctx.raw || !ctx.rows || !ctx.rgb) {
+    if (aband || palpha) ctx.alpha = dec_alloc_pixels(w, h, 1);
+    if (!ctx.raw || !ctx.rows || !ctx.rgb || ((aband || palpha) && !ctx.alpha)) {
         png_destroy_read_struct(&png, &info, NULL);
         free(ctx.raw);
         free(ctx.rows);
         free(ctx.rgb);
+        free(ctx.alpha);
         return err_fail(err, QVL_ERR_NOMEM, "%s: PNG: cannot allocate %ux%u pixels", label, (unsigned)w,
                         (unsigned)h);
     }
@@ -218,6 +254,11 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
     for (size_t y = 0; y < h; y++) {
         const uint8_t *r = ctx.rows[y];
         uint8_t *o = ctx.rgb + y * (size_t)w * 3;
+        uint8_t *a = ctx.alpha ? ctx.alpha + y * (size_t)w : NULL;
+        if (aband) /* the last sample of each pixel; 16-bit: its high byte */
+            for (size_t x = 0; x < w; x++) a[x] = r[(x * (size_t)ch + (size_t)ch - 1) * (d16 ? 2 : 1)];
+        else if (palpha)
+            for (size_t x = 0; x < w; x++) a[x] = pal_a[r[x]];
         for (size_t x = 0; x < w; x++, o += 3) {
             size_t i = x * (size_t)ch;
             switch (ct) {
@@ -244,5 +285,6 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
     out->width = (int32_t)w;
     out->height = (int32_t)h;
     out->rgb = ctx.rgb;
+    out->alpha = ctx.alpha;
     return QVL_OK;
 }

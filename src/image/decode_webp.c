@@ -1,7 +1,8 @@
 /* decode_webp.c — WebP (lossy, lossless, alpha, animated) the way Pillow 13 reads it: libwebp's WebPAnimDecoder in
- * non-premultiplied RGBA, first frame of the canvas (the area outside a smaller first frame is transparent black),
- * alpha dropped. EXIF and XMP come from the muxed chunks. The canvas size is checked against the pixel limit before
- * the decoder allocates its canvas. */
+ * non-premultiplied RGBA, first frame of the canvas (the area outside a smaller first frame is transparent black).
+ * Pillow's mode is RGBA when the demuxer's format flags have ALPHA_FLAG and RGB (rawmode RGBX, alpha dropped)
+ * otherwise; with want_alpha an RGBA image hands its alpha on to be composited. EXIF and XMP come from the muxed
+ * chunks. The canvas size is checked against the pixel limit before the decoder allocates its canvas. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@ qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, uint64_
         return s;
     }
     out->orientation = webp_orientation(dmx);
+    int has_alpha = (WebPDemuxGetI(dmx, WEBP_FF_FORMAT_FLAGS) & ALPHA_FLAG) != 0;
     WebPDemuxDelete(dmx);
 
     WebPAnimDecoderOptions opt;
@@ -54,16 +56,22 @@ qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, uint64_
         WebPAnimDecoderDelete(dec);
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot decode the first frame", label);
     }
-    uint8_t *rgb = dec_alloc_pixels(w, h, 3);
-    if (!rgb) {
+    int keep_alpha = has_alpha && out->want_alpha;
+    uint8_t *rgb = dec_alloc_pixels(w, h, 3), *alpha = keep_alpha ? dec_alloc_pixels(w, h, 1) : NULL;
+    if (!rgb || (keep_alpha && !alpha)) {
         WebPAnimDecoderDelete(dec);
+        free(rgb);
+        free(alpha);
         return err_fail(err, QVL_ERR_NOMEM, "%s: WebP: cannot allocate %ux%u pixels", label, w, h);
     }
     size_t n = (size_t)w * h;
     for (size_t i = 0; i < n; i++) memcpy(rgb + 3 * i, rgba + 4 * i, 3);
+    if (alpha)
+        for (size_t i = 0; i < n; i++) alpha[i] = rgba[4 * i + 3];
     WebPAnimDecoderDelete(dec);
     out->width = (int32_t)w;
     out->height = (int32_t)h;
     out->rgb = rgb;
+    out->alpha = alpha;
     return QVL_OK;
 }

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/params.h"
+#include "image/decode.h"
 #include "image/image_params.h"
 #include "model/model.h"
 #include "model/tower.h"
@@ -180,9 +181,9 @@ static qvl_status pixels_rgb(const qvl_pixels *px, qvl_alpha_mode alpha, const c
         for (int32_t x = 0; x < px->width; x++, s += px->channels, d += 3) {
             if (px->channels == 3 || alpha == QVL_ALPHA_DROP) {
                 d[0] = s[0], d[1] = s[1], d[2] = s[2];
-            } else { /* PIL alpha_composite of the pixel over opaque white, then convert("RGB") */
-                const unsigned a = s[3];
-                for (int c = 0; c < 3; c++) d[c] = (uint8_t)((s[c] * a + 255u * (255u - a) + 127u) / 255u);
+            } else { /* as PIL's convert_to_rgb does with the same pixels as an RGBA image */
+                d[0] = s[0], d[1] = s[1], d[2] = s[2];
+                dec_white_px(d, s[3]);
             }
         }
     }

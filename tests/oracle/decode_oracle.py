@@ -9,15 +9,23 @@ Writes (all deterministic; byte-identical on rerun with the same library version
                         animated, transparent, frame offset), BMP (24-bit, 8-bit palette, 1-bit, 4-bit)
   tests/data/bad/*      files every decoder must refuse (the expected statuses are in test_decode.c)
   tests/fixtures/decode.safetensors
-      images/<name>  U8 [h, w, 3]  the reference RGB of tests/data/images/<name>
+      images/<name>  U8 [h, w, 3]  the drop reference (QVL_ALPHA_DROP) of tests/data/images/<name>
+      white/<name>   U8 [h, w, 3]  the white reference (QVL_ALPHA_WHITE, the default) of every corpus image that has
+                                   transparency (an A band or info["transparency"]); the others have none, their
+                                   white result is the drop one
       photos/<name>  U64 [4]       h, w, 3, xxh64 (seed 0) of the reference RGB bytes of tests/data/photos/<name>
+      (an images/ or white/ entry is U64 [4] like photos/ for files whose RGB would be large: png_rgba_ramp.png)
       __metadata__ "oracle": JSON with the versions (Pillow, its bundled libjpeg-turbo / libwebp / zlib,
-      transformers, numpy), the reference expression, and per bad file the exception PIL raises ("no" if it loads).
+      transformers, numpy), the reference expressions, and per bad file the exception PIL raises ("no" if it loads).
 
-The reference is exactly what the processors see for an image path:
+The drop reference is what the processors see for an image path that went through load_image first:
     convert_to_rgb(transformers.image_utils.load_image(path), return_numpy=True)
 load_image = PIL.Image.open + ImageOps.exif_transpose + convert("RGB"); convert_to_rgb then composites onto white
 when the RGB image still carries info["transparency"] (a tRNS / GIF colour key survives convert("RGB")).
+The white reference is what the processors make of the opened PIL image a user hands them:
+    convert_to_rgb(PIL.ImageOps.exif_transpose(PIL.Image.open(path)), return_numpy=True)
+convert_to_rgb converts an image with an A band or info["transparency"] to RGBA and alpha-composites it onto opaque
+white (Image.alpha_composite, integer arithmetic); png_rgba_ramp.png holds every (colour, alpha) pair.
 Some files (16-bit and sub-byte PNGs, Adam7, GIF frame offsets) are written by hand here because Pillow cannot
 write them.
 
@@ -35,7 +43,7 @@ import PIL
 import PIL.features
 import transformers
 import xxhash
-from PIL import Image
+from PIL import Image, ImageOps
 from safetensors.numpy import save_file
 from transformers.image_transforms import convert_to_rgb
 from transformers.image_utils import load_image
@@ -43,6 +51,22 @@ from transformers.image_utils import load_image
 
 def reference(path):
     return np.ascontiguousarray(convert_to_rgb(load_image(path), return_numpy=True), dtype=np.uint8)
+
+
+def reference_white(path):
+    """The composited result, or None when convert_to_rgb sees no transparency in the opened image."""
+    im = ImageOps.exif_transpose(Image.open(path))
+    if not ("A" in im.getbands() or im.info.get("transparency") is not None):
+        return None
+    return np.ascontiguousarray(convert_to_rgb(im, return_numpy=True), dtype=np.uint8)
+
+
+# files whose references are stored as shape + xxh64 (too large to store as arrays)
+HASHED = {"png_rgba_ramp.png"}
+
+
+def digest(a):
+    return np.array([a.shape[0], a.shape[1], 3, xxhash.xxh64(a.tobytes()).intdigest()], dtype=np.uint64)
 
 
 # ---- deterministic content -------------------------------------------------------------------------------------
@@ -212,6 +236,30 @@ def make_images(d):
     k = b.index(b"IDAT")
     b[k + 4 + struct.unpack(">I", b[k - 4:k])[0]] ^= 1
     write(f"{d}/png_idat_crc.png", bytes(b))
+    # transparency, for the two alpha modes
+    y, x = np.mgrid[0:256, 0:256]
+    ramp = np.stack([x, 255 - x, (7 * x + y) % 256, y], -1)  # every (colour, alpha) pair in R and in G
+    save(Image.fromarray(ramp.astype(np.uint8), "RGBA"), f"{d}/png_rgba_ramp.png", "PNG", optimize=True)
+    save(Image.fromarray(t4, "RGBA"), f"{d}/png_rgba_exif_6.png", "PNG", exif=exif_bytes(6))
+    write(f"{d}/png_gray1_trns1.png", png_bytes(rng.integers(0, 2, size=(9, 17, 1)), 1, 0, trns=struct.pack(">H", 1)))
+    # palette index key (one 0 in tRNS) whose colour a second entry repeats: white by index, drop by colour
+    plte3 = [v for i in range(8) for v in ((i * 50) % 256, 200 - i * 20, 30 + i)]
+    plte3[5 * 3:6 * 3] = plte3[2 * 3:3 * 3]
+    write(f"{d}/png_p_trns_dup.png", png_bytes(rng.integers(0, 8, size=(13, 15, 1)), 8, 3, plte=plte3,
+                                               trns=b"\xff\xff\x00"))
+    # palette alpha shorter than the palette (entries past it opaque), 4-bit indices
+    write(f"{d}/png_p4_trns_short.png", png_bytes(rng.integers(0, 8, size=(11, 13, 1)), 4, 3, plte=plte3,
+                                                  trns=bytes([0, 64, 128, 200, 255, 1])))
+    # tRNS longer than the palette: libpng drops it, Pillow keeps it
+    write(f"{d}/png_p_trns_long.png", png_bytes(np.random.default_rng(30).integers(0, 4, size=(9, 11, 1)), 8, 3,
+                                                plte=plte3[:12],
+                                                trns=bytes([10, 0, 255, 90, 7, 7])))
+    # 16-bit RGB with a tRNS key that high bytes can equal
+    vals = np.array([0x0000, 0x00ff, 0x0100, 0x01ff, 0xff00, 0xffff])
+    write(f"{d}/png_rgb16_trns.png", png_bytes(vals[rng.integers(0, 6, size=(12, 14, 3))], 16, 2,
+                                               trns=struct.pack(">HHH", 1, 0, 255)))
+    la = np.stack([t4[..., 2], t4[..., 3]], -1)
+    write(f"{d}/png_la_interlaced.png", png_bytes(la[:19, :23], 8, 4, interlace=True))
     itxt = b"XML:com.adobe.xmp\0\0\0\0\0" + b'<x:xmpmeta><rdf:Description tiff:Orientation="8"/></x:xmpmeta>'
     write(f"{d}/png_xmp_8.png", png_bytes(texture(10, 14, seed=12), 8, 2, before_idat=[chunk(b"iTXt", itxt)]))
 
@@ -227,6 +275,12 @@ def make_images(d):
     f2 = Image.fromarray(texture(40, 56, seed=16))
     save(w, f"{d}/webp_anim.webp", "WEBP", save_all=True, append_images=[f2], duration=100, quality=80)
     save(w, f"{d}/webp_exif_3.webp", "WEBP", quality=80, exif=exif_bytes(3))
+    wa2 = texture(40, 56, 4, seed=28)
+    wa2[5:15, 10:30, 3] = 0
+    save(Image.fromarray(wa, "RGBA"), f"{d}/webp_anim_alpha.webp", "WEBP", save_all=True,
+         append_images=[Image.fromarray(wa2, "RGBA")], duration=100, lossless=True, exact=True)
+    save(Image.fromarray(wa, "RGBA"), f"{d}/webp_alpha_exif_6.webp", "WEBP", lossless=True, exact=True,
+         exif=exif_bytes(6))
 
     # GIF
     g = Image.fromarray(texture(30, 40, seed=17)).quantize(colors=64, dither=Image.Dither.NONE)
@@ -237,6 +291,14 @@ def make_images(d):
     save(g, f"{d}/gif_trans.gif", "GIF", transparency=3)
     save(Image.fromarray((texture(12, 16, 1, seed=19)[..., 0] // 64).astype(np.uint8) * 80), f"{d}/gif_gray.gif",
          "GIF")
+    save(Image.fromarray((texture(12, 16, 1, seed=29)[..., 0] // 64).astype(np.uint8) * 80), f"{d}/gif_gray_trans.gif",
+         "GIF", transparency=80)
+    # transparent index 3 whose colour index 7 repeats: white by index, drop by colour
+    gd = Image.fromarray(rng.integers(0, 8, size=(14, 18)).astype(np.uint8), "P")
+    gp = [v for i in range(8) for v in ((i * 37) % 256, (i * 91) % 256, 255 - i * 30)]
+    gp[7 * 3:8 * 3] = gp[3 * 3:4 * 3]
+    gd.putpalette(gp)
+    save(gd, f"{d}/gif_trans_dup.gif", "GIF", transparency=3, optimize=False)
     # frame offset: grow the logical screen to 40x30 and move the 16x12 frame to (9, 7)
     buf = io.BytesIO()
     Image.fromarray(texture(12, 16, seed=20)).quantize(colors=8, dither=Image.Dither.NONE).save(
@@ -325,7 +387,10 @@ def main():
 
     tensors, meta = {}, {}
     for name in sorted(os.listdir(img)):
-        tensors[f"images/{name}"] = reference(f"{img}/{name}")
+        a, wh = reference(f"{img}/{name}"), reference_white(f"{img}/{name}")
+        tensors[f"images/{name}"] = digest(a) if name in HASHED else a
+        if wh is not None:
+            tensors[f"white/{name}"] = digest(wh) if name in HASHED else wh
     for name in sorted(os.listdir(photos)) if os.path.isdir(photos) else []:
         if name.lower().endswith((".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")):
             a = reference(f"{photos}/{name}")
@@ -348,6 +413,7 @@ def main():
         "numpy": np.__version__,
     }
     meta["reference"] = "convert_to_rgb(load_image(path), return_numpy=True)"
+    meta["reference_white"] = "convert_to_rgb(ImageOps.exif_transpose(Image.open(path)), return_numpy=True)"
     # one key: safetensors writes __metadata__ keys in hash order, so several would make the file non-reproducible
     meta = {"oracle": json.dumps(meta, sort_keys=True)}
     os.makedirs(f"{root}/tests/fixtures", exist_ok=True)

@@ -1,10 +1,12 @@
 /* test_decode.c — qvl_image_load/decode against transformers' load path (Pillow 13), byte for byte.
  *
  * tests/fixtures/decode.safetensors (tests/oracle/decode_oracle.py) holds, for every file of tests/data/images/,
- * the RGB array convert_to_rgb(load_image(path)) returns, and for the photos of tests/data/photos/ their shape and
- * xxh64. Also: the files of tests/data/bad/ are refused with the right status and a message naming the file, the
- * pixel limit is applied from the header, apply_exif = 0 keeps the stored orientation, qvl_image_free is safe on NULL
- * and twice, and decoding from memory names "<memory>". Runs under ASan/UBSan/LSan in CI. */
+ * the RGB array convert_to_rgb(load_image(path)) returns (alpha dropped: QVL_ALPHA_DROP), for every one of them
+ * with transparency also convert_to_rgb(exif_transpose(Image.open(path))) (composited onto white: the default),
+ * and for the photos of tests/data/photos/ their shape and xxh64. Also: the files of tests/data/bad/ are refused
+ * with the right status and a message naming the file, the pixel limit is applied from the header, apply_exif = 0
+ * keeps the stored orientation, an unknown alpha mode is refused, qvl_image_free is safe on NULL and twice, and
+ * decoding from memory names "<memory>". Runs under ASan/UBSan/LSan in CI. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +19,51 @@
 #include "qvl.h"
 #include "testutil.h"
 
+/* Does img equal the reference t: U8 [h, w, 3] bytes, or U64 [4] h, w, 3, xxh64 (photos, large corpus files)? */
+static int same_as(const st_tensor *t, const qvl_image *img, const char *name, const char *mode) {
+    char what[600];
+    snprintf(what, sizeof what, "%s (%s)", name, mode);
+    if (t->dtype == ST_U64) {
+        CHECK(t->ndim == 1 && t->shape[0] == 4);
+        uint64_t want[4];
+        memcpy(want, t->data, sizeof want);
+        int ok = (uint64_t)img->height == want[0] && (uint64_t)img->width == want[1];
+        uint64_t h = ok ? XXH64(img->rgb, (size_t)img->width * (size_t)img->height * 3, 0) : 0;
+        if (!ok || h != want[3])
+            fprintf(stderr, "  %s: got %dx%d xxh64 %016llx, want %llux%llu %016llx\n", what, img->width,
+                    img->height, (unsigned long long)h, (unsigned long long)want[1], (unsigned long long)want[0],
+                    (unsigned long long)want[3]);
+        return ok && h == want[3];
+    }
+    CHECK(t->dtype == ST_U8 && t->ndim == 3 && t->shape[2] == 3);
+    if (t->shape[0] != img->height || t->shape[1] != img->width) {
+        fprintf(stderr, "  %s: got %dx%d, want %lldx%lld\n", what, img->width, img->height, (long long)t->shape[1],
+                (long long)t->shape[0]);
+        return 0;
+    }
+    return tu_same_bytes(img->rgb, t->data, (size_t)t->nbytes, what);
+}
+
+static int load_as(const char *path, const qvl_decode_params *p, qvl_image *img, const char *name) {
+    qvl_error err;
+    err_clear(&err);
+    qvl_status s = qvl_image_load(path, p, img, &err);
+    if (s != QVL_OK) fprintf(stderr, "  %s: %s\n", name, err.message);
+    CHECK(s == QVL_OK && err.status == QVL_OK);
+    return s == QVL_OK;
+}
+
+/* images/<name> is the drop reference (load_image first), white/<name> the composited one where the file has
+ * transparency (else the white result is the drop one). Default params (NULL and qvl_decode_params_default) must
+ * give the white one, QVL_ALPHA_DROP the drop one. */
 static void test_corpus(const st_file *f) {
-    char path[4096], rel[1024];
-    size_t n_images = 0, n_photos = 0;
+    char path[4096], rel[1024], wname[1024];
+    size_t n_images = 0, n_photos = 0, n_white = 0, n_white_differs = 0;
+    qvl_decode_params def, drop;
+    qvl_decode_params_default(&def);
+    CHECK(def.alpha == QVL_ALPHA_WHITE);
+    qvl_decode_params_default(&drop);
+    drop.alpha = QVL_ALPHA_DROP;
     for (size_t i = 0; i < f->n_tensors; i++) {
         const st_tensor *t = &f->tensors[i];
         int photo = strncmp(t->name, "photos/", 7) == 0;
@@ -27,41 +71,39 @@ static void test_corpus(const st_file *f) {
         snprintf(rel, sizeof rel, "tests/data/%s", t->name);
         tu_source_path(rel, path, sizeof path);
         qvl_image img;
-        qvl_error err;
-        err_clear(&err);
-        qvl_status s = qvl_image_load(path, NULL, &img, &err);
-        CHECK(s == QVL_OK);
-        if (s != QVL_OK) {
-            fprintf(stderr, "  %s: %s\n", t->name, err.message);
-            continue;
-        }
         if (photo) {
             n_photos++;
-            CHECK(t->dtype == ST_U64 && t->ndim == 1 && t->shape[0] == 4);
-            uint64_t want[4];
-            memcpy(want, t->data, sizeof want);
-            int ok = (uint64_t)img.height == want[0] && (uint64_t)img.width == want[1];
-            uint64_t h = ok ? XXH64(img.rgb, (size_t)img.width * (size_t)img.height * 3, 0) : 0;
-            if (!ok || h != want[3])
-                fprintf(stderr, "  %s: got %dx%d xxh64 %016llx, want %llux%llu %016llx\n", t->name, img.width,
-                        img.height, (unsigned long long)h, (unsigned long long)want[1], (unsigned long long)want[0],
-                        (unsigned long long)want[3]);
-            CHECK(ok && h == want[3]);
-        } else {
-            n_images++;
-            CHECK(t->dtype == ST_U8 && t->ndim == 3 && t->shape[2] == 3);
-            int ok = t->shape[0] == img.height && t->shape[1] == img.width;
-            if (!ok)
-                fprintf(stderr, "  %s: got %dx%d, want %lldx%lld\n", t->name, img.width, img.height,
-                        (long long)t->shape[1], (long long)t->shape[0]);
-            else
-                ok = tu_same_bytes(img.rgb, t->data, (size_t)t->nbytes, t->name);
-            CHECK(ok);
+            if (!load_as(path, NULL, &img, t->name)) continue;
+            CHECK(same_as(t, &img, t->name, "default"));
+            qvl_image_free(&img);
+            continue;
         }
-        qvl_image_free(&img);
+        n_images++;
+        snprintf(wname, sizeof wname, "white/%s", t->name + 7);
+        const st_tensor *w = st_find(f, wname);
+        if (w) {
+            n_white++;
+            n_white_differs += w->nbytes != t->nbytes || memcmp(w->data, t->data, (size_t)t->nbytes) != 0;
+        }
+        const st_tensor *want_white = w ? w : t;
+        if (load_as(path, &drop, &img, t->name)) {
+            CHECK(same_as(t, &img, t->name, "QVL_ALPHA_DROP"));
+            qvl_image_free(&img);
+        }
+        if (load_as(path, NULL, &img, t->name)) {
+            CHECK(same_as(want_white, &img, t->name, "NULL params: white"));
+            qvl_image_free(&img);
+        }
+        if (load_as(path, &def, &img, t->name)) {
+            CHECK(same_as(want_white, &img, t->name, "default params: white"));
+            qvl_image_free(&img);
+        }
     }
-    printf("decoded %zu corpus images and %zu photos\n", n_images, n_photos);
-    CHECK(n_images >= 40);
+    printf("decoded %zu corpus images (%zu with transparency, %zu of them differing between the alpha modes) and "
+           "%zu photos\n", n_images, n_white, n_white_differs, n_photos);
+    CHECK(n_images >= 50);
+    CHECK(n_white >= 25);
+    CHECK(n_white_differs >= 15);
 }
 
 typedef struct bad_case {
@@ -183,6 +225,12 @@ static void test_limits_and_options(void) {
         CHECK(s == QVL_ERR_LIMIT && img.rgb == NULL && strstr(err.message, names[k]) != NULL);
         if (s != QVL_ERR_LIMIT) fprintf(stderr, "  %s below its size: %s\n", names[k], qvl_status_name(s));
     }
+    /* an alpha mode that does not exist is refused, naming the field */
+    qvl_decode_params_default(&p);
+    p.alpha = (qvl_alpha_mode)7;
+    err_clear(&err);
+    CHECK(qvl_image_load(path, &p, &img, &err) == QVL_ERR_INVALID_ARG && img.rgb == NULL);
+    CHECK(strstr(err.message, "qvl_decode_params.alpha") != NULL && strstr(err.message, "7") != NULL);
     /* free: NULL, zeroed, twice */
     qvl_image_free(NULL);
     memset(&img, 0, sizeof img);

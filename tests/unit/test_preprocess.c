@@ -2,8 +2,9 @@
  *
  * tests/fixtures/preprocess.safetensors (tests/oracle/preprocess_oracle.py) holds, per corpus image, the grid,
  * xxh64 digests of both processors' rows and of both resized uint8 images, and each path's first row. Synthetic
- * inputs are regenerated here from their recipe; files are decoded with qvl_image_load; either way the input's RGB
- * bytes must have the xxh64 the oracle recorded for what its processors saw (a refused case: its recorded size). */
+ * inputs are regenerated here from their recipe; files are decoded with qvl_image_load, alpha dropped
+ * (QVL_ALPHA_DROP), because the oracle feeds the processors load_image's RGB; either way the input's RGB bytes
+ * must have the xxh64 the oracle recorded for what its processors saw (a refused case: its recorded size). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,11 @@ static void run_case(const st_file *fx, const char *name) {
     } else {
         char path[1024];
         tu_source_path(name + 5 /* "file:" */, path, sizeof path);
-        CHECK(qvl_image_load(path, NULL, &img, &err) == QVL_OK);
+        /* the oracle's input is load_image's RGB (alpha dropped); compositing is test_decode's subject */
+        qvl_decode_params dp;
+        qvl_decode_params_default(&dp);
+        dp.alpha = QVL_ALPHA_DROP;
+        CHECK(qvl_image_load(path, &dp, &img, &err) == QVL_OK);
         if (!img.rgb) {
             printf("%s: %s\n", name, err.message);
             return;
