@@ -556,6 +556,8 @@ typedef struct qvl_item {
     double fps;                       /* FRAMES: their frame rate (timestamps); 0: video.default_fps */
     const float *rows;                /* ROWS (borrowed until the plan is freed) */
     qvl_grid grid;
+    size_t row_len;                   /* ROWS: floats per row the caller has (0: trust it is the model's); another
+                                         length than the model's row_len fails the item */
     /* Preprocessing of this item (NULL: the plan's defaults, i.e. the model directory's
      * preprocessor_config.json / video_preprocessor_config.json over Qwen3-VL's published values). */
     const qvl_preprocess_params *preprocess;
@@ -621,6 +623,9 @@ typedef struct qvl_item_info {
 } qvl_item_info;
 
 /* Decode and preprocess `items` on ctx's pool (the ctx's model decides patch size, merge and output widths).
+ * ctx may be NULL for preprocessing alone (qvl_plan_rows): then the preprocessing params decide the patch
+ * geometry, the defaults are Qwen3-VL's published values (no model directory to read), threads are started for
+ * the call, outputs are 0 bytes and the plan cannot be encoded.
  * Returns QVL_OK when the plan was made, even if some or all items failed: each item's own status and message
  * are in qvl_plan_item (qvl_plan_ok_count says how many succeeded); an error status only for bad arguments or
  * memory, with no plan. Items: an array of n_items structs, each initialised by qvl_item_default (the array's

@@ -19,7 +19,9 @@ static const char encode_help[] =
     "encoded on its own. OUT (.safetensors) gets, per input i, \"item{i}.merged\" [tokens, out_hidden] and\n"
     "\"item{i}.deepstack{k}\", a \"grid_thw\" row per encoded input, and metadata naming each input and its status.\n"
     "An input that fails (unreadable, corrupt, too large) is reported and skipped; the others are still written,\n"
-    "and the exit status is 3.\n"
+    "and the exit status is 3 (1, and no output file, when none succeeded). Metadata item{i}.* names each input,\n"
+    "its status or error, its grid and, for videos, the sampled frame indices, the source fps and the seconds of\n"
+    "each temporal patch (the prompt's <t seconds>).\n"
     "\n"
     "Input options:\n"
     "      --resize KIND      torchvision (default: transformers' default processor), pil (PIL processor, mlx-vlm;\n"
@@ -31,8 +33,10 @@ static const char encode_help[] =
     "      --num-frames N     sample exactly N frames of each video\n"
     "      --max-frames N     at most N frames per video (default 768)\n"
     "      --max-decode-pixels N  refuse images and frames above N pixels before decoding (default 178956970)\n"
+    "      --alpha MODE       transparent images: white (default: composited onto white, as transformers'\n"
+    "                         processors do with PIL images) or drop (alpha dropped, as load_image does)\n"
     "      --preprocess-only  write \"item{i}.pixel_values\" and grids instead of encoding\n"
-    "  -q, --quiet            no progress lines on stderr\n"
+    "  -q, --quiet            no progress lines on stderr and no report on stdout\n"
     "\n"
     "ROWS is a .npy float32 array [S, row_len], or a safetensors file with \"pixel_values\" [S, row_len] and\n"
     "optionally \"grid_thw\" [n, 3] (used when no --grid is given). Rows are merge-block-major as the Qwen\n"
@@ -124,7 +128,7 @@ static int parse_size(const char *s, int32_t *h, int32_t *w) {
 
 int cmd_encode(int argc, char **argv) {
     enum { OPT_STAGES = 256, OPT_POS_MODE, OPT_RESIZE, OPT_MIN_PX, OPT_MAX_PX, OPT_SIZE, OPT_FPS, OPT_NUM_FRAMES,
-           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA };
+           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
         {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
@@ -136,6 +140,7 @@ int cmd_encode(int argc, char **argv) {
         {"max-frames", required_argument, NULL, OPT_MAX_FRAMES},
         {"max-decode-pixels", required_argument, NULL, OPT_MAX_DECODE}, {"isa", required_argument, NULL, OPT_ISA},
         {"preprocess-only", no_argument, NULL, OPT_PREPROCESS_ONLY}, {"quiet", no_argument, NULL, 'q'},
+        {"alpha", required_argument, NULL, OPT_ALPHA},
         {NULL, 0, NULL, 0}};
     media_opts mo;
     memset(&mo, 0, sizeof mo);
@@ -213,6 +218,11 @@ int cmd_encode(int argc, char **argv) {
             mo.vp.max_pixels = u;
             break;
         case OPT_PREPROCESS_ONLY: mo.preprocess_only = 1; break;
+        case OPT_ALPHA:
+            if (strcmp(optarg, "white") == 0) mo.dp.alpha = QVL_ALPHA_WHITE;
+            else if (strcmp(optarg, "drop") == 0) mo.dp.alpha = QVL_ALPHA_DROP;
+            else return cli_usage("--alpha: '%s' is not white or drop", optarg);
+            break;
         case OPT_ISA:
             if (cli_parse_isa(optarg, &mo.load.isa)) return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
             break;
@@ -243,11 +253,14 @@ int cmd_encode(int argc, char **argv) {
     qvl_error err;
     qvl_model *m = NULL;
     qvl_ctx *ctx = NULL;
-    float *rows = NULL, *merged = NULL, *ds[QVL_MAX_DEEPSTACK] = {0};
+    qvl_plan *plan = NULL;
+    qvl_st_writer *w = NULL;
+    float *rows = NULL, *out = NULL;
     qvl_grid *file_grids = NULL;
     size_t n_rows = 0, row_len = 0, n_file_grids = 0;
     stage_list taps = {0};
-    qvl_out_tensor *outs = NULL;
+    qvl_item *items = NULL;
+    void **outs = NULL;
 
     double t_load = cli_now_ms();
     if (qvl_model_load(model_dir, &mo.load, &m, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
@@ -265,61 +278,96 @@ int cmd_encode(int argc, char **argv) {
         rc = cli_fail("%s: no grid_thw in the input; pass --grid T,H,W", pixels_path);
         goto done;
     }
-    if (row_len != (size_t)in.row_len) {
-        rc = cli_fail("%s: rows have %zu values, the model expects %d", pixels_path, row_len, in.row_len);
+    /* One ROWS item per grid, at its rows; the plan checks each grid and the row length (the library's one
+     * source of those rules). The rows must add up to the file's. */
+    size_t need = qvl_patch_rows(grids, n_grids);
+    if (need != n_rows) {
+        rc = cli_fail("%s: %zu pixel rows given, the grids need %zu", pixels_path, n_rows, need ? need : 0);
         goto done;
     }
-    /* Grids and the row count are qvl_encode's to check (it names the grid, then the row mismatch); the output
-     * buffers only need the token count, 0 for grids it will refuse. */
-    size_t n_tok = qvl_merged_tokens(grids, n_grids), O = (size_t)in.out_hidden;
-    if (cli_alloc_outputs(n_tok, O, in.n_deepstack, &merged, ds)) {
-        rc = cli_fail("out of memory for %zu output tokens", n_tok);
-        goto done;
+    items = calloc(n_grids, sizeof *items);
+    outs = calloc(n_grids, sizeof *outs);
+    if (!items || !outs) { rc = cli_fail("out of memory"); goto done; }
+    for (size_t i = 0, r = 0; i < n_grids; i++) {
+        qvl_item_default(&items[i]);
+        items[i].kind = QVL_ITEM_ROWS;
+        items[i].rows = rows + r * row_len;
+        items[i].grid = grids[i];
+        items[i].row_len = row_len;
+        r += qvl_patch_rows(&grids[i], 1);
     }
-
     if (qvl_ctx_create(m, &cp, &ctx, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
+    qvl_plan_params pl;
+    qvl_plan_params_default(&pl);
+    pl.layout = QVL_OUTPUT_SPLIT;
+    pl.deepstack = !npy_out;      /* .npy: the merged tokens alone, every item's one after the other */
+    pl.max_batch_rows = n_rows;   /* one pass over every grid, so stage taps cover all rows */
+    if (qvl_plan_create(ctx, items, n_grids, &pl, &plan, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
+    for (size_t i = 0; i < n_grids; i++) {
+        qvl_item_info info;
+        qvl_plan_item(plan, i, &info);
+        if (info.status != QVL_OK) { rc = cli_fail("%s: %s", pixels_path, info.message); goto done; }
+    }
+    const size_t total = qvl_plan_out_bytes(plan), O = (size_t)in.out_hidden;
+    if (!(out = malloc(total ? total : 1))) { rc = cli_fail("out of memory for %zu output bytes", total); goto done; }
+    for (size_t i = 0, off = 0; i < n_grids; i++) {
+        qvl_item_info info;
+        qvl_plan_item(plan, i, &info);
+        outs[i] = (unsigned char *)out + off;
+        off += info.out_bytes;
+    }
     if (stages) qvl_ctx_set_tap(ctx, on_tap, &taps);
     double t_enc = cli_now_ms();
-    if (qvl_encode(ctx, rows, n_rows, grids, n_grids, merged, in.n_deepstack ? ds : NULL, &err) != QVL_OK) {
-        rc = cli_fail("%s", err.message);
-        goto done;
-    }
+    if (qvl_plan_encode(ctx, plan, outs, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
     t_enc = cli_now_ms() - t_enc;
     if (taps.failed) { rc = cli_fail("out of memory collecting stage taps"); goto done; }
+    const size_t n_tok = n_rows / ((size_t)in.merge * (size_t)in.merge);
 
     if (npy_out) {
-        if (qvl_write_npy(out_path, merged, n_tok, O, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
+        if (qvl_write_npy(out_path, out, n_tok, O, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
     } else {
-        size_t n_out = 0;
-        outs = calloc(1 + (size_t)in.n_deepstack + taps.n, sizeof *outs);
-        if (!outs) { rc = cli_fail("out of memory"); goto done; }
-        char ds_names[QVL_MAX_DEEPSTACK][24];
-        outs[n_out++] = (qvl_out_tensor){"merged", merged, n_tok, O};
-        for (int k = 0; k < in.n_deepstack; k++) {
-            snprintf(ds_names[k], sizeof ds_names[k], "deepstack%d", k);
-            outs[n_out++] = (qvl_out_tensor){ds_names[k], ds[k], n_tok, O};
+        if (qvl_st_writer_open(out_path, 0, &w, &err) != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
+        const size_t planes = 1 + (size_t)in.n_deepstack;
+        int64_t shape[2] = {(int64_t)n_tok, (int64_t)O};
+        char name[48];
+        for (size_t k = 0; k < planes; k++) { /* each output: every item's plane k, in order */
+            if (k == 0) snprintf(name, sizeof name, "merged");
+            else snprintf(name, sizeof name, "deepstack%zu", k - 1);
+            qvl_st_writer_tensor(w, name, "F32", shape, 2, NULL);
+            for (size_t i = 0; i < n_grids; i++) {
+                qvl_item_info info;
+                qvl_plan_item(plan, i, &info);
+                const size_t plane = info.n_tokens * O;
+                qvl_st_writer_data(w, (const float *)outs[i] + k * plane, plane * sizeof(float), NULL);
+            }
         }
-        /* Stage taps, except those that duplicate an output above (the final merged and DeepStack taps). */
+        int64_t gshape[2] = {(int64_t)n_grids, 3};
+        if (qvl_st_writer_tensor(w, "grid_thw", "I64", gshape, 2, NULL) == QVL_OK)
+            for (size_t i = 0; i < n_grids; i++) {
+                int64_t g[3] = {grids[i].t, grids[i].h, grids[i].w};
+                qvl_st_writer_data(w, g, sizeof g, NULL);
+            }
+        /* Stage taps, less the final merged and DeepStack ones (written above, whole). */
         for (size_t i = 0; i < taps.n; i++) {
-            int dup = 0;
-            for (size_t j = 0; j < n_out && !dup; j++) dup = strcmp(outs[j].name, taps.v[i].name) == 0;
-            if (!dup) outs[n_out++] = (qvl_out_tensor){taps.v[i].name, taps.v[i].data, taps.v[i].rows, taps.v[i].cols};
+            const char *tn = taps.v[i].name;
+            if (strncmp(tn, "merged", 6) == 0 || strncmp(tn, "deepstack", 9) == 0) continue;
+            int64_t ts[2] = {(int64_t)taps.v[i].rows, (int64_t)taps.v[i].cols};
+            if (qvl_st_writer_tensor(w, tn, "F32", ts, 2, NULL) == QVL_OK)
+                qvl_st_writer_data(w, taps.v[i].data, taps.v[i].rows * taps.v[i].cols * sizeof(float), NULL);
         }
-        char ver[32];
-        snprintf(ver, sizeof ver, "%d.%d.%d", QVL_VERSION_MAJOR, QVL_VERSION_MINOR, QVL_VERSION_PATCH);
-        const char *meta[] = {"producer", "qvl", "qvl_version", ver, "pos_mode",
-                              cp.pos_mode == QVL_POS_LINSPACE ? "linspace" : "closed"};
-        if (qvl_write_safetensors(out_path, outs, n_out, grids, n_grids, meta, 3, &err) != QVL_OK) {
-            rc = cli_fail("%s", err.message);
-            goto done;
-        }
+        qvl_st_writer_meta(w, "producer", "qvl", NULL);
+        qvl_st_writer_meta(w, "qvl_version", qvl_version(), NULL);
+        qvl_st_writer_meta(w, "pos_mode", cp.pos_mode == QVL_POS_LINSPACE ? "linspace" : "closed", NULL);
+        qvl_status fs = qvl_st_writer_finish(w, &err);
+        w = NULL;
+        if (fs != QVL_OK) { rc = cli_fail("%s", err.message); goto done; }
     }
 
     for (size_t i = 0, first = 0; i < n_grids; i++) {
-        size_t t = qvl_merged_tokens(&grids[i], 1);
+        size_t t = qvl_patch_rows(&grids[i], 1);
         printf("item %zu: grid %dx%dx%d, %zu patches, %zu tokens (rows %zu..%zu)\n", i, grids[i].t, grids[i].h,
-               grids[i].w, t * 4, t, first, first + t * 4 - 1);
-        first += t * 4;
+               grids[i].w, t, t / ((size_t)in.merge * (size_t)in.merge), first, first + t - 1);
+        first += t;
     }
     printf("tokens: %zu x %zu, deepstack features: %d%s\n", n_tok, O, in.n_deepstack,
            stages ? ", stages written" : "");
@@ -327,11 +375,13 @@ int cmd_encode(int argc, char **argv) {
     printf("output: %s\n", out_path);
     rc = 0;
 done:
+    qvl_st_writer_abort(w);
     for (size_t i = 0; i < taps.n; i++) free(taps.v[i].data);
     free(taps.v);
+    free(out);
     free(outs);
-    for (int k = 0; k < QVL_MAX_DEEPSTACK; k++) free(ds[k]);
-    free(merged);
+    free(items);
+    qvl_plan_free(plan);
     qvl_free(rows);
     qvl_free(file_grids);
     qvl_ctx_free(ctx);

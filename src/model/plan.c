@@ -33,6 +33,8 @@ typedef struct plan_item {
     double *timestamps;
     size_t n_timestamps;
     double decode_ms, preprocess_ms, encode_ms;
+    size_t row_len;        /* floats per row */
+    int merge;             /* of the item's preprocessing */
     int encoded;           /* the last encode reached this item's group and it succeeded */
 } plan_item;
 
@@ -244,6 +246,7 @@ static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, q
 /* ---- one item: preprocess ------------------------------------------------------------------------------------- */
 
 static qvl_status fits_model(const qvl_model *m, const qvl_preprocess_params *pp, const char *label, qvl_error *err) {
+    if (!m) return QVL_OK; /* preprocessing alone: the params decide */
     const tower_config *k = &m->cfg;
     if (pp->patch != k->patch || pp->temporal_patch != k->temporal_patch || pp->merge != k->merge)
         return err_fail(err, QVL_ERR_INVALID_ARG,
@@ -252,11 +255,15 @@ static qvl_status fits_model(const qvl_model *m, const qvl_preprocess_params *pp
     return QVL_OK;
 }
 
-static qvl_status alloc_rows(plan_item *pi, const qvl_model *m, qvl_error *err) {
+/* Row length of the preprocessing (the model's, once fits_model has passed). */
+static size_t row_len_of(const qvl_preprocess_params *pp) {
+    return (size_t)3 * (size_t)pp->temporal_patch * (size_t)pp->patch * (size_t)pp->patch;
+}
+
+static qvl_status alloc_rows(plan_item *pi, size_t row_len, qvl_error *err) {
     size_t bytes;
     pi->n_rows = qvl_patch_rows(&pi->grid, 1);
-    if (pi->n_rows == 0 || pi->n_rows > INT32_MAX ||
-        size_mul_overflow(pi->n_rows, (size_t)m->cfg.row_len * sizeof(float), &bytes))
+    if (pi->n_rows == 0 || pi->n_rows > INT32_MAX || size_mul_overflow(pi->n_rows, row_len * sizeof(float), &bytes))
         return err_fail(err, QVL_ERR_LIMIT, "%s: grid %dx%dx%d is %zu patch rows, above the limit %d", pi->label,
                         pi->grid.t, pi->grid.h, pi->grid.w, pi->n_rows, INT32_MAX);
     pi->rows_owned = malloc(bytes);
@@ -267,16 +274,16 @@ static qvl_status alloc_rows(plan_item *pi, const qvl_model *m, qvl_error *err) 
     return QVL_OK;
 }
 
-static qvl_status plan_image(plan_item *pi, const qvl_model *m, const qvl_image *img, const qvl_preprocess_params *pp,
-                             thread_pool *pool, qvl_error *err) {
+static qvl_status plan_image(plan_item *pi, const qvl_image *img, const qvl_preprocess_params *pp, thread_pool *pool,
+                             qvl_error *err) {
     pi->src_w = img->width, pi->src_h = img->height;
     TRY(qvl_image_grid(img, pp, &pi->grid, err));
-    TRY(alloc_rows(pi, m, err));
+    TRY(alloc_rows(pi, row_len_of(pp), err));
     return preprocess_image_pool(img, pp, pi->rows_owned, &pi->grid, pool, err);
 }
 
-static qvl_status plan_video(plan_item *pi, const qvl_model *m, const qvl_video *v, const qvl_preprocess_params *pp,
-                             thread_pool *pool, qvl_error *err) {
+static qvl_status plan_video(plan_item *pi, const qvl_video *v, const qvl_preprocess_params *pp, thread_pool *pool,
+                             qvl_error *err) {
     pi->src_w = v->width, pi->src_h = v->height;
     pi->n_frames = v->n_frames, pi->total_frames = v->total_frames, pi->fps = v->fps;
     TRY(qvl_video_grid(v, pp, &pi->grid, err));
@@ -286,7 +293,7 @@ static qvl_status plan_video(plan_item *pi, const qvl_model *m, const qvl_video 
         return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for the frame table", pi->label);
     memcpy(pi->indices, v->indices, (size_t)v->n_frames * sizeof *pi->indices);
     TRY(qvl_video_timestamps(v, pp->temporal_patch, pi->timestamps, (size_t)pi->grid.t, &pi->n_timestamps, err));
-    TRY(alloc_rows(pi, m, err));
+    TRY(alloc_rows(pi, row_len_of(pp), err));
     return preprocess_video_pool(v, pp, pi->rows_owned, &pi->grid, pool, err);
 }
 
@@ -309,11 +316,18 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     uint8_t *owned = NULL;
     qvl_status st = QVL_OK;
     int video = 0;
+    pi->row_len = row_len_of(&s.pp);
+    pi->merge = s.pp.merge;
     switch (it->kind) {
     case QVL_ITEM_ROWS:
         pi->kind = "rows";
         if (!it->rows) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: rows is NULL", pi->label);
-        TRY(tower_check_grid(m, &it->grid, pi->label, err));
+        TRY(fits_model(m, &s.pp, pi->label, err));
+        if (it->row_len && it->row_len != pi->row_len)
+            return err_fail(err, QVL_ERR_SHAPE, "%s: rows have %zu values, the %s expects %zu (3 · %d · %d · %d)",
+                            pi->label, it->row_len, m ? "model" : "preprocessing", pi->row_len, s.pp.temporal_patch,
+                            s.pp.patch, s.pp.patch);
+        TRY(tower_check_grid(s.pp.merge, &it->grid, pi->label, err));
         pi->grid = it->grid;
         pi->n_rows = qvl_patch_rows(&pi->grid, 1);
         if (pi->n_rows == 0 || pi->n_rows > INT32_MAX)
@@ -356,7 +370,7 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     t0 = now_ms();
     if (st == QVL_OK) st = fits_model(m, &s.pp, pi->label, err);
     if (st == QVL_OK)
-        st = video ? plan_video(pi, m, &vid, &s.pp, pool, err) : plan_image(pi, m, &img, &s.pp, pool, err);
+        st = video ? plan_video(pi, &vid, &s.pp, pool, err) : plan_image(pi, &img, &s.pp, pool, err);
     pi->res_w = pi->grid.w * s.pp.patch, pi->res_h = pi->grid.h * s.pp.patch;
     pi->preprocess_ms = now_ms() - t0;
     if (owned) free(owned);
@@ -389,7 +403,7 @@ static qvl_status base_settings(const qvl_model *m, const qvl_plan_params *pp, i
     preprocess_defaults(&s->pp);
     video_defaults(&s->vp);
     decode_defaults(&s->dp);
-    if (!pp->preprocess || !pp->video) {
+    if (m && (!pp->preprocess || !pp->video)) {
         qvl_preprocess_params fp = s->pp;
         qvl_video_params fv = s->vp;
         TRY(qvl_preprocess_params_load(m->dir, &fp, &fv, err));
@@ -422,14 +436,13 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
     err_clear(err);
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_create: out is NULL");
     *out = NULL;
-    if (!ctx) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_create: ctx is NULL");
     if (!items && n_items) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_create: items is NULL");
     size_t stride = n_items ? items[0].struct_size : 0;
     if (n_items && stride < offsetof(qvl_item, kind) + sizeof(qvl_item_kind))
         return err_fail(err, QVL_ERR_INVALID_ARG,
                         "qvl_plan_create: items[0].struct_size is %zu: initialise items with qvl_item_default()",
                         stride);
-    const qvl_model *m = ctx_model(ctx);
+    const qvl_model *m = ctx ? ctx_model(ctx) : NULL;
     qvl_plan *p = calloc(1, sizeof *p);
     if (!p) return err_fail(err, QVL_ERR_NOMEM, "qvl_plan_create: out of memory");
     plan_defaults(&p->p);
@@ -443,8 +456,8 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
     p->p.preprocess = NULL, p->p.video = NULL, p->p.decode = NULL; /* taken; the caller's may go */
     if (!p->p.max_batch_rows) p->p.max_batch_rows = 16384;
     p->m = m;
-    p->n_ds = p->p.deepstack ? m->cfg.n_deepstack : 0;
-    p->O = (size_t)m->cfg.out_hidden;
+    p->n_ds = m && p->p.deepstack ? m->cfg.n_deepstack : 0;
+    p->O = m ? (size_t)m->cfg.out_hidden : 0;
     p->esize = p->p.dtype == QVL_DTYPE_F32 ? 4 : 2;
     p->out_cols = p->p.layout == QVL_OUTPUT_CONCAT ? p->O * (1 + (size_t)p->n_ds) : p->O;
     p->n_planes = p->p.layout == QVL_OUTPUT_CONCAT ? 1 : 1 + (size_t)p->n_ds;
@@ -459,11 +472,13 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         if (!p->items || !p->g_rows || !p->g_grids || !p->g_sinks || !p->g_items)
             s = err_fail(err, QVL_ERR_NOMEM, "qvl_plan_create: out of memory for %zu items", n_items);
     }
+    thread_pool *own = NULL; /* without a ctx: a pool for this call */
+    if (s == QVL_OK && !ctx) s = pool_create(&own, 0, err);
     if (s != QVL_OK) {
         qvl_plan_free(p);
         return s;
     }
-    const size_t mm = (size_t)m->cfg.merge * (size_t)m->cfg.merge;
+    thread_pool *pool = ctx ? ctx_pool(ctx) : own;
     for (size_t i = 0; i < n_items; i++) {
         plan_item *pi = &p->items[i];
         qvl_item it;
@@ -475,9 +490,10 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         if (it.label && *it.label) snprintf(pi->label, sizeof pi->label, "%s", it.label);
         else if (it.kind == QVL_ITEM_PATH && it.path && *it.path) snprintf(pi->label, sizeof pi->label, "%s", it.path);
         else snprintf(pi->label, sizeof pi->label, "item %zu", i);
-        if (pi->status == QVL_OK) pi->status = plan_one(pi, m, &it, &base, ctx_pool(ctx), &ie);
+        if (pi->status == QVL_OK) pi->status = plan_one(pi, m, &it, &base, pool, &ie);
         if (pi->status == QVL_OK) {
-            pi->n_tokens = pi->n_rows / mm;
+            const size_t merge = (size_t)pi->merge; /* the model's, once fits_model has passed */
+            pi->n_tokens = pi->n_rows / (merge * merge);
             size_t b;
             if (size_mul_overflow(pi->n_tokens, p->out_cols * p->n_planes * p->esize, &b) ||
                 size_add_overflow(p->out_bytes, b, &p->out_bytes))
@@ -491,9 +507,10 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
             continue;
         }
         p->n_ok++;
-        p->held += pi->rows_owned ? pi->n_rows * (size_t)m->cfg.row_len * sizeof(float) : 0;
+        p->held += pi->rows_owned ? pi->n_rows * pi->row_len * sizeof(float) : 0;
     }
-    plan_groups(p, ctx);
+    pool_destroy(own);
+    if (ctx) plan_groups(p, ctx);
     *out = p;
     return QVL_OK;
 }
@@ -577,6 +594,9 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
     err_clear(err);
     if (!ctx || !p || (!outputs && p->n_ok))
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_encode: %s is NULL", !ctx ? "ctx" : !p ? "plan" : "outputs");
+    if (!p->m)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_encode: the plan was made without a ctx (preprocessing "
+                        "only); make it on a ctx to encode it");
     if (ctx_model(ctx) != p->m)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_encode: the plan was made for another model");
     for (size_t i = 0; i < p->n; i++) { /* a fresh encode: earlier encode failures are forgotten */

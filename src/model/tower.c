@@ -276,8 +276,7 @@ size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids) {
 
 size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids) { return qvl_patch_rows(grids, n_grids) / 4; }
 
-qvl_status tower_check_grid(const qvl_model *m, const qvl_grid *g, const char *label, qvl_error *err) {
-    const int merge = m->cfg.merge;
+qvl_status tower_check_grid(int merge, const qvl_grid *g, const char *label, qvl_error *err) {
     if (g->t < 1 || g->h < merge || g->w < merge || g->h % merge || g->w % merge || g->h > MAX_GRID_SIDE ||
         g->w > MAX_GRID_SIDE)
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s (t=%d, h=%d, w=%d): t must be ≥ 1 and h, w positive multiples "
@@ -293,7 +292,7 @@ static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size
     for (size_t i = 0; i < n_grids; i++) {
         char label[32];
         snprintf(label, sizeof label, "grid %zu", i);
-        TRY(tower_check_grid(c->m, &grids[i], label, err));
+        TRY(tower_check_grid(c->m->cfg.merge, &grids[i], label, err));
         if (size_add_overflow(n_seg, (size_t)grids[i].t, &n_seg))
             return err_fail(err, QVL_ERR_LIMIT, "too many segments");
     }
