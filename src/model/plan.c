@@ -461,7 +461,6 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
     p->esize = p->p.dtype == QVL_DTYPE_F32 ? 4 : 2;
     p->out_cols = p->p.layout == QVL_OUTPUT_CONCAT ? p->O * (1 + (size_t)p->n_ds) : p->O;
     p->n_planes = p->p.layout == QVL_OUTPUT_CONCAT ? 1 : 1 + (size_t)p->n_ds;
-    p->n = n_items;
     if (s == QVL_OK) {
         const size_t n = n_items ? n_items : 1;
         p->items = calloc(n, sizeof *p->items);
@@ -471,6 +470,8 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         p->g_items = calloc(n, sizeof *p->g_items);
         if (!p->items || !p->g_rows || !p->g_grids || !p->g_sinks || !p->g_items)
             s = err_fail(err, QVL_ERR_NOMEM, "qvl_plan_create: out of memory for %zu items", n_items);
+        else
+            p->n = n_items;
     }
     thread_pool *own = NULL; /* without a ctx: a pool for this call */
     if (s == QVL_OK && !ctx) s = pool_create(&own, 0, err);

@@ -1,0 +1,433 @@
+/* test_plan.c — the plan API: every item kind, each failing alone; outputs equal qvl_encode of the plan's rows bit
+ * for bit whatever the grouping, in both layouts and all three dtypes; video timing; cancellation (before, and
+ * between groups through the callback); a reserved context encodes without allocating; plans without a context;
+ * the items array of an older (shorter) qvl_item. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ops.h"
+#include "qvl.h"
+#include "testutil.h"
+
+/* ---- allocation counter (glibc lets a program replace malloc; the forwarders keep one heap) ----------------- */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define COUNT_ALLOCS 1
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void __libc_free(void *);
+static volatile long g_allocs;
+void *malloc(size_t n) { g_allocs++; return __libc_malloc(n); }
+void *calloc(size_t a, size_t b) { g_allocs++; return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { g_allocs++; return __libc_realloc(p, n); }
+void free(void *p) { __libc_free(p); }
+void *aligned_alloc(size_t a, size_t n) { g_allocs++; return __libc_memalign(a, n); }
+void *memalign(size_t a, size_t n) { g_allocs++; return __libc_memalign(a, n); }
+int posix_memalign(void **p, size_t a, size_t n) {
+    g_allocs++;
+    *p = __libc_memalign(a, n);
+    return *p ? 0 : 12;
+}
+#endif
+
+static char g_dir[1024], g_dir2[1024];
+static qvl_model *g_m, *g_m2;
+static qvl_model_info g_in;
+
+static void synth(const char *dir, uint64_t seed) {
+    qvl_synth_params sp;
+    qvl_synth_params_default(&sp);
+    sp.preset = "tiny";
+    sp.seed = seed;
+    qvl_error err;
+    CHECK(qvl_synth_write(&sp, dir, &err) == QVL_OK);
+}
+
+static qvl_ctx *new_ctx(qvl_model *m, int threads) {
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    cp.n_threads = threads;
+    qvl_ctx *c = NULL;
+    qvl_error err;
+    CHECK(qvl_ctx_create(m, &cp, &c, &err) == QVL_OK);
+    return c;
+}
+
+/* Reference: qvl_encode of one item's rows into merged / ds planes (f32, [1 + n_ds, T, O]). */
+static float *reference(qvl_ctx *c, const float *rows, qvl_grid g) {
+    const size_t T = qvl_merged_tokens(&g, 1), O = (size_t)g_in.out_hidden, nds = (size_t)g_in.n_deepstack;
+    float *out = calloc((1 + nds) * T * O, sizeof *out);
+    float *ds[QVL_MAX_DEEPSTACK] = {0};
+    for (size_t d = 0; d < nds; d++) ds[d] = out + (1 + d) * T * O;
+    qvl_error err;
+    CHECK(qvl_encode(c, rows, qvl_patch_rows(&g, 1), &g, 1, out, ds, &err) == QVL_OK);
+    return out;
+}
+
+static const char *photo(char *buf, size_t n) { return tu_source_path("tests/data/photos/rocket.jpg", buf, n); }
+
+static unsigned char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len);
+    *n = fread(b, 1, (size_t)len, f);
+    fclose(f);
+    return b;
+}
+
+/* Items of every kind, good and bad, encoded together; each ok item equals qvl_encode of its rows. */
+static void test_kinds(void) {
+    qvl_ctx *c = new_ctx(g_m, 2);
+    char p1[1024], p2[1024];
+    photo(p1, sizeof p1);
+    size_t png_n = 0;
+    unsigned char *png = read_all(tu_source_path("tests/data/photos/chelsea.png", p2, sizeof p2), &png_n);
+    CHECK(png != NULL);
+    qvl_image img = {0};
+    qvl_error err;
+    CHECK(qvl_image_load(p1, NULL, &img, &err) == QVL_OK);
+    /* the photo as RGBA with a padded stride, alpha 255 (the same pixels as RGB) */
+    const size_t stride = (size_t)img.width * 4 + 12;
+    uint8_t *rgba = calloc(stride * (size_t)img.height, 1);
+    for (int y = 0; y < img.height; y++)
+        for (int x = 0; x < img.width; x++) {
+            memcpy(rgba + y * stride + x * 4, img.rgb + ((size_t)y * img.width + x) * 3, 3);
+            rgba[y * stride + x * 4 + 3] = 255;
+        }
+    /* a small clip of 5 frames (odd: the last repeats) at 10 fps */
+    enum { FW = 64, FH = 48, NF = 5 };
+    uint8_t *fr = malloc((size_t)NF * FW * FH * 3);
+    uint32_t st = 7;
+    for (size_t i = 0; i < (size_t)NF * FW * FH * 3; i++) fr[i] = (uint8_t)(tu_frand(&st) * 127 + 128);
+    qvl_pixels frames[NF];
+    for (int f = 0; f < NF; f++) frames[f] = (qvl_pixels){fr + (size_t)f * FW * FH * 3, FW, FH, 3, 0};
+    qvl_pixels bad_frames[2] = {frames[0], {fr, FW - 2, FH, 3, 0}};
+    /* patch rows */
+    const qvl_grid rg = {1, 4, 6};
+    const size_t RL = (size_t)g_in.row_len, rn = qvl_patch_rows(&rg, 1);
+    float *rows = malloc(rn * RL * sizeof *rows);
+    for (size_t i = 0; i < rn * RL; i++) rows[i] = tu_frand(&st);
+
+    enum { N = 11 };
+    qvl_item it[N];
+    for (int i = 0; i < N; i++) qvl_item_default(&it[i]);
+    it[0].kind = QVL_ITEM_PATH, it[0].path = p1;
+    it[1].kind = QVL_ITEM_ENCODED, it[1].data = png, it[1].size = png_n, it[1].label = "chelsea bytes";
+    it[2].kind = QVL_ITEM_PIXELS, it[2].image = (qvl_pixels){img.rgb, img.width, img.height, 3, 0};
+    it[3].kind = QVL_ITEM_PIXELS, it[3].image = (qvl_pixels){rgba, img.width, img.height, 4, stride};
+    it[4].kind = QVL_ITEM_FRAMES, it[4].frames = frames, it[4].n_frames = NF, it[4].fps = 10;
+    it[5].kind = QVL_ITEM_ROWS, it[5].rows = rows, it[5].grid = rg, it[5].row_len = RL;
+    it[6].kind = QVL_ITEM_PATH, it[6].path = "/nonexistent/missing.jpg";                      /* bad */
+    it[7].kind = QVL_ITEM_ROWS, it[7].rows = rows, it[7].grid = (qvl_grid){1, 3, 6};          /* bad: h odd */
+    it[8].kind = QVL_ITEM_PIXELS, it[8].image = (qvl_pixels){img.rgb, img.width, img.height, 2, 0}; /* bad */
+    it[9].kind = QVL_ITEM_FRAMES, it[9].frames = bad_frames, it[9].n_frames = 2, it[9].label = "mixed clip"; /* bad */
+    it[10].kind = QVL_ITEM_ROWS, it[10].rows = rows, it[10].grid = rg, it[10].row_len = RL + 1; /* bad: row length */
+    const int good[] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
+    const char *names[] = {NULL, NULL, NULL, NULL, NULL, NULL, "missing.jpg", "t=1, h=3", "channels", "mixed clip",
+                           "values"};
+
+    qvl_plan *plan = NULL;
+    CHECK(qvl_plan_create(c, it, N, NULL, &plan, &err) == QVL_OK && err.status == QVL_OK);
+    CHECK(qvl_plan_count(plan) == N && qvl_plan_ok_count(plan) == 6);
+    void *outs[N] = {0};
+    size_t total = 0;
+    for (int i = 0; i < N; i++) {
+        qvl_item_info in;
+        qvl_plan_item(plan, i, &in);
+        CHECK((in.status == QVL_OK) == good[i]);
+        if (!good[i]) {
+            CHECK(in.message && strstr(in.message, names[i]) != NULL);
+            printf("  item %d fails alone: %s\n", i, in.message);
+            continue;
+        }
+        CHECK(in.n_tokens == in.n_rows / 4 && in.out_cols == (size_t)g_in.out_hidden * (1 + g_in.n_deepstack));
+        CHECK(in.n_planes == 1 && in.out_bytes == in.n_tokens * in.out_cols * 4);
+        total += in.out_bytes;
+        outs[i] = malloc(in.out_bytes);
+    }
+    CHECK(qvl_plan_out_bytes(plan) == total);
+    qvl_item_info vi;
+    qvl_plan_item(plan, 4, &vi);
+    CHECK(strcmp(vi.kind, "frames") == 0 && vi.n_frames == NF && vi.grid.t == 3 && vi.n_timestamps == 3);
+    CHECK(vi.source_fps == 10 && vi.frame_indices && vi.frame_indices[4] == 4);
+    /* (i0/fps + i1/fps)/2 over [0,1], [2,3], [4,4] */
+    CHECK(vi.timestamps && vi.timestamps[0] == (0 / 10.0 + 1 / 10.0) / 2 && vi.timestamps[1] == (0.2 + 0.3) / 2 &&
+          vi.timestamps[2] == (0.4 + 0.4) / 2);
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_OK && err.status == QVL_OK);
+
+    /* Each ok item against qvl_encode of its own rows: CONCAT rows are [merged | ds0 | ds1]. */
+    const size_t O = (size_t)g_in.out_hidden, nds = (size_t)g_in.n_deepstack;
+    for (int i = 0; i < N; i++) {
+        if (!good[i]) continue;
+        qvl_item_info in;
+        qvl_plan_item(plan, i, &in);
+        float *ref = reference(c, qvl_plan_rows(plan, i), in.grid);
+        int same = 1;
+        for (size_t t = 0; t < in.n_tokens; t++)
+            for (size_t d = 0; d <= nds; d++)
+                same &= memcmp((float *)outs[i] + t * in.out_cols + d * O, ref + (d * in.n_tokens + t) * O,
+                               O * sizeof(float)) == 0;
+        CHECK(same);
+        free(ref);
+    }
+    /* The same image by path, bytes of the decoded file, RGB pixels and strided RGBA pixels: the same outputs. */
+    qvl_item_info a, b;
+    qvl_plan_item(plan, 0, &a);
+    qvl_plan_item(plan, 2, &b);
+    CHECK(a.out_bytes == b.out_bytes && memcmp(outs[0], outs[2], a.out_bytes) == 0);
+    CHECK(memcmp(outs[0], outs[3], a.out_bytes) == 0);
+    CHECK(a.src_width == 640 && a.src_height == 427 && strcmp(a.kind, "image") == 0);
+
+    /* One item a pass (max_batch_rows 1) gives the same bytes as one pass over all. */
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.max_batch_rows = 1;
+    qvl_plan *p1p = NULL;
+    CHECK(qvl_plan_create(c, it, 6, &pp, &p1p, &err) == QVL_OK);
+    void *o2[6];
+    for (int i = 0; i < 6; i++) {
+        qvl_item_info in;
+        qvl_plan_item(p1p, i, &in);
+        o2[i] = malloc(in.out_bytes);
+    }
+    CHECK(qvl_plan_encode(c, p1p, o2, &err) == QVL_OK);
+    for (int i = 0; i < 6; i++) {
+        qvl_item_info in;
+        qvl_plan_item(p1p, i, &in);
+        CHECK(memcmp(o2[i], outs[i], in.out_bytes) == 0);
+        free(o2[i]);
+    }
+    qvl_plan_free(p1p);
+
+    /* SPLIT, no DeepStack, BF16 / F16: the f32 CONCAT values rounded to nearest even. */
+    for (int dt = 0; dt < 3; dt++) {
+        qvl_plan_params_default(&pp);
+        pp.layout = QVL_OUTPUT_SPLIT;
+        pp.dtype = dt == 0 ? QVL_DTYPE_F32 : dt == 1 ? QVL_DTYPE_BF16 : QVL_DTYPE_F16;
+        pp.deepstack = dt != 2;
+        qvl_plan *q = NULL;
+        CHECK(qvl_plan_create(c, it, 6, &pp, &q, &err) == QVL_OK);
+        for (int i = 0; i < 6; i++) {
+            qvl_item_info in;
+            qvl_plan_item(q, i, &in);
+            CHECK(in.n_planes == (dt != 2 ? 1 + nds : 1) && in.out_cols == O);
+            CHECK(in.out_bytes == in.n_tokens * O * in.n_planes * (dt ? 2 : 4));
+            o2[i] = malloc(in.out_bytes);
+        }
+        CHECK(qvl_plan_encode(c, q, o2, &err) == QVL_OK);
+        int same = 1;
+        for (int i = 0; i < 6; i++) {
+            qvl_item_info in, ci;
+            qvl_plan_item(q, i, &in);
+            qvl_plan_item(plan, i, &ci);
+            for (size_t d = 0; d < in.n_planes; d++)
+                for (size_t t = 0; t < in.n_tokens; t++)
+                    for (size_t j = 0; j < O; j++) {
+                        float want = ((float *)outs[i])[t * ci.out_cols + d * O + j];
+                        size_t at = (d * in.n_tokens + t) * O + j;
+                        if (dt == 0) same &= ((float *)o2[i])[at] == want;
+                        else if (dt == 1) same &= ((uint16_t *)o2[i])[at] == op_f32_to_bf16(want);
+                        else same &= ((uint16_t *)o2[i])[at] == op_f32_to_f16(want);
+                    }
+            free(o2[i]);
+        }
+        CHECK(same);
+        qvl_plan_free(q);
+    }
+    /* A NULL output for an ok item fails that item alone. */
+    void *held = outs[1];
+    outs[1] = NULL;
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "outputs[1]"));
+    qvl_plan_item(plan, 1, &a);
+    qvl_plan_item(plan, 0, &b);
+    CHECK(a.status == QVL_ERR_INVALID_ARG && b.status == QVL_OK);
+    outs[1] = held;
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_OK); /* encodable again */
+
+    /* A plan without a ctx: the same rows; it cannot be encoded. */
+    qvl_plan *pre = NULL;
+    CHECK(qvl_plan_create(NULL, it, 6, NULL, &pre, &err) == QVL_OK && qvl_plan_ok_count(pre) == 6);
+    for (int i = 0; i < 6; i++) {
+        qvl_item_info in;
+        qvl_plan_item(pre, i, &in);
+        CHECK(in.out_bytes == 0 && in.n_rows > 0 &&
+              memcmp(qvl_plan_rows(pre, i), qvl_plan_rows(plan, i), in.n_rows * RL * sizeof(float)) == 0);
+    }
+    CHECK(qvl_plan_encode(c, pre, outs, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "without a ctx"));
+    qvl_plan_free(pre);
+
+    /* A plan made for another model. */
+    qvl_ctx *c2 = new_ctx(g_m2, 1);
+    CHECK(qvl_plan_encode(c2, plan, outs, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "another model"));
+    qvl_ctx_free(c2);
+
+    for (int i = 0; i < N; i++) free(outs[i]);
+    qvl_plan_free(plan);
+    free(rows);
+    free(fr);
+    free(rgba);
+    free(png);
+    qvl_image_free(&img);
+    qvl_ctx_free(c);
+}
+
+static int g_polls, g_cancel_after;
+static int cancel_after(void *user) {
+    (void)user;
+    return ++g_polls > g_cancel_after;
+}
+
+/* Cancellation: a raised flag fails every item with QVL_ERR_CANCELLED; a callback that fires during the second
+ * group leaves the first group's items encoded. */
+static void test_cancel(void) {
+    qvl_ctx *c = new_ctx(g_m, 2);
+    const qvl_grid g = {1, 4, 4};
+    const size_t RL = (size_t)g_in.row_len, rn = qvl_patch_rows(&g, 1);
+    float *rows = malloc(rn * RL * sizeof *rows);
+    uint32_t st = 3;
+    for (size_t i = 0; i < rn * RL; i++) rows[i] = tu_frand(&st);
+    qvl_item it[3];
+    for (int i = 0; i < 3; i++) {
+        qvl_item_default(&it[i]);
+        it[i].kind = QVL_ITEM_ROWS, it[i].rows = rows, it[i].grid = g;
+    }
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.max_batch_rows = rn; /* three groups */
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    CHECK(qvl_plan_create(c, it, 3, &pp, &plan, &err) == QVL_OK);
+    qvl_item_info in;
+    qvl_plan_item(plan, 0, &in);
+    void *outs[3] = {malloc(in.out_bytes), malloc(in.out_bytes), malloc(in.out_bytes)};
+    qvl_ctx_cancel(c);
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_ERR_CANCELLED && strstr(err.message, "cancel"));
+    for (int i = 0; i < 3; i++) {
+        qvl_plan_item(plan, i, &in);
+        CHECK(in.status == QVL_ERR_CANCELLED);
+    }
+    qvl_ctx_uncancel(c);
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_OK);
+    /* Polls per group: one before the patch embedding, one per block, one per DeepStack merger, one before the
+     * merger. Cancel a little into the second group. */
+    const int per_group = 1 + g_in.depth + g_in.n_deepstack + 1;
+    g_polls = 0;
+    g_cancel_after = per_group + 2;
+    qvl_ctx_set_cancel_fn(c, cancel_after, NULL);
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_ERR_CANCELLED);
+    qvl_plan_item(plan, 0, &in);
+    CHECK(in.status == QVL_OK);
+    qvl_plan_item(plan, 1, &in);
+    CHECK(in.status == QVL_ERR_CANCELLED && strstr(in.message, "block"));
+    qvl_plan_item(plan, 2, &in);
+    CHECK(in.status == QVL_ERR_CANCELLED && strstr(in.message, "not encoded"));
+    qvl_ctx_set_cancel_fn(c, NULL, NULL);
+    qvl_ctx_uncancel(c);
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_OK);
+    for (int i = 0; i < 3; i++) free(outs[i]);
+    qvl_plan_free(plan);
+    free(rows);
+    qvl_ctx_free(c);
+}
+
+/* After qvl_ctx_reserve_plan, encoding that plan (and a smaller one, and again) allocates nothing. */
+static void test_reserve(void) {
+    qvl_ctx *c = new_ctx(g_m, 2);
+    char p1[1024];
+    qvl_item it[2];
+    qvl_item_default(&it[0]);
+    it[0].path = photo(p1, sizeof p1);
+    qvl_item_default(&it[1]);
+    it[1].path = p1;
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.dtype = QVL_DTYPE_BF16; /* the staging buffer too */
+    qvl_plan *plan = NULL, *small = NULL;
+    qvl_error err;
+    CHECK(qvl_plan_create(c, it, 2, &pp, &plan, &err) == QVL_OK);
+    CHECK(qvl_plan_create(c, it, 1, &pp, &small, &err) == QVL_OK);
+    CHECK(qvl_plan_scratch_bytes(small) <= qvl_plan_scratch_bytes(plan) && qvl_plan_held_bytes(plan) > 0);
+    void *outs[2] = {malloc(qvl_plan_out_bytes(plan)), NULL};
+    qvl_item_info in;
+    qvl_plan_item(plan, 0, &in);
+    outs[1] = (unsigned char *)outs[0] + in.out_bytes;
+    CHECK(qvl_ctx_reserve_plan(c, plan, &err) == QVL_OK);
+    CHECK(qvl_ctx_scratch_size(c) == qvl_plan_scratch_bytes(plan));
+#ifdef COUNT_ALLOCS
+    long before = g_allocs;
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_OK);
+    CHECK(qvl_plan_encode(c, small, outs, &err) == QVL_OK);
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_OK);
+    long n = g_allocs - before;
+    CHECK(n == 0);
+    printf("  reserved encodes: %ld allocations\n", n);
+#else
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_OK);
+    printf("  (allocation count not checked under a sanitizer)\n");
+#endif
+    free(outs[0]);
+    qvl_plan_free(plan);
+    qvl_plan_free(small);
+    qvl_ctx_free(c);
+}
+
+/* Items of an older, shorter qvl_item (stride = its struct_size): the missing fields take their defaults. A
+ * zeroed item array is refused. */
+static void test_item_abi(void) {
+    qvl_ctx *c = new_ctx(g_m, 1);
+    const size_t old = offsetof(qvl_item, row_len); /* a header from before row_len, preprocess, video, decode */
+    unsigned char *arr = calloc(2, old);
+    char p1[1024];
+    for (int i = 0; i < 2; i++) {
+        qvl_item *it = (qvl_item *)(arr + i * old);
+        qvl_item_init(it, old);
+        it->kind = QVL_ITEM_PATH;
+        it->path = photo(p1, sizeof p1);
+    }
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    CHECK(qvl_plan_create(c, (const qvl_item *)arr, 2, NULL, &plan, &err) == QVL_OK && qvl_plan_ok_count(plan) == 2);
+    qvl_plan_free(plan);
+    memset(arr, 0, 2 * old);
+    CHECK(qvl_plan_create(c, (const qvl_item *)arr, 2, NULL, &plan, &err) == QVL_ERR_INVALID_ARG && !plan &&
+          strstr(err.message, "qvl_item_default"));
+    qvl_plan_params pp;
+    memset(&pp, 0, sizeof pp);
+    qvl_item one;
+    qvl_item_default(&one);
+    one.path = p1;
+    CHECK(qvl_plan_create(c, &one, 1, &pp, &plan, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "struct_size"));
+    qvl_plan_params_default(&pp);
+    pp.dtype = (qvl_dtype)9;
+    CHECK(qvl_plan_create(c, &one, 1, &pp, &plan, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "dtype"));
+    free(arr);
+    qvl_ctx_free(c);
+}
+
+int main(void) {
+    char root[900];
+    tu_tmpdir(root, sizeof root);
+    snprintf(g_dir, sizeof g_dir, "%s/a", root);
+    snprintf(g_dir2, sizeof g_dir2, "%s/b", root);
+    synth(g_dir, 1);
+    synth(g_dir2, 2);
+    qvl_error err;
+    CHECK(qvl_model_load(g_dir, NULL, &g_m, &err) == QVL_OK);
+    CHECK(qvl_model_load(g_dir2, NULL, &g_m2, &err) == QVL_OK);
+    if (!g_m || !g_m2) return tu_finish("test_plan");
+    qvl_model_get_info(g_m, &g_in);
+    test_kinds();
+    test_cancel();
+    test_reserve();
+    test_item_abi();
+    qvl_model_free(g_m);
+    qvl_model_free(g_m2);
+    tu_rmtree(root);
+    return tu_finish("test_plan");
+}
