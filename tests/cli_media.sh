@@ -40,9 +40,32 @@ has "good kept" "$T/names" '^item0.merged$'
 has "good kept" "$T/names" '^item2.merged$'
 if grep -q '^item1\.' "$T/names"; then bad "bad item has tensors"; else ok; fi
 
-# Everything bad: exit 1.
+# Everything bad: exit 1, and no output file (nor a temporary) is left.
 expect 1 "all bad" "$QVL" encode --model "$T/m" "$T/missing.jpg" -o "$T/q.safetensors"
 has "missing file" "$T/out" 'FAILED: .*missing.jpg'
+if [[ -e "$T/q.safetensors" ]] || ls -A "$T" | grep -q '^\.q\.safetensors'; then bad "output left after all inputs failed"; else ok; fi
+
+# Per-input metadata: path, status and grid; for a video the sampled frames, source fps and the timestamps.
+meta() { head -c 65536 "$1" | tr ',' '\n'; }
+meta "$T/o.safetensors" >"$T/meta"
+has "item path" "$T/meta" '"item0.path":".*rocket.jpg"'
+has "item status" "$T/meta" '"item2.status":"ok"'
+has "video fps" "$T/meta" '"item2.source_fps":"[0-9.]+"'
+has "video indices" "$T/meta" '"item2.frame_indices":"\[0'
+has "video timestamps" "$T/meta" '"item2.timestamps":"\[[0-9.]+'
+has "fingerprint" "$T/meta" '"fingerprint":"[0-9a-f]{32}"'
+meta "$T/p.safetensors" >"$T/meta"
+has "item error" "$T/meta" '"item1.error":".*video_not_video.mp4'
+
+# A transparent image: composited onto white by default, alpha dropped with --alpha drop (different rows).
+RGBA=$SRC/tests/data/images/png_rgba.png
+if [[ -f "$RGBA" ]]; then
+    expect 0 "alpha white" "$QVL" encode --preprocess-only "$RGBA" -o "$T/aw.safetensors"
+    expect 0 "alpha drop" "$QVL" encode --preprocess-only --alpha drop "$RGBA" -o "$T/ad.safetensors"
+    if cmp -s "$T/aw.safetensors" "$T/ad.safetensors"; then bad "--alpha drop changed nothing"; else ok; fi
+    has "alpha metadata" <(meta "$T/ad.safetensors") '"alpha":"drop"'
+fi
+expect 2 "bad alpha" "$QVL" encode --alpha black --model "$T/m" "$PNG" -o "$T/x.safetensors"
 
 # Same image through both resize paths and an exact size: grids as smart_resize / --size say.
 expect 0 "pil path" "$QVL" encode --model "$T/m" --resize pil "$PHOTO" -o "$T/r.safetensors"

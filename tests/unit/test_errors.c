@@ -898,6 +898,64 @@ static void test_model_api(const char *model_dir) {
         return;
     }
 
+    /* Plans: arguments, params and items. */
+    {
+        qvl_plan *pl = NULL;
+        qvl_item it;
+        qvl_item_default(&it);
+        char photo[1024];
+        it.path = tu_source_path("tests/data/photos/rocket.jpg", photo, sizeof photo);
+        expect_ok("qvl_plan_create", qvl_plan_create(ctx, &it, 1, NULL, &pl, dirty(&err)), &err);
+        expect_fail("qvl_plan_create out", qvl_plan_create(ctx, &it, 1, NULL, NULL, dirty(&err)), &err, "out", NULL);
+        qvl_plan *p2 = NULL;
+        expect_fail("qvl_plan_create items", qvl_plan_create(ctx, NULL, 1, NULL, &p2, dirty(&err)), &err, "items",
+                    NULL);
+        qvl_item zero;
+        memset(&zero, 0, sizeof zero);
+        expect_fail("qvl_plan_create zeroed item", qvl_plan_create(ctx, &zero, 1, NULL, &p2, dirty(&err)), &err,
+                    "struct_size", "qvl_item_default");
+        qvl_plan_params pp;
+        memset(&pp, 0, sizeof pp);
+        expect_fail("qvl_plan_create zeroed params", qvl_plan_create(ctx, &it, 1, &pp, &p2, dirty(&err)), &err,
+                    "qvl_plan_params", NULL);
+        qvl_plan_params_default(&pp);
+        pp.layout = (qvl_output_layout)7;
+        expect_fail("qvl_plan_create layout 7", qvl_plan_create(ctx, &it, 1, &pp, &p2, dirty(&err)), &err, "layout",
+                    NULL);
+        qvl_plan_params_default(&pp);
+        pp.dtype = (qvl_dtype)7;
+        expect_fail("qvl_plan_create dtype 7", qvl_plan_create(ctx, &it, 1, &pp, &p2, dirty(&err)), &err, "dtype",
+                    NULL);
+        expect_fail("qvl_plan_encode ctx", qvl_plan_encode(NULL, pl, NULL, dirty(&err)), &err, "ctx", NULL);
+        expect_fail("qvl_plan_encode plan", qvl_plan_encode(ctx, NULL, NULL, dirty(&err)), &err, "plan", NULL);
+        expect_fail("qvl_plan_encode outputs", qvl_plan_encode(ctx, pl, NULL, dirty(&err)), &err, "outputs", NULL);
+        expect_fail("qvl_ctx_reserve_plan plan", qvl_ctx_reserve_plan(ctx, NULL, dirty(&err)), &err, "plan", NULL);
+        expect_ok("qvl_ctx_reserve_plan", qvl_ctx_reserve_plan(ctx, pl, dirty(&err)), &err);
+        qvl_item_info info;
+        qvl_plan_item(pl, 0, &info);
+        void *o = malloc(info.out_bytes);
+        expect_ok("qvl_plan_encode", qvl_plan_encode(ctx, pl, &o, dirty(&err)), &err);
+        free(o);
+        qvl_plan_item(pl, 5, &info);
+        CHECK(info.status == QVL_ERR_INVALID_ARG && strstr(info.message, "out of range"));
+        qvl_plan_free(pl);
+        /* Each bad item kind through the plan: the item fails alone, its message names it. */
+        static const char *labels[] = {"no path", "no bytes", "no pixels", "no frames", "no rows", "kind 9"};
+        qvl_item bad[6];
+        for (int i = 0; i < 6; i++) qvl_item_default(&bad[i]), bad[i].label = labels[i];
+        bad[0].kind = QVL_ITEM_PATH, bad[1].kind = QVL_ITEM_ENCODED, bad[2].kind = QVL_ITEM_PIXELS;
+        bad[3].kind = QVL_ITEM_FRAMES, bad[4].kind = QVL_ITEM_ROWS, bad[5].kind = (qvl_item_kind)9;
+        expect_ok("qvl_plan_create bad items", qvl_plan_create(ctx, bad, 6, NULL, &pl, dirty(&err)), &err);
+        for (int i = 0; i < 6; i++) {
+            qvl_plan_item(pl, i, &info);
+            qvl_error ie;
+            ie.status = info.status;
+            snprintf(ie.message, sizeof ie.message, "%s", info.message);
+            expect_fail(labels[i], info.status, &ie, labels[i], NULL);
+        }
+        qvl_plan_free(pl);
+    }
+
     qvl_model_info in;
     qvl_model_get_info(m, &in);
     expect_ok("qvl_ctx_reserve", qvl_ctx_reserve(ctx, 16, 16, dirty(&err)), &err);

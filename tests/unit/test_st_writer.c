@@ -1,0 +1,166 @@
+/* test_st_writer.c — the streaming safetensors writer: pieces and metadata read back exactly (through the
+ * library's own reader); a header that outgrows its reserved region; sticky errors and abort leave the destination
+ * as it was and no temporary behind; special files refused; a symlink at the destination is replaced, its target
+ * untouched. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/safetensors.h"
+#include "qvl.h"
+#include "testutil.h"
+
+static char tmp[900];
+
+static const char *at(const char *name) {
+    static char b[16][1024];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(b[k], sizeof b[k], "%s/%s", tmp, name);
+    return b[k];
+}
+
+/* Files in tmp whose names start with '.' (the writer's temporaries). */
+static int temporaries(void) {
+    DIR *d = opendir(tmp);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void write_text(const char *path, const char *s) {
+    FILE *f = fopen(path, "wb");
+    fputs(s, f);
+    fclose(f);
+}
+
+static int file_is(const char *path, const char *s) {
+    char buf[256] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    return n == strlen(s) && memcmp(buf, s, n) == 0;
+}
+
+/* Two tensors in pieces, metadata before and after; `reserve` for the header. */
+static void roundtrip(size_t reserve, int n_meta) {
+    const char *path = at("a.safetensors");
+    qvl_st_writer *w = NULL;
+    qvl_error err;
+    CHECK(qvl_st_writer_open(path, reserve, &w, &err) == QVL_OK);
+    float x[6 * 5];
+    for (int i = 0; i < 30; i++) x[i] = (float)i * 0.5f - 3.0f;
+    int64_t shape[2] = {6, 5}, gs[2] = {1, 3}, g[3] = {1, 4, 6};
+    CHECK(qvl_st_writer_meta(w, "first", "value | with \"quotes\"", &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "x", "F32", shape, 2, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, x, 10 * sizeof(float), &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, x + 10, 20 * sizeof(float), &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "grid_thw", "I64", gs, 2, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, g, sizeof g, &err) == QVL_OK);
+    char k[32], v[64];
+    for (int i = 0; i < n_meta; i++) {
+        snprintf(k, sizeof k, "key%d", i);
+        snprintf(v, sizeof v, "value %d of a longer metadata entry", i);
+        CHECK(qvl_st_writer_meta(w, k, v, &err) == QVL_OK);
+    }
+    CHECK(qvl_st_writer_finish(w, &err) == QVL_OK && err.status == QVL_OK);
+    CHECK(temporaries() == 0);
+    st_file *f = NULL;
+    CHECK(st_open(path, &f, &err) == QVL_OK);
+    if (!f) return;
+    const st_tensor *t = st_find(f, "x");
+    CHECK(t && t->dtype == ST_F32 && t->ndim == 2 && t->shape[0] == 6 && t->shape[1] == 5 &&
+          memcmp(t->data, x, sizeof x) == 0);
+    t = st_find(f, "grid_thw");
+    CHECK(t && t->dtype == ST_I64 && memcmp(t->data, g, sizeof g) == 0);
+    CHECK(st_meta(f, "first") && strcmp(st_meta(f, "first"), "value | with \"quotes\"") == 0);
+    if (n_meta) CHECK(st_meta(f, "key0") && strcmp(st_meta(f, "key0"), "value 0 of a longer metadata entry") == 0);
+    struct stat sb;
+    stat(path, &sb);
+    printf("  reserve %zu, %d extra keys: %lld bytes\n", reserve, n_meta, (long long)sb.st_size);
+    if (reserve >= 4096) CHECK((uint64_t)sb.st_size == 8 + reserve + sizeof x + sizeof g); /* header padded */
+    st_close(f);
+}
+
+static void test_errors_sticky(void) {
+    const char *path = at("keep.safetensors");
+    write_text(path, "old contents");
+    qvl_st_writer *w = NULL;
+    qvl_error err;
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    int64_t shape[1] = {4};
+    float x[8] = {0};
+    CHECK(qvl_st_writer_tensor(w, "x", "F32", shape, 1, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, x, sizeof x, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, path) &&
+          strstr(err.message, "expects 16 more"));
+    /* sticky: the next call returns the same error */
+    CHECK(qvl_st_writer_meta(w, "k", "v", &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "expects 16 more"));
+    CHECK(qvl_st_writer_finish(w, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(file_is(path, "old contents") && temporaries() == 0);
+    /* a short tensor at finish */
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "x", "F32", shape, 1, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, x, 8, &err) == QVL_OK);
+    CHECK(qvl_st_writer_finish(w, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "8 bytes short"));
+    CHECK(file_is(path, "old contents") && temporaries() == 0);
+    /* bad names and dtypes */
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "x", "F33", shape, 1, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "F33"));
+    qvl_st_writer_abort(w);
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "__metadata__", "F32", shape, 1, &err) == QVL_ERR_INVALID_ARG);
+    qvl_st_writer_abort(w);
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "x", "F32", shape, 1, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, x, 16, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "x", "F32", shape, 1, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "twice"));
+    qvl_st_writer_abort(w);
+    /* abort after good writes */
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "x", "F32", shape, 1, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, x, 16, &err) == QVL_OK);
+    qvl_st_writer_abort(w);
+    qvl_st_writer_abort(NULL);
+    CHECK(file_is(path, "old contents") && temporaries() == 0);
+}
+
+static void test_destinations(void) {
+    qvl_st_writer *w = NULL;
+    qvl_error err;
+    const char *fifo = at("fifo");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK(qvl_st_writer_open(fifo, 0, &w, &err) == QVL_ERR_INVALID_ARG && !w && strstr(err.message, "FIFO"));
+    CHECK(qvl_st_writer_open(tmp, 0, &w, &err) == QVL_ERR_INVALID_ARG && !w && strstr(err.message, "directory"));
+    CHECK(qvl_st_writer_open("/dev/null", 0, &w, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "device"));
+    CHECK(qvl_st_writer_open("", 0, &w, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "empty"));
+    CHECK(qvl_st_writer_open(at("no/such/dir/x"), 0, &w, &err) == QVL_ERR_IO && strstr(err.message, "no/such/dir"));
+    /* a symlink at the destination to a FIFO is refused; to a file, the link is replaced and the file kept */
+    const char *lf = at("link_fifo"), *target = at("target.txt"), *lk = at("link.safetensors");
+    CHECK(symlink(fifo, lf) == 0);
+    CHECK(qvl_st_writer_open(lf, 0, &w, &err) == QVL_ERR_INVALID_ARG);
+    write_text(target, "target");
+    CHECK(symlink(target, lk) == 0);
+    CHECK(qvl_st_writer_open(lk, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_finish(w, &err) == QVL_OK);
+    struct stat sb;
+    CHECK(lstat(lk, &sb) == 0 && S_ISREG(sb.st_mode) && file_is(target, "target"));
+    CHECK(temporaries() == 0);
+}
+
+int main(void) {
+    CHECK(tu_tmpdir(tmp, sizeof tmp) != NULL);
+    roundtrip(0, 0);
+    roundtrip(8, 200); /* the header outgrows 8 bytes: moved in front of the data at finish */
+    roundtrip(4096, 3);
+    test_errors_sticky();
+    test_destinations();
+    tu_rmtree(tmp);
+    return tu_finish("test_st_writer");
+}
