@@ -382,7 +382,8 @@ static void test_reserve(void) {
 static void test_item_abi(void) {
     qvl_ctx *c = new_ctx(g_m, 1);
     const size_t old = offsetof(qvl_item, row_len); /* a header from before row_len, preprocess, video, decode */
-    unsigned char *arr = calloc(2, old);
+    /* slack after the array, so that the compiler's view of a whole qvl_item at arr + old stays in bounds */
+    unsigned char *arr = calloc(1, 2 * old + sizeof(qvl_item));
     char p1[1024];
     for (int i = 0; i < 2; i++) {
         qvl_item *it = (qvl_item *)(arr + i * old);
