@@ -69,6 +69,10 @@ static void run_case(const st_file *fx, const char *name) {
         CHECK(synth_image(recipe, &img));
     } else {
         char path[1024];
+        if (!QVL_WITH_MEDIA && !strstr(name, ".bmp")) {
+            printf("%s: skipped, built without image decoders (QVL_MEDIA=OFF)\n", name);
+            return;
+        }
         tu_source_path(name + 5 /* "file:" */, path, sizeof path);
         CHECK(qvl_image_load(path, NULL, &img, &err) == QVL_OK);
         if (!img.rgb) {
