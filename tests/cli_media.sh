@@ -7,6 +7,11 @@ set -u
 QVL=${QVL_BIN:-build/qvl}
 SRC=${QVL_SOURCE_DIR:-.}
 T_PREFIX=qvl-media
+if [[ ${QVL_MEDIA:-1} == 0 || ${QVL_VIDEO:-1} == 0 ]]; then # its cases mix image and video files
+    echo "cli_media.sh: skipped, built without $([[ ${QVL_MEDIA:-1} == 0 ]] && echo "image decoders (QVL_MEDIA=OFF)" ||
+        echo "FFmpeg (QVL_VIDEO=OFF)")"
+    exit 77
+fi
 # shellcheck source=shlib.bash
 source "$(dirname "${BASH_SOURCE[0]}")/shlib.bash"
 # Names of the tensors in a safetensors file (its JSON header), one per line.

@@ -3,12 +3,12 @@
 
 #include <stdatomic.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if QVL_WITH_X86
 #include <cpuid.h>
 #endif
 
 static int detect(void) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if QVL_WITH_X86 && defined(__GNUC__)
     /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c". AVX2, FMA and the
      * AVX-512 subsets through the builtin, which also checks that the OS saves the YMM / ZMM and mask state. */
     unsigned a, b, c, d;

@@ -2,6 +2,16 @@
 #ifndef QVL_CORE_CPU_H
 #define QVL_CORE_CPU_H
 
+/* QVL_WITH_X86 (0/1, set by CMake): the *_avx2.c / *_avx512.c kernels are compiled in. Off x86 they are not, the
+ * dispatchers reference them only under #if QVL_WITH_X86, and cpu_level() is 1. */
+#ifndef QVL_WITH_X86
+#if defined(__x86_64__) || defined(__i386__)
+#define QVL_WITH_X86 1
+#else
+#define QVL_WITH_X86 0
+#endif
+#endif
+
 /* 1: portable C only; 2: AVX2 + FMA + F16C (the *_avx2.c files); 3: also AVX-512 F/BW/DQ/VL (the *_avx512.c
  * files). The same numbering as gemm_isa / attn_isa / qvl_isa. The first call asks CPUID (which traps to the
  * hypervisor on virtual machines); later calls read an atomic. Thread-safe. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "cpu/attention.h"
 #include "cpu/kernels_avx2.h"
 #include "cpu/kernels_avx512.h"
@@ -116,8 +117,12 @@ void attn_run_isa(const attn_args *a, void *ws, thread_pool *pool, attn_isa isa)
     if (isa == ATTN_ISA_AUTO)
         isa = (attn_isa)cpu_level(); /* the same numbering */
     attn_block_fn block = attn_block_scalar;
+#if QVL_WITH_X86
     if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX512) block = attn_block_avx512;
     else if (a->head_dim % 8 == 0 && isa == ATTN_ISA_AVX2) block = attn_block_avx2;
+#else
+    (void)isa; /* no SIMD sets in this build: every set runs the portable block */
+#endif
     attn_run_with(a, ws, pool, block);
 }
 

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "core/pool.h"
+#include "core/cpu.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels_avx2.h"
 #include "cpu/kernels_avx512.h"
@@ -141,6 +142,7 @@ static void ukr_scalar16(int kc, const float *a, const float *b0, const float *b
     (void)b1, (void)tail; /* has_tail = 0: always NULL */
     ukr_scalar(kc, a, b0, c, ldc, first);
 }
+#if QVL_WITH_X86
 static void ukr_avx2_16(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first,
                         const gemm_tail *tail) {
     (void)b1;
@@ -151,10 +153,12 @@ static void ukr_avx2_16_bf16(int kc, const float *a, const uint16_t *b0, const u
     (void)b1, (void)bw; /* keeps_widened = 0: always NULL */
     gemm_ukr_6x16_bf16_avx2(kc, a, b0, c, ldc, first, tail);
 }
+#endif
 
 static const gemm_kernels kernels_scalar = {.mr = GEMM_MR, .nr = GEMM_NR, .mc_max = GEMM_MC, .nc_max = GEMM_NC,
                                             .order = GEMM_BF16_LANES, .ukr = ukr_scalar16, .ukr_bf16 = NULL,
                                             .pack_b = pack_b_scalar, .pack_a = pack_a_scalar};
+#if QVL_WITH_X86
 static const gemm_kernels kernels_avx2 = {.mr = GEMM_MR, .nr = GEMM_NR, .mc_max = GEMM_MC, .nc_max = GEMM_NC,
                                           .order = GEMM_BF16_LANES, .ukr = ukr_avx2_16, .ukr_bf16 = ukr_avx2_16_bf16,
                                           .pack_b = gemm_pack_b16_avx2, .pack_a = gemm_pack_a6_avx2, .has_tail = 1};
@@ -165,13 +169,16 @@ static const gemm_kernels kernels_avx512 = {.mr = 14, .nr = 2 * GEMM_NR, .mc_max
                                             .order = GEMM_BF16_PAIRS, .ukr = gemm_ukr_14x32_avx512,
                                             .ukr_bf16 = gemm_ukr_14x32_bf16_avx512, .pack_b = gemm_pack_b16_avx2,
                                             .pack_a = gemm_pack_a14_avx512, .has_tail = 1, .keeps_widened = 1};
+#endif
 
 gemm_isa gemm_auto_isa(void) { return (gemm_isa)cpu_level(); /* the same numbering */ }
 
 static const gemm_kernels *kernels_for(gemm_isa isa) {
     switch (isa == GEMM_ISA_AUTO ? gemm_auto_isa() : isa) {
+#if QVL_WITH_X86
     case GEMM_ISA_AVX512: return &kernels_avx512;
     case GEMM_ISA_AVX2: return &kernels_avx2;
+#endif
     default: return &kernels_scalar;
     }
 }

@@ -6,6 +6,7 @@
  * three orders of magnitude more, and they sit on the parity path (1e-4 relative end to end vs PyTorch). */
 #include <math.h>
 
+#include "core/cpu.h"
 #include "cpu/kernels_avx2.h"
 #include "cpu/kernels_avx512.h"
 #include "cpu/ops.h"
@@ -62,7 +63,11 @@ static void layernorm_rows(const float *x, size_t ldx, float *y, size_t ldy, siz
 
 void op_layernorm(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
                   const float *b, float eps, thread_pool *pool) {
+#if QVL_WITH_X86
     layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, cpu_has_avx2() ? ops_layernorm_row_avx2 : layernorm_row);
+#else
+    layernorm_rows(x, ldx, y, ldy, rows, cols, w, b, eps, pool, layernorm_row);
+#endif
 }
 
 void op_layernorm_scalar(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
@@ -94,15 +99,21 @@ void op_gelu_erf_scalar(float *x, size_t n) {
 }
 
 void op_gelu_tanh(float *x, size_t n) {
+#if QVL_WITH_X86
     const int l = cpu_level();
     if (l == 3) ops_gelu_tanh_avx512(x, n);
     else if (l == 2) ops_gelu_tanh_avx2(x, n);
-    else op_gelu_tanh_scalar(x, n);
+    else
+#endif
+        op_gelu_tanh_scalar(x, n);
 }
 
 void op_gelu_erf(float *x, size_t n) {
+#if QVL_WITH_X86
     const int l = cpu_level();
     if (l == 3) ops_gelu_erf_avx512(x, n);
     else if (l == 2) ops_gelu_erf_avx2(x, n);
-    else op_gelu_erf_scalar(x, n);
+    else
+#endif
+        op_gelu_erf_scalar(x, n);
 }

@@ -274,10 +274,12 @@ static void hpass_rows(void *ctx, long b, long e, int thread) {
         const uint8_t *s = j->src + (size_t)y * j->src_row;
         uint8_t *d = j->dst + (size_t)y * j->dst_row;
         int o0 = 0;
+#if QVL_WITH_X86
         if (j->simd && j->ax->simd_end > 0) {
             resize_hrow_avx2(s, d, j->c, j->ax);
             o0 = j->ax->simd_end;
         }
+#endif
         hrow_scalar(s, d, j->ax, o0, j->c);
     }
 }
@@ -294,7 +296,9 @@ static void vpass_rows(void *ctx, long b, long e, int thread) {
     const size_t row = j->dst_row, n32 = j->simd ? row & ~(size_t)31 : 0;
     for (int y = (int)b; y < (int)e; y++) {
         uint8_t *d = j->dst + (size_t)y * row;
+#if QVL_WITH_X86
         if (n32) resize_vrow_avx2(j->src, row, d, n32, j->ax, y);
+#endif
         vrow_scalar(j->src, row, d, n32, row, j->ax, y);
     }
 }
@@ -347,7 +351,7 @@ qvl_status resize_u8(const uint8_t *src, int sw, int sh, int channels, uint8_t *
             if (v.first[o] + v.count[o] > r1) r1 = v.first[o] + v.count[o];
         }
     }
-    const int simd = g_allow_simd && cpu_has_avx2();
+    const int simd = QVL_WITH_X86 && g_allow_simd && cpu_has_avx2(); /* 0: n32 = 0, the scalar loops do it all */
     if (vfirst) { /* src [sh][sw] → mid [dh][sw] → dst [dh][dw] */
         vpass(src, p.mid, (size_t)sw * c, &v, simd, pool);
         hpass(p.mid, (size_t)sw * c, dst, (size_t)dw * c, 0, dh, &h, channels, simd, pool);

@@ -1,4 +1,5 @@
-/* video.c — sampled RGB frames of a video: from a file through FFmpeg's libraries, or from frame images.
+/* video.c — sampled RGB frames of a video file through FFmpeg's libraries (QVL_VIDEO=ON; frame images and the
+ * frame buffer: video_frames.c).
  *
  * Frame rate and frame count are read the way transformers' PyAV reader reads them (video_utils.read_video_pyav):
  * the stream's average frame rate (avg_frame_rate; r_frame_rate, then p->default_fps, where the container has
@@ -30,6 +31,7 @@
 
 #include "core/error.h"
 #include "image/image_params.h"
+#include "image/video_frames.h"
 
 #define VIDEO_SWS_FLAGS SWS_BILINEAR
 
@@ -140,10 +142,6 @@ static void blend_white(const uint8_t *rgba, size_t n_px, uint8_t *rgb) {
     }
 }
 
-/* libswscale's SIMD output loops may store up to a vector past the end of a packed row (seen: 8 bytes at width
- * 62, RGB24); rows are packed here, so only the last row of a buffer can overrun, into this slack. */
-enum { VIDEO_SWS_SLACK = 64 };
-
 /* Convert one decoded frame into packed RGB24 at `dst` ([height·width·3]). */
 static qvl_status convert_frame(vdec *d, const AVFrame *f, int64_t index, uint8_t *dst, qvl_error *err) {
     if (f->width != d->width || f->height != d->height)
@@ -244,34 +242,6 @@ static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
     return drain(d, ps, &done, err);
 }
 
-/* Allocate the output for n frames of the decoder's size. */
-static qvl_status alloc_frames(qvl_video *out, int32_t w, int32_t h, size_t n, const char *what, qvl_error *err) {
-    size_t fs, total;
-    if (n > INT32_MAX || size_mul_overflow((size_t)w * (size_t)h, 3, &fs) || size_mul_overflow(fs, n, &total))
-        return err_fail(err, QVL_ERR_LIMIT, "%s: %zu frames of %dx%d are too large", what, n, (int)w, (int)h);
-    out->rgb = malloc(total + VIDEO_SWS_SLACK); /* the last frame's last row is written by sws_scale */
-    out->indices = malloc(n * sizeof *out->indices);
-    if (!out->rgb || !out->indices)
-        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu frames of %dx%d", what, n, (int)w, (int)h);
-    out->width = w;
-    out->height = h;
-    out->n_frames = (int32_t)n;
-    return QVL_OK;
-}
-
-/* Sample indices for `total` frames into out->indices (allocating everything); n > 0 is required. */
-static qvl_status sample_into(qvl_video *out, int32_t w, int32_t h, int64_t total, double fps,
-                              const qvl_video_params *p, const char *what, qvl_error *err) {
-    size_t n = 0;
-    TRY(qvl_video_sample_indices(total, fps, p, NULL, 0, &n, err));
-    if (n == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: sampling picks no frames", what);
-    TRY(alloc_frames(out, w, h, n, what, err));
-    TRY(qvl_video_sample_indices(total, fps, p, out->indices, n, &n, err));
-    out->total_frames = total;
-    out->fps = fps;
-    return QVL_OK;
-}
-
 static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
     TRY(vdec_open(d, path, p->max_pixels, err));
     const AVStream *st = d->fmt->streams[d->stream];
@@ -291,7 +261,7 @@ static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *
         TRY(vdec_open(d, path, p->max_pixels, err));
     }
     if (total <= 0) return err_fail(err, QVL_ERR_FORMAT, "%s: the video stream has no frames", path);
-    TRY(sample_into(out, d->width, d->height, total, fps, p, path, err));
+    TRY(video_sample_into(out, d->width, d->height, total, fps, p, path, err));
 
     vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0};
     TRY(decode_pass(d, &ps, err));
@@ -307,7 +277,7 @@ static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *
     out->indices = NULL;
     vdec_close(d);
     TRY(vdec_open(d, path, p->max_pixels, err));
-    TRY(sample_into(out, d->width, d->height, have, fps, p, path, err));
+    TRY(video_sample_into(out, d->width, d->height, have, fps, p, path, err));
     vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0};
     TRY(decode_pass(d, &again, err));
     if (again.next != again.n)
@@ -329,57 +299,4 @@ qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video
     vdec_close(&d);
     if (s != QVL_OK) qvl_video_free(out);
     return s;
-}
-
-/* Decode every image in order (each must have the first one's size) and keep the sampled ones. */
-static qvl_status from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
-                              qvl_error *err) {
-    qvl_decode_params dp;
-    qvl_decode_params_default(&dp);
-    dp.max_pixels = p->max_pixels;
-    size_t next = 0, fs = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!paths[i]) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: path %zu is NULL", i);
-        qvl_image img = {0};
-        TRY(qvl_image_load(paths[i], &dp, &img, err));
-        qvl_status s = QVL_OK;
-        if (i == 0) { /* the first frame fixes the size */
-            s = sample_into(out, img.width, img.height, (int64_t)n, p->default_fps, p, paths[0], err);
-            fs = (size_t)img.width * (size_t)img.height * 3;
-        } else if (img.width != out->width || img.height != out->height) {
-            s = err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame %zu is %dx%d, the first frame (%s) is %dx%d", paths[i],
-                         i, (int)img.width, (int)img.height, paths[0], (int)out->width, (int)out->height);
-        }
-        for (size_t first = next; s == QVL_OK && next < (size_t)out->n_frames && out->indices[next] == (int64_t)i;
-             next++)
-            memcpy(out->rgb + next * fs, next == first ? img.rgb : out->rgb + first * fs, fs);
-        qvl_image_free(&img);
-        if (s != QVL_OK) return s;
-    }
-    if (next != (size_t)out->n_frames)
-        return err_fail(err, QVL_ERR_INTERNAL, "qvl_video_from_images: %zu of %d sampled frames filled", next,
-                        (int)out->n_frames);
-    return QVL_OK;
-}
-
-qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
-                                 qvl_error *err) {
-    err_clear(err);
-    if (out) memset(out, 0, sizeof *out);
-    if (!paths || !out || n == 0)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: %s",
-                        n == 0 ? "no frames (n is 0)" : !paths ? "paths is NULL" : "out is NULL");
-    qvl_video_params def;
-    TRY(video_params_take(&def, p, err));
-    p = &def;
-    qvl_status s = from_images(paths, n, p, out, err);
-    if (s != QVL_OK) qvl_video_free(out);
-    return s;
-}
-
-void qvl_video_free(qvl_video *v) {
-    if (!v) return;
-    free(v->rgb);
-    free(v->indices);
-    memset(v, 0, sizeof *v);
 }

@@ -242,6 +242,10 @@ static void test_limits_and_options(void) {
 }
 
 int main(void) {
+    if (!QVL_WITH_MEDIA) {
+        printf("test_decode: skipped, built without image decoders (QVL_MEDIA=OFF; test_build_config covers BMP)\n");
+        return TU_SKIP;
+    }
     char path[4096];
     tu_source_path("tests/fixtures/decode.safetensors", path, sizeof path);
     st_file *f = NULL;

@@ -101,6 +101,7 @@ static void test_gelu(void) {
     free(xt), free(xe), free(x0);
 }
 
+#if QVL_WITH_X86
 /* Error of got in units of the last place of the f32 nearest ref (subnormal spacing below FLT_MIN). */
 static double ulps(float got, double ref) {
     if (isnan(ref)) return isnan(got) ? 0.0 : INFINITY;
@@ -130,7 +131,12 @@ static void sweep(uint64_t lo, uint64_t hi, uint32_t step, int alt_sign, double 
     }
 }
 
+#endif
+
 static void test_vector_math(void) {
+#if !QVL_WITH_X86
+    printf("test_ops: built without the x86 kernels (QVL_WITH_X86=0), vector tanh/erf not tested\n");
+#else
     if (!cpu_has_avx2()) {
         printf("test_ops: no AVX2 on this CPU, vector tanh/erf not tested\n");
         return;
@@ -176,11 +182,15 @@ static void test_vector_math(void) {
     CHECK(close_e);
     CHECK(pos);
     free(g0), free(gt), free(ge), free(rt), free(re);
+#endif
 }
 
 /* The AVX-512 twins give the AVX2 bits for every value: all of float at a stride of 257 (subnormals, inf, NaN,
  * both signs), for tanh, erf and the two GELUs, including 1..15-element tails. */
 static void test_avx512_twins(void) {
+#if !QVL_WITH_X86
+    printf("test_ops: built without the x86 kernels (QVL_WITH_X86=0), the 16-lane vector math not tested\n");
+#else
     if (!cpu_has_avx512()) {
         printf("test_ops: no AVX-512 on this CPU, the 16-lane vector math not tested\n");
         return;
@@ -202,6 +212,7 @@ static void test_avx512_twins(void) {
         n = 0;
     }
     CHECK(same);
+#endif
 }
 
 static void test_conversions(void) {

@@ -208,7 +208,7 @@ int main(int argc, char **argv) {
     CHECK(n >= 5);
     for (int i = 0; i < n; i++) {
         char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dirpath, names[i]);
+        CHECK(snprintf(p, sizeof p, "%s/%s", dirpath, names[i]) < (int)sizeof p);
         run_fixture(p);
     }
     return tu_finish("test_parity");

@@ -389,23 +389,27 @@ int main(void) {
     st_file *f = NULL;
     qvl_error err;
     CHECK(st_open(path, &f, &err) == QVL_OK);
+    if (!QVL_WITH_VIDEO) printf("test_video: video files not tested, built without FFmpeg (QVL_VIDEO=OFF)\n");
     if (f) {
         printf("oracle: transformers %s, av %s\n", st_meta(f, "transformers") ? st_meta(f, "transformers") : "?",
                st_meta(f, "av") ? st_meta(f, "av") : "?");
         test_sampling(f);
-        test_clip(f, "video_testsrc_30.mp4", "testsrc_30_mp4");
-        test_clip(f, "video_testsrc_30.webm", "testsrc_30_webm");
-        test_clip(f, "video_25fps.mkv", "25fps_mkv");
-        test_clip(f, "video_3frames.mp4", "3frames_mp4");
-        test_clip(f, "video_alpha.mov", "alpha_mov");
-        test_clip(f, "video_editlist.mp4", "editlist_mp4"); /* header: 60 frames; the edit list leaves 45 */
-        test_clip(f, "video_2997.mp4", "2997_mp4");         /* 30000/1001 fps */
-        test_timing(f);
-        test_repeats(f);
+        if (QVL_WITH_VIDEO) {
+            test_clip(f, "video_testsrc_30.mp4", "testsrc_30_mp4");
+            test_clip(f, "video_testsrc_30.webm", "testsrc_30_webm");
+            test_clip(f, "video_25fps.mkv", "25fps_mkv");
+            test_clip(f, "video_3frames.mp4", "3frames_mp4");
+            test_clip(f, "video_alpha.mov", "alpha_mov");
+            test_clip(f, "video_editlist.mp4", "editlist_mp4"); /* header: 60 frames; the edit list leaves 45 */
+            test_clip(f, "video_2997.mp4", "2997_mp4");         /* 30000/1001 fps */
+            test_timing(f);
+            test_repeats(f);
+        }
         st_close(f);
     }
-    test_bad();
-    test_images();
+    if (QVL_WITH_VIDEO) test_bad();
+    if (QVL_WITH_MEDIA) test_images();
+    else printf("test_video: PNG frame images not tested, built without image decoders (QVL_MEDIA=OFF)\n");
     test_timestamps_args();
     return tu_finish("test_video");
 }

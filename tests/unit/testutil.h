@@ -16,6 +16,8 @@ extern int tu_checks;
     } while (0)
 
 void tu_report(const char *file, int line, const char *what);
+/* Exit status of a test this build cannot run (a feature compiled out); ctest reports it as skipped. */
+#define TU_SKIP 77
 /* Print "N passed, M failed" for the checks and return the process exit status. */
 int tu_finish(const char *name);
 /* Path helpers: QVL_SOURCE_DIR/rel, QVL_BIN; a fresh temp directory (mkdtemp under TMPDIR or /tmp). */
