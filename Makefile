@@ -1,9 +1,14 @@
 # Thin wrapper over CMake (the one source of truth): `make demo` runs the main job, `make test` runs the tests.
+# CI also runs `make test-config` (core-only QVL_MEDIA=OFF and QVL_VIDEO=OFF builds) and `make test-arm64` (a
+# cross build for Linux arm64, tested under qemu-user).
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+CORE_BUILD ?= build-core
+NOVIDEO_BUILD ?= build-novideo
+ARM64_BUILD ?= build-arm64
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-asan clean
+.PHONY: all deps build demo test test-release test-asan test-config test-core test-novideo test-arm64 clean
 
 all: build
 
@@ -27,5 +32,23 @@ test-asan: deps
 
 test: test-release test-asan
 
+# One configuration: $(1) build dir, $(2) CMake options.
+define config_test
+	@cmake -S . -B $(1) -DCMAKE_BUILD_TYPE=Release -DQVL_WERROR=ON $(2) >/dev/null
+	@cmake --build $(1) -j$(JOBS)
+	cd $(1) && ctest --output-on-failure -j$(JOBS)
+endef
+
+test-core: deps
+	$(call config_test,$(CORE_BUILD),-DQVL_MEDIA=OFF)
+
+test-novideo: deps
+	$(call config_test,$(NOVIDEO_BUILD),-DQVL_VIDEO=OFF)
+
+test-config: test-core test-novideo
+
+test-arm64:
+	@BUILD=$(ARM64_BUILD) JOBS=$(JOBS) scripts/cross_arm64.sh
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CORE_BUILD) $(NOVIDEO_BUILD) $(ARM64_BUILD)

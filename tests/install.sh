@@ -29,6 +29,14 @@ if [[ -L $P/$LIBDIR/libqvl.so && -L $P/$LIBDIR/libqvl.so.1 && $(readlink -f "$P/
     "$(readlink -f "$P/$LIBDIR/libqvl.so.1")" ]]; then ok; else bad "libqvl.so and libqvl.so.1 are not links to one file"; fi
 readelf -d "$P/$LIBDIR/libqvl.so" >"$T/dyn" 2>&1
 has "SONAME" "$T/dyn" 'SONAME.*\[libqvl\.so\.1\]'
+if [[ ${QVL_CROSS:-0} == 1 ]]; then
+    # The consumers would have to be cross-compiled and emulated against the target's copies of every
+    # dependency; the native build runs them.
+    echo "install.sh: cross build: installed tree checked, consumers (a)-(d) skipped"
+    echo "install.sh: $pass passed, $fail failed"
+    ((fail == 0))
+    exit
+fi
 expect 0 "installed qvl runs" "$P/bin/qvl" --version
 has "installed qvl --version" "$T/out" '1\.[0-9]+\.[0-9]+'
 

@@ -18,8 +18,21 @@ function(qvl_unit_test name src lib env)
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 1800 SKIP_RETURN_CODE 77)
 endfunction()
 set(QVL_TEST_ENV "QVL_SOURCE_DIR=${QVL_ROOT}")
+# The CLI as the tests run it: the binary, or in a cross build a script running it through the emulator
+# (CMAKE_CROSSCOMPILING_EMULATOR, which ctest applies to the unit tests itself), so no binfmt setup is needed.
+set(QVL_TEST_CROSS 0)
+if(CMAKE_CROSSCOMPILING)
+  set(QVL_TEST_CROSS 1)
+endif()
 if(QVL_BUILD_CLI)
-  list(APPEND QVL_TEST_ENV "QVL_BIN=$<TARGET_FILE:qvl_cli>")
+  set(QVL_TEST_BIN $<TARGET_FILE:qvl_cli>)
+  if(CMAKE_CROSSCOMPILING AND CMAKE_CROSSCOMPILING_EMULATOR)
+    string(JOIN " " QVL_EMU_LINE ${CMAKE_CROSSCOMPILING_EMULATOR})
+    set(QVL_TEST_BIN ${CMAKE_CURRENT_BINARY_DIR}/qvl-emulated)
+    file(GENERATE OUTPUT ${QVL_TEST_BIN} CONTENT "#!/bin/sh\nexec ${QVL_EMU_LINE} \"$<TARGET_FILE:qvl_cli>\" \"$@\"\n"
+         FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+  endif()
+  list(APPEND QVL_TEST_ENV "QVL_BIN=${QVL_TEST_BIN}")
 endif()
 file(GLOB QVL_UNIT_TESTS CONFIGURE_DEPENDS ${QVL_ROOT}/tests/unit/test_*.c)
 foreach(src ${QVL_UNIT_TESTS})
@@ -43,7 +56,7 @@ if(QVL_BUILD_CLI)
     get_filename_component(name ${sh} NAME_WE)
     add_test(NAME ${name} COMMAND bash ${sh})
     set_tests_properties(${name} PROPERTIES
-      ENVIRONMENT "QVL_SOURCE_DIR=${QVL_ROOT};QVL_BIN=$<TARGET_FILE:qvl_cli>;QVL_BUILD_DIR=${CMAKE_CURRENT_BINARY_DIR};QVL_SANITIZE=$<BOOL:${QVL_SANITIZE}>;QVL_MEDIA=$<BOOL:${QVL_MEDIA}>;QVL_VIDEO=$<BOOL:${QVL_VIDEO}>"
+      ENVIRONMENT "QVL_SOURCE_DIR=${QVL_ROOT};QVL_BIN=${QVL_TEST_BIN};QVL_BUILD_DIR=${CMAKE_CURRENT_BINARY_DIR};QVL_SANITIZE=$<BOOL:${QVL_SANITIZE}>;QVL_MEDIA=$<BOOL:${QVL_MEDIA}>;QVL_VIDEO=$<BOOL:${QVL_VIDEO}>;QVL_CROSS=${QVL_TEST_CROSS};NM=${CMAKE_NM}"
       TIMEOUT 1800 SKIP_RETURN_CODE 77)
   endforeach()
 endif()
