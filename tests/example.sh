@@ -10,6 +10,10 @@ BUILD=${QVL_BUILD_DIR:-build}
 T_PREFIX=qvl-example
 # shellcheck source=shlib.bash
 source "$(dirname "${BASH_SOURCE[0]}")/shlib.bash"
+if [[ ${QVL_MEDIA:-1} == 0 || ${QVL_CROSS:-0} == 1 ]]; then # it encodes a JPEG, with the host's compiler
+    echo "example.sh: skipped ($([[ ${QVL_CROSS:-0} == 1 ]] && echo "a cross build" || echo "built without image decoders (QVL_MEDIA=OFF)"))"
+    exit 77
+fi
 
 # The README's ```c block after the "examples/embed.c" marker equals the file.
 awk '/<!-- examples\/embed.c -->/{f=1; next} f && /^```c$/{g=1; next} g && /^```$/{exit} g' "$SRC/README.md" >"$T/readme.c"
