@@ -45,7 +45,7 @@ endforeach()
 if(NOT QVL_SANITIZE AND NOT QVL_FUZZ AND NOT CMAKE_CROSSCOMPILING)
   qvl_objects(qvl_obj_tsan -fsanitize=thread -g)
   qvl_internal(qvl_internal_tsan qvl_obj_tsan)
-  foreach(name test_pool test_layouts)
+  foreach(name test_pool test_layouts test_plan)
     qvl_unit_test(${name}_tsan ${QVL_ROOT}/tests/unit/${name}.c qvl_internal_tsan
                   "QVL_SOURCE_DIR=${QVL_ROOT};TSAN_OPTIONS=halt_on_error=1" -fsanitize=thread -g)
   endforeach()

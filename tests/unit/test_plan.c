@@ -3,6 +3,9 @@
  * between groups through the callback); a reserved context encodes without allocating; plans without a context;
  * the items array of an older (shorter) qvl_item. */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -336,6 +339,59 @@ static void test_cancel(void) {
     qvl_ctx_free(c);
 }
 
+/* qvl_ctx_cancel from another thread while an encode runs: the encode's third poll waits until the other thread
+ * has cancelled, so the cancel lands mid-encode every time (TSan: test_plan_tsan). */
+typedef struct canceller {
+    qvl_ctx *c;
+    atomic_int polls, cancelled;
+} canceller;
+
+static int wait_for_cancel(void *user) {
+    canceller *k = user;
+    if (atomic_fetch_add(&k->polls, 1) + 1 == 3)
+        while (!atomic_load(&k->cancelled)) sched_yield();
+    return 0;
+}
+
+static void *cancel_thread(void *user) {
+    canceller *k = user;
+    while (atomic_load(&k->polls) < 3) sched_yield();
+    qvl_ctx_cancel(k->c);
+    atomic_store(&k->cancelled, 1);
+    return NULL;
+}
+
+static void test_cancel_thread(void) {
+    qvl_ctx *c = new_ctx(g_m, 2);
+    const qvl_grid g = {1, 4, 4};
+    const size_t RL = (size_t)g_in.row_len, rn = qvl_patch_rows(&g, 1);
+    float *rows = calloc(rn * RL, sizeof *rows);
+    qvl_item it[2];
+    for (int i = 0; i < 2; i++) {
+        qvl_item_default(&it[i]);
+        it[i].kind = QVL_ITEM_ROWS, it[i].rows = rows, it[i].grid = g;
+    }
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    CHECK(qvl_plan_create(c, it, 2, NULL, &plan, &err) == QVL_OK);
+    void *outs[2] = {malloc(qvl_plan_out_bytes(plan)), NULL};
+    qvl_item_info in;
+    qvl_plan_item(plan, 0, &in);
+    outs[1] = (unsigned char *)outs[0] + in.out_bytes;
+    canceller k = {.c = c};
+    qvl_ctx_set_cancel_fn(c, wait_for_cancel, &k);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, cancel_thread, &k) == 0);
+    CHECK(qvl_plan_encode(c, plan, outs, &err) == QVL_ERR_CANCELLED);
+    pthread_join(th, NULL);
+    qvl_plan_item(plan, 1, &in);
+    CHECK(in.status == QVL_ERR_CANCELLED);
+    free(outs[0]);
+    free(rows);
+    qvl_plan_free(plan);
+    qvl_ctx_free(c);
+}
+
 /* After qvl_ctx_reserve_plan, encoding that plan (and a smaller one, and again) allocates nothing. */
 static void test_reserve(void) {
     qvl_ctx *c = new_ctx(g_m, 2);
@@ -424,6 +480,7 @@ int main(void) {
     if (!g_m || !g_m2) return tu_finish("test_plan");
     qvl_model_get_info(g_m, &g_in);
     test_cancel(); /* patch rows only */
+    test_cancel_thread();
     if (QVL_WITH_MEDIA) {
         test_kinds();
         test_reserve();
