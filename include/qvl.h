@@ -223,7 +223,8 @@ QVL_API void qvl_ctx_free(qvl_ctx *ctx);
 /* Threads of the context's pool, the caller included: what it got (0 for NULL). */
 QVL_API int qvl_ctx_threads(const qvl_ctx *ctx);
 
-/* Patch rows (S) and merged tokens (S/4) of a list of grids; 0 if a grid is invalid or the count overflows. */
+/* Patch rows (S) and merged tokens (S/4) of a list of grids; 0 if a grid is invalid or the count overflows. S/4
+ * holds for every model qvl loads: qvl_model_load refuses a spatial_merge_size other than 2 (2×2 merging). */
 QVL_API size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids);
 QVL_API size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids);
 

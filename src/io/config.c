@@ -53,6 +53,14 @@ static qvl_status parse_vision(const cJSON *vc, const char *path, tower_config *
     TRY(get_int(vc, "spatial_merge_size", 1, 16, &c->merge, path, err));
     TRY(get_int(vc, "in_channels", 1, 16, &c->in_channels, path, err));
     TRY(get_int(vc, "num_position_embeddings", 1, 1 << 22, &c->num_pos, path, err));
+    /* Every Qwen3-VL / Qwen3.5 release merges 2×2 and reads RGB; the merged-token count (qvl_merged_tokens, S/4,
+     * which has no model to ask) and the preprocessing's 3-channel rows build that in. */
+    if (c->merge != 2)
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: vision_config.spatial_merge_size %d is not supported: the "
+                        "merged-token layout qvl implements is 2×2 (spatial_merge_size 2)", path, c->merge);
+    if (c->in_channels != 3)
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: vision_config.in_channels %d is not supported: qvl's "
+                        "preprocessing makes RGB patch rows (in_channels 3)", path, c->in_channels);
 
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(vc, "hidden_act");
     if (act) {

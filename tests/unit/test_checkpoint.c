@@ -165,6 +165,33 @@ static void check_table(const char *dir, qvl_synth_layout layout) {
     checkpoint_close(NULL);
 }
 
+/* Geometry the tower does not implement is refused when config.json is read, naming the field: the merged-token
+ * count (qvl_merged_tokens, S/4) and the tower's outputs assume 2×2 merging; preprocessing makes RGB rows. */
+static void check_config_geometry(void) {
+    static const struct { const char *field; int value; qvl_status want; } cases[] = {
+        {"spatial_merge_size", 1, QVL_ERR_UNSUPPORTED}, {"spatial_merge_size", 2, QVL_OK},
+        {"spatial_merge_size", 3, QVL_ERR_UNSUPPORTED}, {"spatial_merge_size", 4, QVL_ERR_UNSUPPORTED},
+        {"in_channels", 1, QVL_ERR_UNSUPPORTED},        {"in_channels", 3, QVL_OK},
+        {"in_channels", 4, QVL_ERR_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[256], want[64];
+        snprintf(text, sizeof text, "{\"model_type\": \"qwen3_vl\", \"vision_config\": {\"hidden_size\": 64, "
+                 "\"num_heads\": 4, \"%s\": %d}}", cases[i].field, cases[i].value);
+        snprintf(want, sizeof want, "vision_config.%s %d", cases[i].field, cases[i].value);
+        tower_config cfg;
+        qvl_error err;
+        err_clear(&err);
+        qvl_status s = config_parse(text, strlen(text), "dir/config.json", &cfg, &err);
+        printf("  config %s = %d -> %s: %s\n", cases[i].field, cases[i].value, qvl_status_name(s), err.message);
+        CHECK(s == cases[i].want);
+        if (cases[i].want != QVL_OK)
+            CHECK(err.status == s && strstr(err.message, "dir/config.json") && strstr(err.message, want));
+        else
+            CHECK(cfg.merge == 2 && cfg.in_channels == 3);
+    }
+}
+
 static void expect_load_error(const char *dir, qvl_status want, const char *needle) {
     qvl_model *m = (qvl_model *)1;
     qvl_error err;
@@ -186,6 +213,7 @@ int main(void) {
     CHECK(qvl_synth_write(&p, good, &err) == QVL_OK);
 
     check_io_layering();
+    check_config_geometry();
     check_table(good, QVL_LAYOUT_HF);
     snprintf(d, sizeof d, "%s/mlx", g_root);
     p.layout = QVL_LAYOUT_MLX;
