@@ -162,6 +162,10 @@ static qvl_status header_dims(const npy_header *h, size_t avail, const char *lab
     if (bytes > avail)
         return err_fail(err, QVL_ERR_FORMAT, "%s: .npy data needs %llu bytes, file has %zu", label,
                         (unsigned long long)bytes, avail);
+    if (bytes < avail) /* a wrong shape or a damaged file: refused rather than read as a prefix */
+        return err_fail(err, QVL_ERR_FORMAT, "%s: .npy data is %llu bytes by its shape, but %zu bytes follow the "
+                        "header (%zu trailing)", label, (unsigned long long)bytes, avail,
+                        avail - (size_t)bytes);
     *rows = (size_t)r;
     *cols = (size_t)c;
     return QVL_OK;

@@ -191,6 +191,24 @@ static void test_npy(void) {
     make_npy(tpath("junk.npy"), 1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", a, 4);
     err_clear(&err);
     CHECK(npy_read_f32(tpath("junk.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT);
+    /* Bytes after the data are refused, not ignored: expected and actual sizes named. */
+    make_npy(tpath("trail.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2), }", a, 12);
+    err_clear(&err);
+    CHECK(npy_read_f32(tpath("trail.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT && d == NULL);
+    CHECK(strstr(err.message, "trail.npy") && strstr(err.message, "8 bytes") && strstr(err.message, "12"));
+    printf("  trailing bytes: %s\n", err.message);
+    {
+        FILE *tf = fopen(tpath("trail.npy"), "rb");
+        unsigned char tb[512];
+        size_t tn = tf ? fread(tb, 1, sizeof tb, tf) : 0;
+        if (tf) fclose(tf);
+        err_clear(&err);
+        CHECK(npy_parse_f32(tb, tn, "mem.npy", &d, &r, &c, &err) == QVL_ERR_FORMAT && d == NULL);
+        CHECK(strstr(err.message, "mem.npy") && strstr(err.message, "8 bytes") && strstr(err.message, "12"));
+        err_clear(&err);
+        CHECK(npy_parse_f32(tb, tn - 4, "mem.npy", &d, &r, &c, &err) == QVL_OK && r == 1 && c == 2);
+        free(d);
+    }
     write_bytes(tpath("short.npy"), "\x93NUM", 4);
     err_clear(&err);
     CHECK(npy_read_f32(tpath("short.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT);
