@@ -224,9 +224,34 @@ static int st_tensor_cmp(const void *a, const void *b) {
     return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
 
+/* A NUL byte in the header, raw or as the escape \u0000 inside a string, would silently cut a C string (a tensor
+ * name, a metadata key or value) short: refused, naming its byte offset in the file (the header starts at 8). */
+static qvl_status st_check_nul(const char *json, size_t n, const char *label, qvl_error *err) {
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t at = i;
+        if (json[i] == '\0') goto nul;
+        if (!in_str) {
+            in_str = json[i] == '"';
+        } else if (json[i] == '"') {
+            in_str = 0;
+        } else if (json[i] == '\\' && i + 1 < n) {
+            if (json[i + 1] == 'u' && i + 5 < n && memcmp(json + i + 2, "0000", 4) == 0) goto nul;
+            i++; /* the escaped character; a \uXXXX's digits are plain characters */
+        }
+        continue;
+    nul:
+        return err_fail(err, QVL_ERR_FORMAT, "%s: header has a NUL character at byte %zu of the file%s (a "
+                        "tensor name or metadata string would be cut short)", label, at + 8,
+                        json[at] == '\0' ? "" : " (escaped as \\u0000)");
+    }
+    return QVL_OK;
+}
+
 /* Parse the JSON header text `json` (NUL-terminated copy, `n` bytes) into f. */
 static qvl_status st_parse_header(const char *json, size_t n, const char *label, const uint8_t *data,
                                   size_t data_size, st_file *f, qvl_error *err) {
+    TRY(st_check_nul(json, n, label, err));
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
     if (!root) {

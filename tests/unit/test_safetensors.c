@@ -306,6 +306,43 @@ static void test_dtypes(void) {
     }
 }
 
+/* A NUL inside a header string (raw, or the escape \u0000) would cut a tensor name short in C: refused, naming
+ * the byte. An escaped backslash before "u0000" is an ordinary name and still parses. */
+static void test_nul_in_header(void) {
+    static const char raw[] = "{\"ab\0c\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}";
+    size_t jl = sizeof raw - 1; /* the NUL at byte 4 of the header (byte 12 of the file) included */
+    buf b = {malloc(8 + jl + 4), 8 + jl + 4};
+    for (int i = 0; i < 8; i++) b.p[i] = (uint8_t)((uint64_t)jl >> (8 * i));
+    memcpy(b.p + 8, raw, jl);
+    memset(b.p + 8 + jl, 0, 4);
+    qvl_error err;
+    st_file *f = NULL;
+    err_clear(&err);
+    CHECK(st_parse(b.p, b.n, "rawnul", &f, &err) == QVL_ERR_FORMAT && f == NULL);
+    CHECK(strstr(err.message, "rawnul") && strstr(err.message, "byte 12"));
+    printf("  %-22s -> %s\n", "raw NUL", err.message);
+    st_close(f);
+    expect_fail_buf("rawnul", b, QVL_ERR_FORMAT);
+
+    static const float one = 1.0f;
+    buf e = make_st("{\"ab\\u0000c\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", &one, 4);
+    f = NULL;
+    err_clear(&err);
+    CHECK(st_parse(e.p, e.n, "escnul", &f, &err) == QVL_ERR_FORMAT && f == NULL);
+    CHECK(strstr(err.message, "escnul") && strstr(err.message, "byte 12"));
+    st_close(f);
+    expect_fail_buf("escnul", e, QVL_ERR_FORMAT);
+    expect_bad("escnul_meta", "{\"__metadata__\": {\"k\": \"v\\u0000w\"}}", 0);
+
+    buf ok = make_st("{\"ab\\\\u0000c\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", &one, 4);
+    f = NULL;
+    err_clear(&err);
+    CHECK(st_parse(ok.p, ok.n, "backslash", &f, &err) == QVL_OK);
+    CHECK(f && st_find(f, "ab\\u0000c") != NULL);
+    st_close(f);
+    free(ok.p);
+}
+
 int main(void) {
     if (!tu_tmpdir(g_dir, sizeof g_dir)) {
         fprintf(stderr, "test_safetensors: cannot create a temp dir\n");
@@ -315,6 +352,7 @@ int main(void) {
     test_malformed();
     test_valid_empty();
     test_valid_several();
+    test_nul_in_header();
 
     /* Clean up the temp dir. */
     if (!tu_rmtree(g_dir)) fprintf(stderr, "test_safetensors: could not remove %s\n", g_dir);
