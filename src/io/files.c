@@ -124,25 +124,16 @@ qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t 
     }
     FILE *f = fopen(path, "rb");
     if (!f) return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char magic[6] = {0};
+    /* Chosen by content, never by name: a .npy starts with \x93NUMPY, a safetensors file with its 8-byte header
+     * length and then the header's '{' (the format requires it). */
+    unsigned char magic[9] = {0};
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
-    if (got == sizeof magic && memcmp(magic, "\x93NUMPY", 6) == 0)
-        return npy_read_f32(path, rows, n_rows, row_len, err);
-    /* Chosen by content; a file named .npy that is not a safetensors file either gets the .npy reader's
-     * complaint rather than the safetensors reader's. */
-    size_t plen = strlen(path);
-    if (plen >= 4 && strcmp(path + plen - 4, ".npy") == 0) {
-        qvl_error st_err;
-        err_clear(&st_err);
-        qvl_status s = read_safetensors_rows(path, rows, n_rows, row_len, grids, n_grids, &st_err);
-        if (s != QVL_ERR_FORMAT) { /* a safetensors file (or an I/O failure): its own message */
-            if (s != QVL_OK) err_fail(err, s, "%s", st_err.message);
-            return s;
-        }
-        return err_fail(err, QVL_ERR_FORMAT, "%s: not a .npy file (the first bytes are not \\x93NUMPY) nor a "
-                        "safetensors file", path);
-    }
+    if (got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return npy_read_f32(path, rows, n_rows, row_len, err);
+    if (got < sizeof magic || magic[8] != '{')
+        return err_fail(err, QVL_ERR_FORMAT, "%s: neither a .npy (magic \\x93NUMPY) nor a safetensors file (8-byte "
+                        "header length, then '{'): %s", path, got < sizeof magic ? "the file is too short" :
+                        "its first bytes match neither");
     return read_safetensors_rows(path, rows, n_rows, row_len, grids, n_grids, err);
 }
 

@@ -847,6 +847,14 @@ static void test_files_api(void) {
     /* Read back: a safetensors file with no pixel_values names the file and the tensor it wants. */
     expect_fail("qvl_read_rows no pixel_values", qvl_read_rows(sp, &rows, &nr, &rl, &g, &ng, dirty(&err)), &err, sp,
                 "pixel_values");
+    /* Neither magic: a damaged .npy (whatever its name) is not parsed as safetensors ("header length 3785..."). */
+    static const char damaged[] = "\x93NUMPX\x01\x00\x76\x00{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+    const char *dn[2] = {tpath("damaged.bin"), tpath("damaged.npy")};
+    for (int i = 0; i < 2; i++) {
+        CHECK(write_bytes(dn[i], damaged, sizeof damaged - 1));
+        expect_fail("qvl_read_rows bad magic", qvl_read_rows(dn[i], &rows, &nr, &rl, &g, &ng, dirty(&err)), &err,
+                    dn[i], "neither a .npy (magic \\x93NUMPY) nor a safetensors file");
+    }
 }
 
 static void test_model_api(const char *model_dir) {
