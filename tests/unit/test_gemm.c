@@ -38,10 +38,15 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
     unsigned char *Bbuf = malloc((size_t)N * ldb * esz + 8);
     unsigned char *B = Bbuf + 2; /* deliberately misaligned, as in an mmapped file */
     float *bias = malloc(((size_t)N + 1) * sizeof(float));
-    float *C0 = malloc(((size_t)M * ldc + 1) * sizeof(float));
-    float *C1 = malloc(((size_t)M * ldc + 1) * sizeof(float));
-    float *C2 = malloc(((size_t)M * ldc + 1) * sizeof(float));
-    float *Cr = malloc(((size_t)M * ldc + 1) * sizeof(float));
+    /* C ends at its last element, at a guard page: a store past it (a masked-store tail one column too wide, a row
+     * too many) faults, where ASan would not see it. The padding columns of the other rows are checked below. */
+    const size_t cn = M > 0 ? (size_t)(M - 1) * ldc + (size_t)N : 0, cbytes = cn * sizeof(float);
+    float *C0 = tu_guarded_alloc(cbytes), *C1 = tu_guarded_alloc(cbytes), *C2 = tu_guarded_alloc(cbytes);
+    float *Cr = tu_guarded_alloc(cbytes);
+    if (!C0 || !C1 || !C2 || !Cr) {
+        fprintf(stderr, "cannot map guarded C buffers\n");
+        exit(1);
+    }
     for (size_t i = 0; i < (size_t)M * lda; i++) A[i] = frand();
     for (size_t i = 0; i < (size_t)N * ldb; i++) {
         float f = frand();
@@ -53,11 +58,11 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
     }
     for (int i = 0; i < N; i++) bias[i] = frand();
     const float nan = nanf("");
-    for (size_t i = 0; i < (size_t)M * ldc; i++) {
+    for (size_t i = 0; i < cn; i++) {
         float init = accumulate ? frand() : nan;
         Cr[i] = C1[i] = C2[i] = init;
     }
-    memcpy(C0, Cr, (size_t)M * ldc * sizeof(float));
+    memcpy(C0, Cr, cbytes);
     gemm_args g = {M, N, K, A, lda, B, dt, ldb, with_bias ? bias : NULL, Cr, ldc, accumulate, epi, NULL};
     gemm_ref(&g);
     g.C = C1;
@@ -85,20 +90,21 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
         const gemm_bf16_order other = want == GEMM_BF16_PAIRS ? GEMM_BF16_LANES : GEMM_BF16_PAIRS;
         if (pk.dtype == QVL_DTYPE_BF16) CHECK(pk.order == (w == 2 ? other : want));
         CHECK(pk.dtype == (dt == QVL_DTYPE_BF16 && w != 1 ? QVL_DTYPE_BF16 : QVL_DTYPE_F32));
-        float *Cp = malloc(((size_t)M * ldc + 1) * sizeof(float));
+        float *Cp = tu_guarded_alloc(cbytes);
+        if (!Cp) exit(1);
         for (int nt = 1; nt <= 2; nt++) {
-            memcpy(Cp, C0, (size_t)M * ldc * sizeof(float));
+            memcpy(Cp, C0, cbytes);
             g.C = Cp;
             g.Bp = &pk;
             gemm_run_isa(&g, ws, tu_pool(nt), isa);
             g.Bp = NULL;
-            if (memcmp(Cp, C1, (size_t)M * ldc * sizeof(float))) {
+            if (memcmp(Cp, C1, cbytes)) {
                 fprintf(stderr, "M=%d N=%d K=%d dt=%d panel=%d isa=%d threads=%d: packed B differs\n", M, N, K, (int)dt,
                         w, (int)isa, nt);
                 ok = 0;
             }
         }
-        free(Cp);
+        tu_guarded_free(Cp);
         free(pbuf);
     }
     for (int i = 0; i < M && ok; i++)
@@ -125,22 +131,23 @@ static int run_case(int M, int N, int K, qvl_dtype dt, int with_bias, gemm_epilo
                 break;
             }
         }
-    /* Padding between rows of C (columns N..ldc) must be untouched. */
-    for (int i = 0; i < M && ok; i++)
+    /* Padding between rows of C (columns N..ldc) must be untouched; the last row has none (the guard page). */
+    for (int i = 0; i + 1 < M && ok; i++)
         for (size_t j = (size_t)N; j < ldc; j++)
             if (memcmp(&C1[(size_t)i * ldc + j], &C0[(size_t)i * ldc + j], 4)) ok = 0;
     /* The AVX2 and AVX-512 sets run the same FMA chains: the same bits (the SIMD sets only). */
     if (ok && (isa == GEMM_ISA_AVX2 || isa == GEMM_ISA_AVX512) && cpu_has_avx512()) {
-        memcpy(C2, C0, (size_t)M * ldc * sizeof(float));
+        memcpy(C2, C0, cbytes);
         g.C = C2;
         g.Bp = NULL;
         gemm_run_isa(&g, ws, tu_pool(2), isa == GEMM_ISA_AVX2 ? GEMM_ISA_AVX512 : GEMM_ISA_AVX2);
-        if (memcmp(C1, C2, (size_t)M * ldc * sizeof(float))) {
+        if (memcmp(C1, C2, cbytes)) {
             fprintf(stderr, "M=%d N=%d K=%d dt=%d isa=%d: AVX2 and AVX-512 sets differ\n", M, N, K, (int)dt, (int)isa);
             ok = 0;
         }
     }
-    free(A), free(Bbuf), free(bias), free(C0), free(C1), free(C2), free(Cr);
+    free(A), free(Bbuf), free(bias);
+    tu_guarded_free(C0), tu_guarded_free(C1), tu_guarded_free(C2), tu_guarded_free(Cr);
     return ok;
 }
 

@@ -4,7 +4,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/pool.h"
 
@@ -93,4 +96,29 @@ uint64_t tu_splitmix64(uint64_t x) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
+}
+
+/* Layout: [one page holding the mapping's length][data pages, the buffer at their end][PROT_NONE guard]. The
+ * buffer starts in the first data page (or is the guard itself for 0 bytes), so the mapping starts one page
+ * before the page holding p. */
+void *tu_guarded_alloc(size_t bytes) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t data = (bytes + page - 1) / page * page, len = page + data + page;
+    unsigned char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    if (mprotect(base + page + data, page, PROT_NONE) != 0) {
+        munmap(base, len);
+        return NULL;
+    }
+    memcpy(base, &len, sizeof len);
+    return base + page + data - bytes;
+}
+
+void tu_guarded_free(void *p) {
+    if (!p) return;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *base = (unsigned char *)((uintptr_t)p / page * page) - page;
+    size_t len;
+    memcpy(&len, base, sizeof len);
+    munmap(base, len);
 }

@@ -37,4 +37,12 @@ uint64_t tu_splitmix64(uint64_t x);
 /* ‖a − b‖ / ‖b‖ and max |a − b| in double. */
 double tu_relerr(const float *a, const float *b, size_t n, double *maxabs);
 
+/* A buffer of `bytes` bytes that ends exactly at a PROT_NONE page, so a store (or load) even one byte past its end
+ * faults (SIGSEGV) — the masked-store intrinsics the SIMD kernels use are invisible to ASan. The pointer is
+ * guard − bytes: aligned to the largest power of two dividing `bytes` (4 for a float array; the kernels need no
+ * more for their outputs), not to malloc's alignment. Contents start zeroed. NULL if the mapping fails; free with
+ * tu_guarded_free (NULL is a no-op). */
+void *tu_guarded_alloc(size_t bytes);
+void tu_guarded_free(void *p);
+
 #endif
