@@ -19,9 +19,6 @@
 #include "image/image_params.h"
 #include "io/fileutil.h"
 
-/* Files above this size are refused by qvl_image_load before reading (no image we accept needs more). */
-#define DEC_MAX_FILE_BYTES ((size_t)1 << 31)
-
 void decode_defaults(qvl_decode_params *p) {
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;

@@ -22,6 +22,47 @@
 
 #include "qvl.h"
 
+/* Resource limits of the decoders. Every one is enforced before the memory it bounds is allocated, so that a small
+ * file cannot make a decoder allocate or work far beyond what its pixels need; each failure is QVL_ERR_LIMIT with a
+ * message naming the file, the size found and the limit.
+ *   max_pixels (qvl_decode_params, default 178956970 = 2 · PIL.Image.MAX_IMAGE_PIXELS): the image, and for GIF and
+ *     animated WebP the canvas the first frame is composed on (GIF: the logical screen, grown to hold the frame;
+ *     WebP: the VP8X canvas), checked by dec_check_dims from the headers before any pixel or canvas buffer exists.
+ *     Pillow raises DecompressionBombError above the same count. PNG also hands it to libpng as the per-side limit
+ *     (png_set_user_limits), so libpng refuses such an IHDR itself.
+ *   DEC_PNG_MAX_CHUNK_BYTES (8 MiB): the largest non-IDAT chunk before the first IDAT, checked on the length field
+ *     before libpng reads the chunk (libpng would allocate the claimed length: 2 GiB for a 53-byte file), and
+ *     libpng's png_set_chunk_malloc_max, which also bounds a zTXt/iTXt/iCCP chunk's decompressed size. Real ICC
+ *     profiles and eXIf blocks are well under 1 MiB (a JPEG APP segment holds 64 KiB) and Pillow's MAX_TEXT_CHUNK is
+ *     1 MiB, so 8 MiB refuses no image Pillow reads for its pixels.
+ *   DEC_PNG_MAX_CHUNK_CACHE (1000): png_set_chunk_cache_max, the number of text/sPLT/unknown chunks libpng keeps
+ *     (libpng's own default; set explicitly so that it does not depend on how libpng was configured).
+ *   DEC_JPEG_MAX_SCANS (500): scans of a progressive JPEG, counted by a libjpeg progress monitor while the file is
+ *     read (libjpeg has no limit, and each scan is a pass over the whole coefficient buffer: 3704 scans of a
+ *     4096x4096 image took 8.5 s, and repeated refinement scans cost a few bytes each). jpeg_simple_progression
+ *     writes 10 (6 for gray) and encoders rarely more than a few dozen; the longest valid script of a gray image
+ *     (every coefficient band on its own, one bit at a time) has 704 (a colour one about three times as many), so only such contrived files are refused.
+ *   dec_jpeg_max_memory(max_pixels): libjpeg's max_memory_to_use, DEC_JPEG_MEM_PER_PIXEL (8: four components of
+ *     16-bit coefficients, the whole-image buffer of a progressive CMYK file) bytes per allowed pixel plus
+ *     DEC_JPEG_MEM_SLACK (64 MiB) for its tables and row buffers: what the largest image the pixel limit admits
+ *     needs, so that libjpeg refuses (JERR_NO_BACKING_STORE) rather than allocates more. With the pixel check before
+ *     it, no file within the limit needs that much for its pixels (even a 1-pixel-wide 4x4-sampled image needs less
+ *     than the slack): it is a backstop, and bounds the APP1 markers libjpeg keeps for EXIF/XMP, which count too.
+ *   DEC_MAX_FILE_BYTES (2 GiB): files above it are refused by qvl_image_load before reading. */
+#define DEC_PNG_MAX_CHUNK_BYTES ((uint32_t)8 << 20)
+#define DEC_PNG_MAX_CHUNK_CACHE 1000u
+#define DEC_JPEG_MAX_SCANS 500
+#define DEC_JPEG_MEM_PER_PIXEL 8u
+#define DEC_JPEG_MEM_SLACK ((uint64_t)64 << 20)
+#define DEC_MAX_FILE_BYTES ((size_t)1 << 31)
+
+/* libjpeg's memory limit for a pixel limit (see above), saturating at LONG_MAX. */
+static inline long dec_jpeg_max_memory(uint64_t max_pixels) {
+    const uint64_t cap = (uint64_t)(((unsigned long)-1) >> 1);
+    if (max_pixels > (cap - DEC_JPEG_MEM_SLACK) / DEC_JPEG_MEM_PER_PIXEL) return (long)cap;
+    return (long)(max_pixels * DEC_JPEG_MEM_PER_PIXEL + DEC_JPEG_MEM_SLACK);
+}
+
 typedef struct dec_out {
     int32_t width, height;
     uint8_t *rgb;        /* [height][width][3] */

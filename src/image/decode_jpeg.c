@@ -17,7 +17,9 @@
 typedef struct jpeg_ctx {
     struct jpeg_error_mgr pub;
     jmp_buf jmp;
+    struct jpeg_progress_mgr progress;
     int truncated;                /* the longjmp came from JWRN_JPEG_EOF */
+    int scans;                    /* > 0: the longjmp came from the scan limit, at this scan */
     char msg[JMSG_LENGTH_MAX];
     uint8_t *volatile rgb;        /* output, freed on a longjmp */
     uint8_t *volatile row;        /* one scanline of gray or CMYK samples */
@@ -39,6 +41,18 @@ static void on_message(j_common_ptr cinfo, int level) {
 }
 
 static void on_output(j_common_ptr cinfo) { (void)cinfo; }
+
+/* Called by libjpeg at least once per iMCU row of every scan it reads: stops a file past DEC_JPEG_MAX_SCANS scans
+ * (decode.h) through the error longjmp, before it costs another pass over the coefficient buffer. */
+static void on_progress(j_common_ptr cinfo) {
+    if (!cinfo->is_decompressor) return;
+    int scan = ((j_decompress_ptr)cinfo)->input_scan_number;
+    if (scan > DEC_JPEG_MAX_SCANS) {
+        jpeg_ctx *c = (jpeg_ctx *)cinfo->err;
+        c->scans = scan;
+        longjmp(c->jmp, 1);
+    }
+}
 
 /* Pillow's MULDIV255: a·b/255 rounded, in integers. */
 static inline int muldiv255(int a, int b) {
@@ -80,10 +94,19 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, uint64_
         free(ctx.rgb);
         free(ctx.row);
         out->rgb = NULL;
+        if (ctx.scans)
+            return err_fail(err, QVL_ERR_LIMIT, "%s: JPEG: more than the %d scans allowed (at scan %d)", label,
+                            DEC_JPEG_MAX_SCANS, ctx.scans);
+        if (ctx.pub.msg_code == JERR_NO_BACKING_STORE)
+            return err_fail(err, QVL_ERR_LIMIT, "%s: JPEG: needs more than the %ld bytes of decoder memory allowed",
+                            label, dec_jpeg_max_memory(max_pixels));
         if (ctx.truncated) return err_fail(err, QVL_ERR_FORMAT, "%s: truncated JPEG: %s", label, ctx.msg);
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt JPEG: %s", label, ctx.msg);
     }
     jpeg_create_decompress(&cinfo);
+    ctx.progress.progress_monitor = on_progress;
+    cinfo.progress = &ctx.progress;
+    cinfo.mem->max_memory_to_use = dec_jpeg_max_memory(max_pixels);
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);

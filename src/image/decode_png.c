@@ -19,6 +19,8 @@ typedef struct png_ctx {
     size_t size, pos;
     const char *label;
     char msg[256];
+    int over_limit;                /* a side over the user limit was warned about (limit_msg) */
+    char limit_msg[128];
     uint8_t *volatile raw;         /* all rows as libpng delivers them */
     png_bytep *volatile rows;      /* row pointers into raw */
     uint8_t *volatile rgb;
@@ -31,7 +33,15 @@ static void on_error(png_structp png, png_const_charp msg) {
     png_longjmp(png, 1);
 }
 
-static void on_warning(png_structp png, png_const_charp msg) { (void)png, (void)msg; }
+/* Warnings are ignored, except the one png_check_IHDR gives before its "Invalid IHDR data" error for a side over
+ * png_set_user_limits' bound: that error is the pixel limit. */
+static void on_warning(png_structp png, png_const_charp msg) {
+    png_ctx *c = png_get_error_ptr(png);
+    if (!c->over_limit && strstr(msg, "exceeds user limit")) {
+        c->over_limit = 1;
+        snprintf(c->limit_msg, sizeof c->limit_msg, "%s", msg);
+    }
+}
 
 static void on_read(png_structp png, png_bytep dst, size_t n) {
     png_ctx *c = png_get_io_ptr(png);
@@ -58,25 +68,37 @@ static uint32_t crc32_png(uint32_t crc, const uint8_t *p, size_t n) {
     return ~crc;
 }
 
-/* Pillow checks the CRC of every chunk before the first IDAT and of none after it (IDAT data errors surface as
- * zlib errors instead); libpng is told to ignore CRCs so that both accept the same files. Returns the name of the
- * first bad chunk's type in `bad` (5 bytes) and 0, or 1 when all are good or the list ends early. */
-static int png_precrc_ok(const uint8_t *d, size_t n, char bad[5]) {
+static void chunk_name(const uint8_t *type, char name[5]) {
+    memcpy(name, type, 4);
+    name[4] = 0;
+    for (int i = 0; i < 4; i++)
+        if (name[i] < 32 || name[i] > 126) name[i] = '?';
+}
+
+/* The chunks before the first IDAT, which libpng reads (and for most, allocates) before any pixel: a length field
+ * over DEC_PNG_MAX_CHUNK_BYTES (decode.h) is refused here, before libpng allocates what it claims, even when the
+ * file is shorter than the claim. Pillow checks the CRC of every chunk before the first IDAT and of none after it
+ * (IDAT data errors surface as zlib errors instead); libpng is told to ignore CRCs so that both accept the same
+ * files. Returns QVL_OK when all are good or the list ends early (truncation: libpng reports it). */
+static qvl_status png_prescan(const uint8_t *d, size_t n, const char *label, qvl_error *err) {
     size_t p = 8;
-    while (n - p >= 12) {
+    char name[5];
+    while (n - p >= 8) {
         uint32_t len = be32(d + p);
-        if (len > n - p - 12) return 1; /* truncated: libpng reports it */
-        if (memcmp(d + p + 4, "IDAT", 4) == 0) return 1;
+        if (memcmp(d + p + 4, "IDAT", 4) == 0) return QVL_OK;
+        if (len > DEC_PNG_MAX_CHUNK_BYTES) {
+            chunk_name(d + p + 4, name);
+            return err_fail(err, QVL_ERR_LIMIT, "%s: PNG: the %s chunk claims %u bytes, more than the %u allowed",
+                            label, name, (unsigned)len, (unsigned)DEC_PNG_MAX_CHUNK_BYTES);
+        }
+        if (n - p < 12 || len > n - p - 12) return QVL_OK;
         if (crc32_png(0, d + p + 4, 4 + (size_t)len) != be32(d + p + 8 + len)) {
-            memcpy(bad, d + p + 4, 4);
-            bad[4] = 0;
-            for (int i = 0; i < 4; i++)
-                if (bad[i] < 32 || bad[i] > 126) bad[i] = '?';
-            return 0;
+            chunk_name(d + p + 4, name);
+            return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt PNG: bad CRC in the %s chunk", label, name);
         }
         p += 12 + (size_t)len;
     }
-    return 1;
+    return QVL_OK;
 }
 
 /* Walk the chunks for eXIf (last wins, as in PIL's info) and an uncompressed XMP iTXt. */
@@ -134,9 +156,8 @@ static inline int sample(const uint8_t *row, size_t i, int depth16) {
 
 qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
                    qvl_error *err) {
-    char badc[5];
-    if (!png_precrc_ok(data, size, badc))
-        return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt PNG: bad CRC in the %s chunk", label, badc);
+    qvl_status s = png_prescan(data, size, label, err);
+    if (s != QVL_OK) return s;
     png_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.data = data;
@@ -156,17 +177,24 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
         free(ctx.rgb);
         free(ctx.alpha);
         out->rgb = out->alpha = NULL;
+        if (ctx.over_limit) /* png_set_user_limits below: a side over the pixel limit */
+            return err_fail(err, QVL_ERR_LIMIT, "%s: PNG: %s (more than the %llu pixels allowed)", label,
+                            ctx.limit_msg, (unsigned long long)max_pixels);
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated PNG: %s", label, ctx.msg);
     }
     png_set_read_fn(png, &ctx, on_read);
     png_set_crc_action(png, PNG_CRC_QUIET_USE, PNG_CRC_QUIET_USE);
-    /* our own limit is checked below; libpng's 1,000,000-pixel side cap would refuse valid panoramas */
-    png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
+    /* the limits of decode.h: no side can exceed the pixel limit (libpng's 1,000,000-pixel default side cap would
+     * refuse valid panoramas; the product is checked below), and chunk sizes and counts are bounded */
+    png_uint_32 side = max_pixels < 0x7fffffff ? (png_uint_32)max_pixels : 0x7fffffff;
+    png_set_user_limits(png, side, side);
+    png_set_chunk_cache_max(png, DEC_PNG_MAX_CHUNK_CACHE);
+    png_set_chunk_malloc_max(png, DEC_PNG_MAX_CHUNK_BYTES);
     png_read_info(png, info);
 
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
     int ct = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
-    qvl_status s = dec_check_dims(w, h, max_pixels, label, "PNG", err);
+    s = dec_check_dims(w, h, max_pixels, label, "PNG", err);
     if (s != QVL_OK) {
         png_destroy_read_struct(&png, &info, NULL);
         return s;
