@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "io/fileutil.h"
 #include "cpu/ops.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -122,8 +123,9 @@ qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t 
         *grids = NULL;
         *n_grids = 0;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    size_t fsize;
+    TRY(fu_open_regular(path, &f, &fsize, err));
     unsigned char magic[6] = {0};
     size_t got = fread(magic, 1, sizeof magic, f);
     fclose(f);
