@@ -356,7 +356,8 @@ QVL_API qvl_status qvl_st_writer_finish(qvl_st_writer *w, qvl_error *err);
 /* Remove the temporary and free the writer; NULL is a no-op. */
 QVL_API void qvl_st_writer_abort(qvl_st_writer *w);
 
-/* Write a [rows, cols] float32 row-major array as a .npy file (version 1.0, '<f4'). */
+/* Write a [rows, cols] float32 row-major array as a .npy file (version 1.0, '<f4'), like qvl_write_safetensors
+ * through a temporary renamed into place. */
 QVL_API qvl_status qvl_write_npy(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err);
 
 /* One float32 output tensor for qvl_write_safetensors. */
@@ -368,7 +369,8 @@ typedef struct qvl_out_tensor {
 
 /* Write a safetensors file holding the n float32 tensors in the given order, then, when n_grids > 0, "grid_thw"
  * int64 [n_grids, 3]; `meta_kv` holds n_meta key/value string pairs (key0, value0, ...) for "__metadata__" (may be
- * NULL when n_meta is 0). Written to "<path>.tmp" and renamed into place; identical inputs give identical bytes. */
+ * NULL when n_meta is 0). Written to a unique temporary beside `path` and renamed into place (a destination that
+ * exists and is not a regular file is refused); identical inputs give identical bytes. */
 QVL_API qvl_status qvl_write_safetensors(const char *path, const qvl_out_tensor *t, size_t n, const qvl_grid *grids,
                                  size_t n_grids, const char *const *meta_kv, size_t n_meta, qvl_error *err);
 

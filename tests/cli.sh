@@ -190,6 +190,44 @@ expect 2 "bench bad size" "$QVL" bench --model "$T/hf" --sizes 33
 one_line_error "bench bad size"
 expect 2 "bench no model" "$QVL" bench
 one_line_error "bench no model"
+# ---- outputs: never through a planted link, never over a special file, an input or the model ---------------------
+# A symlink at the old fixed temporary name "OUT.tmp" is not followed: the file it points to keeps its bytes.
+printf 'keep' >"$T/victim"
+ln -s "$T/victim" "$T/planted.npy.tmp"
+expect 0 "encode past a planted .tmp link" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/planted.npy"
+if [[ $(cat "$T/victim") == keep && -f $T/planted.npy && ! -L $T/planted.npy ]]; then ok; else bad "planted .tmp link followed"; fi
+ln -s "$T/victim" "$T/planted.safetensors.tmp"
+expect 0 "encode st past a planted .tmp link" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/planted.safetensors"
+if [[ $(cat "$T/victim") == keep ]]; then ok; else bad "planted .tmp link followed (safetensors)"; fi
+if ls -A "$T" | grep -q '^\.'; then bad "a temporary file was left in $T"; else ok; fi
+# Special files, the input and the model's files as -o: a usage error before any work, naming both; nothing changes.
+# (/dev/null through a link of our own: were it not refused, only the link would be replaced.)
+mkfifo "$T/fifo.npy" && ln -s "$T/fifo.npy" "$T/fifolink.npy" && ln -s /dev/null "$T/null.npy"
+cp "$T/px16.npy" "$T/px16.keep" && cp "$T/hf/model.safetensors" "$T/model.keep" && cp "$T/hf/config.json" "$T/config.keep"
+for o in "$T/fifo.npy" "$T/fifolink.npy" "$T/null.npy"; do
+    expect 2 "-o $o" timeout 10 "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$o"
+    has "-o $o named" "$T/err" "$o: exists and is a (FIFO|device)"
+    one_line_error "-o $o"
+done
+[[ -p $T/fifo.npy && -L $T/fifolink.npy && -L $T/null.npy ]] && ok || bad "a special file was replaced"
+expect 2 "-o the input" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/px16.npy"
+has "-o the input named" "$T/err" "error: -o $T/px16.npy is the input $T/px16.npy"
+for f in model.safetensors config.json; do
+    expect 2 "-o the model's $f" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/hf/$f"
+    has "-o the model's $f named" "$T/err" "error: -o $T/hf/$f is $T/hf/$f, a file of the model"
+done
+ln -s "$T/hf/model.safetensors" "$T/modellink.safetensors"
+expect 2 "-o a link to the model" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/modellink.safetensors"
+has "-o a link to the model named" "$T/err" "a file of the model"
+cmp -s "$T/px16.npy" "$T/px16.keep" && cmp -s "$T/hf/model.safetensors" "$T/model.keep" &&
+    cmp -s "$T/hf/config.json" "$T/config.keep" && ok || bad "an input or model file changed"
+# A FIFO as --pixels or as the model's config.json fails at once, naming it.
+expect 1 "--pixels a FIFO" timeout 10 "$QVL" encode --model "$T/hf" --pixels "$T/fifo.npy" --grid 1,4,4 -o "$T/f.npy"
+has "--pixels a FIFO named" "$T/err" "fifo.npy: not a regular file \(it is a FIFO\)"
+cp -r "$T/hf" "$T/hffifo" && rm "$T/hffifo/config.json" && mkfifo "$T/hffifo/config.json"
+expect 1 "config.json a FIFO" timeout 10 "$QVL" info --model "$T/hffifo"
+has "config.json a FIFO named" "$T/err" "config.json: not a regular file \(it is a FIFO\)"
+
 expect 1 "bench missing model" "$QVL" bench --model "$T/nope"
 one_line_error "bench missing model"
 

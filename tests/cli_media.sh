@@ -97,5 +97,24 @@ if cmp -s "$T/pp.safetensors" "$T/pp2.safetensors"; then ok; else bad "preproces
 expect 0 "quiet" "$QVL" encode -q --model "$T/m" "$PNG" -o "$T/w.safetensors"
 if [[ -s "$T/err" ]]; then bad "quiet still wrote to stderr"; else ok; fi
 
+# -o one of the inputs, inside a frame-directory input, or the model's weights: a usage error before any work.
+cp "$PNG" "$T/in.png" && cp "$T/in.png" "$T/in.keep" && cp "$T/m/model.safetensors" "$T/m.keep"
+expect 2 "-o the input image" "$QVL" encode --model "$T/m" "$T/in.png" -o "$T/in.png"
+has "-o the input image named" "$T/err" "error: -o $T/in.png is the input $T/in.png"
+expect 2 "-o in the frame directory" "$QVL" encode --model "$T/m" "$FRAMES" -o "$FRAMES/out.safetensors"
+has "-o in the frame directory named" "$T/err" "inside the frame directory input $FRAMES"
+[[ -e $FRAMES/out.safetensors ]] && bad "wrote into the frame directory" || ok
+expect 2 "-o the model's weights" "$QVL" encode --model "$T/m" "$T/in.png" -o "$T/m/model.safetensors"
+has "-o the model's weights named" "$T/err" "a file of the model"
+mkfifo "$T/o.fifo"
+expect 2 "-o a FIFO" timeout 10 "$QVL" encode --preprocess-only "$T/in.png" -o "$T/o.fifo"
+cmp -s "$T/in.png" "$T/in.keep" && cmp -s "$T/m/model.safetensors" "$T/m.keep" && [[ -p $T/o.fifo ]] && ok ||
+    bad "an input, the model or the FIFO changed"
+# A FIFO as an image or video input fails that input at once instead of blocking.
+mkfifo "$T/in.fifo.png" "$T/in.fifo.mp4"
+expect 1 "FIFO inputs" timeout 10 "$QVL" encode --model "$T/m" "$T/in.fifo.png" "$T/in.fifo.mp4" -o "$T/ff.safetensors"
+has "FIFO image named" "$T/err" "in.fifo.png: not a regular file \(it is a FIFO\)"
+has "FIFO video named" "$T/err" "in.fifo.mp4: not a regular file \(it is a FIFO\)"
+
 echo "cli_media: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -34,6 +34,12 @@ int cli_parse_isa(const char *s, qvl_isa *out);
  * allocated stays in *merged / ds for the caller to free). */
 int cli_alloc_outputs(size_t n_tok, size_t O, int n_ds, float **merged, float *ds[QVL_MAX_DEEPSTACK]);
 
+/* `-o OUT` checked before any work: a usage error (returned, already printed) when OUT exists and is not a
+ * regular file (a directory, FIFO, device; a symlink to one), is one of the inputs (the same file) or lies inside a
+ * frame-directory input, or is a file of the model's checkpoint (the same file as one directly in MODEL_DIR or
+ * MODEL_DIR/optiq). model_dir may be NULL. 0 when OUT may be written. */
+int cli_check_output(const char *out, const char *model_dir, const char *const *inputs, int n_inputs);
+
 /* Monotonic milliseconds. */
 double cli_now_ms(void);
 

@@ -157,7 +157,7 @@ int cmd_encode(int argc, char **argv) {
     int stages = 0;
     qvl_ctx_params cp;
     qvl_ctx_params_default(&cp);
-    int c;
+    int c, rc0;
     long v;
     while ((c = getopt_long(argc, argv, ":m:p:g:o:t:qh", opts, NULL)) != -1) {
         switch (c) {
@@ -236,6 +236,8 @@ int cmd_encode(int argc, char **argv) {
             return cli_usage("file inputs do not combine with --pixels, --grid or --stages (see 'qvl encode --help')");
         if (!out_path) return cli_usage("encode needs -o OUT (see 'qvl encode --help')");
         if (!model_dir && !mo.preprocess_only) return cli_usage("encode needs --model DIR (see 'qvl encode --help')");
+        rc0 = cli_check_output(out_path, model_dir, (const char *const *)(argv + optind), argc - optind);
+        if (rc0) return rc0;
         mo.model_dir = model_dir;
         mo.out_path = out_path;
         mo.inputs = argv + optind;
@@ -246,6 +248,8 @@ int cmd_encode(int argc, char **argv) {
     }
     if (!model_dir || !pixels_path || !out_path)
         return cli_usage("encode needs --model, --pixels and -o (see 'qvl encode --help')");
+    rc0 = cli_check_output(out_path, model_dir, &pixels_path, 1);
+    if (rc0) return rc0;
     int npy_out = ends_with(out_path, ".npy");
     if (npy_out && stages) return cli_usage("--stages needs a safetensors output, not .npy");
 

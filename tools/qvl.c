@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -83,6 +85,56 @@ int cli_alloc_outputs(size_t n_tok, size_t O, int n_ds, float **merged, float *d
     if (!(*merged = malloc(bytes))) return -1;
     for (int k = 0; k < n_ds; k++)
         if (!(ds[k] = malloc(bytes))) return -1;
+    return 0;
+}
+
+static const char *kind_of(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+           : S_ISSOCK(m) ? "a socket" : "a special file";
+}
+
+static int same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* 1 (and the name in `hit`) if a regular file directly in `dir` is the file `o`. */
+static int in_dir(const char *dir, const struct stat *o, char *hit, size_t cap) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    struct stat st;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        snprintf(hit, cap, "%s/%s", dir, e->d_name);
+        found = stat(hit, &st) == 0 && S_ISREG(st.st_mode) && same_file(&st, o);
+    }
+    closedir(d);
+    return found;
+}
+
+int cli_check_output(const char *out, const char *model_dir, const char *const *inputs, int n_inputs) {
+    struct stat o, st, parent;
+    int have = stat(out, &o) == 0;
+    if (have && !S_ISREG(o.st_mode))
+        return cli_usage("-o %s: exists and is %s, not a regular file; refusing to replace it", out, kind_of(o.st_mode));
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == out ? 1 : (int)(slash - out), out);
+    int have_parent = stat(dir, &parent) == 0;
+    for (int i = 0; i < n_inputs; i++) {
+        if (stat(inputs[i], &st) != 0) continue; /* the input's own error comes later */
+        if (have && S_ISREG(st.st_mode) && same_file(&st, &o))
+            return cli_usage("-o %s is the input %s; refusing to overwrite an input", out, inputs[i]);
+        if (have_parent && S_ISDIR(st.st_mode) && same_file(&st, &parent))
+            return cli_usage("-o %s is inside the frame directory input %s; refusing to write there", out, inputs[i]);
+    }
+    if (have && model_dir) {
+        char hit[4096], sub[4096];
+        snprintf(sub, sizeof sub, "%s/optiq", model_dir);
+        if (in_dir(model_dir, &o, hit, sizeof hit) || in_dir(sub, &o, hit, sizeof hit))
+            return cli_usage("-o %s is %s, a file of the model; refusing to overwrite it", out, hit);
+    }
     return 0;
 }
 

@@ -140,7 +140,7 @@ static qvl_status load_file(const char *model_dir, const char *name, int video, 
                             qvl_video_params *v, qvl_error *err) {
     char path[4096];
     TRY(fu_join(path, sizeof path, model_dir, name, err));
-    if (!fu_is_file(path)) return QVL_OK;
+    if (!fu_exists(path)) return QVL_OK; /* one that is there but no regular file (a FIFO) is reported */
     char *text;
     size_t len;
     TRY(fu_read_file(path, 1u << 20, &text, &len, err));

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -32,6 +33,7 @@
 #include "core/error.h"
 #include "image/image_params.h"
 #include "image/video_frames.h"
+#include "io/fileutil.h"
 
 #define VIDEO_SWS_FLAGS SWS_BILINEAR
 
@@ -70,10 +72,12 @@ static qvl_status av_fail(qvl_error *err, qvl_status s, const char *path, const 
 static qvl_status vdec_open(vdec *d, const char *path, uint64_t max_pixels, qvl_error *err) {
     memset(d, 0, sizeof *d);
     d->path = path;
-    /* A missing or unreadable file is an I/O error; everything FFmpeg refuses after that is the file's format. */
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_fail(err, QVL_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
-    fclose(f);
+    /* A missing or unreadable file, or one that is not a regular file (FFmpeg would block on a FIFO), is an I/O
+       error; everything FFmpeg refuses after that is the file's format. */
+    int fd;
+    size_t size;
+    TRY(fu_open_fd(path, &fd, &size, err));
+    close(fd);
 
     /* The path is a local file, never a URL or protocol ("concat:", "http:"), and nested resources that some
        demuxers open (playlists) are restricted to files as well. */

@@ -239,17 +239,18 @@ done:
 static qvl_status open_all(const char *dir, const tower_config *cfg, checkpoint *ck, qvl_error *err) {
     char path[4096];
     TRY(fu_join(path, sizeof path, dir, "optiq/optiq_vision.safetensors", err));
-    if (fu_is_file(path)) {
+    /* fu_exists, not fu_is_file: a FIFO or directory by one of these names is reported as what it is */
+    if (fu_exists(path)) {
         ck->source = QVL_SOURCE_SIDECAR;
         TRY(open_file(ck, path, err));
     } else {
         TRY(fu_join(path, sizeof path, dir, "model.safetensors.index.json", err));
-        if (fu_is_file(path)) {
+        if (fu_exists(path)) {
             ck->source = QVL_SOURCE_SHARDED;
             TRY(open_sharded(ck, dir, path, err));
         } else {
             TRY(fu_join(path, sizeof path, dir, "model.safetensors", err));
-            if (!fu_is_file(path))
+            if (!fu_exists(path))
                 return err_fail(err, QVL_ERR_IO, "no weights in %s (looked for optiq/optiq_vision.safetensors, "
                                 "model.safetensors.index.json, model.safetensors)", dir);
             ck->source = QVL_SOURCE_SINGLE;

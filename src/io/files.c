@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "io/fileutil.h"
 #include "cpu/ops.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -122,8 +123,9 @@ qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t 
         *grids = NULL;
         *n_grids = 0;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    size_t fsize;
+    TRY(fu_open_regular(path, &f, &fsize, err));
     /* Chosen by content, never by name: a .npy starts with \x93NUMPY, a safetensors file with its 8-byte header
      * length and then the header's '{' (the format requires it). */
     unsigned char magic[9] = {0};

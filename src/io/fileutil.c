@@ -2,6 +2,7 @@
 #include "io/fileutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,20 +23,51 @@ qvl_status fu_join(char *buf, size_t n, const char *dir, const char *name, qvl_e
     return QVL_OK;
 }
 
-qvl_status fu_open_regular(const char *path, FILE **f, size_t *size, qvl_error *err) {
-    *f = fopen(path, "rb");
-    if (!*f) return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+int fu_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+const char *fu_kind(unsigned mode) {
+    mode_t m = (mode_t)mode;
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+           : S_ISSOCK(m) ? "a socket" : S_ISREG(m) ? "a regular file" : "a special file";
+}
+
+qvl_status fu_open_fd(const char *path, int *fd, size_t *size, qvl_error *err) {
+    *fd = -1;
+    *size = 0;
+    /* O_NONBLOCK: opening a FIFO with no writer (or some devices) would otherwise block here. */
+    int d = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (d < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     qvl_status s = QVL_OK;
-    if (fstat(fileno(*f), &st) != 0 || !S_ISREG(st.st_mode))
-        s = err_fail(err, QVL_ERR_IO, "%s: not a regular file", path);
-    else if ((uint64_t)st.st_size > SIZE_MAX) s = err_fail(err, QVL_ERR_LIMIT, "%s: file too large", path);
+    int fl;
+    if (fstat(d, &st) != 0) s = err_fail(err, QVL_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        s = err_fail(err, QVL_ERR_IO, "%s: not a regular file (it is %s)", path, fu_kind((unsigned)st.st_mode));
+    else if (st.st_size < 0 || (uint64_t)st.st_size > SIZE_MAX)
+        s = err_fail(err, QVL_ERR_LIMIT, "%s: file size %lld does not fit in memory", path, (long long)st.st_size);
+    else if ((fl = fcntl(d, F_GETFL)) < 0 || fcntl(d, F_SETFL, fl & ~O_NONBLOCK) != 0)
+        s = err_fail(err, QVL_ERR_IO, "%s: cannot clear O_NONBLOCK: %s", path, strerror(errno));
     if (s != QVL_OK) {
-        fclose(*f);
-        *f = NULL;
+        close(d);
         return s;
     }
+    *fd = d;
     *size = (size_t)st.st_size;
+    return QVL_OK;
+}
+
+qvl_status fu_open_regular(const char *path, FILE **f, size_t *size, qvl_error *err) {
+    *f = NULL;
+    int fd;
+    TRY(fu_open_fd(path, &fd, size, err));
+    if (!(*f = fdopen(fd, "rb"))) {
+        int e = errno;
+        close(fd);
+        return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+    }
     return QVL_OK;
 }
 
@@ -66,15 +98,51 @@ qvl_status fu_read_file(const char *path, size_t limit, char **out, size_t *len,
     return QVL_OK;
 }
 
+qvl_status fu_check_dest(const char *path, qvl_error *err) {
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: the output path names a directory, not a file", path);
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: exists and is not a regular file (it is %s); refusing to "
+                        "replace it", path, fu_kind((unsigned)st.st_mode));
+    return QVL_OK;
+}
+
+int fu_make_tmp(const char *path, char **out) {
+    *out = NULL;
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
+    const char *base = slash ? slash + 1 : path;
+    size_t n = dl + strlen(base) + 16;
+    char *t = malloc(n);
+    if (!t) {
+        errno = ENOMEM;
+        return -1;
+    }
+    snprintf(t, n, "%.*s.%s.XXXXXX", (int)dl, path, base);
+    int fd = mkstemp(t); /* O_CREAT|O_EXCL: a link or file planted at the name makes it pick another */
+    if (fd < 0) {
+        int e = errno;
+        free(t);
+        errno = e;
+        return -1;
+    }
+    *out = t;
+    return fd;
+}
+
 qvl_status fu_tmp_open(fu_tmpfile *t, const char *path, qvl_error *err) {
     memset(t, 0, sizeof *t);
-    const size_t plen = strlen(path);
-    if (!(t->tmp = malloc(plen + 5))) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(t->tmp, path, plen);
-    memcpy(t->tmp + plen, ".tmp", 5);
+    TRY(fu_check_dest(path, err));
     t->path = path;
-    if (!(t->f = fopen(t->tmp, "wb"))) {
-        qvl_status s = err_fail(err, QVL_ERR_IO, "%s: cannot create: %s", t->tmp, strerror(errno));
+    int fd = fu_make_tmp(path, &t->tmp);
+    if (fd < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
+                                strerror(errno));
+    if (!(t->f = fdopen(fd, "wb"))) {
+        qvl_status s = err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", t->tmp, strerror(errno));
+        close(fd);
+        unlink(t->tmp);
         free(t->tmp);
         t->tmp = NULL;
         return s;
@@ -88,14 +156,16 @@ void fu_tmp_write(fu_tmpfile *t, const void *p, size_t n) {
 
 qvl_status fu_tmp_finish(fu_tmpfile *t, qvl_status s, int sync, qvl_error *err) {
     if (!t->f) return s;
-    if (s == QVL_OK && !t->bad && (fflush(t->f) != 0 || (sync && fsync(fileno(t->f)) != 0)))
+    /* mkstemp made it 0600; the finished file is readable like any other output. */
+    if (s == QVL_OK && !t->bad && (fflush(t->f) != 0 || fchmod(fileno(t->f), 0644) != 0 ||
+                                   (sync && fsync(fileno(t->f)) != 0)))
         t->bad = 1, t->err_no = errno;
     if (fclose(t->f) != 0 && !t->bad) t->bad = 1, t->err_no = errno;
     t->f = NULL;
     if (s == QVL_OK && t->bad) s = err_fail(err, QVL_ERR_IO, "%s: write failed: %s", t->tmp, strerror(t->err_no));
     if (s == QVL_OK && rename(t->tmp, t->path) != 0)
         s = err_fail(err, QVL_ERR_IO, "%s: cannot rename from %s: %s", t->path, t->tmp, strerror(errno));
-    if (s != QVL_OK) remove(t->tmp);
+    if (s != QVL_OK) unlink(t->tmp);
     free(t->tmp);
     t->tmp = NULL;
     return s;

@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
+#include "io/fileutil.h"
 
 /* Largest integer a JSON number (a double in cJSON) holds exactly: 2^53. */
 #define ST_MAX_JSON_INT 9007199254740992.0
@@ -403,24 +404,9 @@ qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
     *out = NULL;
     if (!path) return err_fail(err, QVL_ERR_INVALID_ARG, "st_open: path is NULL");
     char eb[128];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, st_errstr(errno, eb, sizeof eb));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return err_fail(err, QVL_ERR_IO, "%s: cannot stat: %s", path, st_errstr(e, eb, sizeof eb));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return err_fail(err, QVL_ERR_IO, "%s: not a regular file", path);
-    }
-    if (sb.st_size < 0 || (uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
-        close(fd);
-        return err_fail(err, QVL_ERR_LIMIT, "%s: file size %lld does not fit in memory", path,
-                        (long long)sb.st_size);
-    }
-    size_t size = (size_t)sb.st_size;
+    int fd;
+    size_t size;
+    TRY(fu_open_fd(path, &fd, &size, err)); /* a FIFO or device fails here instead of blocking */
     if (size < 8) { /* mmap of 0 bytes fails; report the format problem instead */
         close(fd);
         return err_fail(err, QVL_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", path,

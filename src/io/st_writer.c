@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/fileutil.h"
 #include "io/safetensors.h"
 
 enum { DEFAULT_RESERVE = 64 * 1024, MAX_META = 1 << 16 };
@@ -54,38 +55,13 @@ static qvl_status fail(qvl_st_writer *w, qvl_error *err, qvl_status s, const cha
     return sticky(w, err);
 }
 
-/* A temporary next to `path`: "<dir>/.<name>.XXXXXX", created exclusively. */
-static int make_tmp(const char *path, char **out) {
-    const char *slash = strrchr(path, '/');
-    size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
-    const char *base = slash ? slash + 1 : path;
-    size_t n = dl + strlen(base) + 16;
-    char *t = malloc(n);
-    if (!t) return -1;
-    snprintf(t, n, "%.*s.%s.XXXXXX", (int)dl, path, base);
-    int fd = mkstemp(t);
-    if (fd < 0) {
-        free(t);
-        return -1;
-    }
-    *out = t;
-    return fd;
-}
-
 qvl_status qvl_st_writer_open(const char *path, size_t header_reserve, qvl_st_writer **out, qvl_error *err) {
     err_clear(err);
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_st_writer_open: out is NULL");
     *out = NULL;
     if (!path || !*path)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_st_writer_open: path is %s", path ? "the empty string" : "NULL");
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: the output path names a directory, not a file", path);
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: exists and is not a regular file (a %s); refusing to replace it",
-                        path, S_ISDIR(st.st_mode) ? "directory" : S_ISFIFO(st.st_mode) ? "FIFO"
-                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : "special file");
+    TRY(fu_check_dest(path, err));
     if (header_reserve > ST_MAX_HEADER)
         return err_fail(err, QVL_ERR_LIMIT, "%s: header_reserve %zu exceeds the format's %u", path, header_reserve,
                         ST_MAX_HEADER);
@@ -94,7 +70,7 @@ qvl_status qvl_st_writer_open(const char *path, size_t header_reserve, qvl_st_wr
         free(w);
         return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     }
-    w->fd = make_tmp(path, &w->tmp);
+    w->fd = fu_make_tmp(path, &w->tmp);
     if (w->fd < 0) {
         int e = errno;
         free(w->path);
@@ -261,7 +237,7 @@ void qvl_st_writer_abort(qvl_st_writer *w) {
 /* The header did not fit the reserved region: a second temporary with the header first, then the data. */
 static qvl_status relocate(qvl_st_writer *w, const unsigned char *head, size_t head_len, qvl_error *err) {
     char *t2 = NULL;
-    int fd2 = make_tmp(w->path, &t2);
+    int fd2 = fu_make_tmp(w->path, &t2);
     if (fd2 < 0) return fail(w, err, QVL_ERR_IO, "cannot create a second temporary file");
     qvl_status s = pwrite_all(fd2, head, head_len, 0);
     enum { CHUNK = 1 << 20 };

@@ -13,6 +13,7 @@
 #include "core/params.h"
 #include "image/decode.h"
 #include "image/image_params.h"
+#include "io/fileutil.h"
 #include "model/model.h"
 #include "model/tower.h"
 
@@ -91,8 +92,10 @@ void qvl_plan_params_init(qvl_plan_params *p, size_t struct_size) {
 /* Image files by their first bytes (JPEG, PNG, GIF, WebP, BMP); anything else is a video for FFmpeg. */
 static int looks_like_image(const char *path) {
     unsigned char b[12] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return 1; /* the image loader reports the I/O error */
+    FILE *f;
+    size_t size;
+    /* never blocks on a FIFO; what cannot be opened (or is no regular file) the image loader reports */
+    if (fu_open_regular(path, &f, &size, NULL) != QVL_OK) return 1;
     size_t n = fread(b, 1, sizeof b, f);
     fclose(f);
     if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return 1;
