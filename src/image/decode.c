@@ -208,6 +208,15 @@ static qvl_status apply_orientation(dec_out *o, const char *label, qvl_error *er
 
 /* ---- public entry points ------------------------------------------------------------------------------------- */
 
+dec_format dec_sniff(const uint8_t *d, size_t n) {
+    if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return DEC_JPEG;
+    if (n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) return DEC_PNG;
+    if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0) return DEC_WEBP;
+    if (n >= 6 && (memcmp(d, "GIF87a", 6) == 0 || memcmp(d, "GIF89a", 6) == 0)) return DEC_GIF;
+    if (n >= 2 && d[0] == 'B' && d[1] == 'M') return DEC_BMP;
+    return DEC_UNKNOWN;
+}
+
 static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_params *p, const char *label,
                                  qvl_image *out, qvl_error *err) {
     qvl_decode_params def;
@@ -218,15 +227,16 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
     o.orientation = 1;
     o.want_alpha = p->alpha == QVL_ALPHA_WHITE;
     qvl_status s;
-    if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF)
+    const dec_format fmt = dec_sniff(d, n);
+    if (fmt == DEC_JPEG)
         s = dec_jpeg(d, n, label, p->max_pixels, &o, err);
-    else if (n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0)
+    else if (fmt == DEC_PNG)
         s = dec_png(d, n, label, p->max_pixels, &o, err);
-    else if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0)
+    else if (fmt == DEC_WEBP)
         s = dec_webp(d, n, label, p->max_pixels, &o, err);
-    else if (n >= 6 && (memcmp(d, "GIF87a", 6) == 0 || memcmp(d, "GIF89a", 6) == 0))
+    else if (fmt == DEC_GIF)
         s = dec_gif(d, n, label, p->max_pixels, &o, err);
-    else if (n >= 2 && d[0] == 'B' && d[1] == 'M')
+    else if (fmt == DEC_BMP)
         s = dec_bmp(d, n, label, p->max_pixels, &o, err);
     else if (n == 0)
         s = err_fail(err, QVL_ERR_FORMAT, "%s: empty file, not an image", label);

@@ -120,4 +120,10 @@ static inline void dec_white_px(uint8_t *rgb, uint32_t a) {
 /* dec_white_px over n pixels of packed RGB with their alpha plane. */
 void dec_composite_white(uint8_t *rgb, const uint8_t *alpha, size_t n);
 
+/* The image format of a file by its first bytes (at most DEC_SNIFF_BYTES are looked at): the one dispatch rule,
+ * shared by the decoder and by the plan's choice between image and video for a path. */
+typedef enum dec_format { DEC_UNKNOWN = 0, DEC_JPEG, DEC_PNG, DEC_WEBP, DEC_GIF, DEC_BMP } dec_format;
+enum { DEC_SNIFF_BYTES = 12 };
+dec_format dec_sniff(const uint8_t *data, size_t n);
+
 #endif

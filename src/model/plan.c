@@ -91,19 +91,14 @@ void qvl_plan_params_init(qvl_plan_params *p, size_t struct_size) {
 
 /* Image files by their first bytes (JPEG, PNG, GIF, WebP, BMP); anything else is a video for FFmpeg. */
 static int looks_like_image(const char *path) {
-    unsigned char b[12] = {0};
+    unsigned char b[DEC_SNIFF_BYTES] = {0};
     FILE *f;
     size_t size;
     /* never blocks on a FIFO; what cannot be opened (or is no regular file) the image loader reports */
     if (fu_open_regular(path, &f, &size, NULL) != QVL_OK) return 1;
     size_t n = fread(b, 1, sizeof b, f);
     fclose(f);
-    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return 1;
-    if (n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return 1;
-    if (n >= 6 && (memcmp(b, "GIF87a", 6) == 0 || memcmp(b, "GIF89a", 6) == 0)) return 1;
-    if (n >= 12 && memcmp(b, "RIFF", 4) == 0 && memcmp(b + 8, "WEBP", 4) == 0) return 1;
-    if (n >= 2 && b[0] == 'B' && b[1] == 'M') return 1;
-    return 0;
+    return dec_sniff(b, n) != DEC_UNKNOWN;
 }
 
 static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -374,7 +374,7 @@ static void merger_to(qvl_ctx *c, const merger_w *mw, const float *in, size_t ld
         return;
     }
     const size_t hid = (size_t)mw->fc1.w.rows, O = (size_t)mw->fc2.w.rows, step = mlp_step(rows),
-                 es = dt == QVL_DTYPE_F32 ? 4 : 2;
+                 es = sizeof(uint16_t); /* bf16 / f16 */
     for (size_t r = 0; r < rows; r += step) {
         const size_t m = rows - r < step ? rows - r : step;
         linear_run(c, &mw->fc1, in + r * ld_in, ld_in, m, c->mlp, hid, 0, GEMM_EPI_GELU_ERF);
