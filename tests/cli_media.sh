@@ -30,6 +30,8 @@ has "report" "$T/out" '^item 0: .*rocket.jpg \(image 640x427, 1 frame\): grid 1x
 has "report" "$T/out" '^item 2: .*\(video '
 has "report" "$T/out" '^item 3: .*\(frames '
 has "report" "$T/out" '^4 of 4 inputs encoded'
+# The encode time is the plan's, read after the encode (it once stayed at the planning-time 0).
+if grep -q '^item 0: .*encode 0\.0 ms' "$T/out"; then bad "item 0 reports no encode time"; else ok; fi
 has "progress" "$T/err" '^\[1/4\] .*rocket.jpg: image 640x427 -> grid 1x26x40, 260 tokens'
 tensors "$T/o.safetensors" >"$T/names"
 for want in item0.merged item0.deepstack0 item0.deepstack1 item1.merged item2.merged item3.deepstack1 grid_thw; do

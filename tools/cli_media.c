@@ -170,8 +170,9 @@ int encode_media(media_opts *o) {
                 snprintf(fail_msg, sizeof fail_msg, "%s: out of memory for %zu output bytes", path, info.out_bytes);
                 info.status = QVL_ERR_NOMEM;
                 info.message = fail_msg;
-            } else if (qvl_plan_encode(ctx, plan, &buf, &err) != QVL_OK) {
-                qvl_plan_item(plan, 0, &info);
+            } else {
+                qvl_plan_encode(ctx, plan, &buf, &err);
+                qvl_plan_item(plan, 0, &info); /* its status and encode time, either way */
             }
         }
         const int ok = info.status == QVL_OK;
