@@ -1,6 +1,8 @@
 /* cli_encode.c — `qvl encode`: preprocessed pixel rows in (.npy or safetensors), merged tokens and DeepStack
  * features out (.npy or safetensors), optionally with every stage tap for parity bisection. */
 #include <getopt.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,9 @@ static const char encode_help[] =
     "      --num-frames N     sample exactly N frames of each video\n"
     "      --max-frames N     at most N frames per video (default 768)\n"
     "      --max-decode-pixels N  refuse images and frames above N pixels before decoding (default 178956970)\n"
+    "      --limit NAME=N     set one resource limit (repeatable; docs/SECURITY.md lists them): max_image_pixels,\n"
+    "                         max_canvas_pixels, max_input_bytes, max_png_chunk_bytes, max_jpeg_scans,\n"
+    "                         max_video_frames, max_video_pixels, max_item_patches, max_call_patches\n"
     "      --alpha MODE       transparent images: white (default: composited onto white, as transformers'\n"
     "                         processors do with PIL images) or drop (alpha dropped, as load_image does)\n"
     "      --preprocess-only  write \"item{i}.pixel_values\" and grids instead of encoding\n"
@@ -108,6 +113,40 @@ static int parse_grid(const char *s, qvl_grid *g) {
     return 0;
 }
 
+/* --limit NAME=N into the qvl_limits field NAME. */
+static int parse_limit(const char *s, qvl_limits *l) {
+    static const struct {
+        const char *name;
+        size_t off;
+        int u32;
+    } f[] = {{"max_image_pixels", offsetof(qvl_limits, max_image_pixels), 0},
+             {"max_canvas_pixels", offsetof(qvl_limits, max_canvas_pixels), 0},
+             {"max_input_bytes", offsetof(qvl_limits, max_input_bytes), 0},
+             {"max_png_chunk_bytes", offsetof(qvl_limits, max_png_chunk_bytes), 0},
+             {"max_jpeg_scans", offsetof(qvl_limits, max_jpeg_scans), 1},
+             {"max_video_frames", offsetof(qvl_limits, max_video_frames), 1},
+             {"max_video_pixels", offsetof(qvl_limits, max_video_pixels), 0},
+             {"max_item_patches", offsetof(qvl_limits, max_item_patches), 0},
+             {"max_call_patches", offsetof(qvl_limits, max_call_patches), 0}};
+    const char *eq = strchr(s, '=');
+    if (!eq) return -1;
+    uint64_t v;
+    if (cli_parse_u64(eq + 1, &v) != 0 || v == 0) return -1;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (strlen(f[i].name) != (size_t)(eq - s) || strncmp(s, f[i].name, (size_t)(eq - s)) != 0) continue;
+        unsigned char *p = (unsigned char *)l + f[i].off;
+        if (f[i].u32) {
+            if (v > UINT32_MAX) return -1;
+            uint32_t w = (uint32_t)v;
+            memcpy(p, &w, sizeof w);
+        } else {
+            memcpy(p, &v, sizeof v);
+        }
+        return 0;
+    }
+    return -1;
+}
+
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && strcmp(s + n - k, suffix) == 0;
@@ -128,7 +167,7 @@ static int parse_size(const char *s, int32_t *h, int32_t *w) {
 
 int cmd_encode(int argc, char **argv) {
     enum { OPT_STAGES = 256, OPT_POS_MODE, OPT_RESIZE, OPT_MIN_PX, OPT_MAX_PX, OPT_SIZE, OPT_FPS, OPT_NUM_FRAMES,
-           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA };
+           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA, OPT_LIMIT };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
         {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
@@ -140,7 +179,7 @@ int cmd_encode(int argc, char **argv) {
         {"max-frames", required_argument, NULL, OPT_MAX_FRAMES},
         {"max-decode-pixels", required_argument, NULL, OPT_MAX_DECODE}, {"isa", required_argument, NULL, OPT_ISA},
         {"preprocess-only", no_argument, NULL, OPT_PREPROCESS_ONLY}, {"quiet", no_argument, NULL, 'q'},
-        {"alpha", required_argument, NULL, OPT_ALPHA},
+        {"alpha", required_argument, NULL, OPT_ALPHA}, {"limit", required_argument, NULL, OPT_LIMIT},
         {NULL, 0, NULL, 0}};
     media_opts mo;
     memset(&mo, 0, sizeof mo);
@@ -157,6 +196,9 @@ int cmd_encode(int argc, char **argv) {
     int stages = 0;
     qvl_ctx_params cp;
     qvl_ctx_params_default(&cp);
+    qvl_limits lim;
+    qvl_limits_default(&lim);
+    cp.limits = &lim;
     int c, rc0;
     long v;
     while ((c = getopt_long(argc, argv, ":m:p:g:o:t:qh", opts, NULL)) != -1) {
@@ -217,6 +259,11 @@ int cmd_encode(int argc, char **argv) {
             mo.dp.max_pixels = u;
             mo.vp.max_pixels = u;
             break;
+        case OPT_LIMIT:
+            if (parse_limit(optarg, &lim) != 0)
+                return cli_usage("--limit: '%s' is not NAME=N with N ≥ 1 and NAME a qvl_limits field (see --help)",
+                                 optarg);
+            break;
         case OPT_PREPROCESS_ONLY: mo.preprocess_only = 1; break;
         case OPT_ALPHA:
             if (strcmp(optarg, "white") == 0) mo.dp.alpha = QVL_ALPHA_WHITE;
@@ -231,6 +278,16 @@ int cmd_encode(int argc, char **argv) {
         default: return cli_bad_option("encode", c, argv);
         }
     }
+    if (mo.set_min && mo.set_max && mo.pp.min_pixels > mo.pp.max_pixels) /* as the config parser refuses it */
+        return cli_usage("--min-pixels %llu is above --max-pixels %llu", (unsigned long long)mo.pp.min_pixels,
+                         (unsigned long long)mo.pp.max_pixels);
+    if (mo.set_size && mo.set_max && (uint64_t)mo.pp.size_h * (uint64_t)mo.pp.size_w > mo.pp.max_pixels)
+        return cli_usage("--size %dx%d is %llu pixels, above --max-pixels %llu", mo.pp.size_h, mo.pp.size_w,
+                         (unsigned long long)mo.pp.size_h * (unsigned long long)mo.pp.size_w,
+                         (unsigned long long)mo.pp.max_pixels);
+    qvl_error gerr;
+    if (n_cli_grids && qvl_limits_check_grids(&lim, cli_grids, n_cli_grids, &gerr) != QVL_OK)
+        return cli_usage("--grid: %s", gerr.message); /* before the rows are read or anything is allocated */
     if (optind < argc) {
         if (pixels_path || n_cli_grids || stages)
             return cli_usage("file inputs do not combine with --pixels, --grid or --stages (see 'qvl encode --help')");

@@ -138,6 +138,7 @@ int encode_media(media_opts *o) {
     }
     qvl_plan_params pl;
     qvl_plan_params_default(&pl);
+    pl.limits = o->ctx.limits; /* the ctx has them too; a plan without a model (--preprocess-only) needs them */
     pl.layout = QVL_OUTPUT_SPLIT; /* item{i}.merged and item{i}.deepstack{k}: planes of one buffer */
     pl.preprocess = &o->pp;
     pl.video = &o->vp;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/params.h"
 #include "image/image_params.h"
 #include "io/fileutil.h"
@@ -22,7 +23,7 @@
 void decode_defaults(qvl_decode_params *p) {
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
-    p->max_pixels = 178956970u; /* 2 · PIL.Image.MAX_IMAGE_PIXELS: DecompressionBombError above it */
+    p->max_pixels = LIMIT_DEF_IMAGE_PIXELS; /* 2 · PIL.Image.MAX_IMAGE_PIXELS: DecompressionBombError above it */
     p->apply_exif = 1;
     p->alpha = QVL_ALPHA_WHITE;
 }
@@ -50,14 +51,40 @@ void qvl_image_free(qvl_image *img) {
     img->width = img->height = 0;
 }
 
-qvl_status dec_check_dims(int64_t width, int64_t height, uint64_t max_pixels, const char *label, const char *fmt,
-                          qvl_error *err) {
+static qvl_status check_px(int64_t width, int64_t height, uint64_t limit, const char *name, const char *label,
+                           const char *fmt, qvl_error *err) {
     if (width <= 0 || height <= 0)
         return err_fail(err, QVL_ERR_FORMAT, "%s: %s: invalid image size %lldx%lld", label, fmt, (long long)width,
                         (long long)height);
-    if (width > INT32_MAX || height > INT32_MAX || (uint64_t)width * (uint64_t)height > max_pixels)
-        return err_fail(err, QVL_ERR_LIMIT, "%s: %s: %lldx%lld image has more than the %llu pixels allowed", label,
-                        fmt, (long long)width, (long long)height, (unsigned long long)max_pixels);
+    if (width > INT32_MAX || height > INT32_MAX || (uint64_t)width * (uint64_t)height > limit)
+        return limit_fail(err, name, limit, "%s: %s: %lldx%lld image has more than the %llu pixels allowed", label,
+                          fmt, (long long)width, (long long)height, (unsigned long long)limit);
+    return QVL_OK;
+}
+
+qvl_status dec_check_dims(int64_t width, int64_t height, const dec_limits *lim, const char *label, const char *fmt,
+                          qvl_error *err) {
+    return check_px(width, height, lim->image_pixels, lim->image_name, label, fmt, err);
+}
+
+qvl_status dec_check_canvas(int64_t width, int64_t height, const dec_limits *lim, const char *label, const char *fmt,
+                            qvl_error *err) {
+    TRY(check_px(width, height, lim->canvas_pixels, lim->canvas_name, label, fmt, err));
+    return check_px(width, height, lim->image_pixels, lim->image_name, label, fmt, err);
+}
+
+/* The limits of a decode with params *p (taken): the smaller of max_pixels and each pixel limit. */
+static qvl_status resolve_limits(const qvl_decode_params *p, dec_limits *d, uint64_t *input_bytes, qvl_error *err) {
+    qvl_limits l;
+    TRY(limits_take(&l, p->limits, "qvl_decode_params.limits", err));
+    d->image_pixels = l.max_image_pixels, d->image_name = "max_image_pixels";
+    d->canvas_pixels = l.max_canvas_pixels, d->canvas_name = "max_canvas_pixels";
+    if (p->max_pixels < d->image_pixels) d->image_pixels = p->max_pixels, d->image_name = "qvl_decode_params.max_pixels";
+    if (p->max_pixels < d->canvas_pixels)
+        d->canvas_pixels = p->max_pixels, d->canvas_name = "qvl_decode_params.max_pixels";
+    d->png_chunk_bytes = l.max_png_chunk_bytes;
+    d->jpeg_scans = l.max_jpeg_scans;
+    *input_bytes = l.max_input_bytes;
     return QVL_OK;
 }
 
@@ -222,6 +249,12 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
     qvl_decode_params def;
     TRY(decode_params_take(&def, p, err));
     p = &def;
+    dec_limits lim;
+    uint64_t max_bytes;
+    TRY(resolve_limits(p, &lim, &max_bytes, err));
+    if (n > max_bytes)
+        return limit_fail(err, "max_input_bytes", max_bytes, "%s: the image is %zu bytes, more than the %llu allowed",
+                          label, n, (unsigned long long)max_bytes);
     dec_out o;
     memset(&o, 0, sizeof o);
     o.orientation = 1;
@@ -229,15 +262,15 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
     qvl_status s;
     const dec_format fmt = dec_sniff(d, n);
     if (fmt == DEC_JPEG)
-        s = dec_jpeg(d, n, label, p->max_pixels, &o, err);
+        s = dec_jpeg(d, n, label, &lim, &o, err);
     else if (fmt == DEC_PNG)
-        s = dec_png(d, n, label, p->max_pixels, &o, err);
+        s = dec_png(d, n, label, &lim, &o, err);
     else if (fmt == DEC_WEBP)
-        s = dec_webp(d, n, label, p->max_pixels, &o, err);
+        s = dec_webp(d, n, label, &lim, &o, err);
     else if (fmt == DEC_GIF)
-        s = dec_gif(d, n, label, p->max_pixels, &o, err);
+        s = dec_gif(d, n, label, &lim, &o, err);
     else if (fmt == DEC_BMP)
-        s = dec_bmp(d, n, label, p->max_pixels, &o, err);
+        s = dec_bmp(d, n, label, &lim, &o, err);
     else if (n == 0)
         s = err_fail(err, QVL_ERR_FORMAT, "%s: empty file, not an image", label);
     else
@@ -273,9 +306,19 @@ qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_imag
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: out is NULL");
     memset(out, 0, sizeof *out);
     if (!path) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: path is NULL");
+    qvl_decode_params def;
+    TRY(decode_params_take(&def, p, err));
+    dec_limits lim;
+    uint64_t max_bytes;
+    TRY(resolve_limits(&def, &lim, &max_bytes, err));
     char *buf = NULL;
     size_t n = 0;
-    TRY(fu_read_file(path, DEC_MAX_FILE_BYTES, &buf, &n, err));
+    qvl_error re;
+    err_clear(&re);
+    qvl_status rs = fu_read_file(path, max_bytes > SIZE_MAX ? SIZE_MAX : (size_t)max_bytes, &buf, &n, &re);
+    if (rs == QVL_ERR_LIMIT)
+        return limit_fail(err, "max_input_bytes", max_bytes, "%s", re.message);
+    if (rs != QVL_OK) return err_fail(err, rs, "%s", re.message);
     qvl_status s = decode_labeled((const uint8_t *)buf, n, p, path, out, err);
     free(buf);
     return s;

@@ -22,39 +22,42 @@
 
 #include "qvl.h"
 
-/* Resource limits of the decoders. Every one is enforced before the memory it bounds is allocated, so that a small
+/* Resource limits of the decoders: the qvl_limits fields (qvl.h, docs/SECURITY.md) a decode runs under, resolved
+ * by decode.c into a dec_limits. Every one is enforced before the memory it bounds is allocated, so that a small
  * file cannot make a decoder allocate or work far beyond what its pixels need; each failure is QVL_ERR_LIMIT with a
- * message naming the file, the size found and the limit.
- *   max_pixels (qvl_decode_params, default 178956970 = 2 · PIL.Image.MAX_IMAGE_PIXELS): the image, and for GIF and
- *     animated WebP the canvas the first frame is composed on (GIF: the logical screen, grown to hold the frame;
- *     WebP: the VP8X canvas), checked by dec_check_dims from the headers before any pixel or canvas buffer exists.
- *     Pillow raises DecompressionBombError above the same count. PNG also hands it to libpng as the per-side limit
- *     (png_set_user_limits), so libpng refuses such an IHDR itself.
- *   DEC_PNG_MAX_CHUNK_BYTES (8 MiB): the largest non-IDAT chunk before the first IDAT, checked on the length field
- *     before libpng reads the chunk (libpng would allocate the claimed length: 2 GiB for a 53-byte file), and
- *     libpng's png_set_chunk_malloc_max, which also bounds a zTXt/iTXt/iCCP chunk's decompressed size. Real ICC
- *     profiles and eXIf blocks are well under 1 MiB (a JPEG APP segment holds 64 KiB) and Pillow's MAX_TEXT_CHUNK is
- *     1 MiB, so 8 MiB refuses no image Pillow reads for its pixels.
+ * message naming the file, the size found, the limit and how to raise it (limit_fail).
+ *   image_pixels (max_image_pixels and qvl_decode_params.max_pixels, the smaller; default 178956970 =
+ *     2 · PIL.Image.MAX_IMAGE_PIXELS): the image, checked by dec_check_dims from the header before any pixel buffer
+ *     exists. Pillow raises DecompressionBombError above the same count. PNG also hands it to libpng as the
+ *     per-side limit (png_set_user_limits), so libpng refuses such an IHDR itself.
+ *   canvas_pixels (max_canvas_pixels and qvl_decode_params.max_pixels, the smaller; default 178956970): the canvas
+ *     a GIF or an animated WebP composes its first frame on (GIF: the logical screen, grown to hold the frame; WebP:
+ *     the VP8X canvas), checked by dec_check_canvas from the headers before the canvas is allocated. The decoded
+ *     image is that canvas, so it must also fit image_pixels.
+ *   png_chunk_bytes (max_png_chunk_bytes, default 8 MiB): the largest non-IDAT chunk before the first IDAT,
+ *     checked on the length field before libpng reads the chunk (libpng would allocate the claimed length: 2 GiB
+ *     for a 53-byte file), and libpng's png_set_chunk_malloc_max, which also bounds a zTXt/iTXt/iCCP chunk's
+ *     decompressed size. Real ICC profiles and eXIf blocks are well under 1 MiB (a JPEG APP segment holds 64 KiB)
+ *     and Pillow's MAX_TEXT_CHUNK is 1 MiB, so 8 MiB refuses no image Pillow reads for its pixels.
  *   DEC_PNG_MAX_CHUNK_CACHE (1000): png_set_chunk_cache_max, the number of text/sPLT/unknown chunks libpng keeps
  *     (libpng's own default; set explicitly so that it does not depend on how libpng was configured).
- *   DEC_JPEG_MAX_SCANS (500): scans of a progressive JPEG, counted by a libjpeg progress monitor while the file is
- *     read (libjpeg has no limit, and each scan is a pass over the whole coefficient buffer: 3704 scans of a
- *     4096x4096 image took 8.5 s, and repeated refinement scans cost a few bytes each). jpeg_simple_progression
- *     writes 10 (6 for gray) and encoders rarely more than a few dozen; the longest valid script of a gray image
- *     (every coefficient band on its own, one bit at a time) has 704 (a colour one about three times as many), so only such contrived files are refused.
- *   dec_jpeg_max_memory(max_pixels): libjpeg's max_memory_to_use, DEC_JPEG_MEM_PER_PIXEL (8: four components of
+ *   jpeg_scans (max_jpeg_scans, default 500): scans of a progressive JPEG, counted by a libjpeg progress monitor
+ *     while the file is read (libjpeg has no limit, and each scan is a pass over the whole coefficient buffer: 3704
+ *     scans of a 4096x4096 image took 8.5 s, and repeated refinement scans cost a few bytes each).
+ *     jpeg_simple_progression writes 10 (6 for gray) and encoders rarely more than a few dozen; the longest valid
+ *     script of a gray image (every coefficient band on its own, one bit at a time) has 704 (a colour one about
+ *     three times as many), so only such contrived files are refused.
+ *   dec_jpeg_max_memory(image_pixels): libjpeg's max_memory_to_use, DEC_JPEG_MEM_PER_PIXEL (8: four components of
  *     16-bit coefficients, the whole-image buffer of a progressive CMYK file) bytes per allowed pixel plus
  *     DEC_JPEG_MEM_SLACK (64 MiB) for its tables and row buffers: what the largest image the pixel limit admits
  *     needs, so that libjpeg refuses (JERR_NO_BACKING_STORE) rather than allocates more. With the pixel check before
  *     it, no file within the limit needs that much for its pixels (even a 1-pixel-wide 4x4-sampled image needs less
  *     than the slack): it is a backstop, and bounds the APP1 markers libjpeg keeps for EXIF/XMP, which count too.
- *   DEC_MAX_FILE_BYTES (2 GiB): files above it are refused by qvl_image_load before reading. */
-#define DEC_PNG_MAX_CHUNK_BYTES ((uint32_t)8 << 20)
+ *   max_input_bytes (default 2 GiB): files above it are refused by qvl_image_load before reading, buffers by
+ *     qvl_image_decode before decoding. */
 #define DEC_PNG_MAX_CHUNK_CACHE 1000u
-#define DEC_JPEG_MAX_SCANS 500
 #define DEC_JPEG_MEM_PER_PIXEL 8u
 #define DEC_JPEG_MEM_SLACK ((uint64_t)64 << 20)
-#define DEC_MAX_FILE_BYTES ((size_t)1 << 31)
 
 /* libjpeg's memory limit for a pixel limit (see above), saturating at LONG_MAX. */
 static inline long dec_jpeg_max_memory(uint64_t max_pixels) {
@@ -62,6 +65,14 @@ static inline long dec_jpeg_max_memory(uint64_t max_pixels) {
     if (max_pixels > (cap - DEC_JPEG_MEM_SLACK) / DEC_JPEG_MEM_PER_PIXEL) return (long)cap;
     return (long)(max_pixels * DEC_JPEG_MEM_PER_PIXEL + DEC_JPEG_MEM_SLACK);
 }
+
+/* The limits one decode runs under, and the name of the setting behind each pixel limit ("max_image_pixels", or
+ * "qvl_decode_params.max_pixels" when that one is smaller) for the messages. */
+typedef struct dec_limits {
+    uint64_t image_pixels, canvas_pixels, png_chunk_bytes;
+    uint32_t jpeg_scans;
+    const char *image_name, *canvas_name;
+} dec_limits;
 
 typedef struct dec_out {
     int32_t width, height;
@@ -75,21 +86,24 @@ typedef struct dec_out {
     int32_t akey[3];     /* that key as convert_transparent compares it: values above 255 never match */
 } dec_out;
 
-qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,
                     qvl_error *err);
-qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+qvl_status dec_png(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,
                    qvl_error *err);
-qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,
                     qvl_error *err);
-qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,
                    qvl_error *err);
-qvl_status dec_bmp(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+qvl_status dec_bmp(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,
                    qvl_error *err);
 
-/* Dimensions from a header: QVL_ERR_FORMAT for a zero or negative side, QVL_ERR_LIMIT for more than max_pixels
- * pixels or sides above INT32_MAX; `fmt` names the format in the message. */
-qvl_status dec_check_dims(int64_t width, int64_t height, uint64_t max_pixels, const char *label, const char *fmt,
+/* Dimensions from a header: QVL_ERR_FORMAT for a zero or negative side, QVL_ERR_LIMIT for more than
+ * lim->image_pixels pixels or sides above INT32_MAX; `fmt` names the format in the message. */
+qvl_status dec_check_dims(int64_t width, int64_t height, const dec_limits *lim, const char *label, const char *fmt,
                           qvl_error *err);
+/* The same for a canvas (GIF screen, WebP canvas) that becomes the image: lim->canvas_pixels, then image_pixels. */
+qvl_status dec_check_canvas(int64_t width, int64_t height, const dec_limits *lim, const char *label, const char *fmt,
+                            qvl_error *err);
 
 /* malloc of width·height·channels bytes with overflow checks (NULL on overflow or failure). */
 uint8_t *dec_alloc_pixels(int64_t width, int64_t height, int channels);

@@ -13,7 +13,7 @@ static uint32_t le32(const uint8_t *p) {
 }
 static uint32_t le16(const uint8_t *p) { return (uint32_t)p[1] << 8 | p[0]; }
 
-qvl_status dec_bmp(const uint8_t *d, size_t n, const char *label, uint64_t max_pixels, dec_out *out, qvl_error *err) {
+qvl_status dec_bmp(const uint8_t *d, size_t n, const char *label, const dec_limits *lim, dec_out *out, qvl_error *err) {
     if (n < 14 + 12) return err_fail(err, QVL_ERR_FORMAT, "%s: truncated BMP: %zu bytes", label, n);
     uint32_t offset = le32(d + 10), hs = le32(d + 14);
     int64_t w, h;
@@ -36,7 +36,7 @@ qvl_status dec_bmp(const uint8_t *d, size_t n, const char *label, uint64_t max_p
                         "%s: BMP: compression %u (RLE, bitfields, JPEG, PNG) is not supported", label, comp);
     if (bits != 1 && bits != 4 && bits != 8 && bits != 24 && bits != 32)
         return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: BMP: %u bits per pixel is not supported", label, bits);
-    TRY(dec_check_dims(w, h, max_pixels, label, "BMP", err));
+    TRY(dec_check_dims(w, h, lim, label, "BMP", err));
 
     uint8_t pal[256][3];
     memset(pal, 0, sizeof pal);

@@ -39,7 +39,7 @@ static qvl_status gif_fail(GifFileType *g, const char *label, const char *what, 
     return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated GIF: %s (%s)", label, what, why ? why : "?");
 }
 
-qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,
                    qvl_error *err) {
     gif_src src = {data, size, 0};
     int code = 0;
@@ -48,7 +48,7 @@ qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t
         const char *why = GifErrorString(code);
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated GIF: %s", label, why ? why : "?");
     }
-    qvl_status s = dec_check_dims(g->SWidth, g->SHeight, max_pixels, label, "GIF logical screen", err);
+    qvl_status s = dec_check_canvas(g->SWidth, g->SHeight, lim, label, "GIF logical screen", err);
     uint8_t *idx = NULL, *rgb = NULL, *alpha = NULL;
     int trans = -1;
     GifRecordType rt;
@@ -85,7 +85,7 @@ qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, uint64_t
         GifImageDesc *d = &g->Image;
         int64_t x0 = d->Left, y0 = d->Top, fw = d->Width, fh = d->Height;
         int64_t w = x0 + fw > g->SWidth ? x0 + fw : g->SWidth, h = y0 + fh > g->SHeight ? y0 + fh : g->SHeight;
-        s = dec_check_dims(w, h, max_pixels, label, "GIF canvas (logical screen grown to the first frame)", err);
+        s = dec_check_canvas(w, h, lim, label, "GIF canvas (logical screen grown to the first frame)", err);
         if (s != QVL_OK) break;
         idx = dec_alloc_pixels(w, h, 1);
         rgb = dec_alloc_pixels(w, h, 3);

@@ -12,6 +12,7 @@
 #include <jerror.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "image/decode.h"
 
 typedef struct jpeg_ctx {
@@ -20,6 +21,7 @@ typedef struct jpeg_ctx {
     struct jpeg_progress_mgr progress;
     int truncated;                /* the longjmp came from JWRN_JPEG_EOF */
     int scans;                    /* > 0: the longjmp came from the scan limit, at this scan */
+    int max_scans;                /* the limit (dec_limits.jpeg_scans) */
     char msg[JMSG_LENGTH_MAX];
     uint8_t *volatile rgb;        /* output, freed on a longjmp */
     uint8_t *volatile row;        /* one scanline of gray or CMYK samples */
@@ -42,13 +44,13 @@ static void on_message(j_common_ptr cinfo, int level) {
 
 static void on_output(j_common_ptr cinfo) { (void)cinfo; }
 
-/* Called by libjpeg at least once per iMCU row of every scan it reads: stops a file past DEC_JPEG_MAX_SCANS scans
+/* Called by libjpeg at least once per iMCU row of every scan it reads: stops a file past max_jpeg_scans scans
  * (decode.h) through the error longjmp, before it costs another pass over the coefficient buffer. */
 static void on_progress(j_common_ptr cinfo) {
     if (!cinfo->is_decompressor) return;
     int scan = ((j_decompress_ptr)cinfo)->input_scan_number;
-    if (scan > DEC_JPEG_MAX_SCANS) {
-        jpeg_ctx *c = (jpeg_ctx *)cinfo->err;
+    jpeg_ctx *c = (jpeg_ctx *)cinfo->err;
+    if (scan > c->max_scans) {
         c->scans = scan;
         longjmp(c->jmp, 1);
     }
@@ -80,11 +82,12 @@ static int jpeg_orientation(j_decompress_ptr cinfo) {
     return o;
 }
 
-qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,
                     qvl_error *err) {
     struct jpeg_decompress_struct cinfo;
     jpeg_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
+    ctx.max_scans = lim->jpeg_scans > INT32_MAX ? INT32_MAX : (int)lim->jpeg_scans;
     cinfo.err = jpeg_std_error(&ctx.pub);
     ctx.pub.error_exit = on_error;
     ctx.pub.emit_message = on_message;
@@ -95,18 +98,21 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, uint64_
         free(ctx.row);
         out->rgb = NULL;
         if (ctx.scans)
-            return err_fail(err, QVL_ERR_LIMIT, "%s: JPEG: more than the %d scans allowed (at scan %d)", label,
-                            DEC_JPEG_MAX_SCANS, ctx.scans);
+            return limit_fail(err, "max_jpeg_scans", lim->jpeg_scans,
+                              "%s: JPEG: more than the %u scans allowed (at scan %d)", label, (unsigned)lim->jpeg_scans,
+                              ctx.scans);
         if (ctx.pub.msg_code == JERR_NO_BACKING_STORE)
-            return err_fail(err, QVL_ERR_LIMIT, "%s: JPEG: needs more than the %ld bytes of decoder memory allowed",
-                            label, dec_jpeg_max_memory(max_pixels));
+            return limit_fail(err, lim->image_name, lim->image_pixels,
+                              "%s: JPEG: needs more than the %ld bytes of decoder memory allowed for images of up to "
+                              "%llu pixels", label, dec_jpeg_max_memory(lim->image_pixels),
+                              (unsigned long long)lim->image_pixels);
         if (ctx.truncated) return err_fail(err, QVL_ERR_FORMAT, "%s: truncated JPEG: %s", label, ctx.msg);
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt JPEG: %s", label, ctx.msg);
     }
     jpeg_create_decompress(&cinfo);
     ctx.progress.progress_monitor = on_progress;
     cinfo.progress = &ctx.progress;
-    cinfo.mem->max_memory_to_use = dec_jpeg_max_memory(max_pixels);
+    cinfo.mem->max_memory_to_use = dec_jpeg_max_memory(lim->image_pixels);
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
@@ -119,7 +125,7 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, uint64_
     else if (nc != 1 && nc != 3 && nc != 4)
         s = err_fail(err, QVL_ERR_UNSUPPORTED, "%s: JPEG: %d-component images are not supported", label, nc);
     if (s == QVL_OK)
-        s = dec_check_dims(cinfo.image_width, cinfo.image_height, max_pixels, label, "JPEG", err);
+        s = dec_check_dims(cinfo.image_width, cinfo.image_height, lim, label, "JPEG", err);
     if (s != QVL_OK) {
         jpeg_destroy_decompress(&cinfo);
         return s;

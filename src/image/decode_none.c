@@ -12,9 +12,9 @@ static qvl_status no_decoder(const char *label, const char *fmt, dec_out *out, q
 }
 
 #define QVL_NO_DECODER(fn, fmt)                                                                                     \
-    qvl_status fn(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,          \
+    qvl_status fn(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,          \
                   qvl_error *err) {                                                                                 \
-        (void)data, (void)size, (void)max_pixels;                                                                  \
+        (void)data, (void)size, (void)lim;                                                                  \
         return no_decoder(label, fmt, out, err);                                                                   \
     }
 QVL_NO_DECODER(dec_jpeg, "JPEG")

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "image/decode.h"
 
 typedef struct png_ctx {
@@ -76,20 +77,21 @@ static void chunk_name(const uint8_t *type, char name[5]) {
 }
 
 /* The chunks before the first IDAT, which libpng reads (and for most, allocates) before any pixel: a length field
- * over DEC_PNG_MAX_CHUNK_BYTES (decode.h) is refused here, before libpng allocates what it claims, even when the
+ * over max_png_chunk_bytes (decode.h) is refused here, before libpng allocates what it claims, even when the
  * file is shorter than the claim. Pillow checks the CRC of every chunk before the first IDAT and of none after it
  * (IDAT data errors surface as zlib errors instead); libpng is told to ignore CRCs so that both accept the same
  * files. Returns QVL_OK when all are good or the list ends early (truncation: libpng reports it). */
-static qvl_status png_prescan(const uint8_t *d, size_t n, const char *label, qvl_error *err) {
+static qvl_status png_prescan(const uint8_t *d, size_t n, const char *label, uint64_t max_chunk, qvl_error *err) {
     size_t p = 8;
     char name[5];
     while (n - p >= 8) {
         uint32_t len = be32(d + p);
         if (memcmp(d + p + 4, "IDAT", 4) == 0) return QVL_OK;
-        if (len > DEC_PNG_MAX_CHUNK_BYTES) {
+        if (len > max_chunk) {
             chunk_name(d + p + 4, name);
-            return err_fail(err, QVL_ERR_LIMIT, "%s: PNG: the %s chunk claims %u bytes, more than the %u allowed",
-                            label, name, (unsigned)len, (unsigned)DEC_PNG_MAX_CHUNK_BYTES);
+            return limit_fail(err, "max_png_chunk_bytes", max_chunk,
+                              "%s: PNG: the %s chunk claims %u bytes, more than the %llu allowed", label, name,
+                              (unsigned)len, (unsigned long long)max_chunk);
         }
         if (n - p < 12 || len > n - p - 12) return QVL_OK;
         if (crc32_png(0, d + p + 4, 4 + (size_t)len) != be32(d + p + 8 + len)) {
@@ -154,9 +156,9 @@ static inline int sample(const uint8_t *row, size_t i, int depth16) {
     return depth16 ? row[2 * i] << 8 | row[2 * i + 1] : row[i];
 }
 
-qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+qvl_status dec_png(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,
                    qvl_error *err) {
-    qvl_status s = png_prescan(data, size, label, err);
+    qvl_status s = png_prescan(data, size, label, lim->png_chunk_bytes, err);
     if (s != QVL_OK) return s;
     png_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
@@ -178,23 +180,24 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, uint64_t
         free(ctx.alpha);
         out->rgb = out->alpha = NULL;
         if (ctx.over_limit) /* png_set_user_limits below: a side over the pixel limit */
-            return err_fail(err, QVL_ERR_LIMIT, "%s: PNG: %s (more than the %llu pixels allowed)", label,
-                            ctx.limit_msg, (unsigned long long)max_pixels);
+            return limit_fail(err, lim->image_name, lim->image_pixels, "%s: PNG: %s (more than the %llu pixels allowed)",
+                              label, ctx.limit_msg, (unsigned long long)lim->image_pixels);
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated PNG: %s", label, ctx.msg);
     }
     png_set_read_fn(png, &ctx, on_read);
     png_set_crc_action(png, PNG_CRC_QUIET_USE, PNG_CRC_QUIET_USE);
     /* the limits of decode.h: no side can exceed the pixel limit (libpng's 1,000,000-pixel default side cap would
      * refuse valid panoramas; the product is checked below), and chunk sizes and counts are bounded */
-    png_uint_32 side = max_pixels < 0x7fffffff ? (png_uint_32)max_pixels : 0x7fffffff;
+    png_uint_32 side = lim->image_pixels < 0x7fffffff ? (png_uint_32)lim->image_pixels : 0x7fffffff;
     png_set_user_limits(png, side, side);
     png_set_chunk_cache_max(png, DEC_PNG_MAX_CHUNK_CACHE);
-    png_set_chunk_malloc_max(png, DEC_PNG_MAX_CHUNK_BYTES);
+    png_set_chunk_malloc_max(png, lim->png_chunk_bytes > (png_alloc_size_t)-1 ? (png_alloc_size_t)-1
+                                                                            : (png_alloc_size_t)lim->png_chunk_bytes);
     png_read_info(png, info);
 
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
     int ct = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
-    s = dec_check_dims(w, h, max_pixels, label, "PNG", err);
+    s = dec_check_dims(w, h, lim, label, "PNG", err);
     if (s != QVL_OK) {
         png_destroy_read_struct(&png, &info, NULL);
         return s;

@@ -26,14 +26,14 @@ static int webp_orientation(const WebPDemuxer *dmx) {
     return o;
 }
 
-qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, uint64_t max_pixels, dec_out *out,
+qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, const dec_limits *lim, dec_out *out,
                     qvl_error *err) {
     WebPData wd = {data, size};
     WebPDemuxer *dmx = WebPDemux(&wd);
     if (!dmx) return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot parse the container", label);
     uint32_t w = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_WIDTH), h = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_HEIGHT);
     uint32_t frames = WebPDemuxGetI(dmx, WEBP_FF_FRAME_COUNT);
-    qvl_status s = dec_check_dims(w, h, max_pixels, label, "WebP canvas", err);
+    qvl_status s = dec_check_canvas(w, h, lim, label, "WebP canvas", err);
     if (s == QVL_OK && frames == 0) s = err_fail(err, QVL_ERR_FORMAT, "%s: WebP: no frames", label);
     if (s != QVL_OK) {
         WebPDemuxDelete(dmx);

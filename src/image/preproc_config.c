@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/params.h"
 #include "image/image_params.h"
 #include "image/preproc_config.h"
@@ -83,12 +84,20 @@ static qvl_status triple(const cJSON *root, const char *key, int nonzero, float 
 }
 
 static qvl_status parse_json(const char *text, size_t len, const char *path, cJSON **root, qvl_error *err) {
-    *root = cJSON_ParseWithLength(text, len);
-    if (!cJSON_IsObject(*root)) {
-        cJSON_Delete(*root);
-        *root = NULL;
-        return err_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object (%zu bytes)", path, len);
-    }
+    return json_parse_object(text, len, path, root, err);
+}
+
+/* The budget's lower end makes every input at least min_px / px_per_row patch rows, however small it is: a
+ * min_pixels of 4e8 would turn a 1x1 image into 1.5 M patches. It must stay within the default
+ * qvl_limits.max_item_patches, so that the file alone cannot make every item fail or cost gigabytes. */
+static qvl_status min_bounded(const char *path, const char *what, uint64_t min_px, uint64_t px_per_row,
+                              qvl_error *err) {
+    const uint64_t rows = min_px / (px_per_row ? px_per_row : 1);
+    if (rows > LIMIT_DEF_ITEM_PATCHES)
+        return err_fail(err, QVL_ERR_LIMIT, "%s: %s %llu would make every input at least %llu patch rows, more than "
+                        "the %llu of qvl_limits.max_item_patches (its default); lower it", path, what,
+                        (unsigned long long)min_px, (unsigned long long)rows,
+                        (unsigned long long)LIMIT_DEF_ITEM_PATCHES);
     return QVL_OK;
 }
 
@@ -105,12 +114,18 @@ static qvl_status image_config(const cJSON *r, const char *path, qvl_preprocess_
     p->temporal_patch = (int32_t)tp;
     p->merge = (int32_t)merge;
     p->rescale_factor = rescale;
-    return QVL_OK;
+    return min_bounded(path, "min pixels (size.shortest_edge / min_pixels)", p->min_pixels,
+                       (uint64_t)p->patch * (uint64_t)p->patch, err);
 }
 
 static qvl_status video_config(const cJSON *r, const char *path, qvl_preprocess_params *p, qvl_video_params *v,
                                qvl_error *err) {
-    if (p) TRY(budget(r, path, &p->video_min_pixels, &p->video_max_pixels, err));
+    if (p) {
+        TRY(budget(r, path, &p->video_min_pixels, &p->video_max_pixels, err));
+        TRY(min_bounded(path, "video min pixels (size.shortest_edge / min_pixels)", p->video_min_pixels,
+                        (uint64_t)p->patch * (uint64_t)p->patch * (uint64_t)(p->temporal_patch > 0 ? p->temporal_patch : 1),
+                        err));
+    }
     if (!v) return QVL_OK;
     double fps = v->fps, minf = v->min_frames, maxf = v->max_frames, nf = v->num_frames;
     TRY(num(r, "fps", 1e-6, 1e6, &fps, path, err));

@@ -130,6 +130,13 @@ static qvl_status check_params(const qvl_preprocess_params *p, qvl_error *err) {
         return err_fail(err, QVL_ERR_INVALID_ARG,
                         "qvl_preprocess_params.n_threads is %d, outside 0..%d (0: one per CPU)", p->n_threads,
                         QVL_MAX_THREADS);
+    for (int c = 0; c < 3; c++)
+        if (!isfinite(p->image_mean[c]) || !isfinite(p->image_std[c]))
+            return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params: image_mean[%d] %g / image_std[%d] %g "
+                            "(want finite numbers)", c, (double)p->image_mean[c], c, (double)p->image_std[c]);
+    if (!isfinite(p->rescale_factor))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params.rescale_factor is %g (want finite)",
+                        p->rescale_factor);
     int32_t f = p->patch * p->merge;
     if ((p->size_h || p->size_w) && (p->size_h < f || p->size_w < f || p->size_h % f || p->size_w % f))
         return err_fail(err, QVL_ERR_INVALID_ARG,
@@ -141,6 +148,12 @@ static qvl_status check_params(const qvl_preprocess_params *p, qvl_error *err) {
 static qvl_status image_target(int32_t h, int32_t w, const qvl_preprocess_params *p, int32_t *th, int32_t *tw,
                                qvl_error *err) {
     if (p->size_h && p->size_w) {
+        /* an exact size is still held to the pixel budget: it replaces smart_resize, not the limit */
+        if ((uint64_t)p->size_h * (uint64_t)p->size_w > p->max_pixels)
+            return err_fail(err, QVL_ERR_LIMIT, "qvl_preprocess_params.size_h x size_w %dx%d is %llu pixels, above "
+                            "max_pixels %llu (the image budget; raise max_pixels to allow it)", p->size_h, p->size_w,
+                            (unsigned long long)p->size_h * (unsigned long long)p->size_w,
+                            (unsigned long long)p->max_pixels);
         *th = p->size_h;
         *tw = p->size_w;
         return QVL_OK;
@@ -165,6 +178,11 @@ qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, 
 static qvl_status video_target(const qvl_video *v, const qvl_preprocess_params *p, int32_t *th, int32_t *tw,
                                qvl_error *err) {
     if (p->size_h && p->size_w) {
+        if ((uint64_t)p->size_h * (uint64_t)p->size_w > p->video_max_pixels)
+            return err_fail(err, QVL_ERR_LIMIT, "qvl_preprocess_params.size_h x size_w %dx%d is %llu pixels a frame, "
+                            "above video_max_pixels %llu (the clip budget; raise it to allow it)", p->size_h,
+                            p->size_w, (unsigned long long)p->size_h * (unsigned long long)p->size_w,
+                            (unsigned long long)p->video_max_pixels);
         if (v->n_frames < p->temporal_patch)
             return err_fail(err, QVL_ERR_INVALID_ARG, "video has %d frame(s); at least %d are needed", v->n_frames,
                             p->temporal_patch);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "image/image_params.h"
 #include "image/video_frames.h"
 
@@ -28,6 +29,19 @@ qvl_status video_sample_into(qvl_video *out, int32_t w, int32_t h, int64_t total
     size_t n = 0;
     TRY(qvl_video_sample_indices(total, fps, p, NULL, 0, &n, err));
     if (n == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: sampling picks no frames", what);
+    /* the frames to hold, from the header's size and the sampled count, before any frame buffer exists */
+    qvl_limits lim;
+    TRY(limits_take(&lim, p->limits, "qvl_video_params.limits", err));
+    if (n > lim.max_video_frames)
+        return limit_fail(err, "max_video_frames", lim.max_video_frames, "%s: sampling picks %zu frames, more than the "
+                          "%u allowed", what, n, (unsigned)lim.max_video_frames);
+    if (w > 0 && h > 0 && (uint64_t)w * (uint64_t)h > lim.max_image_pixels)
+        return limit_fail(err, "max_image_pixels", lim.max_image_pixels, "%s: %dx%d frames have more than the %llu "
+                          "pixels allowed", what, (int)w, (int)h, (unsigned long long)lim.max_image_pixels);
+    if (w > 0 && h > 0 && (uint64_t)w * (uint64_t)h > lim.max_video_pixels / n)
+        return limit_fail(err, "max_video_pixels", lim.max_video_pixels, "%s: %zu frames of %dx%d are %llu pixels, "
+                          "more than the %llu allowed", what, n, (int)w, (int)h,
+                          (unsigned long long)((uint64_t)w * (uint64_t)h * n), (unsigned long long)lim.max_video_pixels);
     TRY(alloc_frames(out, w, h, n, what, err));
     TRY(qvl_video_sample_indices(total, fps, p, out->indices, n, &n, err));
     out->total_frames = total;
@@ -41,6 +55,7 @@ static qvl_status from_images(const char *const *paths, size_t n, const qvl_vide
     qvl_decode_params dp;
     qvl_decode_params_default(&dp);
     dp.max_pixels = p->max_pixels;
+    dp.limits = p->limits;
     size_t next = 0, fs = 0;
     for (size_t i = 0; i < n; i++) {
         if (!paths[i]) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: path %zu is NULL", i);

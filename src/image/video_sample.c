@@ -44,7 +44,7 @@ void video_defaults(qvl_video_params *p) {
     p->min_frames = 4;
     p->max_frames = 768;
     p->default_fps = 24.0;
-    p->max_pixels = 178956970u;
+    p->max_pixels = 178956970u; /* LIMIT_DEF_IMAGE_PIXELS */
 }
 
 /* The number of frames sample_frames picks; *n_out is set on success. */

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/fileutil.h"
+#include "io/jsonutil.h"
 
 static const char *const k_prefixes[] = {"model.visual.", "vision_tower.", "model.language_model.visual.", "visual.",
                                          NULL};
@@ -182,9 +183,11 @@ static qvl_status open_sharded(checkpoint *ck, const char *dir, const char *inde
     char *text = NULL;
     size_t len = 0;
     TRY(fu_read_file(index, 64u << 20, &text, &len, err));
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root;
+    qvl_status ps = json_parse_object(text, len, index, &root, err);
     free(text);
-    const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (ps != QVL_OK) return ps;
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(wm)) {
         cJSON_Delete(root);
         return err_fail(err, QVL_ERR_FORMAT, "%s: no weight_map object", index);

@@ -1,4 +1,5 @@
 /* model.c — load, describe, fingerprint and free a vision tower. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/params.h"
 #include "core/pool.h"
 #include "io/checkpoint.h"
@@ -91,6 +93,71 @@ static void drop_mapped(const qvl_model *m, const void *p, size_t n) {
     }
 }
 
+/* ---- finiteness of the weights ---------------------------------------------------------------------------------
+ * A NaN or an infinity anywhere in the tower's weights turns every embedding into NaN; a checkpoint is checked at
+ * load (each matrix just before it is packed, while its pages are resident anyway), so that it fails there with
+ * QVL_ERR_NONFINITE naming the tensor and the element rather than returning NaN embeddings as a success. */
+typedef struct scan_job {
+    const unsigned char *data;
+    size_t n, esize;
+    qvl_dtype dtype;
+    atomic_size_t first; /* smallest non-finite index found (n: none) */
+} scan_job;
+
+enum { SCAN_CHUNK = 1 << 18 };
+
+static void scan_range(void *ctx, long c0, long c1, int thread) {
+    (void)thread;
+    scan_job *j = ctx;
+    for (long c = c0; c < c1; c++) {
+        const size_t i0 = (size_t)c * SCAN_CHUNK, n = j->n - i0 < SCAN_CHUNK ? j->n - i0 : SCAN_CHUNK;
+        const unsigned char *p = j->data + i0 * j->esize;
+        const size_t k = j->dtype == QVL_DTYPE_F32 ? first_nonfinite_f32(p, n)
+                                                   : first_nonfinite_16(p, n, j->dtype == QVL_DTYPE_BF16);
+        if (k == n) continue;
+        size_t want = i0 + k, cur = atomic_load(&j->first);
+        while (want < cur && !atomic_compare_exchange_weak(&j->first, &cur, want)) {
+        }
+        return;
+    }
+}
+
+/* Index of the first non-finite element of n values of `dtype` at data (n when all are finite). */
+static size_t scan_weights(const void *data, size_t n, qvl_dtype dtype, thread_pool *pool) {
+    scan_job j = {.data = data, .n = n, .esize = dtype == QVL_DTYPE_F32 ? 4 : 2, .dtype = dtype};
+    atomic_init(&j.first, n);
+    if (n) pool_for(pool, (long)((n + SCAN_CHUNK - 1) / SCAN_CHUNK), 1, scan_range, &j);
+    return atomic_load(&j.first);
+}
+
+static qvl_status nonfinite_weight(const char *name, size_t i, int cols, qvl_error *err) {
+    return err_fail(err, QVL_ERR_NONFINITE, "checkpoint tensor %s: element %zu (row %zu, column %zu) is NaN or "
+                    "infinite; the weights must be finite", name, i, cols ? i / (size_t)cols : 0,
+                    cols ? i % (size_t)cols : i);
+}
+
+/* The bound tensor whose data is `data` (its name for messages), or NULL. */
+static const bound_tensor *bound_of(const qvl_model *m, const void *data) {
+    for (size_t i = 0; i < m->n_bound; i++)
+        if (m->bound[i].data == data) return &m->bound[i];
+    return NULL;
+}
+
+/* Every bound tensor that is not a packed matrix (biases, norms, the position table, an MLX-layout patch weight):
+ * small, scanned before the packing. */
+static qvl_status scan_small(const qvl_model *m, linear *const *ls, size_t n_ls, thread_pool *pool, qvl_error *err) {
+    for (size_t i = 0; i < m->n_bound; i++) {
+        const bound_tensor *t = &m->bound[i];
+        int is_matrix = 0;
+        for (size_t k = 0; k < n_ls && !is_matrix; k++) is_matrix = ls[k]->w.data == t->data;
+        if (is_matrix) continue;
+        const size_t es = t->dtype == QVL_DTYPE_F32 ? 4 : 2, n = (size_t)t->nbytes / es;
+        const size_t bad = scan_weights(t->data, n, t->dtype, pool);
+        if (bad < n) return nonfinite_weight(t->name, bad, t->ndim >= 2 ? (int)t->shape[t->ndim - 1] : 0, err);
+    }
+    return QVL_OK;
+}
+
 /* Pack every Linear's weight into GEMM panels once (bf16 stays bf16: the panels take the checkpoint's own bytes),
  * then let the kernel drop the mapped copies of the pages: encode reads only the panels, and anything that reads
  * the mapping later (the fingerprint, the position table) faults the pages back in from the file. */
@@ -118,8 +185,17 @@ static qvl_status pack_weights(qvl_model *m, int n_threads, qvl_error *err) {
         return s;
     }
     unsigned char *at = m->panels;
-    for (size_t i = 0; i < n; i++) {
+    s = scan_small(m, ls, n, pool, err);
+    for (size_t i = 0; i < n && s == QVL_OK; i++) {
         linear *l = ls[i];
+        const size_t count = (size_t)l->w.rows * (size_t)l->w.cols, bad = scan_weights(l->w.data, count, l->w.dtype, pool);
+        if (bad < count) {
+            const bound_tensor *t = bound_of(m, l->w.data);
+            char name[128];
+            snprintf(name, sizeof name, "%s", t ? t->name : "patch_embed.proj.weight (as permuted from MLX layout)");
+            s = nonfinite_weight(name, bad, l->w.cols, err);
+            break;
+        }
         if (gemm_pack_b_isa(&l->packed, at, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows, l->w.cols,
                         GEMM_PANEL_AUTO, pool, (gemm_isa)m->isa) != 0) {
             pool_destroy(pool);
@@ -132,7 +208,7 @@ static qvl_status pack_weights(qvl_model *m, int n_threads, qvl_error *err) {
     }
     pool_destroy(pool);
     free(ls);
-    return QVL_OK;
+    return s;
 }
 
 const char *qvl_isa_name(int isa) {

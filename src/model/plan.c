@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/params.h"
 #include "image/decode.h"
 #include "image/image_params.h"
@@ -42,6 +43,8 @@ typedef struct plan_item {
 struct qvl_plan {
     const qvl_model *m;
     qvl_plan_params p;
+    qvl_limits lim;               /* the ctx's limits lowered by the plan's own */
+    uint64_t planned_rows;        /* patch rows of the items planned so far (against lim.max_call_patches) */
     int n_ds;                     /* DeepStack features in the outputs */
     size_t O, out_cols, n_planes, esize;
     size_t n;
@@ -150,8 +153,8 @@ static qvl_status load_frames_dir(const char *dir, const qvl_video_params *vp, q
 
 /* Packed RGB from caller pixels: in place when they already are (returned *owned NULL), else converted (RGBA:
  * alpha composited onto white, as PIL's convert_to_rgb does, or dropped). */
-static qvl_status pixels_rgb(const qvl_pixels *px, qvl_alpha_mode alpha, const char *label, qvl_image *img,
-                             uint8_t **owned, qvl_error *err) {
+static qvl_status pixels_rgb(const qvl_pixels *px, qvl_alpha_mode alpha, const qvl_limits *lim, const char *label,
+                             qvl_image *img, uint8_t **owned, qvl_error *err) {
     *owned = NULL;
     if (!px->data) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: image.data is NULL", label);
     if (px->width < 1 || px->height < 1)
@@ -160,6 +163,9 @@ static qvl_status pixels_rgb(const qvl_pixels *px, qvl_alpha_mode alpha, const c
     if (px->channels != 3 && px->channels != 4)
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s: image.channels is %d; 3 (RGB) or 4 (RGBA) are accepted",
                         label, px->channels);
+    if ((uint64_t)px->width * (uint64_t)px->height > lim->max_image_pixels)
+        return limit_fail(err, "max_image_pixels", lim->max_image_pixels, "%s: a %dx%d image has more than the %llu "
+                          "pixels allowed", label, px->width, px->height, (unsigned long long)lim->max_image_pixels);
     size_t row, bytes;
     if (size_mul_overflow((size_t)px->width, (size_t)px->channels, &row) ||
         size_mul_overflow((size_t)px->width * 3, (size_t)px->height, &bytes))
@@ -194,7 +200,7 @@ static qvl_status pixels_rgb(const qvl_pixels *px, qvl_alpha_mode alpha, const c
 
 /* A video from caller frames (all used, one size), copied into one block as qvl_video holds frames. */
 static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, qvl_alpha_mode alpha,
-                               const char *label, qvl_video *v, qvl_error *err) {
+                               const qvl_limits *lim, const char *label, qvl_video *v, qvl_error *err) {
     memset(v, 0, sizeof *v);
     if (!it->frames || it->n_frames == 0)
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s: a FRAMES item needs frames and n_frames ≥ 1 (n_frames %zu)",
@@ -209,6 +215,12 @@ static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, q
     if (w < 1 || h < 1 || size_mul_overflow((size_t)w * 3, (size_t)h, &fs) ||
         size_mul_overflow(fs, it->n_frames, &all))
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame 0 is %dx%d pixels", label, w, h);
+    if (it->n_frames > lim->max_video_frames)
+        return limit_fail(err, "max_video_frames", lim->max_video_frames, "%s: %zu frames, more than the %u allowed",
+                          label, it->n_frames, (unsigned)lim->max_video_frames);
+    if ((uint64_t)w * (uint64_t)h > lim->max_video_pixels / it->n_frames)
+        return limit_fail(err, "max_video_pixels", lim->max_video_pixels, "%s: %zu frames of %dx%d are more than the "
+                          "%llu pixels allowed", label, it->n_frames, w, h, (unsigned long long)lim->max_video_pixels);
     v->rgb = malloc(all);
     v->indices = malloc(it->n_frames * sizeof *v->indices);
     if (!v->rgb || !v->indices) {
@@ -226,7 +238,7 @@ static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, q
         snprintf(flabel, sizeof flabel, "%s frame %zu", label, f);
         qvl_image img;
         uint8_t *owned;
-        qvl_status s = pixels_rgb(px, alpha, flabel, &img, &owned, err);
+        qvl_status s = pixels_rgb(px, alpha, lim, flabel, &img, &owned, err);
         if (s != QVL_OK) {
             qvl_video_free(v);
             return s;
@@ -258,8 +270,29 @@ static size_t row_len_of(const qvl_preprocess_params *pp) {
     return (size_t)3 * (size_t)pp->temporal_patch * (size_t)pp->patch * (size_t)pp->patch;
 }
 
-static qvl_status alloc_rows(plan_item *pi, size_t row_len, qvl_error *err) {
+/* The item's grid against the patch limits, before its rows (or a resize) are allocated: its own rows, and the
+ * plan's rows so far with them. */
+static qvl_status check_patches(plan_item *pi, const qvl_limits *lim, uint64_t planned, qvl_error *err) {
+    const qvl_grid *g = &pi->grid;
+    uint64_t n;
+    if (__builtin_mul_overflow((uint64_t)g->t, (uint64_t)g->h, &n) || __builtin_mul_overflow(n, (uint64_t)g->w, &n))
+        n = UINT64_MAX;
+    if (n > lim->max_item_patches)
+        return limit_fail(err, "max_item_patches", lim->max_item_patches,
+                          "%s: grid %dx%dx%d (t x h x w) is %llu patch rows, more than the %llu allowed per item",
+                          pi->label, g->t, g->h, g->w, (unsigned long long)n,
+                          (unsigned long long)lim->max_item_patches);
+    if (planned > lim->max_call_patches || n > lim->max_call_patches - planned)
+        return limit_fail(err, "max_call_patches", lim->max_call_patches,
+                          "%s: grid %dx%dx%d adds %llu patch rows to the %llu of the items before it, more than the "
+                          "%llu allowed in one plan", pi->label, g->t, g->h, g->w, (unsigned long long)n,
+                          (unsigned long long)planned, (unsigned long long)lim->max_call_patches);
+    return QVL_OK;
+}
+
+static qvl_status alloc_rows(plan_item *pi, size_t row_len, const qvl_limits *lim, uint64_t planned, qvl_error *err) {
     size_t bytes;
+    TRY(check_patches(pi, lim, planned, err));
     pi->n_rows = qvl_patch_rows(&pi->grid, 1);
     if (pi->n_rows == 0 || pi->n_rows > INT32_MAX || size_mul_overflow(pi->n_rows, row_len * sizeof(float), &bytes))
         return err_fail(err, QVL_ERR_LIMIT, "%s: grid %dx%dx%d is %zu patch rows, above the limit %d", pi->label,
@@ -272,26 +305,27 @@ static qvl_status alloc_rows(plan_item *pi, size_t row_len, qvl_error *err) {
     return QVL_OK;
 }
 
-static qvl_status plan_image(plan_item *pi, const qvl_image *img, const qvl_preprocess_params *pp, thread_pool *pool,
-                             qvl_error *err) {
+static qvl_status plan_image(plan_item *pi, const qvl_image *img, const qvl_preprocess_params *pp,
+                             const qvl_limits *lim, uint64_t planned, thread_pool *pool, qvl_error *err) {
     pi->src_w = img->width, pi->src_h = img->height;
     TRY(qvl_image_grid(img, pp, &pi->grid, err));
-    TRY(alloc_rows(pi, row_len_of(pp), err));
+    TRY(alloc_rows(pi, row_len_of(pp), lim, planned, err)); /* the limits, before the resize allocates */
     return preprocess_image_pool(img, pp, pi->rows_owned, &pi->grid, pool, err);
 }
 
-static qvl_status plan_video(plan_item *pi, const qvl_video *v, const qvl_preprocess_params *pp, thread_pool *pool,
-                             qvl_error *err) {
+static qvl_status plan_video(plan_item *pi, const qvl_video *v, const qvl_preprocess_params *pp,
+                             const qvl_limits *lim, uint64_t planned, thread_pool *pool, qvl_error *err) {
     pi->src_w = v->width, pi->src_h = v->height;
     pi->n_frames = v->n_frames, pi->total_frames = v->total_frames, pi->fps = v->fps;
     TRY(qvl_video_grid(v, pp, &pi->grid, err));
+    TRY(check_patches(pi, lim, planned, err));
     pi->indices = malloc((size_t)v->n_frames * sizeof *pi->indices);
     pi->timestamps = malloc((size_t)pi->grid.t * sizeof *pi->timestamps);
     if (!pi->indices || !pi->timestamps)
         return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for the frame table", pi->label);
     memcpy(pi->indices, v->indices, (size_t)v->n_frames * sizeof *pi->indices);
     TRY(qvl_video_timestamps(v, pp->temporal_patch, pi->timestamps, (size_t)pi->grid.t, &pi->n_timestamps, err));
-    TRY(alloc_rows(pi, row_len_of(pp), err));
+    TRY(alloc_rows(pi, row_len_of(pp), lim, planned, err));
     return preprocess_video_pool(v, pp, pi->rows_owned, &pi->grid, pool, err);
 }
 
@@ -302,11 +336,23 @@ typedef struct item_settings {
 } item_settings;
 
 static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it, const item_settings *base,
-                           thread_pool *pool, qvl_error *err) {
+                           const qvl_limits *plan_lim, uint64_t planned, thread_pool *pool, qvl_error *err) {
     item_settings s = *base;
     if (it->preprocess) TRY(preprocess_params_take(&s.pp, it->preprocess, err));
     if (it->video) TRY(video_params_take(&s.vp, it->video, err));
     if (it->decode) TRY(decode_params_take(&s.dp, it->decode, err));
+    /* The plan's limits, lowered by any the item's own decode / video params give; every decoder sees these. */
+    qvl_limits lim = *plan_lim, own;
+    if (it->decode && s.dp.limits) {
+        TRY(limits_take(&own, s.dp.limits, "qvl_item.decode->limits", err));
+        limits_min(&lim, &own);
+    }
+    if (it->video && s.vp.limits) {
+        TRY(limits_take(&own, s.vp.limits, "qvl_item.video->limits", err));
+        limits_min(&lim, &own);
+    }
+    s.dp.limits = &lim;
+    s.vp.limits = &lim;
     s.vp.max_pixels = s.dp.max_pixels < s.vp.max_pixels ? s.dp.max_pixels : s.vp.max_pixels;
     double t0 = now_ms();
     qvl_image img = {0};
@@ -327,10 +373,12 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
                             s.pp.patch, s.pp.patch);
         TRY(tower_check_grid(s.pp.merge, &it->grid, pi->label, err));
         pi->grid = it->grid;
+        TRY(check_patches(pi, &lim, planned, err));
         pi->n_rows = qvl_patch_rows(&pi->grid, 1);
         if (pi->n_rows == 0 || pi->n_rows > INT32_MAX)
             return err_fail(err, QVL_ERR_LIMIT, "%s: grid %dx%dx%d is too many patch rows", pi->label, it->grid.t,
                             it->grid.h, it->grid.w);
+        TRY(rows_finite(it->rows, pi->n_rows, pi->row_len, pi->label, err));
         pi->rows = it->rows;
         return QVL_OK;
     case QVL_ITEM_PATH: {
@@ -354,12 +402,12 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
         break;
     case QVL_ITEM_PIXELS:
         pi->kind = "image";
-        st = pixels_rgb(&it->image, s.dp.alpha, pi->label, &img, &owned, err);
+        st = pixels_rgb(&it->image, s.dp.alpha, &lim, pi->label, &img, &owned, err);
         break;
     case QVL_ITEM_FRAMES:
         pi->kind = "frames";
         video = 1;
-        st = frames_video(it, &s.vp, s.dp.alpha, pi->label, &vid, err);
+        st = frames_video(it, &s.vp, s.dp.alpha, &lim, pi->label, &vid, err);
         break;
     default:
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s: unknown item kind %d", pi->label, (int)it->kind);
@@ -368,7 +416,8 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     t0 = now_ms();
     if (st == QVL_OK) st = fits_model(m, &s.pp, pi->label, err);
     if (st == QVL_OK)
-        st = video ? plan_video(pi, &vid, &s.pp, pool, err) : plan_image(pi, &img, &s.pp, pool, err);
+        st = video ? plan_video(pi, &vid, &s.pp, &lim, planned, pool, err)
+                   : plan_image(pi, &img, &s.pp, &lim, planned, pool, err);
     pi->res_w = pi->grid.w * s.pp.patch, pi->res_h = pi->grid.h * s.pp.patch;
     pi->preprocess_ms = now_ms() - t0;
     if (owned) free(owned);
@@ -451,6 +500,14 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         s = err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_params.layout %d is not CONCAT or SPLIT", (int)p->p.layout);
     item_settings base;
     if (s == QVL_OK) s = base_settings(m, &p->p, &base, err);
+    if (ctx) p->lim = *ctx_limits(ctx);
+    else limits_defaults(&p->lim);
+    if (s == QVL_OK && p->p.limits) {
+        qvl_limits own;
+        s = limits_take(&own, p->p.limits, "qvl_plan_params.limits", err);
+        limits_min(&p->lim, &own);
+    }
+    p->p.limits = NULL;
     p->p.preprocess = NULL, p->p.video = NULL, p->p.decode = NULL; /* taken; the caller's may go */
     if (!p->p.max_batch_rows) p->p.max_batch_rows = 16384;
     p->m = m;
@@ -489,7 +546,7 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         if (it.label && *it.label) snprintf(pi->label, sizeof pi->label, "%s", it.label);
         else if (it.kind == QVL_ITEM_PATH && it.path && *it.path) snprintf(pi->label, sizeof pi->label, "%s", it.path);
         else snprintf(pi->label, sizeof pi->label, "item %zu", i);
-        if (pi->status == QVL_OK) pi->status = plan_one(pi, m, &it, &base, pool, &ie);
+        if (pi->status == QVL_OK) pi->status = plan_one(pi, m, &it, &base, &p->lim, p->planned_rows, pool, &ie);
         if (pi->status == QVL_OK) {
             const size_t merge = (size_t)pi->merge; /* the model's, once fits_model has passed */
             pi->n_tokens = pi->n_rows / (merge * merge);
@@ -506,6 +563,7 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
             continue;
         }
         p->n_ok++;
+        p->planned_rows += pi->n_rows;
         p->held += pi->rows_owned ? pi->n_rows * pi->row_len * sizeof(float) : 0;
     }
     pool_destroy(own);
@@ -581,6 +639,23 @@ static void item_sink(const qvl_plan *p, const plan_item *pi, size_t t0, void *o
     }
 }
 
+/* An item's output must be finite (NaN weights, or activations past the float32 range, would otherwise come back
+ * as a success): the first element that is not, as QVL_ERR_NONFINITE naming the output, token and column. */
+static qvl_status item_out_finite(const qvl_plan *p, const plan_item *pi, const void *out, qvl_error *err) {
+    const size_t n = pi->n_tokens * p->out_cols * p->n_planes;
+    const size_t i = p->p.dtype == QVL_DTYPE_F32 ? first_nonfinite_f32(out, n)
+                                                 : first_nonfinite_16(out, n, p->p.dtype == QVL_DTYPE_BF16);
+    if (i == n) return QVL_OK;
+    size_t plane, tok, col;
+    if (p->p.layout == QVL_OUTPUT_CONCAT) tok = i / p->out_cols, col = i % p->out_cols, plane = col / p->O, col %= p->O;
+    else plane = i / (pi->n_tokens * p->O), tok = i % (pi->n_tokens * p->O) / p->O, col = i % p->O;
+    char what[32];
+    if (plane == 0) snprintf(what, sizeof what, "merged");
+    else snprintf(what, sizeof what, "deepstack%zu", plane - 1);
+    return err_fail(err, QVL_ERR_NONFINITE, "%s: the tower's output is not finite: %s token %zu, column %zu "
+                    "(non-finite weights, or activations past the float32 range)", pi->label, what, tok, col);
+}
+
 static void mark(qvl_plan *p, const size_t *idx, size_t n, qvl_status s, const char *msg) {
     for (size_t j = 0; j < n; j++) {
         plan_item *pi = &p->items[idx[j]];
@@ -640,7 +715,17 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
             mark(p, p->g_items, n, s, ge.message);
             if (s == QVL_ERR_CANCELLED) stop = 1;
         } else {
-            for (size_t j = 0; j < n; j++) p->items[p->g_items[j]].encoded = 1;
+            for (size_t j = 0; j < n; j++) {
+                const size_t ii = p->g_items[j];
+                plan_item *pi = &p->items[ii];
+                pi->encoded = 1;
+                qvl_error fe;
+                err_clear(&fe);
+                if (item_out_finite(p, pi, outputs[ii], &fe) != QVL_OK) {
+                    pi->enc_status = QVL_ERR_NONFINITE;
+                    snprintf(pi->message, sizeof pi->message, "%s", fe.message);
+                }
+            }
         }
     }
     /* Items a cancellation left unencoded. */

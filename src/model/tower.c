@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "core/params.h"
 #include "core/pool.h"
 #include "cpu/attention.h"
@@ -27,6 +28,7 @@
 struct qvl_ctx {
     const qvl_model *m;
     qvl_ctx_params p;
+    qvl_limits lim;    /* the context's resource limits (p.limits taken; p.limits itself is not kept) */
     thread_pool *pool; /* this context's threads */
     qvl_tap_fn tap;
     void *tap_user;
@@ -92,6 +94,8 @@ qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_
     c->m = m;
     ctx_defaults(&c->p);
     qvl_status ps = params_take(&c->p, sizeof c->p, params, "qvl_ctx_params", err);
+    if (ps == QVL_OK) ps = limits_take(&c->lim, c->p.limits, "qvl_ctx_params.limits", err);
+    c->p.limits = NULL; /* taken; the caller's may go */
     if (ps != QVL_OK) {
         free(c);
         return ps;
@@ -147,6 +151,7 @@ static int cancelled(qvl_ctx *c) {
 }
 
 thread_pool *ctx_pool(qvl_ctx *c) { return c->pool; }
+const qvl_limits *ctx_limits(const qvl_ctx *c) { return &c->lim; }
 const qvl_model *ctx_model(const qvl_ctx *c) { return c->m; }
 
 void qvl_ctx_set_tap(qvl_ctx *c, qvl_tap_fn fn, void *user) {
@@ -276,6 +281,37 @@ size_t qvl_patch_rows(const qvl_grid *grids, size_t n_grids) {
 
 size_t qvl_merged_tokens(const qvl_grid *grids, size_t n_grids) { return qvl_patch_rows(grids, n_grids) / 4; }
 
+qvl_status limits_check_grids(const qvl_limits *l, const qvl_grid *grids, size_t n_grids, qvl_error *err) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n_grids; i++) {
+        const qvl_grid *g = &grids[i];
+        if (g->t < 1 || g->h < 1 || g->w < 1)
+            return err_fail(err, QVL_ERR_INVALID_ARG, "grid %zu (t=%d, h=%d, w=%d): t, h and w must be at least 1", i,
+                            g->t, g->h, g->w);
+        uint64_t n;
+        if (__builtin_mul_overflow((uint64_t)g->t, (uint64_t)g->h, &n) || __builtin_mul_overflow(n, (uint64_t)g->w, &n))
+            n = UINT64_MAX;
+        if (n > l->max_item_patches)
+            return limit_fail(err, "max_item_patches", l->max_item_patches,
+                              "grid %zu (t=%d, h=%d, w=%d) is %llu patch rows, more than the %llu allowed per item", i,
+                              g->t, g->h, g->w, (unsigned long long)n, (unsigned long long)l->max_item_patches);
+        total += n; /* each n ≤ max_item_patches here; the sum is checked as it grows */
+        if (total > l->max_call_patches)
+            return limit_fail(err, "max_call_patches", l->max_call_patches,
+                              "grids 0..%zu are %llu patch rows, more than the %llu allowed in one call", i,
+                              (unsigned long long)total, (unsigned long long)l->max_call_patches);
+    }
+    return QVL_OK;
+}
+
+qvl_status qvl_limits_check_grids(const qvl_limits *limits, const qvl_grid *grids, size_t n_grids, qvl_error *err) {
+    err_clear(err);
+    if (!grids && n_grids) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_limits_check_grids: grids is NULL");
+    qvl_limits l;
+    TRY(limits_take(&l, limits, "qvl_limits_check_grids", err));
+    return limits_check_grids(&l, grids, n_grids, err);
+}
+
 qvl_status tower_check_grid(int merge, const qvl_grid *g, const char *label, qvl_error *err) {
     if (g->t < 1 || g->h < merge || g->w < merge || g->h % merge || g->w % merge || g->h > MAX_GRID_SIDE ||
         g->w > MAX_GRID_SIDE)
@@ -288,6 +324,7 @@ qvl_status tower_check_grid(int merge, const qvl_grid *g, const char *label, qvl
 static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size_t n_grids, int stage,
                           size_t *n_seg_out, qvl_error *err) {
     if (!grids || n_grids == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "no grids given");
+    TRY(limits_check_grids(&c->lim, grids, n_grids, err)); /* before the scratch is sized for them */
     size_t n_seg = 0;
     for (size_t i = 0; i < n_grids; i++) {
         char label[32];
@@ -487,6 +524,7 @@ qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *ite
     size_t n_seg;
     TRY(prepare(c, n_rows, grids, n_grids, stage, &n_seg, err));
     const tower_config *k = &c->m->cfg;
+    if (pixels) TRY(rows_finite(pixels, n_rows, (size_t)k->row_len, "qvl_encode: pixels", err));
     size_t S = n_rows, H = (size_t)k->hidden;
 
     memset(&c->prof, 0, sizeof c->prof);
@@ -515,6 +553,28 @@ qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *ite
     return s;
 }
 
+qvl_status rows_finite(const float *rows, size_t n_rows, size_t cols, const char *label, qvl_error *err) {
+    size_t n;
+    if (size_mul_overflow(n_rows, cols, &n)) return err_fail(err, QVL_ERR_LIMIT, "%s: the row count overflows", label);
+    const size_t i = first_nonfinite_f32(rows, n);
+    if (i == n) return QVL_OK;
+    return err_fail(err, QVL_ERR_NONFINITE, "%s: row %zu, column %zu is %s; pixel rows must be finite", label,
+                    i / cols, i % cols, nonfinite_name(rows[i]));
+}
+
+/* The outputs of an encode: [rows, cols] float32 (row stride ld) must be finite; NaN weights or an overflow in the
+ * tower would otherwise return NaN embeddings as a success. */
+static qvl_status out_finite(const float *out, size_t rows, size_t cols, size_t ld, const char *what, qvl_error *err) {
+    for (size_t r = 0; r < rows; r++) {
+        const size_t j = first_nonfinite_f32(out + r * ld, cols);
+        if (j < cols)
+            return err_fail(err, QVL_ERR_NONFINITE, "qvl_encode: the tower's output is not finite: %s token %zu, "
+                            "column %zu is %s (non-finite weights, or activations past the float32 range)", what, r, j,
+                            nonfinite_name(out[r * ld + j]));
+    }
+    return QVL_OK;
+}
+
 qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_grid *grids, size_t n_grids,
                       float *merged, float *const *deepstack, qvl_error *err) {
     err_clear(err);
@@ -526,7 +586,16 @@ qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_
     sink.dst[0] = merged;
     for (int d = 0; d < k->n_deepstack; d++) /* a DeepStack feature the caller skips still reaches the tap */
         sink.dst[1 + d] = deepstack && deepstack[d] ? deepstack[d] : c->tap ? c->ds : NULL;
-    return tower_encode(c, pixels, NULL, n_rows, grids, n_grids, &sink, 1, err);
+    TRY(tower_encode(c, pixels, NULL, n_rows, grids, n_grids, &sink, 1, err));
+    const size_t O = (size_t)k->out_hidden;
+    TRY(out_finite(merged, sink.n, O, O, "merged", err));
+    for (int d = 0; d < k->n_deepstack; d++)
+        if (deepstack && deepstack[d]) {
+            char what[32];
+            snprintf(what, sizeof what, "deepstack%d", d);
+            TRY(out_finite(deepstack[d], sink.n, O, O, what, err));
+        }
+    return QVL_OK;
 }
 
 qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const qvl_grid *grids, size_t n_grids,

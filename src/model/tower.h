@@ -28,6 +28,12 @@ qvl_status tower_check_grid(int merge, const qvl_grid *g, const char *label, qvl
 size_t tower_scratch_bytes(const qvl_ctx *c, size_t rows, int stage);
 qvl_status tower_reserve(qvl_ctx *c, size_t rows, int stage, qvl_error *err);
 thread_pool *ctx_pool(qvl_ctx *c);
+/* The context's resource limits (qvl_ctx_params.limits, taken at create). */
+const qvl_limits *ctx_limits(const qvl_ctx *c);
+/* Grids against limits: each t·h·w ≤ max_item_patches, their sum ≤ max_call_patches (qvl_limits_check_grids). */
+qvl_status limits_check_grids(const qvl_limits *l, const qvl_grid *grids, size_t n_grids, qvl_error *err);
+/* QVL_ERR_NONFINITE naming `label`, the row and the column of the first NaN or infinity in rows [n_rows, cols]. */
+qvl_status rows_finite(const float *rows, size_t n_rows, size_t cols, const char *label, qvl_error *err);
 const qvl_model *ctx_model(const qvl_ctx *c);
 
 #endif

@@ -231,7 +231,22 @@ int main(void) {
     snprintf(d, sizeof d, "%s/bad-json", g_root);
     copy_config(good, d);
     write_text(d, "config.json", "{\"model_type\": \"qwen3_vl\", ");
-    expect_load_error(d, QVL_ERR_FORMAT, "not a JSON object");
+    expect_load_error(d, QVL_ERR_FORMAT, "invalid JSON: syntax error at byte 26 of 27 (line 1, column 27)");
+    /* invalid, too deep and not an object each say so (they all said "not a JSON object") */
+    write_text(d, "config.json", "[1, 2]");
+    expect_load_error(d, QVL_ERR_FORMAT, "not a JSON object: the top-level value is a list of 2");
+    write_text(d, "config.json", "{\"model_type\": \"qwen3_vl\"} x");
+    expect_load_error(d, QVL_ERR_FORMAT, "invalid JSON: trailing bytes after the value (at byte 27 of 28)");
+    {
+        static char deep[2 * 1100 + 8];
+        size_t k = 0;
+        deep[k++] = '{', deep[k++] = '"', deep[k++] = 'a', deep[k++] = '"', deep[k++] = ':';
+        for (int i = 0; i < 1100; i++) deep[k++] = '[';
+        for (int i = 0; i < 1100; i++) deep[k++] = ']';
+        deep[k++] = '}', deep[k] = '\0';
+        write_text(d, "config.json", deep);
+        expect_load_error(d, QVL_ERR_FORMAT, "JSON nested more than 1000 levels deep (at byte 1004 of 2206)");
+    }
 
     snprintf(d, sizeof d, "%s/other-family", g_root);
     copy_config(good, d);

@@ -1,0 +1,116 @@
+/* limits.c — see limits.h. */
+#include "core/limits.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/params.h"
+
+void limits_defaults(qvl_limits *l) {
+    memset(l, 0, sizeof *l);
+    l->struct_size = sizeof *l;
+    l->max_image_pixels = LIMIT_DEF_IMAGE_PIXELS;
+    l->max_canvas_pixels = LIMIT_DEF_CANVAS_PIXELS;
+    l->max_input_bytes = LIMIT_DEF_INPUT_BYTES;
+    l->max_png_chunk_bytes = LIMIT_DEF_PNG_CHUNK_BYTES;
+    l->max_jpeg_scans = LIMIT_DEF_JPEG_SCANS;
+    l->max_video_frames = LIMIT_DEF_VIDEO_FRAMES;
+    l->max_video_pixels = LIMIT_DEF_VIDEO_PIXELS;
+    l->max_item_patches = LIMIT_DEF_ITEM_PATCHES;
+    l->max_call_patches = LIMIT_DEF_CALL_PATCHES;
+}
+
+void qvl_limits_init(qvl_limits *p, size_t struct_size) {
+    qvl_limits d;
+    limits_defaults(&d);
+    params_init(p, struct_size, &d, sizeof d);
+}
+
+qvl_status limits_take(qvl_limits *full, const qvl_limits *p, const char *what, qvl_error *err) {
+    limits_defaults(full);
+    TRY(params_take(full, sizeof *full, p, "qvl_limits", err));
+    const struct {
+        const char *name;
+        uint64_t v;
+    } f[] = {{"max_image_pixels", full->max_image_pixels},   {"max_canvas_pixels", full->max_canvas_pixels},
+             {"max_input_bytes", full->max_input_bytes},     {"max_png_chunk_bytes", full->max_png_chunk_bytes},
+             {"max_jpeg_scans", full->max_jpeg_scans},       {"max_video_frames", full->max_video_frames},
+             {"max_video_pixels", full->max_video_pixels},   {"max_item_patches", full->max_item_patches},
+             {"max_call_patches", full->max_call_patches}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v == 0)
+            return err_fail(err, QVL_ERR_INVALID_ARG, "%s: %s is 0; every limit must be at least 1", what, f[i].name);
+    return QVL_OK;
+}
+
+#define MIN_INTO(a, b, f) ((a)->f = (b)->f < (a)->f ? (b)->f : (a)->f)
+void limits_min(qvl_limits *a, const qvl_limits *b) {
+    MIN_INTO(a, b, max_image_pixels);
+    MIN_INTO(a, b, max_canvas_pixels);
+    MIN_INTO(a, b, max_input_bytes);
+    MIN_INTO(a, b, max_png_chunk_bytes);
+    MIN_INTO(a, b, max_jpeg_scans);
+    MIN_INTO(a, b, max_video_frames);
+    MIN_INTO(a, b, max_video_pixels);
+    MIN_INTO(a, b, max_item_patches);
+    MIN_INTO(a, b, max_call_patches);
+}
+
+qvl_status limit_fail(qvl_error *err, const char *name, uint64_t limit, const char *fmt, ...) {
+    char cause[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cause, sizeof cause, fmt, ap);
+    va_end(ap);
+    if (strchr(name, '.'))
+        return err_fail(err, QVL_ERR_LIMIT, "%s (limit %s = %llu; raise it to accept this input)", cause, name,
+                        (unsigned long long)limit);
+    return err_fail(err, QVL_ERR_LIMIT,
+                    "%s (limit %s = %llu; raise qvl_limits.%s, or pass --limit %s=N to qvl)", cause, name,
+                    (unsigned long long)limit, name, name);
+}
+
+const char *nonfinite_name(float v) { return isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf"; }
+
+size_t first_nonfinite_f32(const void *data, size_t n) {
+    const unsigned char *x = data;
+    /* blocks of 64: the common all-finite case runs as a branch-free OR of exponent tests */
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint32_t bad = 0;
+        for (size_t j = 0; j < 64; j++) {
+            uint32_t u;
+            memcpy(&u, x + 4 * (i + j), 4);
+            bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+        }
+        if (bad) break;
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + 4 * i, 4);
+        if ((u & 0x7f800000u) == 0x7f800000u) return i;
+    }
+    return n;
+}
+
+static inline uint16_t ld16(const unsigned char *p) {
+    uint16_t v;
+    memcpy(&v, p, 2); /* mapped weights need not be 2-byte aligned */
+    return v;
+}
+
+size_t first_nonfinite_16(const void *data, size_t n, int bf16) {
+    const unsigned char *x = data;
+    const uint16_t e = bf16 ? 0x7f80u : 0x7c00u;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        unsigned bad = 0;
+        for (size_t j = 0; j < 64; j++) bad |= (unsigned)((ld16(x + 2 * (i + j)) & e) == e);
+        if (bad) break;
+    }
+    for (; i < n; i++)
+        if ((ld16(x + 2 * i) & e) == e) return i;
+    return n;
+}
