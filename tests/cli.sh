@@ -178,6 +178,36 @@ expect 1 "encode junk input" "$QVL" encode --model "$T/hf" --pixels "$T/junk.npy
 one_line_error "encode junk input"
 if [[ ! -e $T/e.npy ]]; then ok; else bad "a failed encode left an output file"; fi
 
+# ---- limits and non-finite values (docs/SECURITY.md) ------------------------------------------------------------
+# A grid far past the per-item limit is refused from the grid alone, before the rows are read.
+expect 2 "encode huge grid" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,16384,16384 -o "$T/e.npy"
+one_line_error "encode huge grid"
+has "huge grid names the limit" "$T/err" "268435456 patch rows.*max_item_patches = 262144.*--limit max_item_patches=N"
+expect 2 "encode grid over a lowered limit" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 \
+    --limit max_item_patches=8 -o "$T/e.npy"
+has "lowered limit" "$T/err" "16 patch rows.*max_item_patches = 8"
+expect 0 "encode under a raised limit" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 \
+    --limit max_call_patches=16 -o "$T/lim.npy"
+expect 2 "bad --limit name" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 --limit max_bogus=1 -o "$T/e.npy"
+one_line_error "bad --limit name"
+expect 2 "--limit 0" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 --limit max_jpeg_scans=0 -o "$T/e.npy"
+# --min-pixels above --max-pixels is refused as the config parser refuses it; --size above the budget too.
+expect 2 "min above max pixels" "$QVL" encode --model "$T/hf" --min-pixels 100000 --max-pixels 50000 x.png -o "$T/e.st"
+one_line_error "min above max pixels"
+has "min above max names both" "$T/err" "error: --min-pixels 100000 is above --max-pixels 50000"
+expect 2 "size above max pixels" "$QVL" encode --model "$T/hf" --size 4096x4096 --max-pixels 50000 x.png -o "$T/e.st"
+has "size above the budget" "$T/err" "error: --size 4096x4096 is 16777216 pixels, above --max-pixels 50000"
+# NaN and infinity in --pixels rows: refused, naming the row and column, with a status of their own.
+write_npy "$T/px_nan.npy" 16 1536
+nan_dict="{'descr': '<f4', 'fortran_order': False, 'shape': (16, 1536), }"
+hdr_bytes=$(((10 + ${#nan_dict} + 1 + 63) / 64 * 64))
+off=$((hdr_bytes + (3 * 1536 + 7) * 4))
+printf '\x00\x00\xc0\x7f' | dd of="$T/px_nan.npy" bs=1 seek=$off conv=notrunc status=none
+expect 1 "encode NaN rows" "$QVL" encode --model "$T/hf" --pixels "$T/px_nan.npy" --grid 1,4,4 -o "$T/e.npy"
+one_line_error "encode NaN rows"
+has "NaN row named" "$T/err" "row 3, column 7 is NaN"
+if [[ ! -e $T/e.npy ]]; then ok; else bad "a NaN input left an output file"; fi
+
 # ---- bench: every case kind once, on the tiny model (timings are not checked, only that each case ran) ---------
 expect 0 "bench tiny" "$QVL" bench --model "$T/hf" --sizes 32 --video 2x32 --batch 2x32 --repeat 1 --threads 1
 out_has "bench header" "^threads: 1, kernels: [a-z0-9]+, measured f32 FMA peak: [0-9.]+ GFLOP/s"

@@ -11,6 +11,12 @@
  *   WebP tests/data/images/webp_anim.webp with its VP8X canvas set to 16383x16383.
  * Every one must fail with QVL_ERR_LIMIT (or FORMAT where noted) and a message naming the file and the limit, in
  * under a second, with the process's peak RSS (getrusage) growing by less than 64 MiB.
+ * Then the limits as an API (qvl_limits), on the tiny synthetic model and without decoders: defaults, refusal of
+ * zero limits, grids over max_item_patches / max_call_patches refused by qvl_encode, plans and
+ * qvl_limits_check_grids before any allocation, a plan's limits lowering (never raising) its ctx's, PIXELS and
+ * FRAMES items over the image and video limits, lowered decoder limits (scans, PNG chunks, canvas, input bytes);
+ * NaN / infinity in ROWS items, qvl_encode input, weights (at load, naming the tensor) and outputs
+ * (QVL_ERR_NONFINITE); an exact size above the budget; min_pixels in preprocessor_config.json bounded.
  * With QVL_TEST_LIMITS_OUT set to a directory the files are also written there (how fuzz/corpus/decode/limit_*
  * were made). */
 #include <stdint.h>
@@ -18,8 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <fcntl.h>
+#include <math.h>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "io/safetensors.h"
 #include "qvl.h"
 #include "testutil.h"
 
@@ -31,6 +43,7 @@
 #define MAX_SECONDS 1.0
 
 static char g_dir[4096];
+static const qvl_limits *g_lim; /* limits expect() decodes under (NULL: the defaults) */
 
 static long peak_kib(void) {
     struct rusage ru;
@@ -61,6 +74,7 @@ static void expect(const char *name, const uint8_t *d, size_t n, uint64_t max_pi
     qvl_decode_params p;
     qvl_decode_params_default(&p);
     if (max_pixels) p.max_pixels = max_pixels;
+    p.limits = g_lim;
     qvl_image img;
     qvl_error err;
     err_clear(&err);
@@ -188,6 +202,14 @@ static void test_jpeg(void) {
     free(d);
     d = jpeg_scans(32, 32, 500, &n);
     expect("limit_500_scans.jpg", d, n, 0, QVL_OK, NULL);
+    /* a server's lower scan limit */
+    qvl_limits l;
+    qvl_limits_default(&l);
+    l.max_jpeg_scans = 100;
+    g_lim = &l;
+    const char *low[] = {"100 scans", "at scan 101", "max_jpeg_scans = 100", "--limit max_jpeg_scans=N", NULL};
+    expect("limit_100_scans.jpg", d, n, 0, QVL_ERR_LIMIT, low);
+    g_lim = NULL;
     free(d);
 }
 #endif
@@ -241,15 +263,351 @@ static void test_webp(void) {
     expect("limit_canvas.webp", b, n, 0, QVL_ERR_LIMIT, canvas);
 }
 
-int main(void) {
-    if (!QVL_WITH_MEDIA) {
-        printf("test_limits: skipped, built without image decoders (QVL_MEDIA=OFF)\n");
-        return TU_SKIP;
+
+/* Decoder limits lowered through qvl_decode_params.limits, and each message naming the setting that binds. */
+static void test_decode_limits(void) {
+    qvl_limits l;
+    qvl_limits_default(&l);
+    uint8_t b[64];
+    g_lim = &l;
+    l.max_png_chunk_bytes = 64;
+    size_t n = png_bomb(b, 1, 1, "tEXt", 100);
+    const char *chunk[] = {"claims 100 bytes", "max_png_chunk_bytes = 64", NULL};
+    expect("limit_chunk_64.png", b, n, 0, QVL_ERR_LIMIT, chunk);
+    l.max_png_chunk_bytes = 8 << 20;
+    n = png_bomb(b, 1, 1000, "tEXt", 0); /* the image limit set by max_pixels: named as such */
+    const char *side[] = {"999 pixels", "qvl_decode_params.max_pixels = 999", NULL};
+    expect("limit_side_named.png", b, n, 999, QVL_ERR_LIMIT, side);
+    l.max_image_pixels = 999;
+    const char *side2[] = {"999 pixels", "limit max_image_pixels = 999", NULL};
+    expect("limit_side_lim.png", b, n, 0, QVL_ERR_LIMIT, side2);
+    l.max_image_pixels = 178956970;
+    l.max_canvas_pixels = 5000; /* the 1x1 frame at (99, 99): a 100x100 canvas, within the image limit */
+    n = gif_frame(b, 1, 1, 99, 99);
+    const char *canvas[] = {"GIF canvas", "100x100", "max_canvas_pixels = 5000", NULL};
+    expect("limit_canvas_5000.gif", b, n, 0, QVL_ERR_LIMIT, canvas);
+    l.max_canvas_pixels = 178956970;
+    l.max_input_bytes = 20;
+    const char *bytes[] = {"max_input_bytes = 20", NULL};
+    expect("limit_bytes.gif", b, n, 0, QVL_ERR_LIMIT, bytes);
+    qvl_image img;
+    qvl_error err;
+    qvl_decode_params dp;
+    qvl_decode_params_default(&dp);
+    dp.limits = &l;
+    CHECK(qvl_image_decode(b, n, &dp, &img, &err) == QVL_ERR_LIMIT && strstr(err.message, "is 29 bytes") != NULL);
+    g_lim = NULL;
+    l.max_input_bytes = 0;
+    CHECK(qvl_image_decode(b, n, &dp, &img, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "max_input_bytes is 0"));
+}
+
+/* ---- limits as an API ------------------------------------------------------------------------------------------ */
+
+static char g_model[4096 + 32];
+
+/* err holds `want` with a message that has every string of `needles` (NULL-terminated). */
+static int is_err(qvl_status s, const qvl_error *err, qvl_status want, const char *const *needles) {
+    int ok = s == want && err->status == want;
+    for (size_t i = 0; needles && needles[i]; i++) ok = ok && strstr(err->message, needles[i]) != NULL;
+    if (!ok) fprintf(stderr, "  got %s: %s\n", qvl_status_name(s), err->message);
+    return ok;
+}
+
+static void test_limits_struct(void) {
+    qvl_limits l;
+    qvl_limits_default(&l);
+    CHECK(l.struct_size == sizeof l);
+    CHECK(l.max_image_pixels == 178956970u && l.max_canvas_pixels == 178956970u);
+    CHECK(l.max_input_bytes == (uint64_t)1 << 31 && l.max_png_chunk_bytes == (uint64_t)8 << 20);
+    CHECK(l.max_jpeg_scans == 500 && l.max_video_frames == 4096 && l.max_video_pixels == (uint64_t)1 << 30);
+    CHECK(l.max_item_patches == 262144 && l.max_call_patches == 1048576);
+    qvl_grid g[2] = {{1, 16384, 16384}, {1, 4, 4}};
+    qvl_error err;
+    const char *item[] = {"grid 0", "268435456 patch rows", "max_item_patches = 262144", "--limit max_item_patches=N",
+                          NULL};
+    CHECK(is_err(qvl_limits_check_grids(NULL, g, 1, &err), &err, QVL_ERR_LIMIT, item));
+    l.max_call_patches = 20;
+    g[0] = (qvl_grid){1, 2, 8};
+    const char *call[] = {"grids 0..1", "32 patch rows", "max_call_patches = 20", NULL};
+    CHECK(is_err(qvl_limits_check_grids(&l, g, 2, &err), &err, QVL_ERR_LIMIT, call));
+    CHECK(qvl_limits_check_grids(&l, g, 1, &err) == QVL_OK && err.status == QVL_OK);
+    l.max_jpeg_scans = 0;
+    const char *zero[] = {"max_jpeg_scans is 0", NULL};
+    CHECK(is_err(qvl_limits_check_grids(&l, g, 1, &err), &err, QVL_ERR_INVALID_ARG, zero));
+    qvl_limits z;
+    memset(&z, 0, sizeof z);
+    CHECK(qvl_limits_check_grids(&z, g, 1, &err) == QVL_ERR_INVALID_ARG);
+}
+
+static qvl_model *load_model(const char *dir, qvl_error *err) {
+    qvl_model *m = NULL;
+    if (qvl_model_load(dir, NULL, &m, err) != QVL_OK) return NULL;
+    return m;
+}
+
+/* A grid of 268 M rows handed to qvl_encode: refused from the grid alone, before the scratch for it is sized or any
+ * pixel is read (the 16-float buffer behind it would be overrun otherwise); then a ctx whose limits were lowered. */
+static void test_encode_limits(qvl_model *m) {
+    qvl_ctx *ctx;
+    qvl_error err;
+    CHECK(qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
+    if (!ctx) return;
+    float few[16] = {0}, out[16];
+    qvl_grid big = {1, 16384, 16384};
+    long before = peak_kib();
+    qvl_status s = qvl_encode(ctx, few, (size_t)16384 * 16384, &big, 1, out, NULL, &err);
+    const char *want[] = {"268435456 patch rows", "max_item_patches", NULL};
+    CHECK(is_err(s, &err, QVL_ERR_LIMIT, want));
+    CHECK(peak_kib() - before < MAX_GROWTH_KIB);
+    CHECK(qvl_ctx_scratch_size(ctx) == 0);
+    qvl_ctx_free(ctx);
+
+    qvl_limits l;
+    qvl_limits_default(&l);
+    l.max_call_patches = 32;
+    l.max_item_patches = 24;
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    cp.limits = &l;
+    CHECK(qvl_ctx_create(m, &cp, &ctx, &err) == QVL_OK);
+    l.max_call_patches = 1; /* copied at create: later changes do not reach the ctx */
+    if (!ctx) return;
+    const size_t row_len = 1536;
+    float *px = calloc(40 * row_len, sizeof *px), *o = calloc(10 * 96, sizeof *o);
+    qvl_grid two[2] = {{1, 4, 4}, {1, 4, 6}};
+    const char *call[] = {"40 patch rows", "max_call_patches = 32", NULL};
+    CHECK(is_err(qvl_encode(ctx, px, 40, two, 2, o, NULL, &err), &err, QVL_ERR_LIMIT, call));
+    qvl_grid wide = {1, 2, 16};
+    const char *item[] = {"32 patch rows", "max_item_patches = 24", NULL};
+    CHECK(is_err(qvl_encode(ctx, px, 32, &wide, 1, o, NULL, &err), &err, QVL_ERR_LIMIT, item));
+    CHECK(qvl_encode(ctx, px, 24, &two[1], 1, o, NULL, &err) == QVL_OK);
+
+    /* plans on that ctx: the plan's own limits lower the ctx's, never raise them */
+    qvl_item it[3];
+    qvl_grid g[3] = {{1, 4, 4}, {1, 4, 4}, {1, 2, 16}};
+    for (int i = 0; i < 3; i++) {
+        qvl_item_default(&it[i]);
+        it[i].kind = QVL_ITEM_ROWS;
+        it[i].rows = px;
+        it[i].grid = g[i];
     }
+    qvl_limits raise;
+    qvl_limits_default(&raise); /* every field above the ctx's: the ctx's stay */
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.limits = &raise;
+    qvl_plan *plan = NULL;
+    CHECK(qvl_plan_create(ctx, it, 3, &pp, &plan, &err) == QVL_OK);
+    qvl_item_info info;
+    qvl_plan_item(plan, 0, &info);
+    CHECK(info.status == QVL_OK);
+    qvl_plan_item(plan, 1, &info); /* 16 + 16 = 32 rows: at the limit */
+    CHECK(info.status == QVL_OK);
+    qvl_plan_item(plan, 2, &info);
+    CHECK(info.status == QVL_ERR_LIMIT && strstr(info.message, "max_item_patches = 24") != NULL);
+    qvl_plan_free(plan);
+    raise.max_call_patches = 20; /* lowered by the plan: the second item no longer fits */
+    CHECK(qvl_plan_create(ctx, it, 2, &pp, &plan, &err) == QVL_OK);
+    qvl_plan_item(plan, 1, &info);
+    CHECK(info.status == QVL_ERR_LIMIT && strstr(info.message, "adds 16 patch rows to the 16") != NULL &&
+          strstr(info.message, "max_call_patches = 20") != NULL);
+    printf("  plan over its call limit: %s\n", info.message);
+    qvl_plan_free(plan);
+    free(px);
+    free(o);
+    qvl_ctx_free(ctx);
+}
+
+/* PIXELS and FRAMES items over the image / video limits fail before anything is copied. */
+static void test_item_limits(qvl_model *m) {
+    qvl_ctx *ctx;
+    qvl_error err;
+    CHECK(qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
+    if (!ctx) return;
+    static uint8_t rgb[64 * 64 * 3];
+    qvl_limits l;
+    qvl_limits_default(&l);
+    l.max_image_pixels = 64 * 63;
+    l.max_video_frames = 3;
+    l.max_video_pixels = 2 * 64 * 64;
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.limits = &l;
+    qvl_pixels px = {rgb, 64, 64, 3, 0};
+    qvl_pixels frames[4] = {px, px, px, px};
+    qvl_item it[3];
+    for (int i = 0; i < 3; i++) qvl_item_default(&it[i]);
+    it[0].kind = QVL_ITEM_PIXELS, it[0].image = px;
+    it[1].kind = QVL_ITEM_FRAMES, it[1].frames = frames, it[1].n_frames = 4;
+    it[2].kind = QVL_ITEM_FRAMES, it[2].frames = frames, it[2].n_frames = 3;
+    qvl_plan *plan = NULL;
+    CHECK(qvl_plan_create(ctx, it, 3, &pp, &plan, &err) == QVL_OK);
+    qvl_item_info info;
+    const char *want[3] = {"max_image_pixels = 4032", "max_video_frames = 3", "max_video_pixels = 8192"};
+    for (size_t i = 0; i < 3; i++) {
+        qvl_plan_item(plan, i, &info);
+        printf("  item %zu: %s\n", i, info.message);
+        CHECK(info.status == QVL_ERR_LIMIT && strstr(info.message, want[i]) != NULL);
+    }
+    qvl_plan_free(plan);
+    qvl_ctx_free(ctx);
+}
+
+/* NaN and infinity: in ROWS items and qvl_encode input (refused, naming the row and column), and in the output of
+ * finite but huge rows (the patch GEMM overflows to infinity, which becomes NaN downstream). */
+static void test_nonfinite_rows(qvl_model *m) {
+    qvl_ctx *ctx;
+    qvl_error err;
+    CHECK(qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
+    if (!ctx) return;
+    const size_t row_len = 1536;
+    float *px = calloc(16 * row_len, sizeof *px), *out = calloc(4 * 96, sizeof *out);
+    qvl_grid g = {1, 4, 4};
+    px[3 * row_len + 7] = NAN;
+    const char *nan_at[] = {"row 3, column 7 is NaN", NULL};
+    CHECK(is_err(qvl_encode(ctx, px, 16, &g, 1, out, NULL, &err), &err, QVL_ERR_NONFINITE, nan_at));
+    CHECK(strcmp(qvl_status_name(QVL_ERR_NONFINITE), "non-finite value") == 0);
+    px[3 * row_len + 7] = 0;
+    px[15 * row_len + 1535] = -INFINITY;
+    qvl_item it;
+    qvl_item_default(&it);
+    it.kind = QVL_ITEM_ROWS, it.rows = px, it.grid = g;
+    qvl_plan *plan = NULL;
+    CHECK(qvl_plan_create(ctx, &it, 1, NULL, &plan, &err) == QVL_OK);
+    qvl_item_info info;
+    qvl_plan_item(plan, 0, &info);
+    CHECK(info.status == QVL_ERR_NONFINITE && strstr(info.message, "row 15, column 1535 is -inf") != NULL);
+    qvl_plan_free(plan);
+    /* finite rows whose patch embedding overflows: the output is flagged */
+    for (size_t i = 0; i < 16 * row_len; i++) px[i] = 3e38f;
+    const char *out_bad[] = {"the tower's output is not finite", "merged token 0", NULL};
+    CHECK(is_err(qvl_encode(ctx, px, 16, &g, 1, out, NULL, &err), &err, QVL_ERR_NONFINITE, out_bad));
+    CHECK(qvl_plan_create(ctx, &it, 1, NULL, &plan, &err) == QVL_OK);
+    void *o = malloc(4096 * 4);
+    qvl_plan_item(plan, 0, &info);
+    CHECK(info.status == QVL_OK && info.out_bytes <= 4096 * 4);
+    CHECK(qvl_plan_encode(ctx, plan, &o, &err) == QVL_ERR_NONFINITE);
+    qvl_plan_item(plan, 0, &info);
+    printf("  huge rows: %s\n", info.message);
+    CHECK(info.status == QVL_ERR_NONFINITE && strstr(info.message, "not finite") != NULL);
+    qvl_plan_free(plan);
+    free(o);
+    free(px);
+    free(out);
+    qvl_ctx_free(ctx);
+}
+
+/* One bf16 value of tensor `name` in dir/model.safetensors set to `bits`. */
+static void poke_bf16(const char *dir, const char *name, size_t index, uint16_t bits) {
+    char path[4096 + 64];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_file *f = NULL;
+    qvl_error err;
+    CHECK(st_open(path, &f, &err) == QVL_OK);
+    if (!f) return;
+    const st_tensor *t = st_find(f, name);
+    CHECK(t != NULL);
+    off_t off = t ? (off_t)((const unsigned char *)t->data - (const unsigned char *)f->map) + (off_t)(2 * index) : 0;
+    st_close(f);
+    if (!t) return;
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0);
+    uint8_t b[2] = {(uint8_t)bits, (uint8_t)(bits >> 8)};
+    CHECK(pwrite(fd, b, 2, off) == 2);
+    close(fd);
+}
+
+static void test_nonfinite_weights(void) {
+    char dir[4096 + 64];
+    snprintf(dir, sizeof dir, "%s/nan-model", g_dir);
+    qvl_synth_params sp;
+    qvl_synth_params_default(&sp);
+    qvl_error err;
+    CHECK(qvl_synth_write(&sp, dir, &err) == QVL_OK);
+    poke_bf16(dir, "model.visual.blocks.2.mlp.linear_fc1.weight", 64 * 5 + 9, 0x7fc0); /* NaN at row 5, column 9 */
+    qvl_model *m = (qvl_model *)1;
+    qvl_status s = qvl_model_load(dir, NULL, &m, &err);
+    printf("  NaN weight: %s\n", err.message);
+    const char *w[] = {"blocks.2.mlp.linear_fc1.weight", "element 329 (row 5, column 9)", NULL};
+    CHECK(is_err(s, &err, QVL_ERR_NONFINITE, w) && m == NULL);
+    poke_bf16(dir, "model.visual.blocks.2.mlp.linear_fc1.weight", 64 * 5 + 9, 0x3f80);
+    poke_bf16(dir, "model.visual.blocks.1.attn.qkv.bias", 17, 0xff80); /* -inf in a bias */
+    s = qvl_model_load(dir, NULL, &m, &err);
+    printf("  inf bias: %s\n", err.message);
+    const char *b[] = {"blocks.1.attn.qkv.bias", "element 17", NULL};
+    CHECK(is_err(s, &err, QVL_ERR_NONFINITE, b) && m == NULL);
+    poke_bf16(dir, "model.visual.blocks.1.attn.qkv.bias", 17, 0);
+    CHECK(qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
+    qvl_model_free(m);
+}
+
+/* An exact size above the budget, non-finite normalisation, and a min_pixels that would blow up every image. */
+static void test_preprocess_limits(void) {
+    static uint8_t rgb[64 * 64 * 3];
+    qvl_image img = {64, 64, rgb};
+    qvl_preprocess_params p;
+    qvl_preprocess_params_default(&p);
+    p.size_h = p.size_w = 8192;
+    qvl_grid g;
+    qvl_error err;
+    const char *size[] = {"8192x8192 is 67108864 pixels", "max_pixels 16777216", NULL};
+    CHECK(is_err(qvl_image_grid(&img, &p, &g, &err), &err, QVL_ERR_LIMIT, size));
+    p.size_h = p.size_w = 4096;
+    CHECK(qvl_image_grid(&img, &p, &g, &err) == QVL_OK && g.h == 256);
+    p.size_h = p.size_w = 0;
+    p.image_mean[1] = NAN;
+    CHECK(qvl_image_grid(&img, &p, &g, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "image_mean[1]"));
+
+    char dir[4096 + 64], path[4096 + 128];
+    snprintf(dir, sizeof dir, "%s/bigmin", g_dir);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"min_pixels\": 400000000, \"max_pixels\": 1000000000000}", f);
+    fclose(f);
+    qvl_preprocess_params_default(&p);
+    qvl_status s = qvl_preprocess_params_load(dir, &p, NULL, &err);
+    printf("  min_pixels 4e8: %s\n", err.message);
+    const char *minp[] = {"min pixels", "400000000", "1562500 patch rows", "max_item_patches", NULL};
+    CHECK(is_err(s, &err, QVL_ERR_LIMIT, minp));
+    f = fopen(path, "w");
+    fputs("{\"min_pixels\": 67108864, \"max_pixels\": 1000000000000}", f); /* 262144 patch rows: at the limit */
+    fclose(f);
+    CHECK(qvl_preprocess_params_load(dir, &p, NULL, &err) == QVL_OK && p.min_pixels == 67108864);
+}
+
+static void test_api(void) {
+    test_limits_struct();
+    snprintf(g_model, sizeof g_model, "%s/tiny", g_dir);
+    qvl_synth_params sp;
+    qvl_synth_params_default(&sp);
+    qvl_error err;
+    CHECK(qvl_synth_write(&sp, g_model, &err) == QVL_OK);
+    qvl_model *m = load_model(g_model, &err);
+    CHECK(m != NULL);
+    if (m) {
+        test_encode_limits(m);
+        test_item_limits(m);
+        test_nonfinite_rows(m);
+    }
+    qvl_model_free(m);
+    test_nonfinite_weights();
+    test_preprocess_limits();
+}
+
+int main(void) {
     CHECK(tu_tmpdir(g_dir, sizeof g_dir) != NULL);
-    test_png();
-    test_gif();
-    test_webp();
+    test_api();
+    if (QVL_WITH_MEDIA) {
+        test_png();
+        test_gif();
+        test_webp();
+        test_decode_limits();
+    } else {
+        printf("test_limits: decoder cases skipped, built without image decoders (QVL_MEDIA=OFF)\n");
+    }
 #if QVL_WITH_MEDIA
     test_jpeg();
 #endif
