@@ -453,6 +453,39 @@ static void test_item_limits(qvl_model *m) {
     qvl_ctx_free(ctx);
 }
 
+/* A video of frame images (BMP: read in every build) over the frame and video-pixel limits: refused from the
+ * sampled count and the first frame's size, before the frames are allocated. */
+static void test_video_limits(void) {
+    char paths[3][4096 + 64];
+    const char *pp[3];
+    uint8_t bmp[54 + 8 * 8 * 3] = {'B', 'M'};
+    bmp[2] = sizeof bmp, bmp[10] = 54, bmp[14] = 40, bmp[18] = 8, bmp[22] = 8, bmp[26] = 1, bmp[28] = 24;
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "frame%d.bmp", i);
+        put_file(g_dir, name, bmp, sizeof bmp, paths[i], sizeof paths[i]);
+        pp[i] = paths[i];
+    }
+    qvl_limits l;
+    qvl_limits_default(&l);
+    l.max_video_frames = 2;
+    qvl_video_params vp;
+    qvl_video_params_default(&vp);
+    vp.limits = &l;
+    vp.num_frames = 3;
+    qvl_video v;
+    qvl_error err;
+    const char *frames[] = {"sampling picks 3 frames", "max_video_frames = 2", NULL};
+    CHECK(is_err(qvl_video_from_images(pp, 3, &vp, &v, &err), &err, QVL_ERR_LIMIT, frames));
+    l.max_video_frames = 3;
+    l.max_video_pixels = 3 * 64 - 1;
+    const char *pixels[] = {"3 frames of 8x8", "max_video_pixels = 191", NULL};
+    CHECK(is_err(qvl_video_from_images(pp, 3, &vp, &v, &err), &err, QVL_ERR_LIMIT, pixels));
+    l.max_video_pixels = 3 * 64;
+    CHECK(qvl_video_from_images(pp, 3, &vp, &v, &err) == QVL_OK && v.n_frames == 3);
+    qvl_video_free(&v);
+}
+
 /* NaN and infinity: in ROWS items and qvl_encode input (refused, naming the row and column), and in the output of
  * finite but huge rows (the patch GEMM overflows to infinity, which becomes NaN downstream). */
 static void test_nonfinite_rows(qvl_model *m) {
@@ -595,6 +628,7 @@ static void test_api(void) {
     qvl_model_free(m);
     test_nonfinite_weights();
     test_preprocess_limits();
+    test_video_limits();
 }
 
 int main(void) {
