@@ -341,14 +341,15 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     if (it->preprocess) TRY(preprocess_params_take(&s.pp, it->preprocess, err));
     if (it->video) TRY(video_params_take(&s.vp, it->video, err));
     if (it->decode) TRY(decode_params_take(&s.dp, it->decode, err));
-    /* The plan's limits, lowered by any the item's own decode / video params give; every decoder sees these. */
+    /* The plan's limits, lowered by any the decode / video params (the item's, else the plan's) give; every decoder
+     * sees these. The pointers are the caller's, read during this call only. */
     qvl_limits lim = *plan_lim, own;
-    if (it->decode && s.dp.limits) {
-        TRY(limits_take(&own, s.dp.limits, "qvl_item.decode->limits", err));
+    if (s.dp.limits) {
+        TRY(limits_take(&own, s.dp.limits, "qvl_decode_params.limits", err));
         limits_min(&lim, &own);
     }
-    if (it->video && s.vp.limits) {
-        TRY(limits_take(&own, s.vp.limits, "qvl_item.video->limits", err));
+    if (s.vp.limits) {
+        TRY(limits_take(&own, s.vp.limits, "qvl_video_params.limits", err));
         limits_min(&lim, &own);
     }
     s.dp.limits = &lim;
