@@ -115,7 +115,8 @@ QVL_API const char *qvl_dtype_name(qvl_dtype d);
  *
  * What one input or one call may cost, each checked before the memory it bounds is allocated, with the cost derived
  * from headers (image and canvas sizes, frame counts) and grids. A limit that is exceeded fails the item (or the
- * call) with QVL_ERR_LIMIT and a message naming the field, the value found and the limit. Limits are given to
+ * call) with QVL_ERR_LIMIT and a message naming the field, the value found, the limit and how to raise it (the
+ * field of qvl_limits; `qvl encode --limit NAME=N`). Limits are given to
  *   qvl_ctx_params.limits   the context's ceiling: qvl_encode, qvl_run_blocks and every plan made on it;
  *   qvl_plan_params.limits  a plan's own, lowered further (each field the smaller of the two: a request cannot
  *                           raise what the server's context allows);

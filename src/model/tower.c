@@ -324,7 +324,6 @@ qvl_status tower_check_grid(int merge, const qvl_grid *g, const char *label, qvl
 static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size_t n_grids, int stage,
                           size_t *n_seg_out, qvl_error *err) {
     if (!grids || n_grids == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "no grids given");
-    TRY(limits_check_grids(&c->lim, grids, n_grids, err)); /* before the scratch is sized for them */
     size_t n_seg = 0;
     for (size_t i = 0; i < n_grids; i++) {
         char label[32];
@@ -333,6 +332,7 @@ static qvl_status prepare(qvl_ctx *c, size_t n_rows, const qvl_grid *grids, size
         if (size_add_overflow(n_seg, (size_t)grids[i].t, &n_seg))
             return err_fail(err, QVL_ERR_LIMIT, "too many segments");
     }
+    TRY(limits_check_grids(&c->lim, grids, n_grids, err)); /* before the scratch is sized for them */
     size_t S = qvl_patch_rows(grids, n_grids);
     if (S == 0 || S > (size_t)INT32_MAX) return err_fail(err, QVL_ERR_LIMIT, "patch row count overflows");
     if (S != n_rows)
