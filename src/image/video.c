@@ -102,13 +102,14 @@ static void vlog_commit(vlog *l) {
 static void vlog_callback(void *avcl, int level, const char *fmt, va_list vl) {
     vlog *l = tl_vlog;
     if (!l || level > AV_LOG_WARNING) return;
-    if (l->len == 0 && avcl) { /* "[mov] ", "[h264] ": the context's name, as FFmpeg's own log prefixes it */
+    const int fresh = l->len == 0;
+    if (fresh && avcl) { /* "[mov] ", "[h264] ": the context's name, as FFmpeg's own log prefixes it */
         const AVClass *c = *(const AVClass *const *)avcl;
         const char *name = c && c->item_name ? c->item_name(avcl) : NULL;
         if (name) l->len = (size_t)snprintf(l->line, sizeof l->line, "[%s] ", name);
         if (l->len >= sizeof l->line) l->len = sizeof l->line - 1;
     }
-    if (l->len == 0 || level < l->level) l->level = level;
+    if (fresh || level < l->level) l->level = level;
     int k = vsnprintf(l->line + l->len, sizeof l->line - l->len, fmt, vl);
     if (k < 0) return;
     l->len = l->len + (size_t)k >= sizeof l->line ? sizeof l->line - 1 : l->len + (size_t)k;
@@ -116,6 +117,16 @@ static void vlog_callback(void *avcl, int level, const char *fmt, va_list vl) {
 }
 
 static void vlog_install(void) { av_log_set_callback(vlog_callback); }
+
+/* Start keeping FFmpeg's messages in `l` on this thread (installing the callback on first use); returns the log
+ * to restore (tl_vlog = it) when the call ends. */
+static vlog *vlog_enter(vlog *l) {
+    pthread_once(&vlog_once, vlog_install);
+    memset(l, 0, sizeof *l);
+    vlog *outer = tl_vlog;
+    tl_vlog = l;
+    return outer;
+}
 
 /* Append FFmpeg's last message to a failure's message (once; when it fits). */
 static void vlog_append(vlog *l, qvl_error *err) {
@@ -455,7 +466,6 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
                                           [DEC_MPEGTS] = "mpegts"};
     if (!dec_is_video((dec_format)fmt))
         return err_fail(err, QVL_ERR_INTERNAL, "%s: video_container given format %d", label, fmt);
-    pthread_once(&vlog_once, vlog_install);
     vdec d;
     memset(&d, 0, sizeof d);
     d.path = label;
@@ -465,9 +475,7 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
     if (!d.ifmt) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: a %s video, but this FFmpeg has no %s demuxer",
                                  label, dec_format_name((dec_format)fmt), demuxer[fmt]);
     vlog log;
-    memset(&log, 0, sizeof log);
-    vlog *outer = tl_vlog;
-    tl_vlog = &log;
+    vlog *outer = vlog_enter(&log);
     s = video_load(&d, p, out, err);
     vdec_close(&d);
     if (s != QVL_OK) vlog_append(&log, err);
@@ -482,7 +490,10 @@ const char *video_probe_name(const uint8_t *head, size_t n, char *buf, size_t ca
     memcpy(copy, head, n);
     AVProbeData pd = {.filename = "", .buf = copy, .buf_size = (int)n, .mime_type = NULL};
     int score = 0;
+    vlog log; /* a probe function that logs: into this call's log, never stderr */
+    vlog *outer = vlog_enter(&log);
     const AVInputFormat *f = av_probe_input_format3(&pd, 1, &score);
+    tl_vlog = outer;
     free(copy);
     if (!f || score <= AVPROBE_SCORE_RETRY) return NULL;
     snprintf(buf, cap, "'%s'%s%s%s", f->name, f->long_name ? " (" : "", f->long_name ? f->long_name : "",
