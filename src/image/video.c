@@ -472,7 +472,7 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
     d.src = src;
     d.ifmt = av_find_input_format(demuxer[fmt]);
     qvl_status s;
-    if (!d.ifmt) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: a %s video, but this FFmpeg has no %s demuxer",
+    if (!d.ifmt) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: a video (%s), but this FFmpeg has no %s demuxer",
                                  label, dec_format_name((dec_format)fmt), demuxer[fmt]);
     vlog log;
     vlog *outer = vlog_enter(&log);

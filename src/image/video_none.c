@@ -10,8 +10,8 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
                            qvl_video *out, qvl_error *err) {
     (void)src, (void)p, (void)out;
     return err_fail(err, QVL_ERR_UNSUPPORTED,
-                    "%s: a %s video, but this libqvl was built without video support (QVL_VIDEO=OFF): cannot read "
-                    "a video file", label, dec_format_name((dec_format)fmt));
+                    "%s: a video (%s), but this libqvl was built without video support (QVL_VIDEO=OFF): cannot "
+                    "read a video file", label, dec_format_name((dec_format)fmt));
 }
 
 const char *video_probe_name(const uint8_t *head, size_t n, char *buf, size_t cap) {
