@@ -470,9 +470,9 @@ typedef struct qvl_video {
  * data references) is ever opened.
  * FFmpeg's log never reaches stderr: the first video call installs a process-wide av_log callback (FFmpeg has no
  * other way to divert it) that keeps the messages of the qvl call running on that thread and drops all others,
- * and a failure's message ends with FFmpeg's last error, "(FFmpeg: [mov] moov atom not found)". A program that
- * uses FFmpeg itself and wants its log may set its own av_log callback after its first qvl video call; qvl's
- * messages then go to it too. Without video support (QVL_VIDEO=OFF) a container is QVL_ERR_UNSUPPORTED. */
+ * and a failure's message ends with FFmpeg's last error, "(FFmpeg: [mov,mp4,...] moov atom not found)". A
+ * program that uses FFmpeg itself and wants its log may set its own av_log callback after its first qvl video
+ * call; qvl's messages then go to it too. Without video support (QVL_VIDEO=OFF) a container is QVL_ERR_UNSUPPORTED. */
 QVL_API qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err);
 /* qvl_video_load of a file's bytes in memory (a request body): the same formats, checks and frames, bit for bit.
  * Only `data`[size] is read (borrowed for the call); messages name it "<memory>". */
