@@ -510,8 +510,29 @@ typedef struct qvl_video {
 } qvl_video;
 
 /* Decode a video file through FFmpeg's libraries, keeping only the sampled frames (converted to RGB24; frames with
- * alpha are blended over white as transformers' video processor does). */
+ * alpha are blended over white as transformers' video processor does).
+ *
+ * What is read is chosen by the first bytes, never by the name:
+ *   - a video container: MP4/QuickTime (mp4, m4v, mov, 3gp), Matroska/WebM, AVI or MPEG-TS, with a video stream in
+ *     h264, hevc, vp8, vp9, av1, mpeg4, mpeg1/2video, h263, mjpeg, prores, dnxhd, ffv1, png, qtrle or rawvideo;
+ *   - an image (JPEG, PNG, WebP, GIF, BMP): one frame, decoded by qvl's image decoders (as qvl_video_from_images
+ *     of that one file: only the first frame of an animated GIF or WebP);
+ *   - anything else is refused before FFmpeg sees it: QVL_ERR_UNSUPPORTED naming the format where FFmpeg would
+ *     recognise it (an HLS playlist, an ffconcat script, SDP, ...), else QVL_ERR_FORMAT saying that it is empty or
+ *     what its first bytes are. An accepted container with another codec is QVL_ERR_UNSUPPORTED.
+ * The path is opened once, without blocking and only as a regular file (else QVL_ERR_IO), and FFmpeg reads that
+ * descriptor through qvl's own I/O: it never opens a path or URL, so nothing an input names (playlist entries,
+ * data references) is ever opened.
+ * FFmpeg's log never reaches stderr: the first video call installs a process-wide av_log callback (FFmpeg has no
+ * other way to divert it) that keeps the messages of the qvl call running on that thread and drops all others,
+ * and a failure's message ends with FFmpeg's last error, "(FFmpeg: [mov,mp4,...] moov atom not found)". A
+ * program that uses FFmpeg itself and wants its log may set its own av_log callback after its first qvl video
+ * call; qvl's messages then go to it too. Without video support (QVL_VIDEO=OFF) a container is QVL_ERR_UNSUPPORTED. */
 QVL_API qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err);
+/* qvl_video_load of a file's bytes in memory (a request body): the same formats, checks and frames, bit for bit.
+ * Only `data`[size] is read (borrowed for the call); messages name it "<memory>". */
+QVL_API qvl_status qvl_video_decode(const void *data, size_t size, const qvl_video_params *p, qvl_video *out,
+                                    qvl_error *err);
 /* A video given as frame images (in order), sampled like a file at p->default_fps frames per second. */
 /* Seconds of each temporal patch of a sampled video, as transformers' Qwen3VLProcessor computes them for the
  * prompt: the sampled indices padded to a multiple of temporal_patch by repeating the last, each divided by
@@ -594,7 +615,8 @@ typedef struct qvl_pixels {
 
 typedef enum qvl_item_kind {
     QVL_ITEM_PATH = 0,    /* `path`: an image file, a video file, or a directory of frame images (one video) */
-    QVL_ITEM_ENCODED = 1, /* `data`, `size`: the bytes of an image file (JPEG, PNG, WebP, GIF, BMP) */
+    QVL_ITEM_ENCODED = 1, /* `data`, `size`: the bytes of an image or video file, told apart by their first bytes
+                             as for PATH (images: qvl_image_decode; videos: qvl_video_decode) */
     QVL_ITEM_PIXELS = 2,  /* `image`: one decoded image */
     QVL_ITEM_FRAMES = 3,  /* `frames[n_frames]` of one size at `fps`: a video already sampled (every frame is used) */
     QVL_ITEM_ROWS = 4     /* `rows` [t·h·w, row_len] float32 and `grid`: preprocessed patch rows (merge-block-major) */

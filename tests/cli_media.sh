@@ -118,5 +118,25 @@ expect 1 "FIFO inputs" timeout 10 "$QVL" encode --model "$T/m" "$T/in.fifo.png" 
 has "FIFO image named" "$T/err" "in.fifo.png: not a regular file \(it is a FIFO\)"
 has "FIFO video named" "$T/err" "in.fifo.mp4: not a regular file \(it is a FIFO\)"
 
+# Inputs that are no image or accepted video, whatever their names: a playlist and a concat script naming a real
+# video, text named .png, an empty .jpg, a truncated MP4. Each fails with qvl's own message (FFmpeg's detail inside
+# it), and FFmpeg writes nothing to stderr: with -q stderr stays empty, without it only progress lines appear.
+cp "$VIDEO" "$T/seg.mp4"
+printf '#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXTINF:2.0,\nseg.mp4\n#EXT-X-ENDLIST\n' >"$T/list.m3u8"
+printf 'ffconcat version 1.0\nfile seg.mp4\n' >"$T/cat.ffconcat"
+printf 'not an image\n' >"$T/text.png"
+: >"$T/empty.jpg"
+HOSTILE=("$T/list.m3u8" "$T/cat.ffconcat" "$T/text.png" "$T/empty.jpg" "$SRC/tests/data/bad/video_truncated.mp4")
+expect 1 "refused inputs" "$QVL" encode -q --model "$T/m" "${HOSTILE[@]}" -o "$T/h.safetensors"
+if [[ -s "$T/err" ]]; then bad "refused inputs wrote to stderr: $(head -c 300 "$T/err")"; else ok; fi
+expect 1 "refused inputs, progress" "$QVL" encode --model "$T/m" "${HOSTILE[@]}" -o "$T/h.safetensors"
+has "playlist refused" "$T/out" "list.m3u8: FAILED: .*FFmpeg detects 'hls'"
+has "concat refused" "$T/out" "cat.ffconcat: FAILED: .*FFmpeg detects 'concat'"
+has "text named .png" "$T/out" 'text.png: FAILED: .*text.png: not a recognised image or video format \(13 bytes, starting "not an image\\n"'
+has "empty .jpg" "$T/out" 'empty.jpg: FAILED: .*empty.jpg: empty \(0 bytes\), not a recognised image or video format'
+has "FFmpeg's detail in the message" "$T/out" 'video_truncated.mp4: FAILED: .*\(FFmpeg: .*moov atom not found\)'
+if grep -v '^\[[0-9]*/[0-9]*\] ' "$T/err" | grep -q .; then bad "stderr has more than progress: $(head -c 300 "$T/err")"
+else ok; fi
+
 echo "cli_media: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

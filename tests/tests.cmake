@@ -71,6 +71,8 @@ foreach(src ${QVL_FUZZ_TARGETS})
   qvl_target_options(${name}_replay)
   target_link_libraries(${name}_replay PRIVATE qvl_internal)
   add_test(NAME ${name}_replay COMMAND ${name}_replay ${QVL_ROOT}/fuzz/corpus/${corpus})
+  # Bounded: each corpus replays in seconds (under ASan too); a hang is a failure, not a stuck CI job.
+  set_tests_properties(${name}_replay PROPERTIES TIMEOUT 300)
   if(QVL_FUZZ)
     add_executable(${name} ${src})
     qvl_target_options(${name})

@@ -235,13 +235,76 @@ static qvl_status apply_orientation(dec_out *o, const char *label, qvl_error *er
 
 /* ---- public entry points ------------------------------------------------------------------------------------- */
 
+/* MPEG-TS: the sync byte at every packet start that the sniffed bytes hold, at least 3 of them. */
+static int ts_sync(const uint8_t *d, size_t n, size_t first, size_t stride) {
+    size_t k = 0;
+    for (size_t at = first; at < n; at += stride, k++)
+        if (d[at] != 0x47) return 0;
+    return k >= 3;
+}
+
 dec_format dec_sniff(const uint8_t *d, size_t n) {
+    if (n > DEC_SNIFF_BYTES) n = DEC_SNIFF_BYTES;
     if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return DEC_JPEG;
     if (n >= 8 && memcmp(d, "\x89PNG\r\n\x1a\n", 8) == 0) return DEC_PNG;
     if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0) return DEC_WEBP;
     if (n >= 6 && (memcmp(d, "GIF87a", 6) == 0 || memcmp(d, "GIF89a", 6) == 0)) return DEC_GIF;
     if (n >= 2 && d[0] == 'B' && d[1] == 'M') return DEC_BMP;
+    if (n >= 8) {
+        static const char atoms[][5] = {"ftyp", "moov", "mdat", "wide", "free", "skip", "pnot"};
+        for (size_t i = 0; i < sizeof atoms / sizeof atoms[0]; i++)
+            if (memcmp(d + 4, atoms[i], 4) == 0) return DEC_MOV;
+    }
+    if (n >= 4 && memcmp(d, "\x1a\x45\xdf\xa3", 4) == 0) return DEC_MKV;
+    if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "AVI ", 4) == 0) return DEC_AVI;
+    if (ts_sync(d, n, 0, 188) || ts_sync(d, n, 4, 192)) return DEC_MPEGTS;
     return DEC_UNKNOWN;
+}
+
+const char *dec_format_name(dec_format f) {
+    switch (f) {
+    case DEC_JPEG: return "JPEG";
+    case DEC_PNG: return "PNG";
+    case DEC_WEBP: return "WebP";
+    case DEC_GIF: return "GIF";
+    case DEC_BMP: return "BMP";
+    case DEC_MOV: return "MP4/QuickTime";
+    case DEC_MKV: return "Matroska/WebM";
+    case DEC_AVI: return "AVI";
+    case DEC_MPEGTS: return "MPEG-TS";
+    default: return "unknown";
+    }
+}
+
+qvl_status dec_unrecognised(const char *label, const uint8_t *d, size_t n, uint64_t total, qvl_error *err) {
+    if (total == 0)
+        return err_fail(err, QVL_ERR_FORMAT, "%s: empty (0 bytes), not a recognised image or video format (images: "
+                        DEC_IMAGE_FORMATS "; videos: " DEC_VIDEO_FORMATS ")", label);
+    /* The first bytes as text when they are printable, else in hex. */
+    char look[80];
+    size_t k = n < 16 ? n : 16, at = 0;
+    int text = 1;
+    for (size_t i = 0; i < k; i++)
+        if (!((d[i] >= 0x20 && d[i] < 0x7f) || d[i] == '\n' || d[i] == '\r' || d[i] == '\t')) text = 0;
+    if (text) {
+        look[at++] = '"';
+        for (size_t i = 0; i < k; i++) {
+            if (d[i] == '\n' || d[i] == '\r' || d[i] == '\t') {
+                look[at++] = '\\';
+                look[at++] = d[i] == '\n' ? 'n' : d[i] == '\r' ? 'r' : 't';
+            } else {
+                if (d[i] == '"' || d[i] == '\\') look[at++] = '\\';
+                look[at++] = (char)d[i];
+            }
+        }
+        look[at++] = '"';
+        look[at] = 0;
+    } else {
+        for (size_t i = 0; i < k; i++) at += (size_t)snprintf(look + at, sizeof look - at, i ? " %02x" : "%02x", d[i]);
+    }
+    return err_fail(err, QVL_ERR_FORMAT, "%s: not a recognised image or video format (%llu bytes, starting %s%s; "
+                    "images: " DEC_IMAGE_FORMATS "; videos: " DEC_VIDEO_FORMATS ")", label, (unsigned long long)total,
+                    look, total > k ? "..." : "");
 }
 
 static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_params *p, const char *label,
@@ -271,10 +334,11 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
         s = dec_gif(d, n, label, &lim, &o, err);
     else if (fmt == DEC_BMP)
         s = dec_bmp(d, n, label, &lim, &o, err);
-    else if (n == 0)
-        s = err_fail(err, QVL_ERR_FORMAT, "%s: empty file, not an image", label);
+    else if (dec_is_video(fmt))
+        s = err_fail(err, QVL_ERR_FORMAT, "%s: a video (%s), not an image (read it with qvl_video_load or "
+                     "qvl_video_decode, or as a PATH or ENCODED item)", label, dec_format_name(fmt));
     else
-        s = err_fail(err, QVL_ERR_FORMAT, "%s: not a JPEG, PNG, WebP, GIF or BMP image (unknown magic bytes)", label);
+        s = dec_unrecognised(label, d, n, n, err);
     if (s == QVL_OK && !o.rgb) s = err_fail(err, QVL_ERR_INTERNAL, "%s: decoder returned no pixels", label);
     if (s == QVL_OK) {
         if (p->alpha == QVL_ALPHA_WHITE) apply_alpha(&o);

@@ -134,10 +134,32 @@ static inline void dec_white_px(uint8_t *rgb, uint32_t a) {
 /* dec_white_px over n pixels of packed RGB with their alpha plane. */
 void dec_composite_white(uint8_t *rgb, const uint8_t *alpha, size_t n);
 
-/* The image format of a file by its first bytes (at most DEC_SNIFF_BYTES are looked at): the one dispatch rule,
- * shared by the decoder and by the plan's choice between image and video for a path. */
-typedef enum dec_format { DEC_UNKNOWN = 0, DEC_JPEG, DEC_PNG, DEC_WEBP, DEC_GIF, DEC_BMP } dec_format;
-enum { DEC_SNIFF_BYTES = 12 };
+/* The format of a file by its first bytes (at most DEC_SNIFF_BYTES are looked at): the one dispatch rule, shared by
+ * the image decoder, the video reader and the plan's choice between image and video, for paths and for bytes in
+ * memory. Images: JPEG, PNG, WebP, GIF, BMP. Video containers (the only ones handed to FFmpeg, see video.c):
+ *   DEC_MOV     ISO base media / QuickTime (mp4, m4v, mov, 3gp, 3g2, mj2): a box type "ftyp" at offset 4, or one of
+ *               the top-level QuickTime atoms "moov", "mdat", "wide", "free", "skip", "pnot" there;
+ *   DEC_MKV     Matroska / WebM: the EBML magic 1A 45 DF A3;
+ *   DEC_AVI     "RIFF" .... "AVI ";
+ *   DEC_MPEGTS  MPEG transport stream: the sync byte 0x47 at every 188-byte packet start (or every 192, after the
+ *               4-byte prefix of M2TS / Blu-ray), at least 3 packets and all that the sniffed bytes hold.
+ * Anything else is DEC_UNKNOWN: neither decoder is given it (dec_unrecognised says what it looks like). */
+typedef enum dec_format {
+    DEC_UNKNOWN = 0, DEC_JPEG, DEC_PNG, DEC_WEBP, DEC_GIF, DEC_BMP,
+    DEC_MOV, DEC_MKV, DEC_AVI, DEC_MPEGTS
+} dec_format;
+enum { DEC_SNIFF_BYTES = 1024 };
 dec_format dec_sniff(const uint8_t *data, size_t n);
+static inline int dec_is_image(dec_format f) { return f >= DEC_JPEG && f <= DEC_BMP; }
+static inline int dec_is_video(dec_format f) { return f >= DEC_MOV && f <= DEC_MPEGTS; }
+/* "JPEG", ..., "MP4/QuickTime", "Matroska/WebM", "AVI", "MPEG-TS"; "unknown". */
+const char *dec_format_name(dec_format f);
+/* The lists of what is recognised, for messages. */
+#define DEC_IMAGE_FORMATS "JPEG, PNG, WebP, GIF, BMP"
+#define DEC_VIDEO_FORMATS "MP4/QuickTime, Matroska/WebM, AVI, MPEG-TS"
+/* QVL_ERR_FORMAT for bytes dec_sniff does not recognise: "LABEL: not a recognised image or video format (empty
+ * file | N bytes, starting "text..." | N bytes, starting 00 01 ...)", and the formats that are. `total` is the
+ * size of the whole file or buffer, of which `d`[n] are its first bytes. */
+qvl_status dec_unrecognised(const char *label, const uint8_t *d, size_t n, uint64_t total, qvl_error *err);
 
 #endif

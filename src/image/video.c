@@ -1,5 +1,6 @@
-/* video.c — sampled RGB frames of a video file through FFmpeg's libraries (QVL_VIDEO=ON; frame images and the
- * frame buffer: video_frames.c).
+/* video.c — sampled RGB frames of a video container through FFmpeg's libraries (QVL_VIDEO=ON), from a file or from
+ * memory, through qvl's own I/O and only for the accepted containers and codecs (see "input" below). The entry
+ * points, the dispatch by magic bytes, frame images and the frame buffer: video_frames.c.
  *
  * Frame rate and frame count are read the way transformers' PyAV reader reads them (video_utils.read_video_pyav):
  * the stream's average frame rate (avg_frame_rate; r_frame_rate, then p->default_fps, where the container has
@@ -20,6 +21,8 @@
  * half to even into uint8 (the reference keeps the float result and resizes it in float). */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +34,117 @@
 #include <libswscale/swscale.h>
 
 #include "core/error.h"
+#include "image/decode.h"
 #include "image/image_params.h"
 #include "image/video_frames.h"
-#include "io/fileutil.h"
 
 #define VIDEO_SWS_FLAGS SWS_BILINEAR
 
+/* ---- input: only qvl's own I/O, only the accepted containers and codecs ------------------------------------
+ *
+ * FFmpeg never opens anything: every byte it reads comes through an AVIOContext over the caller's buffer or over
+ * the descriptor qvl_video_load opened itself (video_src), with AVFMT_FLAG_CUSTOM_IO. Nested opens (HLS segments,
+ * concat entries, QuickTime data references, image2 sequences) go through AVFormatContext.io_open, which refuses
+ * every one; protocol_whitelist is empty, so no protocol would be reached even past it.
+ *
+ * Containers: the demuxer is the one dec_sniff's magic bytes chose (mov for ISO/QuickTime, matroska for
+ * Matroska/WebM, avi, mpegts), never FFmpeg's own probe over all demuxers; format_whitelist repeats that list as a
+ * second check. Those four read a single self-contained file (mov's external data references, "enable_drefs",
+ * stay off; io_open would refuse them anyway). MPEG-TS is accepted because cameras, recorders and broadcast
+ * captures write it and its demuxer follows no references; MPEG program streams (.mpg/.vob), Ogg, FLV, raw
+ * elementary streams and the rest of FFmpeg's demuxers are not: they are rarer as inputs and each one is more
+ * parser reachable by untrusted bytes.
+ *
+ * Codecs: the video stream's codec must be one of VIDEO_CODECS (what cameras, phones, browsers, screen recorders
+ * and editors write), else QVL_ERR_UNSUPPORTED naming it. The format context's codec_whitelist holds the default
+ * decoders of those codecs, so avformat_find_stream_info does not run any other decoder either (an audio stream
+ * is then left unanalysed, which the video does not need). */
+static const enum AVCodecID VIDEO_CODECS[] = {
+    AV_CODEC_ID_H264, AV_CODEC_ID_HEVC, AV_CODEC_ID_VP8, AV_CODEC_ID_VP9, AV_CODEC_ID_AV1,
+    AV_CODEC_ID_MPEG4, AV_CODEC_ID_MPEG1VIDEO, AV_CODEC_ID_MPEG2VIDEO, AV_CODEC_ID_H263, AV_CODEC_ID_MJPEG,
+    AV_CODEC_ID_PRORES, AV_CODEC_ID_DNXHD, AV_CODEC_ID_FFV1, AV_CODEC_ID_PNG, AV_CODEC_ID_QTRLE,
+    AV_CODEC_ID_RAWVIDEO,
+};
+#define VIDEO_FORMAT_WHITELIST "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,mpegts"
+enum { VIDEO_AVIO_BUFFER = 32768 };
+
+/* ---- FFmpeg's log, into the failing call's message ----------------------------------------------------------
+ *
+ * libav* report the detail of a failure (which box is missing, what the decoder found) only through av_log, and
+ * av_log_set_callback is the one way to divert it from stderr. That callback is process-wide, one for every
+ * thread, so it is the one process-wide hook qvl installs: once (pthread_once), at the first video call. It keeps
+ * a message only while a qvl video call is active on the calling thread (a thread-local pointer to that call's
+ * vlog, set and restored by the call) and drops every other one: nothing of FFmpeg's ever reaches stderr, the
+ * messages of FFmpeg's own decoder threads included. When a video call fails, the last error (else warning) it
+ * logged is appended to qvl_error's message. */
+typedef struct vlog {
+    char line[256];       /* the message being assembled (FFmpeg may log one line in several calls) */
+    size_t len;
+    int level;            /* the most severe level of its pieces */
+    char error[256];      /* the last complete message at AV_LOG_ERROR or worse */
+    char warning[256];    /* the last at AV_LOG_WARNING */
+} vlog;
+
+static _Thread_local vlog *tl_vlog;
+static pthread_once_t vlog_once = PTHREAD_ONCE_INIT;
+
+static void vlog_commit(vlog *l) {
+    while (l->len && (l->line[l->len - 1] == '\n' || l->line[l->len - 1] == ' ')) l->len--;
+    l->line[l->len] = 0;
+    if (l->len) {
+        char *dst = l->level <= AV_LOG_ERROR ? l->error : l->warning;
+        memcpy(dst, l->line, l->len + 1);
+    }
+    l->len = 0;
+    l->level = AV_LOG_QUIET;
+}
+
+static void vlog_callback(void *avcl, int level, const char *fmt, va_list vl) {
+    vlog *l = tl_vlog;
+    if (!l || level > AV_LOG_WARNING) return;
+    const int fresh = l->len == 0;
+    if (fresh && avcl) { /* "[mov] ", "[h264] ": the context's name, as FFmpeg's own log prefixes it */
+        const AVClass *c = *(const AVClass *const *)avcl;
+        const char *name = c && c->item_name ? c->item_name(avcl) : NULL;
+        if (name) l->len = (size_t)snprintf(l->line, sizeof l->line, "[%s] ", name);
+        if (l->len >= sizeof l->line) l->len = sizeof l->line - 1;
+    }
+    if (fresh || level < l->level) l->level = level;
+    int k = vsnprintf(l->line + l->len, sizeof l->line - l->len, fmt, vl);
+    if (k < 0) return;
+    l->len = l->len + (size_t)k >= sizeof l->line ? sizeof l->line - 1 : l->len + (size_t)k;
+    if (l->len == sizeof l->line - 1 || (l->len && l->line[l->len - 1] == '\n')) vlog_commit(l);
+}
+
+static void vlog_install(void) { av_log_set_callback(vlog_callback); }
+
+/* Start keeping FFmpeg's messages in `l` on this thread (installing the callback on first use); returns the log
+ * to restore (tl_vlog = it) when the call ends. */
+static vlog *vlog_enter(vlog *l) {
+    pthread_once(&vlog_once, vlog_install);
+    memset(l, 0, sizeof *l);
+    vlog *outer = tl_vlog;
+    tl_vlog = l;
+    return outer;
+}
+
+/* Append FFmpeg's last message to a failure's message (once; when it fits). */
+static void vlog_append(vlog *l, qvl_error *err) {
+    if (l->len) vlog_commit(l);
+    const char *m = l->error[0] ? l->error : l->warning;
+    if (!err || err->status == QVL_OK || !m[0] || strstr(err->message, m)) return;
+    size_t at = strlen(err->message);
+    if (at + 1 < sizeof err->message)
+        snprintf(err->message + at, sizeof err->message - at, " (FFmpeg: %s)", m);
+}
+
 /* One open video stream and its decoder. */
 typedef struct vdec {
-    const char *path;
+    const char *path;      /* the label: a path, "<memory>", a plan item's label */
+    const video_src *src;
+    int64_t pos;           /* the AVIO's read offset in src */
+    const AVInputFormat *ifmt;
+    AVIOContext *pb;
     AVFormatContext *fmt;
     AVCodecContext *dec;
     AVPacket *pkt;
@@ -50,16 +155,57 @@ typedef struct vdec {
     int32_t width, height; /* every frame must have this size */
 } vdec;
 
+static int avio_read_cb(void *opaque, uint8_t *buf, int n) {
+    vdec *d = opaque;
+    if (n <= 0) return 0;
+    long got = video_src_read(d->src, buf, (size_t)n, (uint64_t)d->pos);
+    if (got < 0) return AVERROR(errno ? errno : EIO);
+    if (got == 0) return AVERROR_EOF;
+    d->pos += got;
+    return (int)got;
+}
+
+static int64_t avio_seek_cb(void *opaque, int64_t off, int whence) {
+    vdec *d = opaque;
+    const int64_t size = (int64_t)d->src->size;
+    if (whence & AVSEEK_SIZE) return size;
+    int64_t base;
+    switch (whence & ~AVSEEK_FORCE) {
+    case SEEK_SET: base = 0; break;
+    case SEEK_CUR: base = d->pos; break;
+    case SEEK_END: base = size; break;
+    default: return AVERROR(EINVAL);
+    }
+    if ((off < 0 && off < -base) || (off > 0 && off > size - base)) return AVERROR(EINVAL);
+    d->pos = base + off;
+    return d->pos;
+}
+
+/* AVFormatContext.io_open: every nested open a demuxer attempts is refused (and said so in the log). */
+static int refuse_open(AVFormatContext *s, AVIOContext **pb, const char *url, int flags, AVDictionary **options) {
+    (void)flags, (void)options;
+    *pb = NULL;
+    av_log(s, AV_LOG_ERROR, "refused to open \"%s\": qvl gives FFmpeg no file or URL but the input's own bytes\n",
+           url ? url : "");
+    return AVERROR(EPERM);
+}
+
 static void vdec_close(vdec *d) {
     sws_freeContext(d->sws);
     av_frame_free(&d->frame);
     av_packet_free(&d->pkt);
     avcodec_free_context(&d->dec);
-    avformat_close_input(&d->fmt);
+    avformat_close_input(&d->fmt); /* with AVFMT_FLAG_CUSTOM_IO it leaves pb alone */
+    if (d->pb) av_freep(&d->pb->buffer);
+    avio_context_free(&d->pb);
     free(d->rgba);
     const char *path = d->path;
+    const video_src *src = d->src;
+    const AVInputFormat *ifmt = d->ifmt;
     memset(d, 0, sizeof *d);
     d->path = path;
+    d->src = src;
+    d->ifmt = ifmt;
 }
 
 static qvl_status av_fail(qvl_error *err, qvl_status s, const char *path, const char *what, int ret) {
@@ -68,39 +214,62 @@ static qvl_status av_fail(qvl_error *err, qvl_status s, const char *path, const 
     return err_fail(err, s, "%s: %s (%s)", path, what, buf);
 }
 
-/* Open the file, pick the best video stream, open its decoder, and check the frame size against max_pixels. */
-static qvl_status vdec_open(vdec *d, const char *path, uint64_t max_pixels, qvl_error *err) {
-    memset(d, 0, sizeof *d);
-    d->path = path;
-    /* A missing or unreadable file, or one that is not a regular file (FFmpeg would block on a FIFO), is an I/O
-       error; everything FFmpeg refuses after that is the file's format. */
-    int fd;
-    size_t size;
-    TRY(fu_open_fd(path, &fd, &size, err));
-    close(fd);
+static int codec_accepted(enum AVCodecID id) {
+    for (size_t i = 0; i < sizeof VIDEO_CODECS / sizeof VIDEO_CODECS[0]; i++)
+        if (VIDEO_CODECS[i] == id) return 1;
+    return 0;
+}
 
-    /* The path is a local file, never a URL or protocol ("concat:", "http:"), and nested resources that some
-       demuxers open (playlists) are restricted to files as well. */
-    size_t len = strlen(path);
-    char *url = malloc(len + 6);
-    if (!url) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(url, "file:", 5);
-    memcpy(url + 5, path, len + 1);
+/* The default decoders of VIDEO_CODECS, comma-separated (codec_whitelist). */
+static void decoder_names(char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof VIDEO_CODECS / sizeof VIDEO_CODECS[0]; i++) {
+        const AVCodec *c = avcodec_find_decoder(VIDEO_CODECS[i]);
+        if (!c) continue;
+        int k = snprintf(buf + at, cap - at, "%s%s", at ? "," : "", c->name);
+        if (k < 0 || (size_t)k >= cap - at) break;
+        at += (size_t)k;
+    }
+}
+
+/* Open the source with the sniffed demuxer, pick the best video stream, check its codec and frame size, and open
+ * its decoder. */
+static qvl_status vdec_open(vdec *d, uint64_t max_pixels, qvl_error *err) {
+    const char *path = d->path;
+    d->pos = 0;
+    uint8_t *buf = av_malloc(VIDEO_AVIO_BUFFER);
+    if (buf) d->pb = avio_alloc_context(buf, VIDEO_AVIO_BUFFER, 0, d, avio_read_cb, NULL, avio_seek_cb);
+    if (!d->pb) av_free(buf);
+    d->fmt = avformat_alloc_context();
+    if (!d->pb || !d->fmt) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    d->fmt->pb = d->pb;
+    d->fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
+    d->fmt->io_open = refuse_open;
+    char codecs[512];
+    decoder_names(codecs, sizeof codecs);
     AVDictionary *opts = NULL;
-    av_dict_set(&opts, "protocol_whitelist", "file", 0);
-    int ret = avformat_open_input(&d->fmt, url, NULL, &opts);
+    av_dict_set(&opts, "protocol_whitelist", "", 0);
+    av_dict_set(&opts, "format_whitelist", VIDEO_FORMAT_WHITELIST, 0);
+    av_dict_set(&opts, "codec_whitelist", codecs, 0);
+    int ret = avformat_open_input(&d->fmt, "", d->ifmt, &opts); /* frees d->fmt on failure */
     av_dict_free(&opts);
-    free(url);
     if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, path, "not a readable video container", ret);
     ret = avformat_find_stream_info(d->fmt, NULL);
     if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, path, "cannot read stream information", ret);
-    const AVCodec *codec = NULL;
-    ret = av_find_best_stream(d->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
-    if (ret == AVERROR_DECODER_NOT_FOUND)
-        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: no decoder for its video stream", path);
+    /* The best video stream, by FFmpeg's own choice (as PyAV's streams.video[0] for the single-stream files
+       transformers reads); its codec must be an accepted one. */
+    ret = av_find_best_stream(d->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
     if (ret < 0) return err_fail(err, QVL_ERR_FORMAT, "%s: no video stream", path);
     d->stream = ret;
     const AVCodecParameters *par = d->fmt->streams[d->stream]->codecpar;
+    if (!codec_accepted(par->codec_id))
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: video codec %s is not one qvl decodes (h264, hevc, vp8, vp9, "
+                        "av1, mpeg4, mpeg1/2video, h263, mjpeg, prores, dnxhd, ffv1, png, qtrle, rawvideo)", path,
+                        avcodec_get_name(par->codec_id));
+    const AVCodec *codec = avcodec_find_decoder(par->codec_id);
+    if (!codec) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: no decoder for its %s video stream", path,
+                                avcodec_get_name(par->codec_id));
     if (par->width <= 0 || par->height <= 0)
         return err_fail(err, QVL_ERR_FORMAT, "%s: video stream has no frame size (%dx%d)", path, par->width,
                         par->height);
@@ -246,8 +415,9 @@ static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
     return drain(d, ps, &done, err);
 }
 
-static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
-    TRY(vdec_open(d, path, p->max_pixels, err));
+static qvl_status video_load(vdec *d, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
+    const char *path = d->path;
+    TRY(vdec_open(d, p->max_pixels, err));
     const AVStream *st = d->fmt->streams[d->stream];
     double fps = 0.0;
     if (st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0) fps = av_q2d(st->avg_frame_rate);
@@ -262,7 +432,7 @@ static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *
         total = count.decoded;
         counted = 1;
         vdec_close(d);
-        TRY(vdec_open(d, path, p->max_pixels, err));
+        TRY(vdec_open(d, p->max_pixels, err));
     }
     if (total <= 0) return err_fail(err, QVL_ERR_FORMAT, "%s: the video stream has no frames", path);
     TRY(video_sample_into(out, d->width, d->height, total, fps, p, path, err));
@@ -280,7 +450,7 @@ static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *
     out->rgb = NULL;
     out->indices = NULL;
     vdec_close(d);
-    TRY(vdec_open(d, path, p->max_pixels, err));
+    TRY(vdec_open(d, p->max_pixels, err));
     TRY(video_sample_into(out, d->width, d->height, have, fps, p, path, err));
     vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0};
     TRY(decode_pass(d, &again, err));
@@ -290,17 +460,43 @@ static qvl_status video_load(vdec *d, const char *path, const qvl_video_params *
     return QVL_OK;
 }
 
-qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
-    err_clear(err);
-    if (out) memset(out, 0, sizeof *out);
-    if (!path || !out)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: %s is NULL", path ? "out" : "path");
-    qvl_video_params def;
-    TRY(video_params_take(&def, p, err));
-    p = &def;
+qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
+                           qvl_video *out, qvl_error *err) {
+    static const char *const demuxer[] = {[DEC_MOV] = "mov", [DEC_MKV] = "matroska", [DEC_AVI] = "avi",
+                                          [DEC_MPEGTS] = "mpegts"};
+    if (!dec_is_video((dec_format)fmt))
+        return err_fail(err, QVL_ERR_INTERNAL, "%s: video_container given format %d", label, fmt);
     vdec d;
-    qvl_status s = video_load(&d, path, p, out, err);
+    memset(&d, 0, sizeof d);
+    d.path = label;
+    d.src = src;
+    d.ifmt = av_find_input_format(demuxer[fmt]);
+    qvl_status s;
+    if (!d.ifmt) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: a video (%s), but this FFmpeg has no %s demuxer",
+                                 label, dec_format_name((dec_format)fmt), demuxer[fmt]);
+    vlog log;
+    vlog *outer = vlog_enter(&log);
+    s = video_load(&d, p, out, err);
     vdec_close(&d);
-    if (s != QVL_OK) qvl_video_free(out);
+    if (s != QVL_OK) vlog_append(&log, err);
+    tl_vlog = outer;
     return s;
+}
+
+const char *video_probe_name(const uint8_t *head, size_t n, char *buf, size_t cap) {
+    if (n == 0 || cap == 0) return NULL;
+    uint8_t *copy = calloc(1, n + AVPROBE_PADDING_SIZE); /* the probe functions may read the zeroed padding */
+    if (!copy) return NULL;
+    memcpy(copy, head, n);
+    AVProbeData pd = {.filename = "", .buf = copy, .buf_size = (int)n, .mime_type = NULL};
+    int score = 0;
+    vlog log; /* a probe function that logs: into this call's log, never stderr */
+    vlog *outer = vlog_enter(&log);
+    const AVInputFormat *f = av_probe_input_format3(&pd, 1, &score);
+    tl_vlog = outer;
+    free(copy);
+    if (!f || score <= AVPROBE_SCORE_RETRY) return NULL;
+    snprintf(buf, cap, "'%s'%s%s%s", f->name, f->long_name ? " (" : "", f->long_name ? f->long_name : "",
+             f->long_name ? ")" : "");
+    return buf;
 }

@@ -1,13 +1,29 @@
 /* video_frames.c — the parts of qvl_video that need no FFmpeg (compiled in every build): the sampled-frame buffer,
- * a video from frame images, qvl_video_free. video.c (QVL_VIDEO=ON) reads video files into the same buffer;
- * video_none.c (QVL_VIDEO=OFF) refuses them. */
+ * a video from frame images, qvl_video_free, and the entry points qvl_video_load / qvl_video_decode, which choose
+ * by the first bytes (dec_sniff) what reads a video:
+ *   an image (JPEG, PNG, WebP, GIF, BMP)  qvl's own decoders, as a one-frame video (what qvl_video_from_images makes
+ *                                         of that one file); FFmpeg's image demuxers are never used;
+ *   an accepted container                 video_container: FFmpeg through qvl's own I/O (video.c), or refused in
+ *                                         the QVL_VIDEO=OFF build (video_none.c);
+ *   anything else                         refused before FFmpeg sees it: QVL_ERR_UNSUPPORTED naming the format where
+ *                                         FFmpeg's probe recognises it (an HLS playlist, an ffconcat script, ...),
+ *                                         else QVL_ERR_FORMAT saying what the first bytes look like. */
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/limits.h"
+#include "image/decode.h"
 #include "image/image_params.h"
 #include "image/video_frames.h"
+#include "io/fileutil.h"
+
+/* Bytes read for the dispatch: dec_sniff looks at the first DEC_SNIFF_BYTES, FFmpeg's probe (naming a refused
+ * format) at all of them. */
+enum { VIDEO_HEAD_BYTES = 4096 };
 
 /* Allocate the output for n frames of w x h. */
 static qvl_status alloc_frames(qvl_video *out, int32_t w, int32_t h, size_t n, const char *what, qvl_error *err) {
@@ -92,6 +108,118 @@ qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_v
     TRY(video_params_take(&def, p, err));
     p = &def;
     qvl_status s = from_images(paths, n, p, out, err);
+    if (s != QVL_OK) qvl_video_free(out);
+    return s;
+}
+
+long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off) {
+    if (off >= src->size) return 0;
+    if (n > src->size - off) n = (size_t)(src->size - off);
+    if (n > (size_t)LONG_MAX) n = (size_t)LONG_MAX;
+    if (src->fd < 0) {
+        memcpy(buf, src->data + off, n);
+        return (long)n;
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(src->fd, (uint8_t *)buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return got ? (long)got : -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (long)got;
+}
+
+/* An image as a one-frame video: decoded by qvl's decoders (default decode params, p->max_pixels), sampled at
+ * p->default_fps like qvl_video_from_images of that one file. */
+static qvl_status video_still(const video_src *src, const char *label, const qvl_video_params *p, qvl_video *out,
+                              qvl_error *err) {
+    const uint8_t *d = src->data;
+    uint8_t *owned = NULL;
+    if (src->fd >= 0) {
+        if (src->size > DEC_MAX_FILE_BYTES)
+            return err_fail(err, QVL_ERR_LIMIT, "%s: %llu bytes, more than the %zu allowed", label,
+                            (unsigned long long)src->size, (size_t)DEC_MAX_FILE_BYTES);
+        owned = malloc(src->size ? (size_t)src->size : 1);
+        if (!owned) return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %llu bytes", label,
+                                    (unsigned long long)src->size);
+        long n = video_src_read(src, owned, (size_t)src->size, 0);
+        if (n < 0 || (uint64_t)n != src->size) {
+            int e = errno;
+            free(owned);
+            return err_fail(err, QVL_ERR_IO, "%s: %s", label, n < 0 ? strerror(e) : "short read");
+        }
+        d = owned;
+    }
+    qvl_decode_params dp;
+    qvl_decode_params_default(&dp);
+    dp.max_pixels = p->max_pixels;
+    dp.limits = p->limits;
+    qvl_image img;
+    qvl_status s = image_decode_labeled(d, (size_t)src->size, &dp, label, &img, err);
+    free(owned);
+    if (s != QVL_OK) return s;
+    s = video_sample_into(out, img.width, img.height, 1, p->default_fps, p, label, err);
+    size_t fs = (size_t)img.width * (size_t)img.height * 3;
+    for (int32_t i = 0; s == QVL_OK && i < out->n_frames; i++) memcpy(out->rgb + (size_t)i * fs, img.rgb, fs);
+    qvl_image_free(&img);
+    return s;
+}
+
+/* The dispatch of every video entry point (see the top of this file). */
+static qvl_status video_read(const video_src *src, const char *label, const qvl_video_params *p, qvl_video *out,
+                             qvl_error *err) {
+    uint8_t head[VIDEO_HEAD_BYTES];
+    long n = video_src_read(src, head, sizeof head, 0);
+    if (n < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot read: %s", label, strerror(errno));
+    const dec_format f = dec_sniff(head, (size_t)n);
+    if (dec_is_image(f)) return video_still(src, label, p, out, err);
+    if (dec_is_video(f)) return video_container(src, (int)f, label, p, out, err);
+    char name[192];
+    const char *ff = video_probe_name(head, (size_t)n, name, sizeof name);
+    if (ff)
+        return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: FFmpeg detects %s, not an accepted video container (videos: "
+                        DEC_VIDEO_FORMATS "); qvl never lets FFmpeg open playlists, concat scripts or any other "
+                        "file or URL that an input names", label, ff);
+    return dec_unrecognised(label, head, (size_t)n, src->size, err);
+}
+
+qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p, const char *label,
+                                qvl_video *out, qvl_error *err) {
+    memset(out, 0, sizeof *out);
+    video_src src = {data, -1, size};
+    qvl_status s = video_read(&src, label, p, out, err);
+    if (s != QVL_OK) qvl_video_free(out);
+    return s;
+}
+
+qvl_status qvl_video_decode(const void *data, size_t size, const qvl_video_params *p, qvl_video *out,
+                            qvl_error *err) {
+    err_clear(err);
+    if (out) memset(out, 0, sizeof *out);
+    if (!out || (!data && size))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_decode: %s is NULL", out ? "data" : "out");
+    qvl_video_params def;
+    TRY(video_params_take(&def, p, err));
+    return video_decode_labeled(data, size, &def, "<memory>", out, err);
+}
+
+qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
+    err_clear(err);
+    if (out) memset(out, 0, sizeof *out);
+    if (!path || !out)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: %s is NULL", path ? "out" : "path");
+    qvl_video_params def;
+    TRY(video_params_take(&def, p, err));
+    /* Opened once, without blocking, and only a regular file (a FIFO or a device fails here, an I/O error); every
+       read after that, FFmpeg's included, goes through this descriptor: the path is never opened again. */
+    int fd;
+    size_t size;
+    TRY(fu_open_fd(path, &fd, &size, err));
+    video_src src = {NULL, fd, size};
+    qvl_status s = video_read(&src, path, &def, out, err);
+    close(fd);
     if (s != QVL_OK) qvl_video_free(out);
     return s;
 }

@@ -16,4 +16,32 @@ enum { VIDEO_SWS_SLACK = 64 };
 qvl_status video_sample_into(qvl_video *out, int32_t w, int32_t h, int64_t total, double fps,
                              const qvl_video_params *p, const char *what, qvl_error *err);
 
+/* The bytes of one video: a caller's buffer (fd = -1), or a regular file we opened ourselves (fu_open_fd) and read
+ * with pread at our own offsets, so that nothing ever opens the path again. `size` is the buffer's or the file's
+ * size when it was opened: nothing past it is read. */
+typedef struct video_src {
+    const uint8_t *data;
+    int fd;
+    uint64_t size;
+} video_src;
+
+/* Up to n bytes from offset `off` (fewer at the end); the count, or -1 with errno set. */
+long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off);
+
+/* Read one video whose first bytes dec_sniff recognised as a container (`fmt`): FFmpeg in video.c; the
+ * QVL_VIDEO=OFF build's video_none.c refuses it with QVL_ERR_UNSUPPORTED. `label` names it in messages; `p` holds
+ * full (taken) params. On failure out may hold partial allocations (qvl_video_free). */
+qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
+                           qvl_video *out, qvl_error *err);
+
+/* For bytes that are no image and no accepted container: FFmpeg's name for the format it would read them as (e.g.
+ * "hls", "concat"), with its long name, when FFmpeg recognises them with confidence; NULL when it does not, and
+ * always in the QVL_VIDEO=OFF build. Only looks at the bytes (FFmpeg's probe functions over a copy); opens
+ * nothing. */
+const char *video_probe_name(const uint8_t *head, size_t n, char *buf, size_t cap);
+
+/* The plan's ENCODED items: qvl_video_decode with `label` naming the bytes in messages. `p` holds full params. */
+qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p, const char *label,
+                                qvl_video *out, qvl_error *err);
+
 #endif

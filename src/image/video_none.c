@@ -1,15 +1,20 @@
-/* video_none.c — qvl_video_load in a build without FFmpeg (QVL_VIDEO=OFF; CMake compiles this file instead of
- * video.c): video files are refused, frame images (qvl_video_from_images, video_frames.c) still work. */
-#include <string.h>
-
+/* video_none.c — video containers in a build without FFmpeg (QVL_VIDEO=OFF; CMake compiles this file instead of
+ * video.c). qvl_video_load and qvl_video_decode (video_frames.c) exist in every build and dispatch as usual: an
+ * image is still read as a one-frame video, unrecognised bytes get the usual message, and a video container is
+ * refused here with QVL_ERR_UNSUPPORTED. */
 #include "core/error.h"
+#include "image/decode.h"
+#include "image/video_frames.h"
 
-qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
-    (void)p;
-    err_clear(err);
-    if (out) memset(out, 0, sizeof *out);
-    if (!path || !out)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: %s is NULL", path ? "out" : "path");
+qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
+                           qvl_video *out, qvl_error *err) {
+    (void)src, (void)p, (void)out;
     return err_fail(err, QVL_ERR_UNSUPPORTED,
-                    "%s: cannot read a video file: this libqvl was built without video support (QVL_VIDEO=OFF)", path);
+                    "%s: a video (%s), but this libqvl was built without video support (QVL_VIDEO=OFF): cannot "
+                    "read a video file", label, dec_format_name((dec_format)fmt));
+}
+
+const char *video_probe_name(const uint8_t *head, size_t n, char *buf, size_t cap) {
+    (void)head, (void)n, (void)buf, (void)cap;
+    return NULL;
 }

@@ -14,6 +14,7 @@
 #include "core/params.h"
 #include "image/decode.h"
 #include "image/image_params.h"
+#include "image/video_frames.h"
 #include "io/fileutil.h"
 #include "model/model.h"
 #include "model/tower.h"
@@ -92,7 +93,8 @@ void qvl_plan_params_init(qvl_plan_params *p, size_t struct_size) {
 
 /* ---- one item: decode ----------------------------------------------------------------------------------------- */
 
-/* Image files by their first bytes (JPEG, PNG, GIF, WebP, BMP); anything else is a video for FFmpeg. */
+/* Image files by their first bytes (JPEG, PNG, GIF, WebP, BMP); anything else goes to qvl_video_load, which reads
+ * the accepted containers and refuses the rest with a message saying what the file is. */
 static int looks_like_image(const char *path) {
     unsigned char b[DEC_SNIFF_BYTES] = {0};
     FILE *f;
@@ -101,7 +103,7 @@ static int looks_like_image(const char *path) {
     if (fu_open_regular(path, &f, &size, NULL) != QVL_OK) return 1;
     size_t n = fread(b, 1, sizeof b, f);
     fclose(f);
-    return dec_sniff(b, n) != DEC_UNKNOWN;
+    return dec_is_image(dec_sniff(b, n));
 }
 
 static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -395,11 +397,14 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
         break;
     }
     case QVL_ITEM_ENCODED:
-        pi->kind = "image";
         if (!it->data || !it->size)
             return err_fail(err, QVL_ERR_INVALID_ARG, "%s: an ENCODED item needs data and size ≥ 1 (size %zu)",
                             pi->label, it->size);
-        st = image_decode_labeled(it->data, it->size, &s.dp, pi->label, &img, err);
+        /* the same choice as for a path: images by their magic bytes, everything else to the video reader */
+        video = !dec_is_image(dec_sniff(it->data, it->size));
+        pi->kind = video ? "video" : "image";
+        if (video) st = video_decode_labeled(it->data, it->size, &s.vp, pi->label, &vid, err);
+        else st = image_decode_labeled(it->data, it->size, &s.dp, pi->label, &img, err);
         break;
     case QVL_ITEM_PIXELS:
         pi->kind = "image";
