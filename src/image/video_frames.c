@@ -138,9 +138,11 @@ static qvl_status video_still(const video_src *src, const char *label, const qvl
     const uint8_t *d = src->data;
     uint8_t *owned = NULL;
     if (src->fd >= 0) {
-        if (src->size > DEC_MAX_FILE_BYTES)
-            return err_fail(err, QVL_ERR_LIMIT, "%s: %llu bytes, more than the %zu allowed", label,
-                            (unsigned long long)src->size, (size_t)DEC_MAX_FILE_BYTES);
+        qvl_limits lim;
+        TRY(limits_take(&lim, p->limits, "qvl_video_params.limits", err));
+        if (src->size > lim.max_input_bytes)
+            return limit_fail(err, "max_input_bytes", lim.max_input_bytes, "%s: %llu bytes, more than the %llu allowed",
+                              label, (unsigned long long)src->size, (unsigned long long)lim.max_input_bytes);
         owned = malloc(src->size ? (size_t)src->size : 1);
         if (!owned) return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %llu bytes", label,
                                     (unsigned long long)src->size);
