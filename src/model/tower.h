@@ -29,5 +29,7 @@ size_t tower_scratch_bytes(const qvl_ctx *c, size_t rows, int stage);
 qvl_status tower_reserve(qvl_ctx *c, size_t rows, int stage, qvl_error *err);
 thread_pool *ctx_pool(qvl_ctx *c);
 const qvl_model *ctx_model(const qvl_ctx *c);
+/* The context's settings as created (read-only after qvl_ctx_create; any thread may read them). */
+const qvl_ctx_params *ctx_params(const qvl_ctx *c);
 
 #endif
