@@ -178,7 +178,7 @@ int encode_media(media_opts *o) {
         const int ok = info.status == QVL_OK;
         item_meta(w, i, path, &info, n_grids);
         if (ok && ctx) { /* the content-addressed cache key (the same the binding and servers compute) */
-            char key[33];
+            char key[QVL_KEY_HEX];
             if (qvl_item_key(ctx, &it, &pl, NULL, key, NULL) == QVL_OK) meta(w, "key", i, key);
         }
         char name[48];

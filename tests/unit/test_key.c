@@ -1,6 +1,6 @@
 /* test_key.c — qvl_item_key: the same bytes as PATH and ENCODED give the same key; pixels in any stride the same
  * key; a change of any input to the embeddings (content, preprocessing, decoding, video sampling, pos_mode, weights)
- * gives another; output-only params (dtype, layout, deepstack) do not change it; a known key stays pinned, so the
+ * gives another, and so does the output's dtype, layout or deepstack choice; a known key stays pinned, so the
  * serialisation cannot change without a new tag; bad items fail with a message. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +24,13 @@ static unsigned char *read_all(const char *path, size_t *n) {
     return b;
 }
 
-static void key_of(qvl_ctx *c, const qvl_item *it, const qvl_plan_params *pp, char hex[33]) {
+static void key_of(qvl_ctx *c, const qvl_item *it, const qvl_plan_params *pp, char hex[QVL_KEY_HEX]) {
     qvl_error err;
-    uint8_t d[16];
+    uint8_t d[QVL_KEY_BYTES];
     qvl_status s = qvl_item_key(c, it, pp, d, hex, &err);
     if (s != QVL_OK) printf("key failed: %s\n", err.message);
     CHECK(s == QVL_OK);
-    CHECK(strlen(hex) == 32);
+    CHECK(strlen(hex) == 64);
 }
 
 static qvl_model *synth_load(const char *dir, uint64_t seed) {
@@ -69,7 +69,7 @@ int main(void) {
     size_t n = 0;
     unsigned char *bytes = read_all(photo, &n);
     CHECK(bytes && n > 1000);
-    char k_path[33], k_enc[33], k[33];
+    char k_path[QVL_KEY_HEX], k_enc[QVL_KEY_HEX], k[QVL_KEY_HEX];
     qvl_item it;
     qvl_item_default(&it);
     it.kind = QVL_ITEM_PATH, it.path = photo;
@@ -89,15 +89,31 @@ int main(void) {
     key_of(g_c, &it, NULL, k);
     CHECK(strcmp(k, k_path) == 0);
     it.path = photo;
-    /* pinned: the serialisation "qvl-key-v1" of the tiny synthetic model (seed 1) and rocket.jpg */
+    /* pinned: the tuple "qvl-key-v1" of the tiny synthetic model (seed 1) and rocket.jpg */
     printf("key(rocket.jpg, tiny seed 1) = %s\n", k_path);
-    CHECK(strcmp(k_path, "67b450305eea1244d13a911084eaa9f8") == 0);
-    /* output-only params do not change it */
+    CHECK(strcmp(k_path, "86ae8814e74cae5bb862f14fa7c17fe20d3aa1768944f6055ee5ee0e16dde048") == 0);
+    /* the output's dtype, layout and DeepStack choice each change it (a cache entry holds that output); the batch
+     * size does not */
     qvl_plan_params pp;
+    for (int field = 0; field < 4; field++) {
+        qvl_plan_params_default(&pp);
+        switch (field) {
+        case 0: pp.dtype = QVL_DTYPE_BF16; break;
+        case 1: pp.dtype = QVL_DTYPE_F16; break;
+        case 2: pp.layout = QVL_OUTPUT_SPLIT; break;
+        case 3: pp.deepstack = !pp.deepstack; break;
+        }
+        key_of(g_c, &it, &pp, k);
+        CHECK(strcmp(k, k_path) != 0);
+    }
     qvl_plan_params_default(&pp);
-    pp.dtype = QVL_DTYPE_BF16, pp.layout = QVL_OUTPUT_SPLIT, pp.deepstack = 0, pp.max_batch_rows = 64;
+    pp.max_batch_rows = 64;
     key_of(g_c, &it, &pp, k);
     CHECK(strcmp(k, k_path) == 0);
+    pp.dtype = (qvl_dtype)7;
+    uint8_t dd[QVL_KEY_BYTES];
+    CHECK(qvl_item_key(g_c, &it, &pp, dd, k, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(strstr(err.message, "dtype") != NULL);
     /* one byte of content */
     bytes[n / 2] ^= 1;
     key_of(g_c, &e, NULL, k);
@@ -129,7 +145,7 @@ int main(void) {
         case 11: p.temporal_patch += 1; break;
         case 12: p.merge += 1; break;
         }
-        char kp[33], ki[33];
+        char kp[QVL_KEY_HEX], ki[QVL_KEY_HEX];
         qvl_plan_params_default(&pp);
         pp.preprocess = &p;
         key_of(g_c, &it, &pp, kp);
@@ -190,7 +206,7 @@ int main(void) {
     qvl_item_default(&p1);
     p1.kind = QVL_ITEM_PIXELS;
     p1.image = (qvl_pixels){&px[0][0][0], W, H, 3, 0};
-    char kpx[33];
+    char kpx[QVL_KEY_HEX];
     key_of(g_c, &p1, NULL, kpx);
     p1.image = (qvl_pixels){&padded[0][0], W, H, 3, sizeof padded[0]};
     key_of(g_c, &p1, NULL, k);
@@ -212,7 +228,7 @@ int main(void) {
     qvl_item fi;
     qvl_item_default(&fi);
     fi.kind = QVL_ITEM_FRAMES, fi.frames = fr, fi.n_frames = 2, fi.fps = 2;
-    char kf[33];
+    char kf[QVL_KEY_HEX];
     key_of(g_c, &fi, NULL, kf);
     CHECK(strcmp(kf, kpx) != 0);
     fi.fps = 3;
@@ -232,7 +248,7 @@ int main(void) {
     qvl_item ri;
     qvl_item_default(&ri);
     ri.kind = QVL_ITEM_ROWS, ri.rows = rows, ri.grid = g;
-    char kr[33];
+    char kr[QVL_KEY_HEX];
     key_of(g_c, &ri, NULL, kr);
     const float keep = rows[nr * rl - 1];
     rows[nr * rl - 1] = keep + 1.0f;
@@ -252,8 +268,8 @@ int main(void) {
     CHECK(strcmp(k, kr) == 0);
 
     /* failures name the cause */
-    uint8_t d[16];
-    char hex[33];
+    uint8_t d[QVL_KEY_BYTES];
+    char hex[QVL_KEY_HEX];
     qvl_item bad = it;
     bad.path = "/nonexistent/qvl-test-key.jpg";
     CHECK(qvl_item_key(g_c, &bad, NULL, d, hex, &err) == QVL_ERR_IO);
