@@ -12,6 +12,7 @@ pkg-config --exists libjpeg 2>/dev/null || need+=(libjpeg62-turbo-dev)
 pkg-config --exists libpng 2>/dev/null || need+=(libpng-dev)
 pkg-config --exists libwebp libwebpdemux 2>/dev/null || need+=(libwebp-dev)
 [ -f /usr/include/gif_lib.h ] || need+=(libgif-dev)
+pkg-config --exists libmicrohttpd 2>/dev/null || need+=(libmicrohttpd-dev) # qvl serve (optional)
 pkg-config --exists libavformat libavcodec libavutil libswscale 2>/dev/null ||
   need+=(libavformat-dev libavcodec-dev libavutil-dev libswscale-dev)
 if ((${#need[@]})); then
