@@ -286,19 +286,39 @@ static char load_key[N_LOAD_IMAGES][65];
 
 typedef struct load_arg {
     int id, n, ok, bad, refused;
+    int reset; /* connected, then closed unanswered: only a connection still in the listen backlog when a drain
+                  closes the listener (never accepted by the server): a rare race, tolerated once */
+    int fresh; /* ask for output specs the cache does not hold yet (real encodes), keys not known in advance */
 } load_arg;
+
+static pthread_mutex_t answered_mu = PTHREAD_MUTEX_INITIALIZER;
+static int answered;
 
 static void *load_main(void *p) {
     load_arg *a = p;
     for (int i = 0; i < a->n; i++) {
         int k = (a->id + i) % N_LOAD_IMAGES;
         resp r;
-        if (post("/v1/encode", "image/png", load_img[k], load_len[k], &r) || r.status == 0) {
+        char path[128] = "/v1/encode";
+        if (a->fresh) { /* 3 dtypes × 2 layouts × 2 deepstack choices: 12 keys per image */
+            static const char *dt[] = {"f32", "f16", "bf16"};
+            int c = 1 + (a->id * a->n + i) % 11; /* 0 would be the default spec, which the cache holds */
+            snprintf(path, sizeof path, "/v1/encode?dtype=%s&layout=%s&deepstack=%d", dt[c % 3],
+                     (c / 3) % 2 ? "split" : "concat", (c / 6) % 2);
+        }
+        if (post(path, "image/png", load_img[k], load_len[k], &r)) {
             a->refused++; /* not accepted (the listener closed) */
+        } else if (r.status == 0) {
+            a->reset++;
         } else {
             char key[80];
-            if (r.status == 200 && r.complete && header(&r, "X-Qvl-Key", key, sizeof key) && !strcmp(key, load_key[k]))
+            if (r.status == 200 && r.complete && header(&r, "X-Qvl-Key", key, sizeof key) &&
+                (a->fresh ? strlen(key) == 64 && strcmp(key, load_key[k]) : !strcmp(key, load_key[k]))) {
                 a->ok++;
+                pthread_mutex_lock(&answered_mu);
+                answered++;
+                pthread_mutex_unlock(&answered_mu);
+            }
             else if (r.status == 503 && r.complete) a->refused++;
             else {
                 fprintf(stderr, "  load: status %d complete %d\n", r.status, r.complete);
@@ -639,31 +659,39 @@ int main(void) {
     pthread_t th[4];
     load_arg la[4];
     for (int i = 0; i < 4; i++) {
-        la[i] = (load_arg){i, 12, 0, 0, 0};
+        la[i] = (load_arg){i, 12, 0, 0, 0, 0, 0};
         pthread_create(&th[i], NULL, load_main, &la[i]);
     }
     for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
     long rss1 = rss_kib(pid);
     int ok = 0, bad = 0;
-    for (int i = 0; i < 4; i++) ok += la[i].ok, bad += la[i].bad;
+    for (int i = 0; i < 4; i++) ok += la[i].ok, bad += la[i].bad + la[i].reset + la[i].refused;
     printf("load: %d ok, %d bad in %.2f s; server RSS %ld -> %ld KiB\n", ok, bad, tu_now() - t0, rss0, rss1);
     CHECK(ok == 48 && bad == 0);
     CHECK(rss1 > 0 && rss1 < rss0 + 64 * 1024); /* bounded: no per-request growth to speak of */
 
-    /* Drain: 6 clients keep sending new (uncached) items; SIGTERM in the middle; every request the server took is
-     * answered in full (200), the rest are refused at connect, and the exit status is 0. */
+    /* Drain: 4 clients keep sending items the cache does not hold (real encodes); SIGTERM once a few are answered;
+     * every request the server took is answered in full (200), the rest are refused at connect (or answered 503
+     * while the listener closes), and the exit status is 0. */
+    answered = 0;
     for (int i = 0; i < 4; i++) {
-        la[i] = (load_arg){i, 6, 0, 0, 0};
+        la[i] = (load_arg){i, 6, 0, 0, 0, 0, 1};
         pthread_create(&th[i], NULL, load_main, &la[i]);
     }
-    usleep(200000);
+    for (int i = 0; i < 6000; i++) { /* at most 60 s */
+        pthread_mutex_lock(&answered_mu);
+        int a = answered;
+        pthread_mutex_unlock(&answered_mu);
+        if (a >= 3) break;
+        usleep(10000);
+    }
     int rc = stop_server(pid);
     for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
     ok = bad = 0;
-    int refused = 0;
-    for (int i = 0; i < 4; i++) ok += la[i].ok, bad += la[i].bad, refused += la[i].refused;
-    printf("drain: %d answered, %d refused, %d bad; exit %d\n", ok, refused, bad, rc);
-    CHECK(rc == 0 && bad == 0 && ok + refused == 24);
+    int refused = 0, reset = 0;
+    for (int i = 0; i < 4; i++) ok += la[i].ok, bad += la[i].bad, refused += la[i].refused, reset += la[i].reset;
+    printf("drain: %d answered, %d refused, %d reset in the backlog, %d bad; exit %d\n", ok, refused, reset, bad, rc);
+    CHECK(rc == 0 && bad == 0 && ok >= 3 && reset <= 1 && ok + refused + reset == 24);
 
     free(img0);
     for (int i = 0; i < N_LOAD_IMAGES; i++) free(load_img[i]);

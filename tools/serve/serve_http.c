@@ -726,13 +726,18 @@ int cmd_serve(int argc, char **argv) {
     sigwait(&set, &sig);
     fprintf(stderr, "qvl serve: signal %d: draining\n", sig);
     srv_drain(sv.st);
-    MHD_quiesce_daemon(d); /* no new connections; those open finish their requests */
+    /* No new connections (the listening socket, handed back to us, is closed at once, so connects are refused
+     * rather than left in its backlog); those accepted finish their requests. */
+    MHD_socket lfd = MHD_quiesce_daemon(d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
     double until = srv_now() + (double)drain_s;
     for (;;) {
         pthread_mutex_lock(&sv.mu);
         int active = sv.active;
         pthread_mutex_unlock(&sv.mu);
-        if (!active || srv_now() > until) break;
+        /* also connections accepted whose request has not started yet */
+        const union MHD_DaemonInfo *ci = MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+        if ((!active && (!ci || ci->num_connections == 0)) || srv_now() > until) break;
         usleep(10000);
     }
     MHD_stop_daemon(d);
