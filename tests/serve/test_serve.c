@@ -693,6 +693,57 @@ int main(void) {
     printf("drain: %d answered, %d refused, %d reset in the backlog, %d bad; exit %d\n", ok, refused, reset, bad, rc);
     CHECK(rc == 0 && bad == 0 && ok >= 3 && reset <= 1 && ok + refused + reset == 24);
 
+    /* qvl encode --cache on the server's cache: the split f32 entries the server stored are hits, equal bits */
+    {
+        char out2[600];
+        snprintf(out2, sizeof out2, "%s/cached.safetensors", tmp);
+        int q = snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s' --cache '%s/cache' -o '%s'", bin, model, tmp, out2);
+        for (int i = 0; i < n_files; i++) q += snprintf(cmd + q, sizeof cmd - (size_t)q, " '%s'", paths[i]);
+        CHECK(system(cmd) == 0);
+        st_file *f = NULL;
+        CHECK(st_open(out2, &f, &err) == QVL_OK);
+        for (int i = 0; f && i < n_files; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "item%d.cache", i);
+            CHECK(st_meta(f, name) && !strcmp(st_meta(f, name), "hit"));
+            ref_item c2;
+            ref_of(f, i, &c2);
+            CHECK(c2.tokens == ri[i].tokens && c2.merged && !memcmp(c2.merged, ri[i].merged, c2.tokens * 4 * (size_t)out_hidden));
+            for (int d = 0; d < n_ds; d++)
+                CHECK(c2.ds[d] && !memcmp(c2.ds[d], ri[i].ds[d], c2.tokens * 4 * (size_t)out_hidden));
+        }
+        st_close(f);
+    }
+
+    /* qvl cache stat | verify | export-vllm | gc */
+    {
+        char out3[700], dir[700];
+        snprintf(out3, sizeof out3, "%s/cache.out", tmp);
+        snprintf(dir, sizeof dir, "%s/vllm", tmp);
+        snprintf(cmd, sizeof cmd, "'%s' cache stat '%s/cache' > '%s'", bin, tmp, out3);
+        CHECK(system(cmd) == 0);
+        size_t n;
+        char *o = (char *)read_file(out3, &n);
+        long entries = -1;
+        CHECK(o && sscanf(o, "entries %ld", &entries) == 1 && entries >= n_files);
+        free(o);
+        snprintf(cmd, sizeof cmd, "'%s' cache verify '%s/cache' > '%s'", bin, tmp, out3);
+        CHECK(system(cmd) == 0);
+        snprintf(cmd, sizeof cmd, "'%s' cache export-vllm '%s/cache' '%s' > '%s'", bin, tmp, dir, out3);
+        CHECK(system(cmd) == 0);
+        char p[900];
+        snprintf(p, sizeof p, "%s/%s/encoder_cache.safetensors", dir, ri[0].key ? ri[0].key : "x");
+        st_file *f = NULL;
+        CHECK(st_open(p, &f, &err) == QVL_OK && st_find(f, "ec_cache"));
+        st_close(f);
+        snprintf(cmd, sizeof cmd, "'%s' cache gc '%s/cache' --size 1 > '%s' && '%s' cache stat '%s/cache' > '%s'", bin,
+                 tmp, out3, bin, tmp, out3);
+        CHECK(system(cmd) == 0);
+        o = (char *)read_file(out3, &n);
+        CHECK(o && sscanf(o, "entries %ld", &entries) == 1 && entries == 0);
+        free(o);
+    }
+
     free(img0);
     for (int i = 0; i < N_LOAD_IMAGES; i++) free(load_img[i]);
     st_close(ref);
