@@ -330,6 +330,27 @@ static void *load_main(void *p) {
     return NULL;
 }
 
+/* Queue full: clients at once against a server whose queue holds one item. */
+typedef struct burst_arg {
+    const uint8_t *img;
+    size_t n;
+    int id, status, retry_after;
+} burst_arg;
+
+static void *burst_main(void *p) {
+    burst_arg *a = p;
+    char path[96];
+    static const char *dt[] = {"f32", "f16", "bf16"};
+    snprintf(path, sizeof path, "/v1/encode?dtype=%s&layout=%s&deepstack=%d", dt[a->id % 3],
+             (a->id / 3) % 2 ? "split" : "concat", (a->id / 6) % 2);
+    resp r;
+    a->status = post(path, "image/jpeg", a->img, a->n, &r) ? -1 : r.status;
+    char v[32];
+    a->retry_after = header(&r, "Retry-After", v, sizeof v) != NULL;
+    resp_free(&r);
+    return NULL;
+}
+
 int main(void) {
 #if !QVL_WITH_MEDIA
     printf("test_serve: skipped (no image decoding in this build)\n");
@@ -742,6 +763,45 @@ int main(void) {
         o = (char *)read_file(out3, &n);
         CHECK(o && sscanf(o, "entries %ld", &entries) == 1 && entries == 0);
         free(o);
+    }
+
+    /* 503 queue full (bounded: at most 5 bursts of 8 clients until one is refused), every other answer 200; and a
+     * request with more items than the queue holds is 413 */
+    {
+        char *ex2[] = {"--max-queue-items", "1", "--workers", "1"};
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        pid_t p2 = start_server(tmp, model, ex2, 4);
+        CHECK(p2 > 0);
+        size_t n;
+        uint8_t *b = read_file(paths[2], &n);
+        int full = 0, other = 0;
+        for (int round = 0; p2 > 0 && round < 5 && !full; round++) {
+            pthread_t bt[8];
+            burst_arg ba[8];
+            for (int i = 0; i < 8; i++) {
+                ba[i] = (burst_arg){b, n, (round * 8 + i) % 12, 0, 0};
+                pthread_create(&bt[i], NULL, burst_main, &ba[i]);
+            }
+            for (int i = 0; i < 8; i++) {
+                pthread_join(bt[i], NULL);
+                if (ba[i].status == 503 && ba[i].retry_after) full++;
+                else if (ba[i].status != 200) other++;
+            }
+            snprintf(cmd, sizeof cmd, "%s/cache", tmp); /* no hits next round */
+            tu_rmtree(cmd);
+        }
+        printf("queue full: %d refused with 503, %d other failures\n", full, other);
+        CHECK(full >= 1 && other == 0);
+        if (p2 > 0) {
+            char pa[700], body[1600];
+            tu_source_path("tests/data/images/bmp_24.bmp", pa, sizeof pa);
+            int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"path\": \"%s\"}]}", pa, pa);
+            CHECK(post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 && err_is(&r, 413, "too_large"));
+            resp_free(&r);
+            CHECK(stop_server(p2) == 0);
+        }
+        free(b);
     }
 
     free(img0);

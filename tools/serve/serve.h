@@ -83,8 +83,8 @@ void srv_request_items_free(srv_request_items *r);
  * them against --allowed-media-path. 0, or -1 with e set (400 malformed, 413 too large, 415 media type). */
 int srv_parse_json(const char *body, size_t len, const srv_limits *lim, srv_opts defaults, srv_request_items *out,
                    srv_err *e);
-/* Decode standard base64 (whitespace refused, padding optional) of at most `limit` decoded bytes into a malloc'd
- * buffer. 0, -1 malformed, -2 over the limit. */
+/* Decode standard base64 (the alphabet and '=' only: whitespace refused; padded to whole quanta) of at most
+ * `limit` decoded bytes into a malloc'd buffer. 0, -1 malformed, -2 over the limit. */
 int srv_b64_decode(const char *s, size_t n, size_t limit, uint8_t **out, size_t *out_len);
 /* Base64 of n bytes into a malloc'd NUL-terminated string (NULL: no memory or overflow). */
 char *srv_b64_encode(const void *data, size_t n, size_t *out_len);

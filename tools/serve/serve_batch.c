@@ -458,6 +458,10 @@ static char *spool(srv_state *s, const uint8_t *data, size_t size) {
 int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, srv_job **jobs,
                srv_err *e) {
     for (size_t i = 0; i < n; i++) jobs[i] = NULL;
+    if (n > s->cfg.lim.max_queue_items) { /* could never be queued: no use retrying */
+        srv_err_set(e, 413, -1, "%zu items, more than the queue holds (%zu)", n, s->cfg.lim.max_queue_items);
+        return -1;
+    }
     pthread_mutex_lock(&s->mu);
     int refuse = s->draining ? 1 : !s->ready ? 2 : 0;
     if (!refuse && (s->prep_items + s->enc_items + n > s->cfg.lim.max_queue_items ||

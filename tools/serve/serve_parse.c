@@ -136,8 +136,12 @@ int srv_b64_decode(const char *s, size_t n, size_t limit, uint8_t **out, size_t 
     *out = NULL;
     *out_len = 0;
     if (n % 4) return -1; /* standard base64 is padded to whole quanta */
-    for (size_t i = 0; i < n; i++) /* nettle skips whitespace; a payload here has none */
-        if (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n') return -1;
+    for (size_t i = 0; i < n; i++) { /* nettle skips whitespace (any of it); a payload here is the alphabet only */
+        const char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/' ||
+              c == '='))
+            return -1;
+    }
     size_t cap = BASE64_DECODE_LENGTH(n);
     if (n / 4 * 3 > limit + 2) return -2;
     uint8_t *buf = malloc(cap ? cap : 1);
