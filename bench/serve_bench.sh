@@ -14,6 +14,11 @@ start() { # start ARGS...: a server on a free port, $P and $SP set
   SP=$!
   for _ in $(seq 600); do [[ -s $T/port ]] && break; sleep 0.1; done
   P=$(cat "$T/port")
+  for _ in $(seq 6000); do # ready once the weights are loaded and warmed
+    { exec 3<>"/dev/tcp/127.0.0.1/$P" && printf 'GET /health/ready HTTP/1.0\r\n\r\n' >&3 && head -1 <&3 | grep -q ' 200 ' &&
+      exec 3>&-; } 2>/dev/null && break
+    sleep 0.1
+  done
 }
 echo "# $(date -u +%FT%TZ) model $M, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for s in $SIZES; do

@@ -196,15 +196,27 @@ static pid_t start_server(const char *tmp, const char *model, char *const extra[
         execv(argv[0], argv);
         _exit(127);
     }
+    g_port = 0;
     for (int i = 0; i < 1200; i++) { /* 120 s at most (a sanitizer build loads slowly) */
         FILE *f = fopen(portfile, "r");
         if (f) {
             int ok = fscanf(f, "%d", &g_port) == 1;
             fclose(f);
-            if (ok) return pid;
+            if (ok) break;
         }
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) return -1;
+        usleep(100000);
+    }
+    /* Listening: live at once, ready (200) once the weights are loaded and warmed; 503 until then. */
+    for (int i = 0; g_port && i < 1200; i++) {
+        resp r;
+        int st = http("GET", "/health/ready", NULL, NULL, 0, &r) == 0 ? r.status : 0;
+        resp_free(&r);
+        if (st == 200) return pid;
+        if (st != 503 && st != 0) break;
+        int ws;
+        if (waitpid(pid, &ws, WNOHANG) == pid) return -1;
         usleep(100000);
     }
     kill(pid, SIGKILL);

@@ -687,18 +687,20 @@ static int warm_up(srv_state *s, char *msg, size_t cap) {
     return rc;
 }
 
-srv_state *srv_start(const srv_config *cfg, char *msg, size_t cap) {
+srv_state *srv_create(const srv_config *cfg) {
     srv_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(msg, cap, "out of memory");
-        return NULL;
-    }
+    if (!s) return NULL;
     s->cfg = *cfg;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->prep_cv, NULL);
     pthread_cond_init(&s->enc_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     srv_metrics_init(&s->metrics);
+    return s;
+}
+
+int srv_load(srv_state *s, char *msg, size_t cap) {
+    const srv_config *cfg = &s->cfg;
     qvl_error err;
     qvl_load_params lp;
     qvl_load_params_default(&lp);
@@ -714,8 +716,7 @@ srv_state *srv_start(const srv_config *cfg, char *msg, size_t cap) {
         qvl_model_fingerprint(s->model, NULL, s->fingerprint, &err) != QVL_OK ||
         qvl_preprocess_params_load(cfg->model_dir, &s->pp, &s->vp, &err) != QVL_OK) {
         snprintf(msg, cap, "%s", err.message);
-        srv_stop(s);
-        return NULL;
+        return -1;
     }
     qvl_model_get_info(s->model, &s->info);
     s->pp.n_threads = 1; /* each worker preprocesses one item on its own thread */
@@ -724,16 +725,10 @@ srv_state *srv_start(const srv_config *cfg, char *msg, size_t cap) {
     s->prep_json = prep_json(s);
     if (cfg->cache_dir) {
         s->cache = srv_cache_open(cfg->cache_dir, cfg->cache_size, msg, cap);
-        if (!s->cache) {
-            srv_stop(s);
-            return NULL;
-        }
+        if (!s->cache) return -1;
         srv_cache_set_vllm_links(s->cache, cfg->vllm_links);
     }
-    if (warm_up(s, msg, cap)) {
-        srv_stop(s);
-        return NULL;
-    }
+    if (warm_up(s, msg, cap)) return -1;
     s->n_workers = cfg->workers > 0 ? cfg->workers : 2;
     s->workers = calloc((size_t)s->n_workers, sizeof *s->workers);
     int started = 0;
@@ -744,14 +739,20 @@ srv_state *srv_start(const srv_config *cfg, char *msg, size_t cap) {
     s->n_workers = started;
     if (!started || pthread_create(&s->batcher, NULL, batcher_main, s)) {
         snprintf(msg, cap, "cannot start threads");
-        srv_stop(s);
-        return NULL;
+        return -1;
     }
     s->batcher_started = 1;
     pthread_mutex_lock(&s->mu);
     s->ready = 1;
     pthread_mutex_unlock(&s->mu);
-    return s;
+    return 0;
+}
+
+int srv_loaded(srv_state *s) {
+    pthread_mutex_lock(&s->mu);
+    int r = s->ready;
+    pthread_mutex_unlock(&s->mu);
+    return r;
 }
 
 void srv_drain(srv_state *s) {
@@ -789,7 +790,7 @@ void srv_stop(srv_state *s) {
 int srv_ready(srv_state *s) {
     pthread_mutex_lock(&s->mu);
     int r = s->ready && !s->draining && s->enc_patches <= s->cfg.lim.max_queue_patches * 9 / 10 &&
-            s->prep_items + s->enc_items < s->cfg.lim.max_queue_items * 9 / 10;
+            s->prep_items + s->enc_items < s->cfg.lim.max_queue_items; /* saturated: full, or nearly by patches */
     pthread_mutex_unlock(&s->mu);
     return r;
 }
@@ -809,11 +810,16 @@ void srv_gauges_of(srv_state *s, srv_gauges *g) {
     g->inflight = s->inflight_jobs;
     g->ready = s->ready && !s->draining;
     g->draining = s->draining;
+    const int loaded = s->ready; /* set (under mu) only after every field below was */
     pthread_mutex_unlock(&s->mu);
-    if (s->cache) srv_cache_scan(s->cache, (uint64_t *)&g->cache_bytes, &g->cache_entries);
-    g->fingerprint = s->fingerprint;
-    g->family = s->info.model_type;
-    g->isa = qvl_isa_name(s->info.isa);
+    g->fingerprint = loaded ? s->fingerprint : "";
+    g->family = loaded ? s->info.model_type : "";
+    g->isa = loaded ? qvl_isa_name(s->info.isa) : "";
+    if (loaded && s->cache) {
+        uint64_t b;
+        srv_cache_scan(s->cache, &b, &g->cache_entries);
+        g->cache_bytes = (size_t)b;
+    }
 }
 
 srv_metrics *srv_metrics_of(srv_state *s) { return &s->metrics; }

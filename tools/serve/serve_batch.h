@@ -31,8 +31,13 @@ typedef struct srv_config {
     srv_limits lim;
 } srv_config;
 
-/* Load the model, make the encoder ctx, start workers and the batcher, warm up. NULL with msg on failure. */
-srv_state *srv_start(const srv_config *cfg, char *msg, size_t cap);
+/* The service's state, not ready yet (its HTTP side can answer health and metrics while the model loads). */
+srv_state *srv_create(const srv_config *cfg);
+/* Load the model, make the encoder ctx, warm up, start the workers and the batcher; then it is ready. 0, or -1
+ * with msg (the caller then srv_stop()s it). */
+int srv_load(srv_state *s, char *msg, size_t cap);
+/* 1 once srv_load has succeeded (the model, ctx and settings may be read). */
+int srv_loaded(srv_state *s);
 /* Stop accepting (draining), let every accepted item finish, then join the threads and free everything. */
 void srv_drain(srv_state *s);
 void srv_stop(srv_state *s);

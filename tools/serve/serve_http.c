@@ -483,6 +483,12 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, conn_ctx *cc,
         srv_err_set(&e, 401, -1, "missing or wrong API key (Authorization: Bearer ...)");
         return send_err(sv, cc, c, &e);
     }
+    if ((ep == SRV_EP_INFO || ep == SRV_EP_ENCODE || ep == SRV_EP_VLLM || ep == SRV_EP_CACHE) &&
+        !srv_loaded(sv->st)) {
+        srv_err_set(&e, 503, -1, "the server is not ready (loading the model)");
+        e.retry_after_s = 1;
+        return send_err(sv, cc, c, &e);
+    }
     if (ep == SRV_EP_INFO && get) {
         char *js = srv_info_json(sv->st);
         if (!js) return MHD_NO;
@@ -572,7 +578,7 @@ static const char serve_help[] =
     "  --model DIR              the checkpoint (required)\n"
     "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
     "  --port N                 TCP port (default 8080; 0: any free one)\n"
-    "  --port-file FILE         write the port listened on to FILE once ready\n"
+    "  --port-file FILE         write the port listened on to FILE once listening (poll /health/ready)\n"
     "  --cache DIR              content-addressed embedding cache (shared with qvl encode --cache, qvl cache)\n"
     "  --cache-size SIZE        cache budget (default 10G; K/M/G/T suffixes)\n"
     "  --vllm-links             also link DIR/vllm-ec/KEY/encoder_cache.safetensors (vLLM's shared storage)\n"
@@ -692,12 +698,13 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     char msg[1200];
     double t0 = srv_now();
-    sv.st = srv_start(&cfg, msg, sizeof msg);
+    sv.st = srv_create(&cfg);
     if (!sv.st) {
         rmdir(tmpdir);
-        return cli_fail("%s", msg);
+        return cli_fail("out of memory");
     }
     pthread_mutex_init(&sv.mu, NULL);
+    /* Listen first: /health/live answers and /health/ready says 503 while the weights load and warm up. */
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG,
         (uint16_t)port, NULL, NULL, on_request, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
@@ -711,8 +718,6 @@ int cmd_serve(int argc, char **argv) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     unsigned bound = di ? di->port : (unsigned)port;
-    fprintf(stderr, "qvl serve: %s ready on http://%s:%u in %.0f ms\n", cfg.model_dir, host, bound,
-            (srv_now() - t0) * 1000);
     if (port_file) {
         char tmp[PATH_MAX];
         snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
@@ -722,6 +727,14 @@ int cmd_serve(int argc, char **argv) {
             if (fclose(f) == 0) rename(tmp, port_file);
         }
     }
+    if (srv_load(sv.st, msg, sizeof msg)) {
+        MHD_stop_daemon(d);
+        srv_stop(sv.st);
+        rmdir(tmpdir);
+        return cli_fail("%s", msg);
+    }
+    fprintf(stderr, "qvl serve: %s ready on http://%s:%u in %.0f ms\n", cfg.model_dir, host, bound,
+            (srv_now() - t0) * 1000);
     int sig = 0;
     sigwait(&set, &sig);
     fprintf(stderr, "qvl serve: signal %d: draining\n", sig);
