@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # serve_bench.sh — qvl serve's throughput and latency on loopback against `qvl encode` on the same images
 # (docs/PERFORMANCE.md, "qvl serve"). Usage: bench/serve_bench.sh BUILD_DIR MODEL_DIR [SIZES] [CLIENTS] [REQUESTS]
-# SIZES default "224 448", CLIENTS "1 4 16", REQUESTS 32. Starts and stops its own server on a free port.
+# SIZES default "224 448", CLIENTS "1 4 16", REQUESTS 32; SERVE_ARGS: extra qvl serve options (--timeout-ms ...).
+# Starts and stops its own server on a free port.
 set -euo pipefail
 B=$(cd "$1" && pwd); M=$2; SIZES=${3:-"224 448"}; CLIENTS=${4:-"1 4 16"}; N=${5:-32}
 QVL=$B/qvl
@@ -10,7 +11,8 @@ trap 'kill $SP 2>/dev/null || true; rm -rf "$T"' EXIT
 cc -O2 -pthread "$(dirname "$0")/serve_load.c" -o "$T/serve_load"
 start() { # start ARGS...: a server on a free port, $P and $SP set
   rm -f "$T/port"
-  "$QVL" serve --model "$M" --port 0 --port-file "$T/port" "$@" 2>>"$T/log" &
+  # shellcheck disable=SC2086
+  "$QVL" serve --model "$M" --port 0 --port-file "$T/port" ${SERVE_ARGS:-} "$@" 2>>"$T/log" &
   SP=$!
   for _ in $(seq 600); do [[ -s $T/port ]] && break; sleep 0.1; done
   P=$(cat "$T/port")

@@ -30,7 +30,12 @@ const char *srv_err_type(int http);
 /* The HTTP status of a library failure of one item (422 undecodable, 413 over a limit, 415 unsupported, ...). */
 int srv_http_of_status(qvl_status s);
 
-/* ---- admission limits (the server's own; a library-wide limits struct plugs in through srv_limits_apply) ---- */
+/* ---- admission limits ----
+ * The server's own, from its options, checked in one place each: the body and item sizes and counts while parsing
+ * (serve_http.c, serve_parse.c), pixels by the library's decoder before it decodes (qvl_decode_params.max_pixels,
+ * set from max_pixels in srv_load), patches once an item is preprocessed, the queue bounds in srv_submit. When the
+ * library gains API-settable resource limits, srv_load is where they are filled from these and handed to every
+ * plan (plan_params in serve_batch.c), and the patch check can move before decoding. */
 typedef struct srv_limits {
     size_t max_body_bytes;     /* request body (413 before it is read) */
     size_t max_items;          /* items of one request */
