@@ -554,9 +554,12 @@ int main(void) {
         char path[200];
         snprintf(path, sizeof path, "/v1/cache/%s", cJSON_IsString(u) ? u->valuestring : "x");
         resp r3;
-        CHECK(http("HEAD", path, auth, NULL, 0, &r3) == 0 && r3.status == 200);
+        CHECK(http("HEAD", path, auth, NULL, 0, &r3) == 0 && r3.status == 200 && r3.len == 0);
+        char head_len[32] = "";
+        header(&r3, "Content-Length", head_len, sizeof head_len);
         resp_free(&r3);
         CHECK(http("GET", path, auth, NULL, 0, &r3) == 0 && r3.status == 200);
+        CHECK(strtoull(head_len, NULL, 10) == r3.len && r3.len > 0); /* HEAD says the size GET sends */
         st_file *f = NULL;
         CHECK(r3.status == 200 && st_parse(r3.body, r3.len, "entry", &f, &err) == QVL_OK && st_find(f, "ec_cache") &&
               st_find(f, "grid_thw"));

@@ -182,6 +182,8 @@ void srv_entry_free(srv_entry *e);
 int srv_cache_get(srv_cache *c, const char *key, srv_entry *out, int *corrupt);
 /* 1 if an entry file exists (no verification): HEAD. Its size in *size. */
 int srv_cache_exists(srv_cache *c, const char *key, uint64_t *size);
+/* The entry file opened read-only (no verification), or -1. */
+int srv_cache_open_fd(srv_cache *c, const char *key);
 /* Store an item's output: temp file in root/tmp, then rename into objects/; 0 or -1. Also the vllm-ec link when
  * the cache was opened with links on. May run GC when over budget. */
 int srv_cache_put(srv_cache *c, const char *key, const char *dtype, int ndim, const int64_t *shape, const void *data,

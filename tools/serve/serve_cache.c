@@ -240,6 +240,13 @@ int srv_cache_exists(srv_cache *c, const char *key, uint64_t *size) {
     return 1;
 }
 
+int srv_cache_open_fd(srv_cache *c, const char *key) {
+    if (!srv_is_key(key)) return -1;
+    char path[PATH_MAX];
+    entry_path(c, key, path, sizeof path);
+    return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+}
+
 int srv_cache_put(srv_cache *c, const char *key, const char *dtype, int ndim, const int64_t *shape, const void *data,
                   size_t nbytes, qvl_grid grid, const char *fingerprint, uint64_t *evicted_bytes) {
     if (evicted_bytes) *evicted_bytes = 0;

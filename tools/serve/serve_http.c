@@ -400,8 +400,14 @@ static enum MHD_Result handle_cache(server *sv, struct MHD_Connection *c, conn_c
             return send_text(c, 404, "application/json", "");
         }
         srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 200, 0);
-        struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-        if (!r) return MHD_NO;
+        /* The file's descriptor, so that Content-Length is its size (a HEAD answer sends no body). */
+        int fd = srv_cache_open_fd(cache, key);
+        struct MHD_Response *r = fd >= 0 ? MHD_create_response_from_fd((size_t)size, fd)
+                                         : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!r) {
+            if (fd >= 0) close(fd);
+            return MHD_NO;
+        }
         char v[32];
         snprintf(v, sizeof v, "%llu", (unsigned long long)size);
         MHD_add_response_header(r, "X-Qvl-Entry-Bytes", v);
