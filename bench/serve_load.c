@@ -68,8 +68,8 @@ static int one(const uint8_t *body, size_t n) {
         return -1;
     }
     char h[256];
-    int k = snprintf(h, sizeof h, "POST /v1/encode HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: image/bmp\r\n"
-                     "Content-Length: %zu\r\n\r\n", n);
+    int k = snprintf(h, sizeof h, "POST /v1/encode HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "Content-Type: image/bmp\r\nContent-Length: %zu\r\n\r\n", n);
     if (send(fd, h, (size_t)k, MSG_NOSIGNAL) != k || send(fd, body, n, MSG_NOSIGNAL) != (ssize_t)n) {
         close(fd);
         return -1;

@@ -124,7 +124,8 @@ static int http(const char *method, const char *path, const char *extra, const v
     memcpy(r->body, end + 4, r->len);
     r->body[r->len] = 0;
     char cl[32];
-    r->complete = !strcmp(method, "HEAD") || (header(r, "Content-Length", cl, sizeof cl) && strtoull(cl, NULL, 10) == r->len);
+    r->complete = !strcmp(method, "HEAD") ||
+                  (header(r, "Content-Length", cl, sizeof cl) && strtoull(cl, NULL, 10) == r->len);
     free(buf);
     return 0;
 }
@@ -733,7 +734,8 @@ int main(void) {
     {
         char out2[600];
         snprintf(out2, sizeof out2, "%s/cached.safetensors", tmp);
-        int q = snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s' --cache '%s/cache' -o '%s'", bin, model, tmp, out2);
+        int q = snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s' --cache '%s/cache' -o '%s'", bin, model, tmp,
+                         out2);
         for (int i = 0; i < n_files; i++) q += snprintf(cmd + q, sizeof cmd - (size_t)q, " '%s'", paths[i]);
         CHECK(system(cmd) == 0);
         st_file *f = NULL;
@@ -744,7 +746,8 @@ int main(void) {
             CHECK(st_meta(f, name) && !strcmp(st_meta(f, name), "hit"));
             ref_item c2;
             ref_of(f, i, &c2);
-            CHECK(c2.tokens == ri[i].tokens && c2.merged && !memcmp(c2.merged, ri[i].merged, c2.tokens * 4 * (size_t)out_hidden));
+            CHECK(c2.tokens == ri[i].tokens && c2.merged &&
+                  !memcmp(c2.merged, ri[i].merged, c2.tokens * 4 * (size_t)out_hidden));
             for (int d = 0; d < n_ds; d++)
                 CHECK(c2.ds[d] && !memcmp(c2.ds[d], ri[i].ds[d], c2.tokens * 4 * (size_t)out_hidden));
         }

@@ -686,7 +686,8 @@ int cmd_serve(int argc, char **argv) {
     server sv;
     memset(&sv, 0, sizeof sv);
     sv.api_key = api_key && *api_key ? api_key : NULL;
-    if (allowed && !realpath(allowed, sv.allowed)) return cli_fail("--allowed-media-path %s: %s", allowed, strerror(errno));
+    if (allowed && !realpath(allowed, sv.allowed))
+        return cli_fail("--allowed-media-path %s: %s", allowed, strerror(errno));
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;

@@ -128,7 +128,8 @@ int srv_npy_build(const char *descr, const int64_t *shape, int ndim, const void 
     char dict[256];
     int k = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int i = 0; i < ndim && k > 0 && (size_t)k < sizeof dict; i++)
-        k += snprintf(dict + k, sizeof dict - (size_t)k, "%lld%s", (long long)shape[i], ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
+        k += snprintf(dict + k, sizeof dict - (size_t)k, "%lld%s", (long long)shape[i],
+                      ndim == 1 ? "," : i + 1 < ndim ? ", " : ""); /* numpy's spelling: (3,) and (2, 3) */
     if (k > 0 && (size_t)k < sizeof dict) k += snprintf(dict + k, sizeof dict - (size_t)k, "), }");
     if (k <= 0 || (size_t)k >= sizeof dict - 1) return -1;
     size_t hl = (10 + (size_t)k + 1 + 63) / 64 * 64 - 10; /* magic(6) ver(2) len(2); dict + pad + '\n' */
