@@ -783,6 +783,75 @@ int main(void) {
         free(o);
     }
 
+    /* Batching by patches: with a budget of 256 patch rows, every photo (500+ rows each) runs alone; the same item
+     * twice in one request is encoded once (single flight) and answered twice. Counted from /metrics. */
+    {
+        char *ex3[] = {"--max-batch-patches", "256"};
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        pid_t p3 = start_server(tmp, model, ex3, 2);
+        CHECK(p3 > 0);
+        char body[4096];
+        int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"path\": \"%s\"}, "
+                          "{\"path\": \"%s\"}]}", paths[0], paths[2], paths[0]);
+        CHECK(p3 > 0 && post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 && r.status == 200);
+        st_file *f = NULL;
+        if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+            const st_tensor *e = st_find(f, "embeddings"), *o = st_find(f, "offsets");
+            if (e && o && o->shape[0] == 4) {
+                const int64_t *off = o->data;
+                const size_t C = (size_t)e->shape[1];
+                CHECK(off[1] - off[0] == off[3] - off[2] &&
+                      !memcmp((const float *)e->data, (const float *)e->data + (size_t)off[2] * C,
+                              (size_t)(off[1] - off[0]) * C * 4));
+                CHECK(same_concat((const float *)e->data + (size_t)off[1] * C, &ri[2]));
+            } else {
+                CHECK(!"embeddings and offsets [4]");
+            }
+            st_close(f);
+        }
+        resp_free(&r);
+        CHECK(p3 > 0 && http("GET", "/metrics", NULL, NULL, 0, &r) == 0 && r.status == 200);
+        const char *mb = r.body ? (const char *)r.body : "";
+        const char *b1 = strstr(mb, "qvl_batch_items_bucket{le=\"1\"} "), *bt = strstr(mb, "\nqvl_batches_total ");
+        const char *sf = strstr(mb, "\nqvl_single_flight_joins_total ");
+        long n1 = b1 ? atol(b1 + strlen("qvl_batch_items_bucket{le=\"1\"} ")) : -1;
+        long nb = bt ? atol(bt + strlen("\nqvl_batches_total ")) : -1;
+        long nj = sf ? atol(sf + strlen("\nqvl_single_flight_joins_total ")) : -1;
+        printf("batching: %ld batches, %ld of one item, %ld single-flight joins\n", nb, n1, nj);
+        CHECK(nb == 2 && n1 == 2 && nj == 1); /* the warm-up runs outside the batcher */
+        resp_free(&r);
+        if (p3 > 0) CHECK(stop_server(p3) == 0);
+    }
+
+    /* Idle wait: one worker, a batch budget that fits all, and up to 5 s of waiting while items are still being
+     * preprocessed: three small images of one request make one batch of three. */
+    {
+        char *ex4[] = {"--workers", "1", "--max-wait-us", "5000000"};
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        pid_t p4 = start_server(tmp, model, ex4, 4);
+        CHECK(p4 > 0);
+        char body[4096], a[600], b[600], c[600];
+        tu_source_path("tests/data/images/bmp_24.bmp", a, sizeof a);
+        tu_source_path("tests/data/images/gif_single.gif", b, sizeof b);
+        tu_source_path("tests/data/images/png_exif_5.png", c, sizeof c);
+        int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"path\": \"%s\"}, "
+                          "{\"path\": \"%s\"}]}", a, b, c);
+        CHECK(p4 > 0 && post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 && r.status == 200);
+        resp_free(&r);
+        CHECK(p4 > 0 && http("GET", "/metrics", NULL, NULL, 0, &r) == 0 && r.status == 200);
+        const char *mb = r.body ? (const char *)r.body : "";
+        const char *b2 = strstr(mb, "qvl_batch_items_bucket{le=\"2\"} ");
+        const char *b4 = strstr(mb, "qvl_batch_items_bucket{le=\"4\"} ");
+        long n2 = b2 ? atol(b2 + strlen("qvl_batch_items_bucket{le=\"2\"} ")) : -1;
+        long n4 = b4 ? atol(b4 + strlen("qvl_batch_items_bucket{le=\"4\"} ")) : -1;
+        printf("idle wait: batches of <= 2 items %ld, of <= 4 items %ld\n", n2, n4);
+        CHECK(n2 == 0 && n4 == 1);
+        resp_free(&r);
+        if (p4 > 0) CHECK(stop_server(p4) == 0);
+    }
+
     /* 503 queue full (bounded: at most 5 bursts of 8 clients until one is refused), every other answer 200; and a
      * request with more items than the queue holds is 413 */
     {

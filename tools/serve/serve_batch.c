@@ -369,14 +369,16 @@ static void *batcher_main(void *arg) {
     while (jobs) {
         while (!s->enc_head && !(s->stop && !s->prep_head && !s->prep_items)) pthread_cond_wait(&s->enc_cv, &s->mu);
         if (!s->enc_head) break;
-        /* The encoder was idle: when the batch would be small, wait a little for more. */
+        /* The encoder was idle: when the batch would be small and more items are being preprocessed, wait for
+         * them, up to max_wait_us in all. */
         if (L->max_wait_us > 0 && s->enc_patches < L->min_batch_patches && s->prep_items > 0) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            long ns = ts.tv_nsec + (long)L->max_wait_us * 1000;
-            ts.tv_sec += ns / 1000000000;
+            long ns = ts.tv_nsec + (long)(L->max_wait_us % 1000000) * 1000;
+            ts.tv_sec += L->max_wait_us / 1000000 + ns / 1000000000;
             ts.tv_nsec = ns % 1000000000;
-            pthread_cond_timedwait(&s->enc_cv, &s->mu, &ts);
+            while (s->enc_patches < L->min_batch_patches && s->prep_items > 0 && !s->stop)
+                if (pthread_cond_timedwait(&s->enc_cv, &s->mu, &ts) == ETIMEDOUT) break;
         }
         size_t n = 0, rows = 0;
         double now = srv_now();

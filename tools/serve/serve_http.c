@@ -669,7 +669,7 @@ int cmd_serve(int argc, char **argv) {
             else if (c == O_MAX_QUEUE_PATCHES) cfg.lim.max_queue_patches = (size_t)u;
             else cfg.lim.max_queue_items = (size_t)u;
             break;
-        case O_MAX_WAIT: if (cli_parse_long(optarg, 0, 1000000, &v)) return cli_usage("--max-wait-us: 0..1000000");
+        case O_MAX_WAIT: if (cli_parse_long(optarg, 0, 10000000, &v)) return cli_usage("--max-wait-us: 0..10000000");
             cfg.lim.max_wait_us = (int)v;
             break;
         case O_TIMEOUT: if (cli_parse_long(optarg, 1, 3600000, &v)) return cli_usage("--timeout-ms: 1..3600000");
