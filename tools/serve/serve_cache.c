@@ -2,7 +2,9 @@
  * processes without a server in between.
  *   root/objects/ab/<key>.safetensors   one entry per key (ab = the key's first two hex digits): "ec_cache" (the
  *                                       item's output matrix, the tensor vLLM's shared-storage encoder-cache
- *                                       connector loads) and "grid_thw" I64 [1, 3]; __metadata__: qvl_entry, key,
+ *                                       connector loads; first, at the 64-byte data start, for zero-copy readers)
+ *                                       then "grid_thw" I64 [1, 3] (not 8-byte aligned when the matrix's bytes are
+ *                                       not a multiple of 8: read it with memcpy); __metadata__: qvl_entry, key,
  *                                       fingerprint, qvl_version, created, xxh3_128 of the data bytes
  *   root/tmp/                           temporaries: written whole, then renamed into objects/ (atomic; a writer
  *                                       killed mid-write leaves only a temporary, never a torn entry)

@@ -250,9 +250,17 @@ static int build_safetensors(server *sv, const srv_request_items *req, const srv
                            "n_deepstack", nds};
     for (size_t k = 0; k < sizeof fixed / sizeof *fixed / 2; k++)
         meta[2 * nm] = (char *)fixed[2 * k], meta[2 * nm + 1] = (char *)fixed[2 * k + 1], nm++;
+    /* The small index tensors first, so that every tensor starts naturally aligned for its element type (offsets
+     * at the 64-byte data start, grid_thw after 8·(n+1) bytes, the embeddings after 12·n more). */
     srv_tensor t[4];
     memset(t, 0, sizeof t);
     size_t nt = 0;
+    t[nt].name = "offsets", t[nt].dtype = "I64", t[nt].ndim = 1, t[nt].shape[0] = (int64_t)n + 1;
+    t[nt].data = off, t[nt].nbytes = (n + 1) * sizeof *off;
+    nt++;
+    t[nt].name = "grid_thw", t[nt].dtype = "I32", t[nt].ndim = 2, t[nt].shape[0] = (int64_t)n, t[nt].shape[1] = 3;
+    t[nt].data = grid, t[nt].nbytes = n * 3 * sizeof *grid;
+    nt++;
     t[nt].name = "embeddings", t[nt].dtype = srv_dtype_st(req->opts.dtype), t[nt].ndim = 2;
     t[nt].shape[0] = (int64_t)total, t[nt].shape[1] = (int64_t)cols;
     t[nt].pieces = pieces, t[nt].piece_bytes = pbytes, t[nt].n_pieces = n;
@@ -265,12 +273,6 @@ static int build_safetensors(server *sv, const srv_request_items *req, const srv
         for (size_t i = n; i < n * planes; i++) t[nt].nbytes += pbytes[i];
         nt++;
     }
-    t[nt].name = "grid_thw", t[nt].dtype = "I32", t[nt].ndim = 2, t[nt].shape[0] = (int64_t)n, t[nt].shape[1] = 3;
-    t[nt].data = grid, t[nt].nbytes = n * 3 * sizeof *grid;
-    nt++;
-    t[nt].name = "offsets", t[nt].dtype = "I64", t[nt].ndim = 1, t[nt].shape[0] = (int64_t)n + 1;
-    t[nt].data = off, t[nt].nbytes = (n + 1) * sizeof *off;
-    nt++;
     rc = srv_st_build(t, nt, (const char *const *)meta, nm, out, len);
 done:
     free(grid);
