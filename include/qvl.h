@@ -744,6 +744,25 @@ QVL_API qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *plan, qvl_
  * again (for example on another ctx over the same model). */
 QVL_API qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *plan, void *const *outputs, qvl_error *err);
 
+/* Content-addressed cache key of one item: 32 bytes (64 lowercase hex digits, the `uuid` a server hands to vLLM),
+ * equal exactly when the item's output is the same by construction. SHA-256 over a length-prefixed canonical tuple
+ * ("qvl-key-v1", spelt out in src/model/key.c) of: the weights' fingerprint (qvl_model_fingerprint), the context's
+ * compute precision (float32 today) and pos_mode, the output dtype, layout and deepstack choice of `params`, how
+ * the content was given, the item's resolved decode / preprocess / video params (the item's own, else `params`'
+ * defaults, else the model directory's json files, exactly as qvl_plan_create resolves them), and the SHA-256 of
+ * its content: the bytes of a PATH file (never the path: the same bytes as PATH or ENCODED give the same key),
+ * each frame file of a PATH directory in name order, the pixels and their size and channels for PIXELS (the
+ * stride does not count), the frames and fps for FRAMES, the rows and grid for ROWS. Not part of it: limits that
+ * only refuse inputs, max_batch_rows, the thread count and the kernel set. Nothing is decoded: a PATH item's file
+ * is read once and hashed, so a cache can be looked up before planning. A key is the same in every process, build
+ * and platform of one library version; a change of the serialisation changes its tag. Reads only ctx's model and
+ * settings, never its scratch: may be called from any thread, while ctx encodes too. Fails, as planning the item
+ * would, on a NULL or unreadable input; `digest` and `hex` may each be NULL. */
+#define QVL_KEY_BYTES 32
+#define QVL_KEY_HEX 65 /* 64 hex digits and a NUL */
+QVL_API qvl_status qvl_item_key(const qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params,
+                                uint8_t digest[QVL_KEY_BYTES], char hex[QVL_KEY_HEX], qvl_error *err);
+
 #ifdef __cplusplus
 }
 #endif

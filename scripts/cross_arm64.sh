@@ -12,7 +12,7 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 
 # The arm64 libraries qvl links (the same list as scripts/deps.sh, for the target).
-pkgs=(libcjson-dev libxxhash-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev libavformat-dev
+pkgs=(libcjson-dev libxxhash-dev nettle-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev libavformat-dev
       libavcodec-dev libavutil-dev libswscale-dev)
 need=()
 command -v cmake >/dev/null || need+=(cmake)

@@ -61,6 +61,7 @@ has "video fps" "$T/meta" '"item2.source_fps":"[0-9.]+"'
 has "video indices" "$T/meta" '"item2.frame_indices":"\[0'
 has "video timestamps" "$T/meta" '"item2.timestamps":"\[[0-9.]+'
 has "fingerprint" "$T/meta" '"fingerprint":"[0-9a-f]{32}"'
+has "cache key" "$T/meta" '"item0.key":"[0-9a-f]{64}"'
 meta "$T/p.safetensors" >"$T/meta"
 has "item error" "$T/meta" '"item1.error":".*video_not_video.mp4'
 

@@ -70,6 +70,7 @@ read -r -a SLIBS_ALL <<<"$(pkg-config --static --libs qvl)"
 has_dep() { [[ " ${SLIBS_ALL[*]} " == *" $1 "* ]] && ok || bad "pkg-config --static --libs qvl lacks $1: ${SLIBS_ALL[*]}"; }
 has_dep -lcjson
 has_dep -lxxhash
+has_dep -lnettle
 SLIBS_QVL=()
 if [[ ${QVL_VIDEO:-1} == 0 ]]; then
     for a in "${SLIBS_ALL[@]}"; do [[ $a == -lqvl ]] || SLIBS_QVL+=("$a"); done

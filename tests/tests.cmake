@@ -61,15 +61,38 @@ if(QVL_BUILD_CLI)
   endforeach()
 endif()
 
+# The server's tests (when it is built): tests/serve/test_*.c, against the internal library and the server's files
+# compiled again over it (qvl_serve_internal), so they may call the server's private functions.
+if(QVL_HAVE_SERVER)
+  add_library(qvl_serve_internal STATIC ${QVL_SERVE_SOURCES})
+  qvl_target_options(qvl_serve_internal)
+  target_compile_options(qvl_serve_internal PRIVATE -Wno-format-truncation)
+  target_include_directories(qvl_serve_internal PUBLIC ${QVL_ROOT}/tools/serve ${QVL_ROOT}/tools)
+  target_link_libraries(qvl_serve_internal PUBLIC qvl_internal PkgConfig::QVL_MHD)
+  target_compile_definitions(qvl_serve_internal PUBLIC QVL_WITH_SERVER=1)
+  file(GLOB QVL_SERVE_TESTS CONFIGURE_DEPENDS ${QVL_ROOT}/tests/serve/test_*.c)
+  foreach(src ${QVL_SERVE_TESTS})
+    get_filename_component(name ${src} NAME_WE)
+    qvl_unit_test(${name} ${src} qvl_serve_internal "${QVL_TEST_ENV}")
+  endforeach()
+endif()
+
 # Fuzz targets: libFuzzer builds with clang (QVL_FUZZ=ON); every build gets a replay driver that runs each
 # target over its committed corpus as an ordinary test.
 file(GLOB QVL_FUZZ_TARGETS CONFIGURE_DEPENDS ${QVL_ROOT}/fuzz/fuzz_*.c)
+if(NOT QVL_HAVE_SERVER) # the server's request parser is fuzzed only where the server is built
+  list(REMOVE_ITEM QVL_FUZZ_TARGETS ${QVL_ROOT}/fuzz/fuzz_serve_request.c)
+endif()
 foreach(src ${QVL_FUZZ_TARGETS})
   get_filename_component(name ${src} NAME_WE)
   string(REPLACE "fuzz_" "" corpus ${name})
+  set(lib qvl_internal)
+  if(name STREQUAL "fuzz_serve_request")
+    set(lib qvl_serve_internal)
+  endif()
   add_executable(${name}_replay ${src} ${QVL_ROOT}/fuzz/replay.c)
   qvl_target_options(${name}_replay)
-  target_link_libraries(${name}_replay PRIVATE qvl_internal)
+  target_link_libraries(${name}_replay PRIVATE ${lib})
   add_test(NAME ${name}_replay COMMAND ${name}_replay ${QVL_ROOT}/fuzz/corpus/${corpus})
   # Bounded: each corpus replays in seconds (under ASan too); a hang is a failure, not a stuck CI job.
   set_tests_properties(${name}_replay PROPERTIES TIMEOUT 300)
@@ -78,6 +101,6 @@ foreach(src ${QVL_FUZZ_TARGETS})
     qvl_target_options(${name})
     target_compile_options(${name} PRIVATE -fsanitize=fuzzer) # ASan/UBSan: the QVL_FUZZ options
     target_link_options(${name} PRIVATE -fsanitize=fuzzer)
-    target_link_libraries(${name} PRIVATE qvl_internal)
+    target_link_libraries(${name} PRIVATE ${lib})
   endif()
 endforeach()

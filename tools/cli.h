@@ -54,6 +54,7 @@ typedef struct media_opts {
     int n_inputs;
     int preprocess_only;
     int quiet;
+    const char *cache_dir; /* --cache DIR (builds with the server), or NULL */
     qvl_load_params load;
     qvl_ctx_params ctx;
     qvl_preprocess_params pp;

@@ -41,6 +41,8 @@ static const char encode_help[] =
     "      --alpha MODE       transparent images: white (default: composited onto white, as transformers'\n"
     "                         processors do with PIL images) or drop (alpha dropped, as load_image does)\n"
     "      --preprocess-only  write \"item{i}.pixel_values\" and grids instead of encoding\n"
+    "      --cache DIR        look each input up in the embedding cache of qvl serve (DIR), and store what is\n"
+    "                         encoded there (entries keyed as qvl serve keys layout=split dtype=f32)\n"
     "  -q, --quiet            no progress lines on stderr and no report on stdout\n"
     "\n"
     "ROWS is a .npy float32 array [S, row_len], or a safetensors file with \"pixel_values\" [S, row_len] and\n"
@@ -167,7 +169,7 @@ static int parse_size(const char *s, int32_t *h, int32_t *w) {
 
 int cmd_encode(int argc, char **argv) {
     enum { OPT_STAGES = 256, OPT_POS_MODE, OPT_RESIZE, OPT_MIN_PX, OPT_MAX_PX, OPT_SIZE, OPT_FPS, OPT_NUM_FRAMES,
-           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA, OPT_LIMIT };
+           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA, OPT_LIMIT, OPT_CACHE };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
         {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
@@ -180,6 +182,7 @@ int cmd_encode(int argc, char **argv) {
         {"max-decode-pixels", required_argument, NULL, OPT_MAX_DECODE}, {"isa", required_argument, NULL, OPT_ISA},
         {"preprocess-only", no_argument, NULL, OPT_PREPROCESS_ONLY}, {"quiet", no_argument, NULL, 'q'},
         {"alpha", required_argument, NULL, OPT_ALPHA}, {"limit", required_argument, NULL, OPT_LIMIT},
+        {"cache", required_argument, NULL, OPT_CACHE},
         {NULL, 0, NULL, 0}};
     media_opts mo;
     memset(&mo, 0, sizeof mo);
@@ -273,6 +276,13 @@ int cmd_encode(int argc, char **argv) {
         case OPT_ISA:
             if (cli_parse_isa(optarg, &mo.load.isa)) return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
             break;
+        case OPT_CACHE:
+#if QVL_WITH_SERVER
+            mo.cache_dir = optarg;
+            break;
+#else
+            return cli_usage("--cache: this qvl was built without the cache (it comes with qvl serve)");
+#endif
         case 'q': mo.quiet = 1; break;
         case 'h': fputs(encode_help, stdout); return 0;
         default: return cli_bad_option("encode", c, argv);

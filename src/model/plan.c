@@ -17,6 +17,7 @@
 #include "image/video_frames.h"
 #include "io/fileutil.h"
 #include "model/model.h"
+#include "model/plan.h"
 #include "model/tower.h"
 
 typedef struct plan_item {
@@ -108,8 +109,9 @@ static int looks_like_image(const char *path) {
 
 static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* The regular files of a directory, sorted by name, as one video's frames. */
-static qvl_status load_frames_dir(const char *dir, const qvl_video_params *vp, qvl_video *v, qvl_error *err) {
+/* The regular files of a directory (dot files skipped), sorted by name: one video's frames (model/plan.h). */
+qvl_status plan_list_frames(const char *dir, char ***out, size_t *n_out, qvl_error *err) {
+    *out = NULL, *n_out = 0;
     DIR *d = opendir(dir);
     if (!d) return err_fail(err, QVL_ERR_IO, "%s: cannot open the directory", dir);
     char **names = NULL;
@@ -144,12 +146,27 @@ static qvl_status load_frames_dir(const char *dir, const qvl_video_params *vp, q
     }
     closedir(d);
     if (s == QVL_OK && n == 0) s = err_fail(err, QVL_ERR_INVALID_ARG, "%s: no frame images in the directory", dir);
-    if (s == QVL_OK) {
-        qsort(names, n, sizeof *names, name_cmp);
-        s = qvl_video_from_images((const char *const *)names, n, vp, v, err);
+    if (s != QVL_OK) {
+        plan_free_names(names, n);
+        return s;
     }
+    qsort(names, n, sizeof *names, name_cmp);
+    *out = names, *n_out = n;
+    return QVL_OK;
+}
+
+void plan_free_names(char **names, size_t n) {
     for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);
+}
+
+/* The regular files of a directory, sorted by name, as one video's frames. */
+static qvl_status load_frames_dir(const char *dir, const qvl_video_params *vp, qvl_video *v, qvl_error *err) {
+    char **names;
+    size_t n;
+    TRY(plan_list_frames(dir, &names, &n, err));
+    qvl_status s = qvl_video_from_images((const char *const *)names, n, vp, v, err);
+    plan_free_names(names, n);
     return s;
 }
 
@@ -331,18 +348,10 @@ static qvl_status plan_video(plan_item *pi, const qvl_video *v, const qvl_prepro
     return preprocess_video_pool(v, pp, pi->rows_owned, &pi->grid, pool, err);
 }
 
-typedef struct item_settings {
-    qvl_preprocess_params pp;
-    qvl_video_params vp;
-    qvl_decode_params dp;
-} item_settings;
-
 static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it, const item_settings *base,
                            const qvl_limits *plan_lim, uint64_t planned, thread_pool *pool, qvl_error *err) {
-    item_settings s = *base;
-    if (it->preprocess) TRY(preprocess_params_take(&s.pp, it->preprocess, err));
-    if (it->video) TRY(video_params_take(&s.vp, it->video, err));
-    if (it->decode) TRY(decode_params_take(&s.dp, it->decode, err));
+    item_settings s;
+    TRY(plan_item_settings(base, it, &s, err));
     /* The plan's limits, lowered by any the decode / video params (the item's, else the plan's) give; every decoder
      * sees these. The pointers are the caller's, read during this call only. */
     qvl_limits lim = *plan_lim, own;
@@ -432,6 +441,14 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     return st;
 }
 
+qvl_status plan_item_settings(const item_settings *base, const qvl_item *it, item_settings *s, qvl_error *err) {
+    *s = *base;
+    if (it->preprocess) TRY(preprocess_params_take(&s->pp, it->preprocess, err));
+    if (it->video) TRY(video_params_take(&s->vp, it->video, err));
+    if (it->decode) TRY(decode_params_take(&s->dp, it->decode, err));
+    return QVL_OK;
+}
+
 /* ---- plans ---------------------------------------------------------------------------------------------------- */
 
 static void item_free(plan_item *pi) {
@@ -452,7 +469,7 @@ void qvl_plan_free(qvl_plan *p) {
 }
 
 /* The settings items without their own start from: the plan's, else the model directory's json files. */
-static qvl_status base_settings(const qvl_model *m, const qvl_plan_params *pp, item_settings *s, qvl_error *err) {
+qvl_status plan_base_settings(const qvl_model *m, const qvl_plan_params *pp, item_settings *s, qvl_error *err) {
     preprocess_defaults(&s->pp);
     video_defaults(&s->vp);
     decode_defaults(&s->dp);
@@ -505,7 +522,7 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
     if (s == QVL_OK && p->p.layout != QVL_OUTPUT_CONCAT && p->p.layout != QVL_OUTPUT_SPLIT)
         s = err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_params.layout %d is not CONCAT or SPLIT", (int)p->p.layout);
     item_settings base;
-    if (s == QVL_OK) s = base_settings(m, &p->p, &base, err);
+    if (s == QVL_OK) s = plan_base_settings(m, &p->p, &base, err);
     if (ctx) p->lim = *ctx_limits(ctx);
     else limits_defaults(&p->lim);
     if (s == QVL_OK && p->p.limits) {

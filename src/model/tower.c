@@ -153,6 +153,7 @@ static int cancelled(qvl_ctx *c) {
 thread_pool *ctx_pool(qvl_ctx *c) { return c->pool; }
 const qvl_limits *ctx_limits(const qvl_ctx *c) { return &c->lim; }
 const qvl_model *ctx_model(const qvl_ctx *c) { return c->m; }
+const qvl_ctx_params *ctx_params(const qvl_ctx *c) { return &c->p; }
 
 void qvl_ctx_set_tap(qvl_ctx *c, qvl_tap_fn fn, void *user) {
     if (!c) return;

@@ -35,5 +35,7 @@ qvl_status limits_check_grids(const qvl_limits *l, const qvl_grid *grids, size_t
 /* QVL_ERR_NONFINITE naming `label`, the row and the column of the first NaN or infinity in rows [n_rows, cols]. */
 qvl_status rows_finite(const float *rows, size_t n_rows, size_t cols, const char *label, qvl_error *err);
 const qvl_model *ctx_model(const qvl_ctx *c);
+/* The context's settings as created (read-only after qvl_ctx_create; any thread may read them). */
+const qvl_ctx_params *ctx_params(const qvl_ctx *c);
 
 #endif

@@ -1,0 +1,905 @@
+/* test_serve.c — `qvl serve` end to end over loopback: the test starts the server itself (QVL_BIN, --port 0 with a
+ * port file, a synthetic tiny checkpoint), talks HTTP/1.1 to it with a small socket client, and stops it.
+ *   - every status code the issue lists that a client can provoke (200 400 401 404 405 413 415 422 503)
+ *   - the embeddings equal `qvl encode`'s bit for bit: images of several sizes and a video, raw bodies (concat)
+ *     and JSON path items (split), with the same keys
+ *   - Accept: application/x-npy, and the vLLM image_embeds content part decoded as numpy would (.npy parsed here)
+ *   - the cache: a second request is a hit with the same bytes, HEAD/GET /v1/cache/KEY, a flipped byte is caught
+ *   - /metrics in Prometheus text, /health, /info
+ *   - a bounded load (threads × requests over mixed images, each answer checked against its image's key) with the
+ *     server's RSS sampled, then SIGTERM under load: every request the server accepted is answered, exit 0.
+ * Every loop is bounded in count and time. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <nettle/base64.h>
+
+#include "io/safetensors.h"
+#include "qvl.h"
+#include "testutil.h"
+
+static int g_port;
+static const char *g_key = "sekrit";
+
+/* ---- a small HTTP/1.1 client (Connection: close) ---- */
+
+typedef struct resp {
+    int status;     /* 0: no answer (connection refused or cut) */
+    char *head;     /* headers, NUL-terminated */
+    uint8_t *body;
+    size_t len;
+    int complete;   /* the body has its Content-Length */
+} resp;
+
+static void resp_free(resp *r) {
+    free(r->head);
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+/* A header's value (copied into buf), or NULL. */
+static const char *header(const resp *r, const char *name, char *buf, size_t cap) {
+    if (!r->head) return NULL;
+    size_t n = strlen(name);
+    for (const char *p = r->head; (p = strstr(p, "\r\n")); p += 2) {
+        if (strncasecmp(p + 2, name, n) == 0 && p[2 + n] == ':') {
+            const char *v = p + 3 + n;
+            while (*v == ' ') v++;
+            size_t k = strcspn(v, "\r\n");
+            if (k >= cap) k = cap - 1;
+            memcpy(buf, v, k);
+            buf[k] = 0;
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+static int http(const char *method, const char *path, const char *extra, const void *body, size_t blen, resp *r) {
+    memset(r, 0, sizeof *r);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {120, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)g_port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    char hdr[2048];
+    int k = snprintf(hdr, sizeof hdr, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s", method, path,
+                     extra ? extra : "", body || !strcmp(method, "POST") ? "" : "\r\n");
+    if (body || !strcmp(method, "POST"))
+        k += snprintf(hdr + k, sizeof hdr - (size_t)k, "Content-Length: %zu\r\n\r\n", blen);
+    if (send(fd, hdr, (size_t)k, MSG_NOSIGNAL) != k) {
+        close(fd);
+        return -1;
+    }
+    for (size_t off = 0; off < blen;) {
+        ssize_t w = send(fd, (const uint8_t *)body + off, blen - off, MSG_NOSIGNAL);
+        if (w <= 0) break; /* the server may answer (413) before reading it all */
+        off += (size_t)w;
+    }
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
+        if (n <= 0) break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = 0;
+    uint8_t *end = (uint8_t *)strstr((char *)buf, "\r\n\r\n");
+    if (len < 12 || !end || strncmp((char *)buf, "HTTP/1.1 ", 9)) {
+        free(buf);
+        return 0;
+    }
+    r->status = atoi((char *)buf + 9);
+    size_t hl = (size_t)(end - buf) + 2;
+    r->head = malloc(hl + 1);
+    memcpy(r->head, buf, hl);
+    r->head[hl] = 0;
+    r->len = len - hl - 2;
+    r->body = malloc(r->len + 1);
+    memcpy(r->body, end + 4, r->len);
+    r->body[r->len] = 0;
+    char cl[32];
+    r->complete = !strcmp(method, "HEAD") ||
+                  (header(r, "Content-Length", cl, sizeof cl) && strtoull(cl, NULL, 10) == r->len);
+    free(buf);
+    return 0;
+}
+
+static char auth[64];
+
+static int post(const char *path, const char *type, const void *body, size_t n, resp *r) {
+    char extra[256];
+    snprintf(extra, sizeof extra, "%sContent-Type: %s\r\n", auth, type);
+    return http("POST", path, extra, body, n, r);
+}
+
+static uint8_t *read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)sz + 1);
+    *n = fread(b, 1, (size_t)sz, f);
+    fclose(f);
+    return b;
+}
+
+/* The error type of a JSON error body. */
+static int err_is(const resp *r, int status, const char *type) {
+    if (r->status != status) {
+        fprintf(stderr, "  got %d, want %d: %.300s\n", r->status, status, r->body ? (char *)r->body : "");
+        return 0;
+    }
+    cJSON *j = cJSON_ParseWithLength((const char *)r->body, r->len);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "type");
+    int ok = cJSON_IsString(t) && !strcmp(t->valuestring, type) &&
+             cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "message")) &&
+             cJSON_GetObjectItemCaseSensitive(e, "item");
+    if (!ok) fprintf(stderr, "  error body: %.300s\n", (char *)r->body);
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* ---- the server process ---- */
+
+static pid_t start_server(const char *tmp, const char *model, char *const extra[], int n_extra) {
+    char portfile[600], log[600], cache[600], allowed[600];
+    snprintf(portfile, sizeof portfile, "%s/port", tmp);
+    snprintf(log, sizeof log, "%s/server.log", tmp);
+    snprintf(cache, sizeof cache, "%s/cache", tmp);
+    tu_source_path("tests/data", allowed, sizeof allowed);
+    unlink(portfile);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that crashes leaves no server behind */
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) dup2(fd, 2), dup2(fd, 1);
+        char *argv[64];
+        int a = 0;
+        argv[a++] = getenv("QVL_BIN");
+        argv[a++] = "serve";
+        argv[a++] = "--model", argv[a++] = (char *)model;
+        argv[a++] = "--port", argv[a++] = "0";
+        argv[a++] = "--port-file", argv[a++] = portfile;
+        argv[a++] = "--cache", argv[a++] = cache;
+        argv[a++] = "--api-key", argv[a++] = (char *)g_key;
+        argv[a++] = "--allowed-media-path", argv[a++] = allowed;
+        argv[a++] = "--threads", argv[a++] = "2";
+        for (int i = 0; i < n_extra && a < 62; i++) argv[a++] = extra[i];
+        argv[a] = NULL;
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    g_port = 0;
+    for (int i = 0; i < 1200; i++) { /* 120 s at most (a sanitizer build loads slowly) */
+        FILE *f = fopen(portfile, "r");
+        if (f) {
+            int ok = fscanf(f, "%d", &g_port) == 1;
+            fclose(f);
+            if (ok) break;
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) return -1;
+        usleep(100000);
+    }
+    /* Listening: live at once, ready (200) once the weights are loaded and warmed; 503 until then. */
+    for (int i = 0; g_port && i < 1200; i++) {
+        resp r;
+        int st = http("GET", "/health/ready", NULL, NULL, 0, &r) == 0 ? r.status : 0;
+        resp_free(&r);
+        if (st == 200) return pid;
+        if (st != 503 && st != 0) break;
+        int ws;
+        if (waitpid(pid, &ws, WNOHANG) == pid) return -1;
+        usleep(100000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+/* SIGTERM and the exit status (bounded: SIGKILL after 120 s). */
+static int stop_server(pid_t pid) {
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 1200; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(100000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static long rss_kib(pid_t pid) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+
+/* ---- comparisons with `qvl encode` ---- */
+
+typedef struct ref_item {
+    const float *merged;
+    const float *ds[QVL_MAX_DEEPSTACK];
+    size_t tokens;
+    const char *key;
+} ref_item;
+
+static int n_ds, out_hidden;
+
+static void ref_of(const st_file *f, int i, ref_item *r) {
+    char name[64];
+    memset(r, 0, sizeof *r);
+    snprintf(name, sizeof name, "item%d.merged", i);
+    const st_tensor *t = st_find(f, name);
+    if (!t) return;
+    r->merged = t->data;
+    r->tokens = (size_t)t->shape[0];
+    for (int k = 0; k < n_ds; k++) {
+        snprintf(name, sizeof name, "item%d.deepstack%d", i, k);
+        const st_tensor *d = st_find(f, name);
+        r->ds[k] = d ? d->data : NULL;
+    }
+    snprintf(name, sizeof name, "item%d.key", i);
+    r->key = st_meta(f, name);
+}
+
+/* A concat matrix [tokens, O·(1+L)] equal to the reference, bit for bit. */
+static int same_concat(const float *m, const ref_item *r) {
+    const size_t O = (size_t)out_hidden, C = O * (1 + (size_t)n_ds);
+    for (size_t t = 0; t < r->tokens; t++) {
+        if (memcmp(m + t * C, r->merged + t * O, O * 4)) return 0;
+        for (int k = 0; k < n_ds; k++)
+            if (!r->ds[k] || memcmp(m + t * C + O * (size_t)(k + 1), r->ds[k] + t * O, O * 4)) return 0;
+    }
+    return 1;
+}
+
+/* ---- load and drain ---- */
+
+#define N_LOAD_IMAGES 4
+static uint8_t *load_img[N_LOAD_IMAGES];
+static size_t load_len[N_LOAD_IMAGES];
+static char load_key[N_LOAD_IMAGES][65];
+
+typedef struct load_arg {
+    int id, n, ok, bad, refused;
+    int reset; /* connected, then closed unanswered: only a connection still in the listen backlog when a drain
+                  closes the listener (never accepted by the server): a rare race, tolerated once */
+    int fresh; /* ask for output specs the cache does not hold yet (real encodes), keys not known in advance */
+} load_arg;
+
+static pthread_mutex_t answered_mu = PTHREAD_MUTEX_INITIALIZER;
+static int answered;
+
+static void *load_main(void *p) {
+    load_arg *a = p;
+    for (int i = 0; i < a->n; i++) {
+        int k = (a->id + i) % N_LOAD_IMAGES;
+        resp r;
+        char path[128] = "/v1/encode";
+        if (a->fresh) { /* 3 dtypes × 2 layouts × 2 deepstack choices: 12 keys per image */
+            static const char *dt[] = {"f32", "f16", "bf16"};
+            int c = 1 + (a->id * a->n + i) % 11; /* 0 would be the default spec, which the cache holds */
+            snprintf(path, sizeof path, "/v1/encode?dtype=%s&layout=%s&deepstack=%d", dt[c % 3],
+                     (c / 3) % 2 ? "split" : "concat", (c / 6) % 2);
+        }
+        if (post(path, "image/png", load_img[k], load_len[k], &r)) {
+            a->refused++; /* not accepted (the listener closed) */
+        } else if (r.status == 0) {
+            a->reset++;
+        } else {
+            char key[80];
+            if (r.status == 200 && r.complete && header(&r, "X-Qvl-Key", key, sizeof key) &&
+                (a->fresh ? strlen(key) == 64 && strcmp(key, load_key[k]) : !strcmp(key, load_key[k]))) {
+                a->ok++;
+                pthread_mutex_lock(&answered_mu);
+                answered++;
+                pthread_mutex_unlock(&answered_mu);
+            }
+            else if (r.status == 503 && r.complete) a->refused++;
+            else {
+                fprintf(stderr, "  load: status %d complete %d\n", r.status, r.complete);
+                a->bad++;
+            }
+        }
+        resp_free(&r);
+    }
+    return NULL;
+}
+
+/* Queue full: clients at once against a server whose queue holds one item. */
+typedef struct burst_arg {
+    const uint8_t *img;
+    size_t n;
+    int id, status, retry_after;
+} burst_arg;
+
+static void *burst_main(void *p) {
+    burst_arg *a = p;
+    char path[96];
+    static const char *dt[] = {"f32", "f16", "bf16"};
+    snprintf(path, sizeof path, "/v1/encode?dtype=%s&layout=%s&deepstack=%d", dt[a->id % 3],
+             (a->id / 3) % 2 ? "split" : "concat", (a->id / 6) % 2);
+    resp r;
+    a->status = post(path, "image/jpeg", a->img, a->n, &r) ? -1 : r.status;
+    char v[32];
+    a->retry_after = header(&r, "Retry-After", v, sizeof v) != NULL;
+    resp_free(&r);
+    return NULL;
+}
+
+int main(void) {
+#if !QVL_WITH_MEDIA
+    printf("test_serve: skipped (no image decoding in this build)\n");
+    return TU_SKIP;
+#endif
+    const char *bin = getenv("QVL_BIN");
+    char cmd[4096];
+    if (!bin) return TU_SKIP;
+    snprintf(cmd, sizeof cmd, "'%s' serve --help >/dev/null 2>&1", bin);
+    if (system(cmd) != 0) {
+        printf("test_serve: skipped (qvl built without the server)\n");
+        return TU_SKIP;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    char tmp[512], model[600];
+    tu_tmpdir(tmp, sizeof tmp);
+    snprintf(model, sizeof model, "%s/m", tmp);
+    qvl_synth_params sp;
+    qvl_synth_params_default(&sp);
+    sp.preset = "tiny";
+    sp.seed = 7;
+    qvl_error err;
+    CHECK(qvl_synth_write(&sp, model, &err) == QVL_OK);
+    qvl_model *m;
+    CHECK(qvl_model_load(model, NULL, &m, &err) == QVL_OK);
+    qvl_model_info mi;
+    qvl_model_get_info(m, &mi);
+    n_ds = mi.n_deepstack;
+    out_hidden = mi.out_hidden;
+    qvl_model_free(m);
+
+    /* The reference: qvl encode on images of three sizes and a video. */
+    const char *files[] = {"tests/data/photos/chelsea.png", "tests/data/images/jpeg_444.jpg",
+                           "tests/data/photos/rocket.jpg", "tests/data/video/video_3frames.mp4"};
+    const int n_files = QVL_WITH_VIDEO ? 4 : 3;
+    char paths[4][600];
+    for (int i = 0; i < 4; i++) tu_source_path(files[i], paths[i], sizeof paths[i]);
+    char ref_path[600];
+    snprintf(ref_path, sizeof ref_path, "%s/ref.safetensors", tmp);
+    int k = snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s' -o '%s'", bin, model, ref_path);
+    for (int i = 0; i < n_files; i++) k += snprintf(cmd + k, sizeof cmd - (size_t)k, " '%s'", paths[i]);
+    CHECK(system(cmd) == 0);
+    st_file *ref = NULL;
+    CHECK(st_open(ref_path, &ref, &err) == QVL_OK);
+    if (!ref) return tu_finish("test_serve");
+    ref_item ri[4];
+    for (int i = 0; i < n_files; i++) ref_of(ref, i, &ri[i]);
+
+    char *extra[] = {"--max-body", "1M", "--max-items", "4", "--workers", "2", "--max-batch-patches", "4096"};
+    pid_t pid = start_server(tmp, model, extra, 8);
+    CHECK(pid > 0);
+    if (pid <= 0) {
+        snprintf(cmd, sizeof cmd, "cat '%s/server.log' >&2", tmp);
+        if (system(cmd)) {}
+        return tu_finish("test_serve");
+    }
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", g_key);
+    resp r;
+    char hv[256];
+
+    /* Health, info, metrics; 401 without the key; 404, 405. */
+    CHECK(http("GET", "/health/live", NULL, NULL, 0, &r) == 0 && r.status == 200);
+    resp_free(&r);
+    CHECK(http("GET", "/health/ready", NULL, NULL, 0, &r) == 0 && r.status == 200);
+    resp_free(&r);
+    CHECK(http("GET", "/info", NULL, NULL, 0, &r) == 0 && err_is(&r, 401, "unauthorized"));
+    resp_free(&r);
+    CHECK(http("GET", "/info", auth, NULL, 0, &r) == 0 && r.status == 200 && strstr((char *)r.body, "\"fingerprint\""));
+    resp_free(&r);
+    CHECK(http("GET", "/nope", auth, NULL, 0, &r) == 0 && err_is(&r, 404, "not_found"));
+    resp_free(&r);
+    CHECK(http("GET", "/v1/encode", auth, NULL, 0, &r) == 0 && err_is(&r, 405, "method_not_allowed"));
+    resp_free(&r);
+
+    /* 200: each file as a raw body (concat layout), equal to qvl encode's bits, the same key with layout=split. */
+    const char *types[] = {"image/png", "image/jpeg", "image/jpeg", "video/mp4"};
+    for (int i = 0; i < n_files; i++) {
+        size_t n;
+        uint8_t *b = read_file(paths[i], &n);
+        CHECK(post("/v1/encode", types[i], b, n, &r) == 0 && r.status == 200 && r.complete);
+        st_file *f = NULL;
+        if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+            const st_tensor *e = st_find(f, "embeddings"), *g = st_find(f, "grid_thw"), *o = st_find(f, "offsets");
+            CHECK(e && e->dtype == ST_F32 && e->ndim == 2 && (size_t)e->shape[0] == ri[i].tokens &&
+                  e->shape[1] == (int64_t)out_hidden * (1 + n_ds));
+            CHECK(g && g->dtype == ST_I32 && g->shape[0] == 1 && g->shape[1] == 3);
+            CHECK(o && o->dtype == ST_I64 && o->shape[0] == 2);
+            CHECK(e && same_concat(e->data, &ri[i]));
+            CHECK(st_meta(f, "fingerprint") && st_meta(f, "preprocessing") && st_meta(f, "qvl_version") &&
+                  st_meta(f, "precision") && st_meta(f, "item0.key"));
+            st_close(f);
+        } else {
+            CHECK(!"response parses as safetensors");
+        }
+        resp_free(&r);
+        CHECK(post("/v1/encode?layout=split", types[i], b, n, &r) == 0 && r.status == 200);
+        CHECK(header(&r, "X-Qvl-Key", hv, sizeof hv) && ri[i].key && !strcmp(hv, ri[i].key));
+        resp_free(&r);
+        free(b);
+    }
+
+    /* JSON path items, several sizes in one request, split layout: each item's rows equal the reference. */
+    {
+        char body[4096];
+        int b = snprintf(body, sizeof body, "{\"layout\": \"split\", \"items\": [");
+        for (int i = 0; i < n_files; i++) b += snprintf(body + b, sizeof body - (size_t)b, "%s{\"path\": \"%s\"}",
+                                                        i ? ", " : "", paths[i]);
+        b += snprintf(body + b, sizeof body - (size_t)b, "]}");
+        CHECK(post("/v1/encode", "application/json", body, (size_t)b, &r) == 0 && r.status == 200);
+        st_file *f = NULL;
+        if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+            const st_tensor *e = st_find(f, "embeddings"), *d = st_find(f, "deepstack"), *o = st_find(f, "offsets");
+            CHECK(e && o && o->shape[0] == n_files + 1 && (n_ds == 0 || (d && d->shape[0] == n_ds)));
+            if (e && o && (n_ds == 0 || d)) {
+                const int64_t *off = o->data;
+                const size_t O = (size_t)out_hidden, N = (size_t)e->shape[0];
+                for (int i = 0; i < n_files; i++) {
+                    CHECK((size_t)(off[i + 1] - off[i]) == ri[i].tokens);
+                    CHECK(!memcmp((const float *)e->data + (size_t)off[i] * O, ri[i].merged, ri[i].tokens * O * 4));
+                    for (int q = 0; q < n_ds; q++)
+                        CHECK(!memcmp((const float *)d->data + ((size_t)q * N + (size_t)off[i]) * O, ri[i].ds[q],
+                                      ri[i].tokens * O * 4));
+                    char name[32];
+                    snprintf(name, sizeof name, "item%d.key", i);
+                    CHECK(st_meta(f, name) && ri[i].key && !strcmp(st_meta(f, name), ri[i].key));
+                }
+            }
+            st_close(f);
+        }
+        resp_free(&r);
+    }
+
+    /* A base64 data URL, and a second request for the same image: a cache hit with the same bytes. */
+    size_t n0 = 0;
+    uint8_t *img0 = read_file(paths[1], &n0);
+    {
+        char *b64 = malloc(BASE64_ENCODE_RAW_LENGTH(n0) + 1);
+        base64_encode_raw(b64, n0, img0);
+        b64[BASE64_ENCODE_RAW_LENGTH(n0)] = 0;
+        size_t cap = strlen(b64) + 128;
+        char *body = malloc(cap);
+        int bl = snprintf(body, cap, "{\"items\": [{\"data\": \"data:image/jpeg;base64,%s\"}]}", b64);
+        resp r2;
+        CHECK(post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 && r.status == 200);
+        CHECK(post("/v1/encode", "image/jpeg", img0, n0, &r2) == 0 && r2.status == 200);
+        CHECK(header(&r2, "X-Qvl-Cache", hv, sizeof hv) && !strcmp(hv, "hit"));
+        CHECK(r.len == r2.len && !memcmp(r.body, r2.body, r.len));
+        resp_free(&r2);
+        /* the vLLM content part */
+        CHECK(post("/v1/vllm/image_embeds", "image/jpeg", img0, n0, &r2) == 0 && r2.status == 200);
+        cJSON *j = cJSON_ParseWithLength((char *)r2.body, r2.len);
+        const cJSON *ie = cJSON_GetObjectItemCaseSensitive(j, "image_embeds");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type"), *u = cJSON_GetObjectItemCaseSensitive(j, "uuid");
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(ie, "image_embeds");
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(ie, "image_grid_thw");
+        CHECK(cJSON_IsString(t) && !strcmp(t->valuestring, "image_embeds") && cJSON_IsString(u) &&
+              strlen(u->valuestring) == 64 && cJSON_IsString(e) && cJSON_IsString(g));
+        if (cJSON_IsString(e) && cJSON_IsString(g)) {
+            /* as np.load reads them: magic, version 1.0, a header dict, data at a 64-byte boundary */
+            for (int w = 0; w < 2; w++) {
+                const char *s = (w ? g : e)->valuestring;
+                size_t sl = strlen(s), dl = BASE64_DECODE_LENGTH(sl);
+                uint8_t *npy = malloc(dl + 1);
+                struct base64_decode_ctx bc;
+                base64_decode_init(&bc);
+                CHECK(base64_decode_update(&bc, &dl, npy, sl, s) && base64_decode_final(&bc));
+                CHECK(dl > 10 && !memcmp(npy, "\x93NUMPY\x01\x00", 8));
+                size_t hl = (size_t)npy[8] | (size_t)npy[9] << 8;
+                CHECK((10 + hl) % 64 == 0 && 10 + hl <= dl && npy[10 + hl - 1] == '\n');
+                char dict[256];
+                snprintf(dict, sizeof dict, "%.*s", (int)(hl < 255 ? hl : 255), (char *)npy + 10);
+                char want[160];
+                if (w) {
+                    snprintf(want, sizeof want, "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 3), }");
+                    CHECK(!strncmp(dict, want, strlen(want)) && dl - 10 - hl == 24);
+                    const int64_t *gr = (const int64_t *)(npy + 10 + hl);
+                    CHECK((size_t)(gr[0] * gr[1] * gr[2] / 4) == ri[1].tokens);
+                } else {
+                    snprintf(want, sizeof want, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %d), }",
+                             ri[1].tokens, out_hidden * (1 + n_ds));
+                    CHECK(!strncmp(dict, want, strlen(want)));
+                    CHECK(dl - 10 - hl == ri[1].tokens * (size_t)out_hidden * (1 + (size_t)n_ds) * 4 &&
+                          same_concat((const float *)(npy + 10 + hl), &ri[1]));
+                }
+                free(npy);
+            }
+        }
+        /* the cache entry by key: HEAD, GET (a safetensors file with ec_cache and grid_thw) */
+        char path[200];
+        snprintf(path, sizeof path, "/v1/cache/%s", cJSON_IsString(u) ? u->valuestring : "x");
+        resp r3;
+        CHECK(http("HEAD", path, auth, NULL, 0, &r3) == 0 && r3.status == 200 && r3.len == 0);
+        char head_len[32] = "";
+        header(&r3, "Content-Length", head_len, sizeof head_len);
+        resp_free(&r3);
+        CHECK(http("GET", path, auth, NULL, 0, &r3) == 0 && r3.status == 200);
+        CHECK(strtoull(head_len, NULL, 10) == r3.len && r3.len > 0); /* HEAD says the size GET sends */
+        st_file *f = NULL;
+        CHECK(r3.status == 200 && st_parse(r3.body, r3.len, "entry", &f, &err) == QVL_OK && st_find(f, "ec_cache") &&
+              st_find(f, "grid_thw"));
+        st_close(f);
+        resp_free(&r3);
+        CHECK(http("GET", "/v1/cache/0000000000000000000000000000000000000000000000000000000000000000", auth, NULL, 0,
+                   &r3) == 0 && err_is(&r3, 404, "not_found"));
+        resp_free(&r3);
+        CHECK(http("GET", "/v1/cache/XYZ", auth, NULL, 0, &r3) == 0 && err_is(&r3, 400, "invalid_request"));
+        resp_free(&r3);
+        /* a flipped byte in the entry: detected, deleted, a miss, recomputed to the same bytes */
+        if (cJSON_IsString(u)) {
+            char ep[900];
+            snprintf(ep, sizeof ep, "%s/cache/objects/%.2s/%s.safetensors", tmp, u->valuestring, u->valuestring);
+            size_t en;
+            uint8_t *eb = read_file(ep, &en);
+            CHECK(eb && en > 200);
+            if (eb) {
+                eb[en - 100] ^= 0x10;
+                FILE *wf = fopen(ep, "wb");
+                fwrite(eb, 1, en, wf);
+                fclose(wf);
+                free(eb);
+            }
+            resp r4;
+            CHECK(post("/v1/encode", "image/jpeg", img0, n0, &r4) == 0 && r4.status == 200);
+            CHECK(header(&r4, "X-Qvl-Cache", hv, sizeof hv) && !strcmp(hv, "miss"));
+            CHECK(r4.len == r.len && !memcmp(r4.body, r.body, r.len));
+            resp_free(&r4);
+        }
+        cJSON_Delete(j);
+        resp_free(&r2);
+        resp_free(&r);
+        /* Accept: application/x-npy: one tensor */
+        CHECK(http("POST", "/v1/encode", "Authorization: Bearer sekrit\r\nContent-Type: image/jpeg\r\n"
+                   "Accept: application/x-npy\r\n", img0, n0, &r) == 0 && r.status == 200 &&
+              r.len > 128 && !memcmp(r.body, "\x93NUMPY", 6));
+        if (r.status == 200) {
+            size_t hl = (size_t)r.body[8] | (size_t)r.body[9] << 8;
+            CHECK(r.len - 10 - hl == ri[1].tokens * (size_t)out_hidden * (1 + (size_t)n_ds) * 4 &&
+                  same_concat((const float *)(r.body + 10 + hl), &ri[1]));
+        }
+        resp_free(&r);
+        free(body);
+        free(b64);
+    }
+
+    /* The error statuses, each with its JSON error. */
+    CHECK(post("/v1/encode", "application/json", "{\"items\": [", 11, &r) == 0 && err_is(&r, 400, "invalid_request"));
+    resp_free(&r);
+    CHECK(post("/v1/encode?dtype=f64", "image/jpeg", img0, n0, &r) == 0 && err_is(&r, 400, "invalid_request"));
+    resp_free(&r);
+    CHECK(post("/v1/encode", "application/json", "{\"items\": [{\"path\": \"/etc/passwd\"}]}", 36, &r) == 0 &&
+          err_is(&r, 400, "invalid_request"));
+    resp_free(&r);
+    {
+        size_t big = (size_t)1 << 21;
+        uint8_t *z = calloc(1, big);
+        CHECK(post("/v1/encode", "image/png", z, big, &r) == 0 && err_is(&r, 413, "too_large"));
+        resp_free(&r);
+        free(z);
+    }
+    {
+        const char *five = "{\"items\": [{\"path\": \"a\"}, {\"path\": \"a\"}, {\"path\": \"a\"}, {\"path\": \"a\"}, "
+                           "{\"path\": \"a\"}]}";
+        CHECK(post("/v1/encode", "application/json", five, strlen(five), &r) == 0 && err_is(&r, 413, "too_large"));
+        resp_free(&r);
+    }
+    {
+        char huge[600];
+        tu_source_path("tests/data/bad/huge.png", huge, sizeof huge);
+        size_t hn = 0;
+        uint8_t *hb = read_file(huge, &hn); /* a header claiming more pixels than the decode limit */
+        CHECK(hb && post("/v1/encode", "image/png", hb, hn, &r) == 0 && err_is(&r, 413, "too_large"));
+        resp_free(&r);
+        free(hb);
+    }
+    CHECK(post("/v1/encode", "text/plain", "hello", 5, &r) == 0 && err_is(&r, 415, "unsupported_media_type"));
+    resp_free(&r);
+    {
+        const char *pdf = "{\"items\": [{\"data\": \"data:application/pdf;base64,AAAA\"}]}";
+        CHECK(post("/v1/encode", "application/json", pdf, strlen(pdf), &r) == 0 &&
+              err_is(&r, 415, "unsupported_media_type"));
+        resp_free(&r);
+    }
+    CHECK(post("/v1/encode", "image/png", "not a png at all", 16, &r) == 0 && err_is(&r, 422, "undecodable_item"));
+    resp_free(&r);
+    {
+        /* one bad item names its index; the good one in the same request is not encoded for nothing */
+        char body[1400];
+        int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"data\": \"data:image/png;base64,"
+                          "bm90IGEgcG5n\"}]}", paths[0]);
+        CHECK(post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 &&
+              err_is(&r, 422, "undecodable_item"));
+        cJSON *j = cJSON_ParseWithLength((char *)r.body, r.len);
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "error"), "item");
+        CHECK(cJSON_IsNumber(it) && it->valueint == 1);
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    {
+        /* 503: a deadline that passes before the encode finishes (the largest image, 1 ms); Retry-After set */
+        size_t n;
+        uint8_t *b = read_file(paths[2], &n);
+        CHECK(post("/v1/encode?timeout_ms=1&dtype=f16", "image/jpeg", b, n, &r) == 0 && err_is(&r, 503, "unavailable"));
+        CHECK(header(&r, "Retry-After", hv, sizeof hv) != NULL);
+        resp_free(&r);
+        free(b);
+    }
+    /* metrics: Prometheus text with the requests counted */
+    CHECK(http("GET", "/metrics", NULL, NULL, 0, &r) == 0 && r.status == 200 &&
+          strstr((char *)r.body, "qvl_http_requests_total{endpoint=\"encode\",code=\"200\"}") &&
+          strstr((char *)r.body, "qvl_cache_lookups_total{result=\"corrupt\"} 1") &&
+          strstr((char *)r.body, "qvl_http_request_duration_seconds_bucket{le=\"+Inf\"}") &&
+          strstr((char *)r.body, "process_resident_memory_bytes"));
+    resp_free(&r);
+
+    /* Load: 4 clients × 12 requests over 4 distinct images (no cache hits: each image is new to the cache for
+     * the first request, identical ones race into single flight); every answer carries its image's key. */
+    const char *load_files[N_LOAD_IMAGES] = {"tests/data/images/png_exif_5.png", "tests/data/images/png_exif_6.png",
+                                             "tests/data/images/bmp_24.bmp", "tests/data/images/gif_single.gif"};
+    for (int i = 0; i < N_LOAD_IMAGES; i++) {
+        char p[600];
+        tu_source_path(load_files[i], p, sizeof p);
+        load_img[i] = read_file(p, &load_len[i]);
+        /* its key, from a first request */
+        CHECK(post("/v1/encode", "image/png", load_img[i], load_len[i], &r) == 0 && r.status == 200 &&
+              header(&r, "X-Qvl-Key", load_key[i], sizeof load_key[i]));
+        resp_free(&r);
+    }
+    long rss0 = rss_kib(pid);
+    double t0 = tu_now();
+    pthread_t th[4];
+    load_arg la[4];
+    for (int i = 0; i < 4; i++) {
+        la[i] = (load_arg){i, 12, 0, 0, 0, 0, 0};
+        pthread_create(&th[i], NULL, load_main, &la[i]);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    long rss1 = rss_kib(pid);
+    int ok = 0, bad = 0;
+    for (int i = 0; i < 4; i++) ok += la[i].ok, bad += la[i].bad + la[i].reset + la[i].refused;
+    printf("load: %d ok, %d bad in %.2f s; server RSS %ld -> %ld KiB\n", ok, bad, tu_now() - t0, rss0, rss1);
+    CHECK(ok == 48 && bad == 0);
+    CHECK(rss1 > 0 && rss1 < rss0 + 64 * 1024); /* bounded: no per-request growth to speak of */
+
+    /* Drain: 4 clients keep sending items the cache does not hold (real encodes); SIGTERM once a few are answered;
+     * every request the server took is answered in full (200), the rest are refused at connect (or answered 503
+     * while the listener closes), and the exit status is 0. */
+    answered = 0;
+    for (int i = 0; i < 4; i++) {
+        la[i] = (load_arg){i, 6, 0, 0, 0, 0, 1};
+        pthread_create(&th[i], NULL, load_main, &la[i]);
+    }
+    for (int i = 0; i < 6000; i++) { /* at most 60 s */
+        pthread_mutex_lock(&answered_mu);
+        int a = answered;
+        pthread_mutex_unlock(&answered_mu);
+        if (a >= 3) break;
+        usleep(10000);
+    }
+    int rc = stop_server(pid);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    ok = bad = 0;
+    int refused = 0, reset = 0;
+    for (int i = 0; i < 4; i++) ok += la[i].ok, bad += la[i].bad, refused += la[i].refused, reset += la[i].reset;
+    printf("drain: %d answered, %d refused, %d reset in the backlog, %d bad; exit %d\n", ok, refused, reset, bad, rc);
+    CHECK(rc == 0 && bad == 0 && ok >= 3 && reset <= 1 && ok + refused + reset == 24);
+
+    /* qvl encode --cache on the server's cache: the split f32 entries the server stored are hits, equal bits */
+    {
+        char out2[600];
+        snprintf(out2, sizeof out2, "%s/cached.safetensors", tmp);
+        int q = snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s' --cache '%s/cache' -o '%s'", bin, model, tmp,
+                         out2);
+        for (int i = 0; i < n_files; i++) q += snprintf(cmd + q, sizeof cmd - (size_t)q, " '%s'", paths[i]);
+        CHECK(system(cmd) == 0);
+        st_file *f = NULL;
+        CHECK(st_open(out2, &f, &err) == QVL_OK);
+        for (int i = 0; f && i < n_files; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "item%d.cache", i);
+            CHECK(st_meta(f, name) && !strcmp(st_meta(f, name), "hit"));
+            ref_item c2;
+            ref_of(f, i, &c2);
+            CHECK(c2.tokens == ri[i].tokens && c2.merged &&
+                  !memcmp(c2.merged, ri[i].merged, c2.tokens * 4 * (size_t)out_hidden));
+            for (int d = 0; d < n_ds; d++)
+                CHECK(c2.ds[d] && !memcmp(c2.ds[d], ri[i].ds[d], c2.tokens * 4 * (size_t)out_hidden));
+        }
+        st_close(f);
+    }
+
+    /* qvl cache stat | verify | export-vllm | gc */
+    {
+        char out3[700], dir[700];
+        snprintf(out3, sizeof out3, "%s/cache.out", tmp);
+        snprintf(dir, sizeof dir, "%s/vllm", tmp);
+        snprintf(cmd, sizeof cmd, "'%s' cache stat '%s/cache' > '%s'", bin, tmp, out3);
+        CHECK(system(cmd) == 0);
+        size_t n;
+        char *o = (char *)read_file(out3, &n);
+        long entries = -1;
+        CHECK(o && sscanf(o, "entries %ld", &entries) == 1 && entries >= n_files);
+        free(o);
+        snprintf(cmd, sizeof cmd, "'%s' cache verify '%s/cache' > '%s'", bin, tmp, out3);
+        CHECK(system(cmd) == 0);
+        snprintf(cmd, sizeof cmd, "'%s' cache export-vllm '%s/cache' '%s' > '%s'", bin, tmp, dir, out3);
+        CHECK(system(cmd) == 0);
+        char p[900];
+        snprintf(p, sizeof p, "%s/%s/encoder_cache.safetensors", dir, ri[0].key ? ri[0].key : "x");
+        st_file *f = NULL;
+        CHECK(st_open(p, &f, &err) == QVL_OK && st_find(f, "ec_cache"));
+        st_close(f);
+        snprintf(cmd, sizeof cmd, "'%s' cache gc '%s/cache' --size 1 > '%s' && '%s' cache stat '%s/cache' > '%s'", bin,
+                 tmp, out3, bin, tmp, out3);
+        CHECK(system(cmd) == 0);
+        o = (char *)read_file(out3, &n);
+        CHECK(o && sscanf(o, "entries %ld", &entries) == 1 && entries == 0);
+        free(o);
+    }
+
+    /* Batching by patches: with a budget of 256 patch rows, every photo (500+ rows each) runs alone; the same item
+     * twice in one request is encoded once (single flight) and answered twice. Counted from /metrics. */
+    {
+        char *ex3[] = {"--max-batch-patches", "256"};
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        pid_t p3 = start_server(tmp, model, ex3, 2);
+        CHECK(p3 > 0);
+        char body[4096];
+        int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"path\": \"%s\"}, "
+                          "{\"path\": \"%s\"}]}", paths[0], paths[2], paths[0]);
+        CHECK(p3 > 0 && post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 && r.status == 200);
+        st_file *f = NULL;
+        if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+            const st_tensor *e = st_find(f, "embeddings"), *o = st_find(f, "offsets");
+            if (e && o && o->shape[0] == 4) {
+                const int64_t *off = o->data;
+                const size_t C = (size_t)e->shape[1];
+                CHECK(off[1] - off[0] == off[3] - off[2] &&
+                      !memcmp((const float *)e->data, (const float *)e->data + (size_t)off[2] * C,
+                              (size_t)(off[1] - off[0]) * C * 4));
+                CHECK(same_concat((const float *)e->data + (size_t)off[1] * C, &ri[2]));
+            } else {
+                CHECK(!"embeddings and offsets [4]");
+            }
+            st_close(f);
+        }
+        resp_free(&r);
+        CHECK(p3 > 0 && http("GET", "/metrics", NULL, NULL, 0, &r) == 0 && r.status == 200);
+        const char *mb = r.body ? (const char *)r.body : "";
+        const char *b1 = strstr(mb, "qvl_batch_items_bucket{le=\"1\"} "), *bt = strstr(mb, "\nqvl_batches_total ");
+        const char *sf = strstr(mb, "\nqvl_single_flight_joins_total ");
+        long n1 = b1 ? atol(b1 + strlen("qvl_batch_items_bucket{le=\"1\"} ")) : -1;
+        long nb = bt ? atol(bt + strlen("\nqvl_batches_total ")) : -1;
+        long nj = sf ? atol(sf + strlen("\nqvl_single_flight_joins_total ")) : -1;
+        printf("batching: %ld batches, %ld of one item, %ld single-flight joins\n", nb, n1, nj);
+        CHECK(nb == 2 && n1 == 2 && nj == 1); /* the warm-up runs outside the batcher */
+        resp_free(&r);
+        if (p3 > 0) CHECK(stop_server(p3) == 0);
+    }
+
+    /* Idle wait: one worker, a batch budget that fits all, and up to 5 s of waiting while items are still being
+     * preprocessed: three small images of one request make one batch of three. */
+    {
+        char *ex4[] = {"--workers", "1", "--max-wait-us", "5000000"};
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        pid_t p4 = start_server(tmp, model, ex4, 4);
+        CHECK(p4 > 0);
+        char body[4096], a[600], b[600], c[600];
+        tu_source_path("tests/data/images/bmp_24.bmp", a, sizeof a);
+        tu_source_path("tests/data/images/gif_single.gif", b, sizeof b);
+        tu_source_path("tests/data/images/png_exif_5.png", c, sizeof c);
+        int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"path\": \"%s\"}, "
+                          "{\"path\": \"%s\"}]}", a, b, c);
+        CHECK(p4 > 0 && post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 && r.status == 200);
+        resp_free(&r);
+        CHECK(p4 > 0 && http("GET", "/metrics", NULL, NULL, 0, &r) == 0 && r.status == 200);
+        const char *mb = r.body ? (const char *)r.body : "";
+        const char *b2 = strstr(mb, "qvl_batch_items_bucket{le=\"2\"} ");
+        const char *b4 = strstr(mb, "qvl_batch_items_bucket{le=\"4\"} ");
+        long n2 = b2 ? atol(b2 + strlen("qvl_batch_items_bucket{le=\"2\"} ")) : -1;
+        long n4 = b4 ? atol(b4 + strlen("qvl_batch_items_bucket{le=\"4\"} ")) : -1;
+        printf("idle wait: batches of <= 2 items %ld, of <= 4 items %ld\n", n2, n4);
+        CHECK(n2 == 0 && n4 == 1);
+        resp_free(&r);
+        if (p4 > 0) CHECK(stop_server(p4) == 0);
+    }
+
+    /* 503 queue full (bounded: at most 5 bursts of 8 clients until one is refused), every other answer 200; and a
+     * request with more items than the queue holds is 413 */
+    {
+        char *ex2[] = {"--max-queue-items", "1", "--workers", "1"};
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        pid_t p2 = start_server(tmp, model, ex2, 4);
+        CHECK(p2 > 0);
+        size_t n;
+        uint8_t *b = read_file(paths[2], &n);
+        int full = 0, other = 0;
+        for (int round = 0; p2 > 0 && round < 5 && !full; round++) {
+            pthread_t bt[8];
+            burst_arg ba[8];
+            for (int i = 0; i < 8; i++) {
+                ba[i] = (burst_arg){b, n, (round * 8 + i) % 12, 0, 0};
+                pthread_create(&bt[i], NULL, burst_main, &ba[i]);
+            }
+            for (int i = 0; i < 8; i++) {
+                pthread_join(bt[i], NULL);
+                if (ba[i].status == 503 && ba[i].retry_after) full++;
+                else if (ba[i].status != 200) other++;
+            }
+            snprintf(cmd, sizeof cmd, "%s/cache", tmp); /* no hits next round */
+            tu_rmtree(cmd);
+        }
+        printf("queue full: %d refused with 503, %d other failures\n", full, other);
+        CHECK(full >= 1 && other == 0);
+        if (p2 > 0) {
+            char pa[700], body[1600];
+            tu_source_path("tests/data/images/bmp_24.bmp", pa, sizeof pa);
+            int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"path\": \"%s\"}]}", pa, pa);
+            CHECK(post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 && err_is(&r, 413, "too_large"));
+            resp_free(&r);
+            CHECK(stop_server(p2) == 0);
+        }
+        free(b);
+    }
+
+    free(img0);
+    for (int i = 0; i < N_LOAD_IMAGES; i++) free(load_img[i]);
+    st_close(ref);
+    if (tu_failures) {
+        snprintf(cmd, sizeof cmd, "tail -20 '%s/server.log' >&2", tmp);
+        if (system(cmd)) {}
+    }
+    tu_rmtree(tmp);
+    return tu_finish("test_serve");
+}

@@ -1,0 +1,207 @@
+/* serve.h — `qvl serve`, an HTTP encoder server on top of libqvl's public API (qvl.h), and `qvl cache`.
+ * Not part of the library: a program of its own files, one concern each:
+ *   serve_parse.c    request parsing: options, JSON bodies, data URLs, base64 (no HTTP, no model: fuzzed)
+ *   serve_out.c      response bodies: safetensors and .npy in memory, the vLLM content part, error JSON
+ *   serve_batch.c    admission, the decode/preprocess workers, the continuous batcher, single flight
+ *   serve_cache.c    the content-addressed on-disk cache (objects/ab/<key>.safetensors), its GC, `qvl cache`
+ *   serve_metrics.c  counters and histograms, Prometheus text
+ *   serve_http.c     libmicrohttpd: routes, auth, limits, drain on SIGTERM; `qvl serve` */
+#ifndef QVL_SERVE_H
+#define QVL_SERVE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qvl.h"
+
+/* ---- errors: {"error": {"type", "message", "item"}} with an HTTP status ---- */
+typedef struct srv_err {
+    int http;           /* 400, 401, 413, 415, 422, 503, 500 */
+    const char *type;   /* "invalid_request", "unauthorized", "too_large", "unsupported_media_type",
+                           "undecodable_item", "unavailable", "internal" */
+    int item;           /* the item's index, or -1 */
+    int retry_after_s;  /* 503: the Retry-After seconds */
+    char message[512];
+} srv_err;
+void srv_err_set(srv_err *e, int http, int item, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The type string of an HTTP status. */
+const char *srv_err_type(int http);
+/* The HTTP status of a library failure of one item (422 undecodable, 413 over a limit, 415 unsupported, ...). */
+int srv_http_of_status(qvl_status s);
+
+/* ---- admission limits ----
+ * The server's own, from its options, checked in one place each: the body and item sizes and counts while parsing
+ * (serve_http.c, serve_parse.c), pixels by the library's decoder before it decodes (qvl_decode_params.max_pixels,
+ * set from max_pixels in srv_load), patches once an item is preprocessed, the queue bounds in srv_submit. When the
+ * library gains API-settable resource limits, srv_load is where they are filled from these and handed to every
+ * plan (plan_params in serve_batch.c), and the patch check can move before decoding. */
+typedef struct srv_limits {
+    size_t max_body_bytes;     /* request body (413 before it is read) */
+    size_t max_items;          /* items of one request */
+    size_t max_item_bytes;     /* one decoded item's bytes (base64 payload decoded, or a path's file) */
+    uint64_t max_pixels;       /* an image's (or a video frame's) width·height, refused before decoding */
+    size_t max_item_patches;   /* patch rows of one item, refused after the header-only size check */
+    size_t max_queue_patches;  /* patches queued for the encoder (503 above it) */
+    size_t max_queue_items;    /* items accepted and not yet encoded (503 above it) */
+    size_t max_batch_patches;  /* the batcher's patch budget */
+    size_t max_batch_items;    /* and item cap */
+    int max_wait_us;           /* idle wait for more items when the batch is small */
+    size_t min_batch_patches;  /* "small" */
+    int timeout_ms;            /* default request deadline */
+} srv_limits;
+void srv_limits_default(srv_limits *l);
+
+/* ---- request options and items (parsed, not yet decoded) ---- */
+typedef struct srv_opts {
+    qvl_dtype dtype;            /* F32 default */
+    qvl_output_layout layout;   /* CONCAT default */
+    int deepstack;              /* 1 default */
+    int timeout_ms;             /* 0: the server's */
+} srv_opts;
+void srv_opts_default(srv_opts *o);
+/* Set one option by name ("dtype" f32|bf16|f16, "layout" concat|split, "deepstack" true|false|1|0,
+ * "timeout_ms" 1..3600000). Unknown names are refused. 0, or -1 with e set to 400. */
+int srv_opt_set(srv_opts *o, const char *name, const char *value, srv_err *e);
+
+typedef enum srv_media { SRV_MEDIA_IMAGE = 1, SRV_MEDIA_VIDEO = 2 } srv_media;
+/* The modality of a Content-Type / data-URL media type: image/... or video/..., 0 for anything else (415). Parameters
+ * after ';' are ignored, case-insensitively. */
+int srv_media_of(const char *type, size_t len);
+
+typedef struct srv_in_item {
+    srv_media media;
+    uint8_t *data;   /* decoded bytes (malloc'd), or NULL for a path */
+    size_t size;
+    char *path;      /* malloc'd, or NULL */
+} srv_in_item;
+
+typedef struct srv_request_items {
+    srv_in_item *items;
+    size_t n;
+    srv_opts opts;
+} srv_request_items;
+void srv_request_items_free(srv_request_items *r);
+
+/* Parse a JSON body {"items": [{"data": "data:<type>;base64,<b64>"} | {"path": "..."}], "dtype", "layout",
+ * "deepstack", "timeout_ms"} within `lim` (item count, decoded sizes). Paths are taken as given: the caller checks
+ * them against --allowed-media-path. 0, or -1 with e set (400 malformed, 413 too large, 415 media type). */
+int srv_parse_json(const char *body, size_t len, const srv_limits *lim, srv_opts defaults, srv_request_items *out,
+                   srv_err *e);
+/* Decode standard base64 (the alphabet and '=' only: whitespace refused; padded to whole quanta) of at most
+ * `limit` decoded bytes into a malloc'd buffer. 0, -1 malformed, -2 over the limit. */
+int srv_b64_decode(const char *s, size_t n, size_t limit, uint8_t **out, size_t *out_len);
+/* Base64 of n bytes into a malloc'd NUL-terminated string (NULL: no memory or overflow). */
+char *srv_b64_encode(const void *data, size_t n, size_t *out_len);
+/* 1 if s is 64 lowercase hex digits. */
+int srv_is_key(const char *s);
+
+/* ---- response bodies ---- */
+typedef struct srv_buf {
+    uint8_t *p;
+    size_t len, cap;
+    int bad; /* no memory */
+} srv_buf;
+void srv_buf_put(srv_buf *b, const void *p, size_t n);
+void srv_buf_printf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+typedef struct srv_tensor {
+    const char *name;
+    const char *dtype;   /* "F32", "BF16", "F16", "I32", "I64" */
+    int ndim;
+    int64_t shape[3];
+    const void *data;    /* NULL: `pieces` */
+    size_t nbytes;
+    const void *const *pieces; /* optional: n_pieces buffers concatenated */
+    const size_t *piece_bytes;
+    size_t n_pieces;
+} srv_tensor;
+/* A safetensors file in memory: header padded so the data starts on a 64-byte boundary; meta = n_meta key/value
+ * pairs. The malloc'd body in *out / *out_len; 0 or -1 (no memory). */
+int srv_st_build(const srv_tensor *t, size_t n, const char *const *meta_kv, size_t n_meta, uint8_t **out,
+                 size_t *out_len);
+/* A .npy (version 1.0) of `descr` ("<f4", "<f2", "<i8", "<i4") and shape, data starting on a 64-byte boundary. */
+int srv_npy_build(const char *descr, const int64_t *shape, int ndim, const void *data, size_t nbytes, uint8_t **out,
+                  size_t *out_len);
+/* The error JSON body (malloc'd string). */
+char *srv_err_json(const srv_err *e);
+const char *srv_dtype_st(qvl_dtype d);   /* "F32", "F16", "BF16" */
+const char *srv_dtype_opt(qvl_dtype d);  /* "f32", "f16", "bf16" */
+size_t srv_dtype_size(qvl_dtype d);
+
+/* ---- metrics ---- */
+typedef struct srv_hist {
+    const double *bounds;
+    int n;
+    uint64_t counts[32]; /* cumulative at render time; per-bucket here; [n] is +Inf */
+    double sum;
+    uint64_t count;
+} srv_hist;
+enum { SRV_EP_ENCODE, SRV_EP_VLLM, SRV_EP_CACHE, SRV_EP_HEALTH, SRV_EP_INFO, SRV_EP_METRICS, SRV_EP_OTHER, SRV_EP_N };
+enum { SRV_CODE_200, SRV_CODE_400, SRV_CODE_401, SRV_CODE_404, SRV_CODE_405, SRV_CODE_406, SRV_CODE_413,
+       SRV_CODE_415, SRV_CODE_422, SRV_CODE_503, SRV_CODE_500, SRV_CODE_N };
+typedef struct srv_metrics {
+    pthread_mutex_t mu;
+    uint64_t requests[SRV_EP_N][SRV_CODE_N];
+    srv_hist latency, queue_wait, encode, batch_items, batch_patches;
+    uint64_t items_encoded, patches_encoded, tokens_out, batches;
+    uint64_t cache_hit, cache_miss, cache_corrupt, cache_evicted_bytes, cache_write_errors, single_flight_joins;
+    uint64_t rejected_queue_full, rejected_not_ready, rejected_deadline;
+    double start_time;
+} srv_metrics;
+void srv_metrics_init(srv_metrics *m);
+void srv_metrics_destroy(srv_metrics *m);
+void srv_metrics_request(srv_metrics *m, int endpoint, int http, double seconds);
+void srv_hist_add(srv_metrics *m, srv_hist *h, double v);
+/* Prometheus text 0.0.4 (gauges passed in). */
+typedef struct srv_gauges {
+    size_t queue_items, queue_patches, inflight, cache_bytes, cache_entries;
+    const char *fingerprint, *family, *isa;
+    int ready, draining;
+} srv_gauges;
+void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *out);
+
+/* ---- cache ---- */
+typedef struct srv_cache srv_cache;
+/* Open (create) a cache root with a size budget in bytes (0: unbounded). NULL with a message on failure. */
+srv_cache *srv_cache_open(const char *root, uint64_t max_bytes, char *msg, size_t msg_cap);
+void srv_cache_close(srv_cache *c);
+/* An entry as read (verified): the malloc'd file, the ec_cache tensor and the grid in it. */
+typedef struct srv_entry {
+    uint8_t *file;
+    size_t file_len;
+    const uint8_t *data;  /* ec_cache bytes */
+    size_t nbytes;
+    char dtype[8];
+    int ndim;
+    int64_t shape[3];
+    qvl_grid grid;
+} srv_entry;
+void srv_entry_free(srv_entry *e);
+/* Look a key up: 1 hit (verified, mtime touched when old), 0 miss (absent, or corrupt: deleted, *corrupt = 1). */
+int srv_cache_get(srv_cache *c, const char *key, srv_entry *out, int *corrupt);
+/* 1 if an entry file exists (no verification): HEAD. Its size in *size. */
+int srv_cache_exists(srv_cache *c, const char *key, uint64_t *size);
+/* The entry file opened read-only (no verification), or -1. */
+int srv_cache_open_fd(srv_cache *c, const char *key);
+/* Store an item's output: temp file in root/tmp, then rename into objects/; 0 or -1. Also the vllm-ec link when
+ * the cache was opened with links on. May run GC when over budget. */
+int srv_cache_put(srv_cache *c, const char *key, const char *dtype, int ndim, const int64_t *shape, const void *data,
+                  size_t nbytes, qvl_grid grid, const char *fingerprint, uint64_t *evicted_bytes);
+void srv_cache_set_vllm_links(srv_cache *c, int on);
+/* GC to `target` bytes (0: 90 % of the budget) under root/gc/lock; -1 when another GC holds the lock. */
+int srv_cache_gc(srv_cache *c, uint64_t target, uint64_t *evicted_bytes, size_t *evicted_entries);
+/* Totals by scanning objects/. */
+void srv_cache_scan(srv_cache *c, uint64_t *bytes, size_t *entries);
+/* Every entry verified: corrupt ones deleted; counts out. */
+void srv_cache_verify(srv_cache *c, size_t *ok, size_t *bad);
+/* Hard links (else copies) root/vllm-ec layout into dir/<key>/encoder_cache.safetensors; the count. */
+int srv_cache_export_vllm(srv_cache *c, const char *dir, size_t *n);
+const char *srv_cache_root(const srv_cache *c);
+/* Parse "10G", "512M", "1000000" into bytes (K/M/G/T, powers of 1024). 0 or -1. */
+int srv_parse_size(const char *s, uint64_t *out);
+
+int cmd_serve(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
+
+#endif

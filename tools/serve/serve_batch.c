@@ -1,0 +1,877 @@
+/* serve_batch.c — admission, single flight, decode/preprocess workers and the continuous batcher of `qvl serve`.
+ *
+ * An item's life: srv_submit computes its key (qvl_item_key, on the HTTP thread), answers it from the cache, or
+ * joins an identical item already queued or running (single flight), or queues it for a worker. A worker decodes
+ * and preprocesses it with qvl_plan_create(NULL, ...) (preprocessing only, off the encoder's path) and queues its
+ * pixel rows for the encoder. The batcher, when the encoder is free, takes queued items FIFO (skipping items of
+ * another output spec, which start the next batch) while their patch rows fit the batch budget and the item cap;
+ * an item larger than the budget runs alone; it waits a little for more only when the encoder was idle and the
+ * batch is small. The batch is one plan of ROWS items on the encoder ctx (qvl_plan_encode: one forward pass over
+ * several attention segments, the same bits as one by one). A batch whose every item has expired or lost all its
+ * waiters is cancelled between blocks (qvl_ctx_set_cancel_fn).
+ *
+ * One mutex guards the queues, the flight table and every job's state; one condition variable wakes the waiters
+ * when any job finishes. A job holds one reference per waiting request plus one for the pipeline until done. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "serve_batch.h"
+
+enum { J_PREP_QUEUED, J_PREPPING, J_ENC_QUEUED, J_ENCODING, J_DONE };
+#define FLIGHT_BUCKETS 1024
+
+struct srv_job {
+    char key[QVL_KEY_HEX];
+    srv_media media;
+    uint8_t *data;        /* image bytes (ENCODED) */
+    size_t size;
+    char *path;           /* a path item or a spooled video */
+    int spooled;          /* path is our temporary: unlink it when done */
+    srv_opts spec;
+    int state;
+    int refs;
+    double deadline;      /* the latest of its waiters' */
+    double t_queued;      /* entered the encoder queue */
+    qvl_plan *pre;        /* the preprocessing plan (rows) */
+    const float *rows;
+    qvl_grid grid;
+    size_t n_rows, n_tokens, out_cols, n_planes, out_bytes;
+    void *out;
+    uint8_t *entry_file;  /* a cache hit's file (out points into it) */
+    int cached;
+    int http;
+    char message[512];
+    srv_job *next;        /* queue link */
+    srv_job *flight_next; /* flight-table chain */
+};
+
+struct srv_state {
+    srv_config cfg;
+    qvl_model *model;
+    qvl_ctx *ctx;
+    qvl_model_info info;
+    char fingerprint[33];
+    qvl_preprocess_params pp;
+    qvl_video_params vp;
+    qvl_decode_params dp;
+    char *prep_json;
+    srv_cache *cache;
+    srv_metrics metrics;
+
+    pthread_mutex_t mu;
+    pthread_cond_t prep_cv, enc_cv, done_cv;
+    srv_job *prep_head, *prep_tail;
+    srv_job *enc_head, *enc_tail;
+    srv_job *flight[FLIGHT_BUCKETS];
+    size_t prep_items, enc_items, enc_patches, inflight_jobs;
+    double ewma_patches_per_s;
+    int ready, draining, stop;
+    pthread_t *workers;
+    int n_workers;
+    pthread_t batcher;
+    int batcher_started;
+    unsigned long spool_seq;
+};
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static unsigned bucket_of(const char *key) {
+    unsigned h = 0;
+    for (int i = 0; i < 8; i++) h = h * 16 + (unsigned)(key[i] <= '9' ? key[i] - '0' : key[i] - 'a' + 10);
+    return h % FLIGHT_BUCKETS;
+}
+
+static int same_spec(const srv_opts *a, const srv_opts *b) {
+    return a->dtype == b->dtype && a->layout == b->layout && a->deepstack == b->deepstack;
+}
+
+static void job_free(srv_job *j) {
+    if (!j) return;
+    if (j->spooled && j->path) unlink(j->path);
+    free(j->path);
+    free(j->data);
+    qvl_plan_free(j->pre);
+    if (j->entry_file) free(j->entry_file);
+    else free(j->out);
+    free(j);
+}
+
+/* Under mu. */
+static void job_unref(srv_state *s, srv_job *j) {
+    (void)s;
+    if (--j->refs == 0) job_free(j);
+}
+
+static void flight_remove(srv_state *s, srv_job *j) {
+    srv_job **p = &s->flight[bucket_of(j->key)];
+    while (*p && *p != j) p = &(*p)->flight_next;
+    if (*p) *p = j->flight_next;
+    j->flight_next = NULL;
+}
+
+/* Under mu: the job is finished (ok or failed); wake the waiters; drop the pipeline's reference unless the caller
+ * still needs the job (keep = 1). */
+static void job_done(srv_state *s, srv_job *j, int http, const char *msg, int keep) {
+    j->state = J_DONE;
+    j->http = http;
+    snprintf(j->message, sizeof j->message, "%s", msg ? msg : "");
+    flight_remove(s, j);
+    s->inflight_jobs--;
+    pthread_cond_broadcast(&s->done_cv);
+    if (!keep) job_unref(s, j);
+}
+
+/* The plan params of an output spec, over the server's resolved preprocessing. */
+static void plan_params(const srv_state *s, const srv_opts *spec, qvl_plan_params *pl) {
+    qvl_plan_params_default(pl);
+    pl->dtype = spec->dtype;
+    pl->layout = spec->layout;
+    pl->deepstack = spec->deepstack;
+    pl->preprocess = &s->pp;
+    pl->video = &s->vp;
+    pl->decode = &s->dp;
+}
+
+/* ---- workers: decode + preprocess ---- */
+
+static void prep_one(srv_state *s, srv_job *j) {
+    qvl_item it;
+    qvl_item_default(&it);
+    if (j->path) {
+        it.kind = QVL_ITEM_PATH;
+        it.path = j->path;
+    } else {
+        it.kind = QVL_ITEM_ENCODED;
+        it.data = j->data;
+        it.size = j->size;
+    }
+    it.label = "item";
+    qvl_plan_params pl;
+    plan_params(s, &j->spec, &pl);
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    qvl_item_info info;
+    memset(&info, 0, sizeof info);
+    int http = 200;
+    char msg[512] = "";
+    if (qvl_plan_create(NULL, &it, 1, &pl, &plan, &err) != QVL_OK) {
+        http = srv_http_of_status(err.status);
+        snprintf(msg, sizeof msg, "%s", err.message);
+    } else {
+        qvl_plan_item(plan, 0, &info);
+        if (info.status != QVL_OK) {
+            http = srv_http_of_status(info.status);
+            snprintf(msg, sizeof msg, "%s", info.message);
+        } else if (info.n_rows > s->cfg.lim.max_item_patches) {
+            http = 413;
+            snprintf(msg, sizeof msg, "%zu patch rows, over the limit of %zu", info.n_rows,
+                     s->cfg.lim.max_item_patches);
+        }
+    }
+    if (http == 503) http = 500;
+    pthread_mutex_lock(&s->mu);
+    s->prep_items--;
+    if (http != 200) {
+        qvl_plan_free(plan);
+        job_done(s, j, http, msg, 0);
+    } else {
+        j->pre = plan;
+        j->rows = qvl_plan_rows(plan, 0);
+        j->grid = info.grid;
+        j->n_rows = info.n_rows;
+        /* the encoded matrix's shape (the preprocessing plan knows no model: it reports 0 output bytes) */
+        const size_t O = (size_t)s->info.out_hidden, L = j->spec.deepstack ? (size_t)s->info.n_deepstack : 0;
+        j->n_tokens = info.n_rows / 4;
+        j->n_planes = j->spec.layout == QVL_OUTPUT_SPLIT ? 1 + L : 1;
+        j->out_cols = j->spec.layout == QVL_OUTPUT_SPLIT ? O : O * (1 + L);
+        j->out_bytes = j->n_tokens * j->out_cols * j->n_planes * srv_dtype_size(j->spec.dtype);
+        free(j->data); /* the rows are all the encoder needs */
+        j->data = NULL;
+        j->state = J_ENC_QUEUED;
+        j->t_queued = srv_now();
+        j->next = NULL;
+        if (s->enc_tail) s->enc_tail->next = j;
+        else s->enc_head = j;
+        s->enc_tail = j;
+        s->enc_items++;
+        s->enc_patches += j->n_rows;
+        pthread_cond_signal(&s->enc_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *worker_main(void *arg) {
+    srv_state *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->prep_head && !s->stop) pthread_cond_wait(&s->prep_cv, &s->mu);
+        if (!s->prep_head) break;
+        srv_job *j = s->prep_head;
+        s->prep_head = j->next;
+        if (!s->prep_head) s->prep_tail = NULL;
+        j->next = NULL;
+        if (j->refs == 1 || srv_now() > j->deadline) { /* nobody waits any more */
+            s->prep_items--;
+            job_done(s, j, 503, "the request's deadline passed in the queue", 0);
+            continue;
+        }
+        j->state = J_PREPPING;
+        pthread_mutex_unlock(&s->mu);
+        prep_one(s, j);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- the batcher ---- */
+
+typedef struct batch {
+    srv_state *s;
+    srv_job **jobs;
+    size_t n;
+} batch;
+
+/* Polled by the encode before each block: cancel when no job of the batch has a live waiter. */
+static int batch_cancel(void *user) {
+    batch *b = user;
+    double now = srv_now();
+    int live = 0;
+    pthread_mutex_lock(&b->s->mu);
+    for (size_t i = 0; i < b->n && !live; i++) live = b->jobs[i]->refs > 1 && now <= b->jobs[i]->deadline;
+    pthread_mutex_unlock(&b->s->mu);
+    return !live;
+}
+
+static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
+    const srv_opts spec = jobs[0]->spec;
+    qvl_item *items = calloc(n, sizeof *items);
+    void **outs = calloc(n, sizeof *outs);
+    int http_all = 200;
+    char msg[512] = "";
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    if (!items || !outs) {
+        http_all = 500;
+        snprintf(msg, sizeof msg, "out of memory");
+    }
+    for (size_t i = 0; http_all == 200 && i < n; i++) {
+        qvl_item_default(&items[i]);
+        items[i].kind = QVL_ITEM_ROWS;
+        items[i].rows = jobs[i]->rows;
+        items[i].grid = jobs[i]->grid;
+        outs[i] = malloc(jobs[i]->out_bytes ? jobs[i]->out_bytes : 1);
+        if (!outs[i]) {
+            http_all = 500;
+            snprintf(msg, sizeof msg, "out of memory for %zu output bytes", jobs[i]->out_bytes);
+        }
+    }
+    qvl_plan_params pl;
+    plan_params(s, &spec, &pl);
+    pl.max_batch_rows = rows;
+    if (http_all == 200 && qvl_plan_create(s->ctx, items, n, &pl, &plan, &err) != QVL_OK) {
+        http_all = 500;
+        snprintf(msg, sizeof msg, "%s", err.message);
+    }
+    double t0 = srv_now();
+    if (http_all == 200) {
+        batch b = {s, jobs, n};
+        qvl_ctx_uncancel(s->ctx);
+        qvl_ctx_set_cancel_fn(s->ctx, batch_cancel, &b);
+        qvl_plan_encode(s->ctx, plan, outs, &err);
+        qvl_ctx_set_cancel_fn(s->ctx, NULL, NULL);
+    }
+    double dt = srv_now() - t0;
+    pthread_mutex_lock(&s->mu);
+    s->metrics.batches++;
+    pthread_mutex_unlock(&s->mu);
+    srv_hist_add(&s->metrics, &s->metrics.encode, dt);
+    srv_hist_add(&s->metrics, &s->metrics.batch_items, (double)n);
+    srv_hist_add(&s->metrics, &s->metrics.batch_patches, (double)rows);
+    char *ok = calloc(n ? n : 1, 1);
+    pthread_mutex_lock(&s->mu);
+    if (dt > 0) {
+        double r = (double)rows / dt;
+        s->ewma_patches_per_s = s->ewma_patches_per_s > 0 ? 0.8 * s->ewma_patches_per_s + 0.2 * r : r;
+    }
+    for (size_t i = 0; i < n; i++) {
+        srv_job *j = jobs[i];
+        int http = http_all;
+        const char *m = msg;
+        qvl_item_info info;
+        if (http == 200) {
+            qvl_plan_item(plan, i, &info);
+            if (info.status != QVL_OK) {
+                http = info.status == QVL_ERR_CANCELLED ? 503 : srv_http_of_status(info.status);
+                m = info.message;
+                if (http == 503) s->metrics.rejected_deadline++;
+            }
+        }
+        if (!ok) http = 500, m = "out of memory";
+        else ok[i] = http == 200;
+        if (http == 200) {
+            j->out = outs[i];
+            outs[i] = NULL;
+            s->metrics.items_encoded++;
+            s->metrics.patches_encoded += j->n_rows;
+            s->metrics.tokens_out += j->n_tokens;
+        }
+        qvl_plan_free(j->pre); /* the rows are no longer needed */
+        j->pre = NULL;
+        j->rows = NULL;
+        job_done(s, j, http, m, 1);
+    }
+    pthread_mutex_unlock(&s->mu);
+    /* Cache writes after the waiters were woken, off their latency (the jobs are immutable now). */
+    for (size_t i = 0; s->cache && ok && i < n; i++) {
+        if (!ok[i]) continue;
+        srv_job *j = jobs[i];
+        int64_t shape[3];
+        int ndim;
+        if (j->n_planes > 1) ndim = 3, shape[0] = (int64_t)j->n_planes, shape[1] = (int64_t)j->n_tokens,
+                             shape[2] = (int64_t)j->out_cols;
+        else ndim = 2, shape[0] = (int64_t)j->n_tokens, shape[1] = (int64_t)j->out_cols;
+        uint64_t ev = 0;
+        int r = srv_cache_put(s->cache, j->key, srv_dtype_st(j->spec.dtype), ndim, shape, j->out, j->out_bytes,
+                              j->grid, s->fingerprint, &ev);
+        pthread_mutex_lock(&s->mu);
+        if (r) s->metrics.cache_write_errors++;
+        s->metrics.cache_evicted_bytes += ev;
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < n; i++) job_unref(s, jobs[i]);
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; outs && i < n; i++) free(outs[i]);
+    free(outs);
+    free(items);
+    free(ok);
+    qvl_plan_free(plan);
+}
+
+static void *batcher_main(void *arg) {
+    srv_state *s = arg;
+    const srv_limits *L = &s->cfg.lim;
+    srv_job **jobs = calloc(L->max_batch_items ? L->max_batch_items : 1, sizeof *jobs);
+    pthread_mutex_lock(&s->mu);
+    while (jobs) {
+        while (!s->enc_head && !(s->stop && !s->prep_head && !s->prep_items)) pthread_cond_wait(&s->enc_cv, &s->mu);
+        if (!s->enc_head) break;
+        /* The encoder was idle: when the batch would be small and more items are being preprocessed, wait for
+         * them, up to max_wait_us in all. */
+        if (L->max_wait_us > 0 && s->enc_patches < L->min_batch_patches && s->prep_items > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long ns = ts.tv_nsec + (long)(L->max_wait_us % 1000000) * 1000;
+            ts.tv_sec += L->max_wait_us / 1000000 + ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            while (s->enc_patches < L->min_batch_patches && s->prep_items > 0 && !s->stop)
+                if (pthread_cond_timedwait(&s->enc_cv, &s->mu, &ts) == ETIMEDOUT) break;
+        }
+        size_t n = 0, rows = 0;
+        double now = srv_now();
+        srv_opts spec = s->enc_head->spec;
+        for (srv_job **p = &s->enc_head, *prev = NULL; *p && n < L->max_batch_items;) {
+            srv_job *j = *p;
+            int expired = j->refs == 1 || now > j->deadline;
+            int take = expired || (same_spec(&j->spec, &spec) &&
+                                   (n == 0 || rows + j->n_rows <= L->max_batch_patches));
+            if (!take) {
+                if (same_spec(&j->spec, &spec)) break; /* FIFO within a spec: nothing jumps the queue */
+                prev = j;
+                p = &j->next;
+                continue;
+            }
+            *p = j->next;
+            if (s->enc_tail == j) s->enc_tail = prev;
+            j->next = NULL;
+            s->enc_items--;
+            s->enc_patches -= j->n_rows;
+            if (expired) {
+                s->metrics.rejected_deadline += j->refs > 1;
+                job_done(s, j, 503, "the request's deadline passed in the queue", 0);
+                continue;
+            }
+            srv_hist_add(&s->metrics, &s->metrics.queue_wait, now - j->t_queued);
+            j->state = J_ENCODING;
+            jobs[n++] = j;
+            rows += j->n_rows;
+            if (rows >= L->max_batch_patches) break; /* also: an oversized item runs alone */
+        }
+        if (!n) continue;
+        pthread_mutex_unlock(&s->mu);
+        encode_batch(s, jobs, n, rows);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(jobs);
+    return NULL;
+}
+
+/* ---- admission ---- */
+
+static int retry_after(const srv_state *s) {
+    double r = s->ewma_patches_per_s > 0 ? (double)s->enc_patches / s->ewma_patches_per_s : 1;
+    int v = (int)ceil(r);
+    return v < 1 ? 1 : v > 60 ? 60 : v;
+}
+
+/* A video body goes to a private temporary file (the library reads videos from files). */
+static char *spool(srv_state *s, const uint8_t *data, size_t size) {
+    char *path = malloc(strlen(s->cfg.tmp_dir) + 64);
+    if (!path) return NULL;
+    pthread_mutex_lock(&s->mu);
+    unsigned long seq = s->spool_seq++;
+    pthread_mutex_unlock(&s->mu);
+    sprintf(path, "%s/v%ld.%lu", s->cfg.tmp_dir, (long)getpid(), seq);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        free(path);
+        return NULL;
+    }
+    size_t off = 0;
+    while (off < size) {
+        ssize_t w = write(fd, data + off, size - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    close(fd);
+    if (off != size) {
+        unlink(path);
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, srv_job **jobs,
+               srv_err *e) {
+    for (size_t i = 0; i < n; i++) jobs[i] = NULL;
+    if (n > s->cfg.lim.max_queue_items) { /* could never be queued: no use retrying */
+        srv_err_set(e, 413, -1, "%zu items, more than the queue holds (%zu)", n, s->cfg.lim.max_queue_items);
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    int refuse = s->draining ? 1 : !s->ready ? 2 : 0;
+    if (!refuse && (s->prep_items + s->enc_items + n > s->cfg.lim.max_queue_items ||
+                    s->enc_patches > s->cfg.lim.max_queue_patches))
+        refuse = 3;
+    if (refuse) {
+        if (refuse == 3) s->metrics.rejected_queue_full++;
+        else s->metrics.rejected_not_ready++;
+        srv_err_set(e, 503, -1, "%s", refuse == 1 ? "the server is draining" : refuse == 2 ? "the server is not ready"
+                                                                                            : "the queue is full");
+        e->retry_after_s = retry_after(s);
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    qvl_plan_params pl;
+    plan_params(s, opts, &pl);
+    for (size_t i = 0; i < n; i++) {
+        srv_job *j = calloc(1, sizeof *j);
+        if (!j) {
+            srv_err_set(e, 500, (int)i, "out of memory");
+            goto fail;
+        }
+        jobs[i] = j;
+        j->refs = 1;
+        j->state = J_DONE;
+        j->spec = *opts;
+        j->deadline = deadline;
+        j->media = items[i].media;
+        if (items[i].path) {
+            j->path = items[i].path;
+            items[i].path = NULL;
+        } else if (items[i].media == SRV_MEDIA_VIDEO) {
+            j->path = spool(s, items[i].data, items[i].size);
+            j->spooled = 1;
+            if (!j->path) {
+                srv_err_set(e, 500, (int)i, "cannot spool the video to %s", s->cfg.tmp_dir);
+                goto fail;
+            }
+        } else {
+            j->data = items[i].data;
+            j->size = items[i].size;
+            items[i].data = NULL;
+        }
+        qvl_item it;
+        qvl_item_default(&it);
+        it.kind = j->path ? QVL_ITEM_PATH : QVL_ITEM_ENCODED;
+        it.path = j->path;
+        it.data = j->data;
+        it.size = j->size;
+        qvl_error err;
+        if (qvl_item_key(s->ctx, &it, &pl, NULL, j->key, &err) != QVL_OK) {
+            srv_err_set(e, srv_http_of_status(err.status), (int)i, "item %zu: %s", i, err.message);
+            goto fail;
+        }
+        if (s->cache) {
+            srv_entry ent;
+            int corrupt = 0;
+            int hit = srv_cache_get(s->cache, j->key, &ent, &corrupt);
+            pthread_mutex_lock(&s->mu);
+            if (hit) s->metrics.cache_hit++;
+            else if (corrupt) s->metrics.cache_corrupt++, s->metrics.cache_miss++;
+            else s->metrics.cache_miss++;
+            pthread_mutex_unlock(&s->mu);
+            if (hit && strcmp(ent.dtype, srv_dtype_st(opts->dtype)) == 0) {
+                j->entry_file = ent.file;
+                j->out = (void *)ent.data;
+                j->out_bytes = ent.nbytes;
+                j->grid = ent.grid;
+                if (ent.ndim == 3) j->n_planes = (size_t)ent.shape[0], j->n_tokens = (size_t)ent.shape[1],
+                                   j->out_cols = (size_t)ent.shape[2];
+                else j->n_planes = 1, j->n_tokens = (size_t)ent.shape[0], j->out_cols = (size_t)ent.shape[1];
+                j->cached = 1;
+                j->http = 200;
+                continue;
+            }
+            if (hit) srv_entry_free(&ent);
+        }
+    }
+    /* Misses: join an identical item in flight, or queue for a worker. */
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < n; i++) {
+        srv_job *j = jobs[i];
+        if (j->cached) continue;
+        unsigned b = bucket_of(j->key);
+        srv_job *f = s->flight[b];
+        while (f && strcmp(f->key, j->key)) f = f->flight_next;
+        if (f) {
+            f->refs++;
+            if (deadline > f->deadline) f->deadline = deadline;
+            s->metrics.single_flight_joins++;
+            job_free(j);
+            jobs[i] = f;
+            continue;
+        }
+        j->refs = 2; /* the request and the pipeline */
+        j->state = J_PREP_QUEUED;
+        j->flight_next = s->flight[b];
+        s->flight[b] = j;
+        s->inflight_jobs++;
+        if (s->prep_tail) s->prep_tail->next = j;
+        else s->prep_head = j;
+        s->prep_tail = j;
+        s->prep_items++;
+        pthread_cond_signal(&s->prep_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+fail:
+    for (size_t i = 0; i < n; i++) {
+        job_free(jobs[i]);
+        jobs[i] = NULL;
+    }
+    return -1;
+}
+
+int srv_wait(srv_state *s, srv_job **jobs, size_t n, double deadline) {
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        size_t done = 0;
+        for (size_t i = 0; i < n; i++) done += jobs[i]->state == J_DONE;
+        if (done == n) break;
+        double left = deadline - srv_now();
+        if (left <= 0) {
+            pthread_mutex_unlock(&s->mu);
+            return -1;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (left < 0.5 ? left : 0.5);
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void srv_result_of(const srv_job *j, srv_result *r) {
+    r->http = j->http;
+    r->message = j->message;
+    r->key = j->key;
+    r->grid = j->grid;
+    r->n_tokens = j->n_tokens;
+    r->out_cols = j->out_cols;
+    r->n_planes = j->n_planes;
+    r->out_bytes = j->out_bytes;
+    r->out = j->out;
+    r->cached = j->cached;
+}
+
+void srv_release(srv_state *s, srv_job **jobs, size_t n) {
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i]) job_unref(s, jobs[i]);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- start, warm-up, info ---- */
+
+static char *prep_json(const srv_state *s) {
+    static const char *resize_names[] = {"torchvision", "pil", "pil-legacy"};
+    const qvl_preprocess_params *p = &s->pp;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "resize", resize_names[p->resize <= 2 ? p->resize : 0]);
+    cJSON_AddNumberToObject(o, "min_pixels", (double)p->min_pixels);
+    cJSON_AddNumberToObject(o, "max_pixels", (double)p->max_pixels);
+    cJSON_AddNumberToObject(o, "video_min_pixels", (double)p->video_min_pixels);
+    cJSON_AddNumberToObject(o, "video_max_pixels", (double)p->video_max_pixels);
+    cJSON_AddNumberToObject(o, "size_h", p->size_h);
+    cJSON_AddNumberToObject(o, "size_w", p->size_w);
+    cJSON_AddItemToObject(o, "image_mean", cJSON_CreateFloatArray(p->image_mean, 3));
+    cJSON_AddItemToObject(o, "image_std", cJSON_CreateFloatArray(p->image_std, 3));
+    cJSON_AddNumberToObject(o, "rescale_factor", p->rescale_factor);
+    cJSON_AddNumberToObject(o, "patch", p->patch);
+    cJSON_AddNumberToObject(o, "temporal_patch", p->temporal_patch);
+    cJSON_AddNumberToObject(o, "merge", p->merge);
+    cJSON_AddStringToObject(o, "alpha", s->dp.alpha == QVL_ALPHA_DROP ? "drop" : "white");
+    cJSON_AddBoolToObject(o, "exif", s->dp.apply_exif);
+    cJSON_AddNumberToObject(o, "video_fps", s->vp.fps);
+    cJSON_AddNumberToObject(o, "video_num_frames", s->vp.num_frames);
+    cJSON_AddNumberToObject(o, "video_min_frames", s->vp.min_frames);
+    cJSON_AddNumberToObject(o, "video_max_frames", s->vp.max_frames);
+    cJSON_AddNumberToObject(o, "video_default_fps", s->vp.default_fps);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return js;
+}
+
+/* One small image through the whole path (preprocess, encode), so the first request pays no first-touch costs. */
+static int warm_up(srv_state *s, char *msg, size_t cap) {
+    enum { W = 64, H = 64 };
+    uint8_t *rgb = malloc((size_t)W * H * 3);
+    if (!rgb) return -1;
+    for (size_t i = 0; i < (size_t)W * H * 3; i++) rgb[i] = (uint8_t)(i * 7);
+    qvl_item it;
+    qvl_item_default(&it);
+    it.kind = QVL_ITEM_PIXELS;
+    it.image.data = rgb;
+    it.image.width = W;
+    it.image.height = H;
+    it.image.channels = 3;
+    srv_opts o;
+    srv_opts_default(&o);
+    qvl_plan_params pl;
+    plan_params(s, &o, &pl);
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    int rc = -1;
+    if (qvl_plan_create(s->ctx, &it, 1, &pl, &plan, &err) == QVL_OK) {
+        qvl_item_info info;
+        qvl_plan_item(plan, 0, &info);
+        void *out = info.status == QVL_OK ? malloc(info.out_bytes) : NULL;
+        if (out && qvl_plan_encode(s->ctx, plan, &out, &err) == QVL_OK) rc = 0;
+        else snprintf(msg, cap, "warm-up failed: %s", info.status ? info.message : err.message);
+        free(out);
+    } else {
+        snprintf(msg, cap, "warm-up failed: %s", err.message);
+    }
+    qvl_plan_free(plan);
+    free(rgb);
+    return rc;
+}
+
+srv_state *srv_create(const srv_config *cfg) {
+    srv_state *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->cfg = *cfg;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->prep_cv, NULL);
+    pthread_cond_init(&s->enc_cv, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
+    srv_metrics_init(&s->metrics);
+    return s;
+}
+
+int srv_load(srv_state *s, char *msg, size_t cap) {
+    const srv_config *cfg = &s->cfg;
+    qvl_error err;
+    qvl_load_params lp;
+    qvl_load_params_default(&lp);
+    lp.isa = cfg->isa;
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    cp.n_threads = cfg->threads;
+    qvl_preprocess_params_default(&s->pp);
+    qvl_video_params_default(&s->vp);
+    qvl_decode_params_default(&s->dp);
+    if (qvl_model_load(cfg->model_dir, &lp, &s->model, &err) != QVL_OK ||
+        qvl_ctx_create(s->model, &cp, &s->ctx, &err) != QVL_OK ||
+        qvl_model_fingerprint(s->model, NULL, s->fingerprint, &err) != QVL_OK ||
+        qvl_preprocess_params_load(cfg->model_dir, &s->pp, &s->vp, &err) != QVL_OK) {
+        snprintf(msg, cap, "%s", err.message);
+        return -1;
+    }
+    qvl_model_get_info(s->model, &s->info);
+    s->pp.n_threads = 1; /* each worker preprocesses one item on its own thread */
+    s->dp.max_pixels = cfg->lim.max_pixels;
+    s->vp.max_pixels = cfg->lim.max_pixels;
+    s->prep_json = prep_json(s);
+    if (cfg->cache_dir) {
+        s->cache = srv_cache_open(cfg->cache_dir, cfg->cache_size, msg, cap);
+        if (!s->cache) return -1;
+        srv_cache_set_vllm_links(s->cache, cfg->vllm_links);
+    }
+    if (warm_up(s, msg, cap)) return -1;
+    s->n_workers = cfg->workers > 0 ? cfg->workers : 2;
+    s->workers = calloc((size_t)s->n_workers, sizeof *s->workers);
+    int started = 0;
+    for (int i = 0; s->workers && i < s->n_workers; i++) {
+        if (pthread_create(&s->workers[i], NULL, worker_main, s)) break;
+        started++;
+    }
+    s->n_workers = started;
+    if (!started || pthread_create(&s->batcher, NULL, batcher_main, s)) {
+        snprintf(msg, cap, "cannot start threads");
+        return -1;
+    }
+    s->batcher_started = 1;
+    pthread_mutex_lock(&s->mu);
+    s->ready = 1;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int srv_loaded(srv_state *s) {
+    pthread_mutex_lock(&s->mu);
+    int r = s->ready;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+void srv_drain(srv_state *s) {
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_stop(srv_state *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    s->stop = 1;
+    pthread_cond_broadcast(&s->prep_cv);
+    pthread_cond_broadcast(&s->enc_cv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i], NULL);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->enc_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->batcher_started) pthread_join(s->batcher, NULL);
+    free(s->workers);
+    srv_cache_close(s->cache);
+    free(s->prep_json);
+    qvl_ctx_free(s->ctx);
+    qvl_model_free(s->model);
+    srv_metrics_destroy(&s->metrics);
+    pthread_cond_destroy(&s->prep_cv);
+    pthread_cond_destroy(&s->enc_cv);
+    pthread_cond_destroy(&s->done_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+int srv_ready(srv_state *s) {
+    pthread_mutex_lock(&s->mu);
+    int r = s->ready && !s->draining && s->enc_patches <= s->cfg.lim.max_queue_patches * 9 / 10 &&
+            s->prep_items + s->enc_items < s->cfg.lim.max_queue_items; /* saturated: full, or nearly by patches */
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+int srv_draining(srv_state *s) {
+    pthread_mutex_lock(&s->mu);
+    int r = s->draining;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+void srv_gauges_of(srv_state *s, srv_gauges *g) {
+    memset(g, 0, sizeof *g);
+    pthread_mutex_lock(&s->mu);
+    g->queue_items = s->prep_items + s->enc_items;
+    g->queue_patches = s->enc_patches;
+    g->inflight = s->inflight_jobs;
+    g->ready = s->ready && !s->draining;
+    g->draining = s->draining;
+    const int loaded = s->ready; /* set (under mu) only after every field below was */
+    pthread_mutex_unlock(&s->mu);
+    g->fingerprint = loaded ? s->fingerprint : "";
+    g->family = loaded ? s->info.model_type : "";
+    g->isa = loaded ? qvl_isa_name(s->info.isa) : "";
+    if (loaded && s->cache) {
+        uint64_t b;
+        srv_cache_scan(s->cache, &b, &g->cache_entries);
+        g->cache_bytes = (size_t)b;
+    }
+}
+
+srv_metrics *srv_metrics_of(srv_state *s) { return &s->metrics; }
+srv_cache *srv_cache_of(srv_state *s) { return s->cache; }
+const char *srv_prep_json(srv_state *s) { return s->prep_json ? s->prep_json : "{}"; }
+const char *srv_fingerprint(srv_state *s) { return s->fingerprint; }
+const srv_limits *srv_limits_of(srv_state *s) { return &s->cfg.lim; }
+int srv_n_deepstack(srv_state *s) { return s->info.n_deepstack; }
+int srv_out_hidden(srv_state *s) { return s->info.out_hidden; }
+
+char *srv_info_json(srv_state *s) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    const qvl_model_info *m = &s->info;
+    cJSON_AddStringToObject(o, "qvl_version", qvl_version());
+    cJSON_AddStringToObject(o, "model_type", m->model_type);
+    cJSON_AddStringToObject(o, "fingerprint", s->fingerprint);
+    cJSON_AddNumberToObject(o, "depth", m->depth);
+    cJSON_AddNumberToObject(o, "hidden", m->hidden);
+    cJSON_AddNumberToObject(o, "heads", m->heads);
+    cJSON_AddNumberToObject(o, "out_hidden", m->out_hidden);
+    cJSON_AddNumberToObject(o, "n_deepstack", m->n_deepstack);
+    cJSON_AddNumberToObject(o, "patch", m->patch);
+    cJSON_AddNumberToObject(o, "temporal_patch", m->temporal_patch);
+    cJSON_AddNumberToObject(o, "merge", m->merge);
+    cJSON_AddNumberToObject(o, "row_len", m->row_len);
+    cJSON_AddStringToObject(o, "weight_dtype", qvl_dtype_name(m->weight_dtype));
+    cJSON_AddStringToObject(o, "kernels", qvl_isa_name(m->isa));
+    cJSON_AddStringToObject(o, "precision", "f32");
+    cJSON_AddNumberToObject(o, "threads", qvl_ctx_threads(s->ctx));
+    cJSON_AddNumberToObject(o, "workers", s->n_workers);
+    cJSON *pp = cJSON_Parse(srv_prep_json(s));
+    if (pp) cJSON_AddItemToObject(o, "preprocessing", pp);
+    const srv_limits *L = &s->cfg.lim;
+    cJSON *l = cJSON_AddObjectToObject(o, "limits");
+    if (l) {
+        cJSON_AddNumberToObject(l, "max_body_bytes", (double)L->max_body_bytes);
+        cJSON_AddNumberToObject(l, "max_items", (double)L->max_items);
+        cJSON_AddNumberToObject(l, "max_item_bytes", (double)L->max_item_bytes);
+        cJSON_AddNumberToObject(l, "max_pixels", (double)L->max_pixels);
+        cJSON_AddNumberToObject(l, "max_item_patches", (double)L->max_item_patches);
+        cJSON_AddNumberToObject(l, "max_queue_patches", (double)L->max_queue_patches);
+        cJSON_AddNumberToObject(l, "max_queue_items", (double)L->max_queue_items);
+        cJSON_AddNumberToObject(l, "max_batch_patches", (double)L->max_batch_patches);
+        cJSON_AddNumberToObject(l, "max_batch_items", (double)L->max_batch_items);
+        cJSON_AddNumberToObject(l, "max_wait_us", L->max_wait_us);
+        cJSON_AddNumberToObject(l, "timeout_ms", L->timeout_ms);
+    }
+    cJSON_AddBoolToObject(o, "cache", s->cache != NULL);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return js;
+}

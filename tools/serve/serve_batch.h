@@ -1,0 +1,74 @@
+/* serve_batch.h — the encoder service behind the HTTP layer: admission, single flight, decode/preprocess workers,
+ * the continuous batcher on one encoder context. */
+#ifndef QVL_SERVE_BATCH_H
+#define QVL_SERVE_BATCH_H
+
+#include "serve.h"
+
+typedef struct srv_job srv_job;
+typedef struct srv_state srv_state;
+
+/* One item's result as the HTTP layer reads it once the item is done. */
+typedef struct srv_result {
+    int http;            /* 200, or the item's error status */
+    const char *message; /* "" when ok */
+    const char *key;     /* 64 hex */
+    qvl_grid grid;
+    size_t n_tokens, out_cols, n_planes, out_bytes;
+    const void *out;     /* out_bytes in the request's dtype and layout */
+    int cached;          /* answered from the cache */
+} srv_result;
+
+typedef struct srv_config {
+    const char *model_dir;
+    const char *cache_dir;     /* NULL: no cache */
+    uint64_t cache_size;
+    int vllm_links;
+    const char *tmp_dir;       /* video bodies are spooled here (the library reads video from files) */
+    int threads;               /* encoder ctx threads (0: all) */
+    int workers;               /* decode/preprocess threads */
+    qvl_isa isa;
+    srv_limits lim;
+} srv_config;
+
+/* The service's state, not ready yet (its HTTP side can answer health and metrics while the model loads). */
+srv_state *srv_create(const srv_config *cfg);
+/* Load the model, make the encoder ctx, warm up, start the workers and the batcher; then it is ready. 0, or -1
+ * with msg (the caller then srv_stop()s it). */
+int srv_load(srv_state *s, char *msg, size_t cap);
+/* 1 once srv_load has succeeded (the model, ctx and settings may be read). */
+int srv_loaded(srv_state *s);
+/* Stop accepting (draining), let every accepted item finish, then join the threads and free everything. */
+void srv_drain(srv_state *s);
+void srv_stop(srv_state *s);
+
+/* Accept a request's items: each item gets its key, is looked up in the cache, joins an identical item queued or
+ * running, or is queued for decoding. On success jobs[i] holds a reference to each item. -1 with e set
+ * (503 draining / not ready / queue full, 413, 415, 500). `modality` per item comes from the parsed request. */
+int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, srv_job **jobs,
+               srv_err *e);
+/* Wait until every job is done or the deadline (monotonic seconds) passes: 0 done, -1 timed out. */
+int srv_wait(srv_state *s, srv_job **jobs, size_t n, double deadline);
+void srv_result_of(const srv_job *j, srv_result *r);
+/* Drop the references. */
+void srv_release(srv_state *s, srv_job **jobs, size_t n);
+
+/* State for /health, /info and /metrics. */
+int srv_ready(srv_state *s);
+int srv_draining(srv_state *s);
+void srv_gauges_of(srv_state *s, srv_gauges *g);
+srv_metrics *srv_metrics_of(srv_state *s);
+srv_cache *srv_cache_of(srv_state *s);
+/* /info as JSON (malloc'd). */
+char *srv_info_json(srv_state *s);
+/* The resolved preprocessing as canonical JSON (owned by s). */
+const char *srv_prep_json(srv_state *s);
+const char *srv_fingerprint(srv_state *s);
+const srv_limits *srv_limits_of(srv_state *s);
+int srv_n_deepstack(srv_state *s);
+int srv_out_hidden(srv_state *s);
+
+/* Monotonic seconds. */
+double srv_now(void);
+
+#endif

@@ -1,0 +1,828 @@
+/* serve_http.c — `qvl serve`: the HTTP layer on libmicrohttpd (routes, auth, body limits, responses) and the
+ * process around it (options, signals, drain); `qvl cache`.
+ *
+ * libmicrohttpd runs one thread per connection (bounded by --connections): a request thread parses its body,
+ * submits the items to the batcher (serve_batch.c) and blocks until they are done or its deadline passes, so a
+ * slow or huge item never holds up the event loop of the others. SIGTERM / SIGINT drain: the listening socket is
+ * closed (MHD_quiesce_daemon) and readiness drops, requests already accepted are finished and answered, then the
+ * daemon stops and the process exits 0. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+
+#include "cli.h"
+#include "serve.h"
+#include "serve_batch.h"
+
+typedef struct server {
+    srv_state *st;
+    const char *api_key;
+    char allowed[PATH_MAX]; /* realpath of --allowed-media-path, "" when paths are off */
+    pthread_mutex_t mu;
+    int active;             /* requests between their first callback and their completion */
+} server;
+
+typedef struct conn_ctx {
+    srv_buf body;
+    int too_big;
+    double t0;
+    int endpoint;
+} conn_ctx;
+
+/* ---- responses ---- */
+
+static enum MHD_Result send_buf(struct MHD_Connection *c, int code, const char *type, void *buf, size_t len,
+                                const srv_err *e) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(buf);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    if (code == 503) {
+        char v[32];
+        int s = e && e->retry_after_s > 0 ? e->retry_after_s : 1;
+        snprintf(v, sizeof v, "%d", s);
+        MHD_add_response_header(r, "Retry-After", v);
+        snprintf(v, sizeof v, "%d", s * 1000);
+        MHD_add_response_header(r, "retry-after-ms", v);
+    } else if (code >= 400 && code < 500) {
+        MHD_add_response_header(r, "x-should-retry", "false");
+    }
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, int code, const char *type, const char *text) {
+    char *s = strdup(text);
+    if (!s) return MHD_NO;
+    return send_buf(c, code, type, s, strlen(s), NULL);
+}
+
+static enum MHD_Result send_err(server *sv, conn_ctx *cc, struct MHD_Connection *c, const srv_err *e) {
+    srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, e->http, srv_now() - cc->t0);
+    char *js = srv_err_json(e);
+    if (!js) return MHD_NO;
+    return send_buf(c, e->http, "application/json", js, strlen(js), e);
+}
+
+static enum MHD_Result send_ok(server *sv, conn_ctx *cc, struct MHD_Connection *c, const char *type, void *buf,
+                               size_t len) {
+    srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 200, srv_now() - cc->t0);
+    return send_buf(c, 200, type, buf, len, NULL);
+}
+
+/* ---- encode ---- */
+
+typedef struct query_ctx {
+    srv_opts *o;
+    srv_err *e;
+    int bad;
+} query_ctx;
+
+static enum MHD_Result on_query(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    query_ctx *q = cls;
+    if (!q->bad && srv_opt_set(q->o, key, value, q->e)) q->bad = 1;
+    return MHD_YES;
+}
+
+/* A path item: under --allowed-media-path (resolved, so no ".." or link leads out), a regular file or a directory
+ * of frames, its size within the item limit. 0 or -1 with e set. */
+static int check_path(server *sv, srv_in_item *it, size_t i, srv_err *e) {
+    if (!sv->allowed[0]) {
+        srv_err_set(e, 400, (int)i, "item %zu: 'path' items are off (start the server with --allowed-media-path)", i);
+        return -1;
+    }
+    char real[PATH_MAX];
+    if (!realpath(it->path, real)) {
+        srv_err_set(e, 422, (int)i, "item %zu: cannot open '%s': %s", i, it->path, strerror(errno));
+        return -1;
+    }
+    size_t n = strlen(sv->allowed);
+    if (strncmp(real, sv->allowed, n) || (real[n] != '/' && !(n == 1 && sv->allowed[0] == '/'))) {
+        srv_err_set(e, 400, (int)i, "item %zu: '%s' is not under the allowed media path", i, it->path);
+        return -1;
+    }
+    struct stat st;
+    if (stat(real, &st) || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
+        srv_err_set(e, 422, (int)i, "item %zu: '%s' is not a file or a directory of frames", i, it->path);
+        return -1;
+    }
+    const srv_limits *L = srv_limits_of(sv->st);
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > L->max_item_bytes) {
+        srv_err_set(e, 413, (int)i, "item %zu: %lld bytes, over the %zu-byte item limit", i, (long long)st.st_size,
+                    L->max_item_bytes);
+        return -1;
+    }
+    free(it->path);
+    it->path = strdup(real);
+    if (!it->path) {
+        srv_err_set(e, 500, (int)i, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The request's items from its body: JSON, or one raw image / video. */
+static int parse_request(server *sv, struct MHD_Connection *c, conn_ctx *cc, srv_request_items *req, srv_err *e) {
+    memset(req, 0, sizeof *req);
+    srv_opts o;
+    srv_opts_default(&o);
+    query_ctx q = {&o, e, 0};
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, on_query, &q);
+    if (q.bad) return -1;
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    const srv_limits *L = srv_limits_of(sv->st);
+    if (!ct) {
+        srv_err_set(e, 415, -1, "no Content-Type: send application/json, image/* or video/*");
+        return -1;
+    }
+    if (strncasecmp(ct, "application/json", 16) == 0) {
+        if (srv_parse_json((const char *)cc->body.p, cc->body.len, L, o, req, e)) return -1;
+        for (size_t i = 0; i < req->n; i++)
+            if (req->items[i].path && check_path(sv, &req->items[i], i, e)) {
+                srv_request_items_free(req);
+                return -1;
+            }
+        return 0;
+    }
+    int m = srv_media_of(ct, strlen(ct));
+    if (!m) {
+        srv_err_set(e, 415, -1, "Content-Type '%.64s' is not application/json, image/* or video/*", ct);
+        return -1;
+    }
+    if (!cc->body.len) {
+        srv_err_set(e, 400, 0, "empty body");
+        return -1;
+    }
+    if (cc->body.len > L->max_item_bytes) {
+        srv_err_set(e, 413, 0, "%zu bytes, over the %zu-byte item limit", cc->body.len, L->max_item_bytes);
+        return -1;
+    }
+    req->items = calloc(1, sizeof *req->items);
+    if (!req->items) {
+        srv_err_set(e, 500, -1, "out of memory");
+        return -1;
+    }
+    req->n = 1;
+    req->items[0].media = (srv_media)m;
+    req->items[0].data = cc->body.p; /* the body moves into the item */
+    req->items[0].size = cc->body.len;
+    cc->body.p = NULL;
+    cc->body.len = cc->body.cap = 0;
+    req->opts = o;
+    return 0;
+}
+
+/* Run the items through the batcher; results[i] valid until srv_release. 0 or -1 with e set. */
+static int run_items(server *sv, srv_request_items *req, srv_job **jobs, srv_result *res, srv_err *e) {
+    const srv_limits *L = srv_limits_of(sv->st);
+    double deadline = srv_now() + (req->opts.timeout_ms ? req->opts.timeout_ms : L->timeout_ms) / 1000.0;
+    if (srv_submit(sv->st, req->items, req->n, &req->opts, deadline, jobs, e)) return -1;
+    if (srv_wait(sv->st, jobs, req->n, deadline)) {
+        srv_err_set(e, 503, -1, "the request's deadline passed before its items were encoded");
+        e->retry_after_s = 1;
+        return -1;
+    }
+    for (size_t i = 0; i < req->n; i++) {
+        srv_result_of(jobs[i], &res[i]);
+        if (res[i].http != 200) {
+            srv_err_set(e, res[i].http, (int)i, "item %zu: %s", i, res[i].message);
+            if (res[i].http == 503) e->retry_after_s = 1;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int accepts(struct MHD_Connection *c, const char *type) {
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+    return a && strstr(a, type) != NULL;
+}
+
+/* The safetensors answer: "embeddings" (CONCAT: [N, O·(1+L)]; SPLIT: [N, O] plus "deepstack" [L, N, O]), "grid_thw"
+ * I32 [items, 3], "offsets" I64 [items + 1] (token offsets), __metadata__ with each item's key. */
+static int build_safetensors(server *sv, const srv_request_items *req, const srv_result *res, uint8_t **out,
+                             size_t *len) {
+    const size_t n = req->n;
+    size_t planes = res[0].n_planes, cols = res[0].out_cols, esz = srv_dtype_size(req->opts.dtype), total = 0;
+    int32_t *grid = calloc(n * 3, sizeof *grid);
+    int64_t *off = calloc(n + 1, sizeof *off);
+    const void **pieces = calloc(n * planes, sizeof *pieces);
+    size_t *pbytes = calloc(n * planes, sizeof *pbytes);
+    char **meta = calloc(2 * n + 16, sizeof *meta);
+    char *keyname = calloc(n, 24);
+    int rc = -1;
+    if (!grid || !off || !pieces || !pbytes || !meta || !keyname) goto done;
+    size_t nm = 0;
+    for (size_t i = 0; i < n; i++) {
+        grid[3 * i] = res[i].grid.t, grid[3 * i + 1] = res[i].grid.h, grid[3 * i + 2] = res[i].grid.w;
+        off[i] = (int64_t)total;
+        total += res[i].n_tokens;
+        snprintf(keyname + 24 * i, 24, "item%zu.key", i);
+        meta[2 * nm] = keyname + 24 * i, meta[2 * nm + 1] = (char *)res[i].key, nm++;
+        for (size_t k = 0; k < planes; k++) { /* plane k of every item, items in order */
+            pieces[k * n + i] = (const uint8_t *)res[i].out + k * res[i].n_tokens * cols * esz;
+            pbytes[k * n + i] = res[i].n_tokens * cols * esz;
+        }
+    }
+    off[n] = (int64_t)total;
+    char ver[32], nds[16];
+    snprintf(ver, sizeof ver, "%s", qvl_version());
+    snprintf(nds, sizeof nds, "%d", req->opts.deepstack ? srv_n_deepstack(sv->st) : 0);
+    const char *fixed[] = {"producer", "qvl serve", "qvl_version", ver, "fingerprint", srv_fingerprint(sv->st),
+                           "preprocessing", srv_prep_json(sv->st), "precision", "f32",
+                           "dtype", srv_dtype_opt(req->opts.dtype),
+                           "layout", req->opts.layout == QVL_OUTPUT_SPLIT ? "split" : "concat",
+                           "n_deepstack", nds};
+    for (size_t k = 0; k < sizeof fixed / sizeof *fixed / 2; k++)
+        meta[2 * nm] = (char *)fixed[2 * k], meta[2 * nm + 1] = (char *)fixed[2 * k + 1], nm++;
+    /* The small index tensors first, so that every tensor starts naturally aligned for its element type (offsets
+     * at the 64-byte data start, grid_thw after 8·(n+1) bytes, the embeddings after 12·n more). */
+    srv_tensor t[4];
+    memset(t, 0, sizeof t);
+    size_t nt = 0;
+    t[nt].name = "offsets", t[nt].dtype = "I64", t[nt].ndim = 1, t[nt].shape[0] = (int64_t)n + 1;
+    t[nt].data = off, t[nt].nbytes = (n + 1) * sizeof *off;
+    nt++;
+    t[nt].name = "grid_thw", t[nt].dtype = "I32", t[nt].ndim = 2, t[nt].shape[0] = (int64_t)n, t[nt].shape[1] = 3;
+    t[nt].data = grid, t[nt].nbytes = n * 3 * sizeof *grid;
+    nt++;
+    t[nt].name = "embeddings", t[nt].dtype = srv_dtype_st(req->opts.dtype), t[nt].ndim = 2;
+    t[nt].shape[0] = (int64_t)total, t[nt].shape[1] = (int64_t)cols;
+    t[nt].pieces = pieces, t[nt].piece_bytes = pbytes, t[nt].n_pieces = n;
+    for (size_t i = 0; i < n; i++) t[nt].nbytes += pbytes[i];
+    nt++;
+    if (planes > 1) {
+        t[nt].name = "deepstack", t[nt].dtype = srv_dtype_st(req->opts.dtype), t[nt].ndim = 3;
+        t[nt].shape[0] = (int64_t)(planes - 1), t[nt].shape[1] = (int64_t)total, t[nt].shape[2] = (int64_t)cols;
+        t[nt].pieces = pieces + n, t[nt].piece_bytes = pbytes + n, t[nt].n_pieces = n * (planes - 1);
+        for (size_t i = n; i < n * planes; i++) t[nt].nbytes += pbytes[i];
+        nt++;
+    }
+    rc = srv_st_build(t, nt, (const char *const *)meta, nm, out, len);
+done:
+    free(grid);
+    free(off);
+    free(pieces);
+    free(pbytes);
+    free(meta);
+    free(keyname);
+    return rc;
+}
+
+static const char *npy_descr(qvl_dtype d) { return d == QVL_DTYPE_F32 ? "<f4" : d == QVL_DTYPE_F16 ? "<f2" : NULL; }
+
+static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_ctx *cc, int vllm) {
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    e.item = -1;
+    srv_request_items req;
+    if (parse_request(sv, c, cc, &req, &e)) return send_err(sv, cc, c, &e);
+    int npy = !vllm && accepts(c, "application/x-npy");
+    if (vllm || npy) {
+        if (req.n != 1) srv_err_set(&e, 400, -1, "%s answers one item, the request has %zu",
+                                    vllm ? "/v1/vllm/image_embeds" : "application/x-npy", req.n);
+        else if (!npy_descr(req.opts.dtype)) srv_err_set(&e, 400, -1, "npy has no bf16: ask for dtype f32 or f16");
+        else if (vllm && req.items[0].media == SRV_MEDIA_VIDEO)
+            srv_err_set(&e, 415, 0, "/v1/vllm/image_embeds takes one image");
+        if (vllm) req.opts.layout = QVL_OUTPUT_CONCAT;
+        if (e.http) {
+            srv_request_items_free(&req);
+            return send_err(sv, cc, c, &e);
+        }
+    }
+    srv_job **jobs = calloc(req.n, sizeof *jobs);
+    srv_result *res = calloc(req.n, sizeof *res);
+    enum MHD_Result ret;
+    if (!jobs || !res) {
+        srv_err_set(&e, 500, -1, "out of memory");
+        free(jobs);
+        free(res);
+        srv_request_items_free(&req);
+        return send_err(sv, cc, c, &e);
+    }
+    if (run_items(sv, &req, jobs, res, &e)) {
+        ret = send_err(sv, cc, c, &e);
+    } else if (vllm) {
+        uint8_t *a = NULL, *b = NULL;
+        size_t al = 0, bl = 0;
+        int64_t shape[2] = {(int64_t)res[0].n_tokens, (int64_t)res[0].out_cols};
+        int64_t g[3] = {res[0].grid.t, res[0].grid.h, res[0].grid.w}, gshape[2] = {1, 3};
+        char *sa = NULL, *sb = NULL, *js = NULL;
+        if (!srv_npy_build(npy_descr(req.opts.dtype), shape, 2, res[0].out, res[0].out_bytes, &a, &al) &&
+            !srv_npy_build("<i8", gshape, 2, g, sizeof g, &b, &bl) && (sa = srv_b64_encode(a, al, NULL)) &&
+            (sb = srv_b64_encode(b, bl, NULL))) {
+            cJSON *o = cJSON_CreateObject(), *ie = o ? cJSON_AddObjectToObject(o, "image_embeds") : NULL;
+            if (ie) {
+                cJSON_AddStringToObject(o, "type", "image_embeds");
+                cJSON_AddStringToObject(ie, "image_embeds", sa);
+                cJSON_AddStringToObject(ie, "image_grid_thw", sb);
+                cJSON_AddStringToObject(o, "uuid", res[0].key);
+                js = cJSON_PrintUnformatted(o);
+            }
+            cJSON_Delete(o);
+        }
+        free(a), free(b), free(sa), free(sb);
+        if (js) ret = send_ok(sv, cc, c, "application/json", js, strlen(js));
+        else srv_err_set(&e, 500, -1, "out of memory"), ret = send_err(sv, cc, c, &e);
+    } else {
+        uint8_t *body = NULL;
+        size_t len = 0;
+        int r;
+        if (npy) {
+            int64_t shape[3];
+            int nd = res[0].n_planes > 1 ? 3 : 2;
+            if (nd == 3) shape[0] = (int64_t)res[0].n_planes, shape[1] = (int64_t)res[0].n_tokens,
+                         shape[2] = (int64_t)res[0].out_cols;
+            else shape[0] = (int64_t)res[0].n_tokens, shape[1] = (int64_t)res[0].out_cols;
+            r = srv_npy_build(npy_descr(req.opts.dtype), shape, nd, res[0].out, res[0].out_bytes, &body, &len);
+        } else {
+            r = build_safetensors(sv, &req, res, &body, &len);
+        }
+        if (r) {
+            srv_err_set(&e, 500, -1, "out of memory");
+            ret = send_err(sv, cc, c, &e);
+        } else {
+            srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 200, srv_now() - cc->t0);
+            struct MHD_Response *rs = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+            if (!rs) {
+                free(body);
+                ret = MHD_NO;
+            } else {
+                MHD_add_response_header(rs, "Content-Type", npy ? "application/x-npy" : "application/x-safetensors");
+                if (req.n == 1) MHD_add_response_header(rs, "X-Qvl-Key", res[0].key);
+                MHD_add_response_header(rs, "X-Qvl-Cache", res[0].cached ? "hit" : "miss");
+                char g[64];
+                snprintf(g, sizeof g, "%d,%d,%d", res[0].grid.t, res[0].grid.h, res[0].grid.w);
+                MHD_add_response_header(rs, "X-Qvl-Grid-Thw", g);
+                ret = MHD_queue_response(c, 200, rs);
+                MHD_destroy_response(rs);
+            }
+        }
+    }
+    srv_release(sv->st, jobs, req.n);
+    free(jobs);
+    free(res);
+    srv_request_items_free(&req);
+    return ret;
+}
+
+/* ---- other routes ---- */
+
+static enum MHD_Result handle_cache(server *sv, struct MHD_Connection *c, conn_ctx *cc, const char *key, int head) {
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    srv_cache *cache = srv_cache_of(sv->st);
+    if (!cache) {
+        srv_err_set(&e, 404, -1, "the server runs without a cache (--cache DIR)");
+        return send_err(sv, cc, c, &e);
+    }
+    if (!srv_is_key(key)) {
+        srv_err_set(&e, 400, -1, "a key is 64 lowercase hex digits");
+        return send_err(sv, cc, c, &e);
+    }
+    if (head) {
+        uint64_t size = 0;
+        if (!srv_cache_exists(cache, key, &size)) {
+            srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 404, 0);
+            return send_text(c, 404, "application/json", "");
+        }
+        srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 200, 0);
+        /* The file's descriptor, so that Content-Length is its size (a HEAD answer sends no body). */
+        int fd = srv_cache_open_fd(cache, key);
+        struct MHD_Response *r = fd >= 0 ? MHD_create_response_from_fd((size_t)size, fd)
+                                         : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!r) {
+            if (fd >= 0) close(fd);
+            return MHD_NO;
+        }
+        char v[32];
+        snprintf(v, sizeof v, "%llu", (unsigned long long)size);
+        MHD_add_response_header(r, "X-Qvl-Entry-Bytes", v);
+        MHD_add_response_header(r, "Content-Type", "application/x-safetensors");
+        enum MHD_Result ret = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    srv_entry ent;
+    int corrupt = 0;
+    if (!srv_cache_get(cache, key, &ent, &corrupt)) {
+        srv_err_set(&e, 404, -1, corrupt ? "the entry was corrupt and is deleted" : "no such entry");
+        return send_err(sv, cc, c, &e);
+    }
+    uint8_t *f = ent.file;
+    ent.file = NULL;
+    return send_ok(sv, cc, c, "application/x-safetensors", f, ent.file_len);
+}
+
+static int auth_ok(server *sv, struct MHD_Connection *c) {
+    if (!sv->api_key) return 1;
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!a || strncmp(a, "Bearer ", 7)) return 0;
+    a += 7;
+    size_t n = strlen(sv->api_key), m = strlen(a);
+    unsigned diff = (unsigned)(n ^ m);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned)(sv->api_key[i] ^ (i < m ? a[i] : 0)); /* constant time */
+    return diff == 0;
+}
+
+static int endpoint_of(const char *url) {
+    if (strcmp(url, "/v1/encode") == 0) return SRV_EP_ENCODE;
+    if (strcmp(url, "/v1/vllm/image_embeds") == 0) return SRV_EP_VLLM;
+    if (strncmp(url, "/v1/cache/", 10) == 0) return SRV_EP_CACHE;
+    if (strncmp(url, "/health", 7) == 0) return SRV_EP_HEALTH;
+    if (strcmp(url, "/info") == 0) return SRV_EP_INFO;
+    if (strcmp(url, "/metrics") == 0) return SRV_EP_METRICS;
+    return SRV_EP_OTHER;
+}
+
+static enum MHD_Result route(server *sv, struct MHD_Connection *c, conn_ctx *cc, const char *url,
+                             const char *method) {
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    e.item = -1;
+    const int get = strcmp(method, "GET") == 0, head = strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
+    const int ep = cc->endpoint;
+    if (ep == SRV_EP_HEALTH && (get || head)) {
+        if (strcmp(url, "/health/live") == 0) {
+            srv_metrics_request(srv_metrics_of(sv->st), ep, 200, 0);
+            return send_text(c, 200, "application/json", "{\"status\":\"live\"}");
+        }
+        if (strcmp(url, "/health/ready") == 0 || strcmp(url, "/health") == 0) {
+            if (srv_ready(sv->st)) {
+                srv_metrics_request(srv_metrics_of(sv->st), ep, 200, 0);
+                return send_text(c, 200, "application/json", "{\"status\":\"ready\"}");
+            }
+            srv_err_set(&e, 503, -1, "%s", srv_draining(sv->st) ? "draining" : "not ready (saturated or loading)");
+            e.retry_after_s = 1;
+            return send_err(sv, cc, c, &e);
+        }
+    }
+    if (ep == SRV_EP_METRICS && get) {
+        srv_gauges g;
+        srv_gauges_of(sv->st, &g);
+        pthread_mutex_lock(&sv->mu);
+        g.inflight = (size_t)sv->active;
+        pthread_mutex_unlock(&sv->mu);
+        srv_metrics_request(srv_metrics_of(sv->st), ep, 200, 0);
+        srv_buf b = {0};
+        srv_metrics_render(srv_metrics_of(sv->st), &g, &b);
+        if (b.bad) {
+            free(b.p);
+            return MHD_NO;
+        }
+        return send_buf(c, 200, "text/plain; version=0.0.4", b.p, b.len, NULL);
+    }
+    if (!auth_ok(sv, c)) {
+        srv_err_set(&e, 401, -1, "missing or wrong API key (Authorization: Bearer ...)");
+        return send_err(sv, cc, c, &e);
+    }
+    if ((ep == SRV_EP_INFO || ep == SRV_EP_ENCODE || ep == SRV_EP_VLLM || ep == SRV_EP_CACHE) &&
+        !srv_loaded(sv->st)) {
+        srv_err_set(&e, 503, -1, "the server is not ready (loading the model)");
+        e.retry_after_s = 1;
+        return send_err(sv, cc, c, &e);
+    }
+    if (ep == SRV_EP_INFO && get) {
+        char *js = srv_info_json(sv->st);
+        if (!js) return MHD_NO;
+        return send_ok(sv, cc, c, "application/json", js, strlen(js));
+    }
+    if ((ep == SRV_EP_ENCODE || ep == SRV_EP_VLLM) && post) {
+        if (cc->too_big) {
+            srv_err_set(&e, 413, -1, "the body is over the %zu-byte limit", srv_limits_of(sv->st)->max_body_bytes);
+            return send_err(sv, cc, c, &e);
+        }
+        return handle_encode(sv, c, cc, ep == SRV_EP_VLLM);
+    }
+    if (ep == SRV_EP_CACHE && (get || head)) return handle_cache(sv, c, cc, url + 10, head);
+    if (ep == SRV_EP_OTHER || (ep == SRV_EP_HEALTH)) {
+        srv_err_set(&e, 404, -1, "no route %.200s", url);
+        return send_err(sv, cc, c, &e);
+    }
+    srv_err_set(&e, 405, -1, "method %.16s not allowed on %.200s", method, url);
+    return send_err(sv, cc, c, &e);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    server *sv = cls;
+    conn_ctx *cc = *con_cls;
+    if (!cc) { /* the first call: headers only */
+        cc = calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        cc->t0 = srv_now();
+        cc->endpoint = endpoint_of(url);
+        *con_cls = cc;
+        pthread_mutex_lock(&sv->mu);
+        sv->active++;
+        pthread_mutex_unlock(&sv->mu);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > srv_limits_of(sv->st)->max_body_bytes) {
+            /* refused before the body is read (libmicrohttpd answers 100-continue only if we go on) */
+            srv_err e;
+            srv_err_set(&e, 413, -1, "a body of %s bytes is over the %zu-byte limit", cl,
+                        srv_limits_of(sv->st)->max_body_bytes);
+            return send_err(sv, cc, c, &e);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cc->too_big && cc->body.len + *upload_size > srv_limits_of(sv->st)->max_body_bytes) {
+            cc->too_big = 1; /* chunked bodies have no Content-Length: stop keeping it */
+            free(cc->body.p);
+            memset(&cc->body, 0, sizeof cc->body);
+        }
+        if (!cc->too_big) srv_buf_put(&cc->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (cc->body.bad) {
+        srv_err e;
+        srv_err_set(&e, 500, -1, "out of memory for the body");
+        return send_err(sv, cc, c, &e);
+    }
+    return route(sv, c, cc, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    (void)toe;
+    server *sv = cls;
+    conn_ctx *cc = *con_cls;
+    if (!cc) return;
+    free(cc->body.p);
+    free(cc);
+    *con_cls = NULL;
+    pthread_mutex_lock(&sv->mu);
+    sv->active--;
+    pthread_mutex_unlock(&sv->mu);
+}
+
+/* ---- qvl serve ---- */
+
+static const char serve_help[] =
+    "usage: qvl serve --model DIR [options]\n"
+    "An HTTP encoder server: POST /v1/encode (raw image/* or video/* body, options in the query; or JSON\n"
+    "{\"items\": [{\"data\": \"data:image/png;base64,...\"} | {\"path\": ...}], \"dtype\", \"layout\", \"deepstack\",\n"
+    "\"timeout_ms\"}) answers safetensors (or one .npy with Accept: application/x-npy); POST /v1/vllm/image_embeds\n"
+    "answers vLLM's image_embeds content part; GET /health/live, /health/ready, /info, /metrics; HEAD/GET\n"
+    "/v1/cache/KEY. SIGTERM drains: accepted requests are answered, then it exits 0.\n"
+    "  --model DIR              the checkpoint (required)\n"
+    "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
+    "  --port N                 TCP port (default 8080; 0: any free one)\n"
+    "  --port-file FILE         write the port listened on to FILE once listening (poll /health/ready)\n"
+    "  --cache DIR              content-addressed embedding cache (shared with qvl encode --cache, qvl cache)\n"
+    "  --cache-size SIZE        cache budget (default 10G; K/M/G/T suffixes)\n"
+    "  --vllm-links             also link DIR/vllm-ec/KEY/encoder_cache.safetensors (vLLM's shared storage)\n"
+    "  --api-key K              require 'Authorization: Bearer K' (health and metrics stay open)\n"
+    "  --allowed-media-path D   serve JSON 'path' items under D only (off by default)\n"
+    "  --threads N              encoder threads (default: every CPU)\n"
+    "  --workers N              decode/preprocess threads (default 2)\n"
+    "  --isa auto|avx2|avx512   kernel set\n"
+    "  --connections N          concurrent connections (default 256)\n"
+    "  --max-body BYTES  --max-items N  --max-pixels N  --max-item-patches N\n"
+    "  --max-batch-patches N  --max-batch-items N  --max-queue-patches N  --max-queue-items N  --max-wait-us N\n"
+    "  --timeout-ms N           default request deadline (default 120000)\n"
+    "  --drain-timeout-s N      longest a drain waits for accepted requests (default 300)\n";
+
+static volatile sig_atomic_t got_signal;
+
+int cmd_serve(int argc, char **argv) {
+    enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_CACHE, O_CACHE_SIZE, O_VLLM_LINKS, O_API_KEY, O_ALLOWED, O_THREADS,
+           O_WORKERS, O_ISA, O_CONN, O_MAX_BODY, O_MAX_ITEMS, O_MAX_PIXELS, O_MAX_ITEM_PATCHES, O_MAX_BATCH_PATCHES,
+           O_MAX_BATCH_ITEMS, O_MAX_QUEUE_PATCHES, O_MAX_QUEUE_ITEMS, O_MAX_WAIT, O_TIMEOUT, O_DRAIN, O_HELP };
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, 'm'}, {"host", required_argument, NULL, O_HOST},
+        {"port", required_argument, NULL, O_PORT}, {"port-file", required_argument, NULL, O_PORT_FILE},
+        {"cache", required_argument, NULL, O_CACHE}, {"cache-size", required_argument, NULL, O_CACHE_SIZE},
+        {"vllm-links", no_argument, NULL, O_VLLM_LINKS}, {"api-key", required_argument, NULL, O_API_KEY},
+        {"allowed-media-path", required_argument, NULL, O_ALLOWED}, {"threads", required_argument, NULL, O_THREADS},
+        {"workers", required_argument, NULL, O_WORKERS}, {"isa", required_argument, NULL, O_ISA},
+        {"connections", required_argument, NULL, O_CONN}, {"max-body", required_argument, NULL, O_MAX_BODY},
+        {"max-items", required_argument, NULL, O_MAX_ITEMS}, {"max-pixels", required_argument, NULL, O_MAX_PIXELS},
+        {"max-item-patches", required_argument, NULL, O_MAX_ITEM_PATCHES},
+        {"max-batch-patches", required_argument, NULL, O_MAX_BATCH_PATCHES},
+        {"max-batch-items", required_argument, NULL, O_MAX_BATCH_ITEMS},
+        {"max-queue-patches", required_argument, NULL, O_MAX_QUEUE_PATCHES},
+        {"max-queue-items", required_argument, NULL, O_MAX_QUEUE_ITEMS},
+        {"max-wait-us", required_argument, NULL, O_MAX_WAIT}, {"timeout-ms", required_argument, NULL, O_TIMEOUT},
+        {"drain-timeout-s", required_argument, NULL, O_DRAIN}, {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0}};
+    srv_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    srv_limits_default(&cfg.lim);
+    cfg.cache_size = (uint64_t)10 << 30;
+    cfg.workers = 2;
+    const char *host = "127.0.0.1", *port_file = NULL, *allowed = NULL, *api_key = NULL;
+    long port = 8080, conns = 256, drain_s = 300;
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":m:", opts, NULL)) != -1) {
+        long v = 0;
+        uint64_t u = 0;
+        switch (c) {
+        case 'm': cfg.model_dir = optarg; break;
+        case O_HOST: host = optarg; break;
+        case O_PORT: if (cli_parse_long(optarg, 0, 65535, &port)) return cli_usage("--port: 0..65535"); break;
+        case O_PORT_FILE: port_file = optarg; break;
+        case O_CACHE: cfg.cache_dir = optarg; break;
+        case O_CACHE_SIZE:
+            if (srv_parse_size(optarg, &cfg.cache_size)) return cli_usage("--cache-size: a size like 10G");
+            break;
+        case O_VLLM_LINKS: cfg.vllm_links = 1; break;
+        case O_API_KEY: api_key = optarg; break;
+        case O_ALLOWED: allowed = optarg; break;
+        case O_THREADS:
+            if (cli_parse_long(optarg, 0, QVL_MAX_THREADS, &v)) return cli_usage("--threads: 0..%d", QVL_MAX_THREADS);
+            cfg.threads = (int)v;
+            break;
+        case O_WORKERS: if (cli_parse_long(optarg, 1, 256, &v)) return cli_usage("--workers: 1..256");
+            cfg.workers = (int)v;
+            break;
+        case O_ISA: if (cli_parse_isa(optarg, &cfg.isa)) return cli_usage("--isa: auto, avx2 or avx512"); break;
+        case O_CONN: if (cli_parse_long(optarg, 1, 100000, &conns)) return cli_usage("--connections: 1..100000"); break;
+        case O_MAX_BODY: case O_MAX_ITEMS: case O_MAX_PIXELS: case O_MAX_ITEM_PATCHES: case O_MAX_BATCH_PATCHES:
+        case O_MAX_BATCH_ITEMS: case O_MAX_QUEUE_PATCHES: case O_MAX_QUEUE_ITEMS:
+            if (srv_parse_size(optarg, &u) || u == 0 || u > ((uint64_t)1 << 40))
+                return cli_usage("%s: a positive number", argv[optind - 1]);
+            if (c == O_MAX_BODY) cfg.lim.max_body_bytes = (size_t)u, cfg.lim.max_item_bytes = (size_t)u;
+            else if (c == O_MAX_ITEMS) cfg.lim.max_items = (size_t)u;
+            else if (c == O_MAX_PIXELS) cfg.lim.max_pixels = u;
+            else if (c == O_MAX_ITEM_PATCHES) cfg.lim.max_item_patches = (size_t)u;
+            else if (c == O_MAX_BATCH_PATCHES) cfg.lim.max_batch_patches = (size_t)u;
+            else if (c == O_MAX_BATCH_ITEMS) cfg.lim.max_batch_items = (size_t)u;
+            else if (c == O_MAX_QUEUE_PATCHES) cfg.lim.max_queue_patches = (size_t)u;
+            else cfg.lim.max_queue_items = (size_t)u;
+            break;
+        case O_MAX_WAIT: if (cli_parse_long(optarg, 0, 10000000, &v)) return cli_usage("--max-wait-us: 0..10000000");
+            cfg.lim.max_wait_us = (int)v;
+            break;
+        case O_TIMEOUT: if (cli_parse_long(optarg, 1, 3600000, &v)) return cli_usage("--timeout-ms: 1..3600000");
+            cfg.lim.timeout_ms = (int)v;
+            break;
+        case O_DRAIN: if (cli_parse_long(optarg, 0, 86400, &drain_s)) return cli_usage("--drain-timeout-s: 0..86400");
+            break;
+        case O_HELP: fputs(serve_help, stdout); return 0;
+        default: return cli_bad_option("serve", c, argv);
+        }
+    }
+    if (optind < argc) return cli_usage("unexpected argument '%s' (see 'qvl serve --help')", argv[optind]);
+    if (!cfg.model_dir) return cli_usage("qvl serve needs --model DIR");
+    server sv;
+    memset(&sv, 0, sizeof sv);
+    sv.api_key = api_key && *api_key ? api_key : NULL;
+    if (allowed && !realpath(allowed, sv.allowed))
+        return cli_fail("--allowed-media-path %s: %s", allowed, strerror(errno));
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) return cli_usage("--host: an IPv4 address, not '%s'", host);
+    char tmpdir[] = "/tmp/qvl-serve-XXXXXX";
+    if (!mkdtemp(tmpdir)) return cli_fail("cannot create a temporary directory: %s", strerror(errno));
+    cfg.tmp_dir = tmpdir;
+    /* Signals: blocked in every thread; this one waits for them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    char msg[1200];
+    double t0 = srv_now();
+    sv.st = srv_create(&cfg);
+    if (!sv.st) {
+        rmdir(tmpdir);
+        return cli_fail("out of memory");
+    }
+    pthread_mutex_init(&sv.mu, NULL);
+    /* Listen first: /health/live answers and /health/ready says 503 while the weights load and warm up. */
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+        (uint16_t)port, NULL, NULL, on_request, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)conns, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, &sv, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128,
+        MHD_OPTION_END);
+    if (!d) {
+        srv_stop(sv.st);
+        rmdir(tmpdir);
+        return cli_fail("cannot listen on %s:%ld", host, port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    unsigned bound = di ? di->port : (unsigned)port;
+    if (port_file) {
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            fprintf(f, "%u\n", bound);
+            if (fclose(f) == 0) rename(tmp, port_file);
+        }
+    }
+    if (srv_load(sv.st, msg, sizeof msg)) {
+        MHD_stop_daemon(d);
+        srv_stop(sv.st);
+        rmdir(tmpdir);
+        return cli_fail("%s", msg);
+    }
+    fprintf(stderr, "qvl serve: %s ready on http://%s:%u in %.0f ms\n", cfg.model_dir, host, bound,
+            (srv_now() - t0) * 1000);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "qvl serve: signal %d: draining\n", sig);
+    srv_drain(sv.st);
+    /* No new connections (the listening socket, handed back to us, is closed at once, so connects are refused
+     * rather than left in its backlog); those accepted finish their requests. */
+    MHD_socket lfd = MHD_quiesce_daemon(d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    double until = srv_now() + (double)drain_s;
+    for (;;) {
+        pthread_mutex_lock(&sv.mu);
+        int active = sv.active;
+        pthread_mutex_unlock(&sv.mu);
+        /* also connections accepted whose request has not started yet */
+        const union MHD_DaemonInfo *ci = MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+        if ((!active && (!ci || ci->num_connections == 0)) || srv_now() > until) break;
+        usleep(10000);
+    }
+    MHD_stop_daemon(d);
+    srv_stop(sv.st);
+    pthread_mutex_destroy(&sv.mu);
+    rmdir(tmpdir);
+    fprintf(stderr, "qvl serve: stopped\n");
+    return 0;
+}
+
+/* ---- qvl cache ---- */
+
+static const char cache_help[] =
+    "usage: qvl cache stat ROOT | gc ROOT [--size SIZE] | verify ROOT | export-vllm ROOT DIR\n"
+    "The content-addressed embedding cache of qvl serve and qvl encode --cache:\n"
+    "  stat         entries and bytes\n"
+    "  gc           evict least recently used entries down to SIZE (default: 90 %% of 10G)\n"
+    "  verify       check every entry's checksum, deleting the corrupt ones (exit 1 if any)\n"
+    "  export-vllm  DIR/<key>/encoder_cache.safetensors links, vLLM's shared-storage encoder-cache layout\n";
+
+int cmd_cache(int argc, char **argv) {
+    if (argc < 3 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(cache_help, argc < 3 && !(argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+                              ? stderr : stdout);
+        return argc < 3 && !(argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) ? CLI_EXIT_USAGE : 0;
+    }
+    const char *sub = argv[1], *root = argv[2];
+    uint64_t size = (uint64_t)10 << 30;
+    int target_given = 0;
+    if (strcmp(sub, "gc") == 0 && argc == 5 && strcmp(argv[3], "--size") == 0) {
+        if (srv_parse_size(argv[4], &size)) return cli_usage("--size: a size like 10G");
+        target_given = 1;
+    } else if (!(strcmp(sub, "export-vllm") == 0 ? argc == 4 : argc == 3)) {
+        return cli_usage("see 'qvl cache --help'");
+    }
+    struct stat st;
+    if (stat(root, &st) || !S_ISDIR(st.st_mode)) return cli_fail("%s is not a cache directory", root);
+    char msg[512];
+    srv_cache *c = srv_cache_open(root, size, msg, sizeof msg);
+    if (!c) return cli_fail("%s", msg);
+    int rc = 0;
+    if (strcmp(sub, "stat") == 0) {
+        uint64_t b;
+        size_t n;
+        srv_cache_scan(c, &b, &n);
+        printf("entries %zu\nbytes %llu\n", n, (unsigned long long)b);
+    } else if (strcmp(sub, "gc") == 0) {
+        uint64_t ev;
+        size_t n;
+        if (srv_cache_gc(c, target_given ? size : 0, &ev, &n)) rc = cli_fail("another gc holds %s/gc/lock", root);
+        else printf("evicted %zu entries, %llu bytes\n", n, (unsigned long long)ev);
+    } else if (strcmp(sub, "verify") == 0) {
+        size_t ok, bad;
+        srv_cache_verify(c, &ok, &bad);
+        printf("ok %zu\ncorrupt %zu (deleted)\n", ok, bad);
+        if (bad) rc = CLI_EXIT_FAIL;
+    } else if (strcmp(sub, "export-vllm") == 0) {
+        size_t n;
+        if (srv_cache_export_vllm(c, argv[3], &n)) rc = cli_fail("some entries could not be linked into %s", argv[3]);
+        printf("exported %zu entries to %s\n", n, argv[3]);
+    } else {
+        rc = cli_usage("unknown cache command '%s' (see 'qvl cache --help')", sub);
+    }
+    srv_cache_close(c);
+    return rc;
+}
