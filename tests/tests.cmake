@@ -79,3 +79,27 @@ foreach(src ${QVL_FUZZ_TARGETS})
     target_link_libraries(${name} PRIVATE qvl_internal)
   endif()
 endforeach()
+
+# Fault injection (tests/fault/fault.c): the Nth allocation, read or write fails along each path, for every N.
+# The program defines the allocator itself and wraps the library's I/O calls at link time. Every build runs a
+# bounded slice (at most QVL_FAULT_RUNS values of N per path and class); QVL_FAULT=ON (`make test-fault`, with
+# ASan/LSan) adds the sweep over every N.
+set(QVL_FAULT_WRAP fread fwrite read write pread pwrite mmap fflush fclose fsync ftruncate rename)
+list(TRANSFORM QVL_FAULT_WRAP PREPEND "-Wl,--wrap=")
+add_executable(qvl_fault ${QVL_ROOT}/tests/fault/fault.c)
+qvl_target_options(qvl_fault)
+target_link_libraries(qvl_fault PRIVATE qvl_internal)
+target_link_options(qvl_fault PRIVATE ${QVL_FAULT_WRAP})
+# fault_NAME: qvl_fault with the arguments that follow.
+function(qvl_fault_test name)
+  add_test(NAME fault_${name} COMMAND qvl_fault ${ARGN})
+  set_tests_properties(fault_${name} PROPERTIES ENVIRONMENT "QVL_SOURCE_DIR=${QVL_ROOT}" TIMEOUT 1800
+                       SKIP_RETURN_CODE 77)
+endfunction()
+qvl_fault_test(slice --max-runs 40)
+if(QVL_FAULT)
+  qvl_fault_test(full)
+endif()
+# Regressions, one per fix: every N among the calls made under the function named (--at: ASan builds only).
+if(QVL_SANITIZE AND NOT QVL_FUZZ)
+endif()
