@@ -102,4 +102,5 @@ if(QVL_FAULT)
 endif()
 # Regressions, one per fix: every N among the calls made under the function named (--at: ASan builds only).
 if(QVL_SANITIZE AND NOT QVL_FUZZ)
+  qvl_fault_test(sniff --path pipeline --class read --at sniff_image)
 endif()
