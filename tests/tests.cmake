@@ -103,4 +103,5 @@ endif()
 # Regressions, one per fix: every N among the calls made under the function named (--at: ASan builds only).
 if(QVL_SANITIZE AND NOT QVL_FUZZ)
   qvl_fault_test(sniff --path pipeline --class read --at sniff_image)
+  qvl_fault_test(read_rows_read --path read_rows --class read --at qvl_read_rows)
 endif()

@@ -87,9 +87,11 @@ qvl_status fu_read_file(const char *path, size_t limit, char **out, size_t *len,
         return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
     }
     if (fread(buf, 1, n, f) != n) {
+        int bad = ferror(f), e = errno;
         free(buf);
         fclose(f);
-        return err_fail(err, QVL_ERR_IO, "%s: short read", path);
+        if (bad) return err_fail(err, QVL_ERR_IO, "%s: read error: %s", path, strerror(e));
+        return err_fail(err, QVL_ERR_IO, "%s: short read (the file shrank while it was read)", path);
     }
     fclose(f);
     buf[n] = '\0';
