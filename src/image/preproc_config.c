@@ -84,6 +84,7 @@ static qvl_status triple(const cJSON *root, const char *key, int nonzero, float 
 
 static qvl_status parse_json(const char *text, size_t len, const char *path, cJSON **root, qvl_error *err) {
     *root = cJSON_ParseWithLength(text, len);
+    if (!*root) TRY(json_parse_failure(text, len, path, err));
     if (!cJSON_IsObject(*root)) {
         cJSON_Delete(*root);
         *root = NULL;

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/fileutil.h"
+#include "io/jsonutil.h"
 
 static const char *const k_prefixes[] = {"model.visual.", "vision_tower.", "model.language_model.visual.", "visual.",
                                          NULL};
@@ -183,7 +184,9 @@ static qvl_status open_sharded(checkpoint *ck, const char *dir, const char *inde
     size_t len = 0;
     TRY(fu_read_file(index, 64u << 20, &text, &len, err));
     cJSON *root = cJSON_ParseWithLength(text, len);
+    qvl_status ps = root ? QVL_OK : json_parse_failure(text, len, index, err);
     free(text);
+    if (ps != QVL_OK) return ps;
     const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(wm)) {
         cJSON_Delete(root);

@@ -138,6 +138,7 @@ qvl_status config_load(const char *path, tower_config *cfg, qvl_error *err) {
 qvl_status config_parse(const char *text, size_t len, const char *path, tower_config *cfg, qvl_error *err) {
     memset(cfg, 0, sizeof *cfg);
     cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) TRY(json_parse_failure(text, len, path, err));
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return err_fail(err, QVL_ERR_FORMAT, "%s: not a JSON object (%zu bytes)", path, len);

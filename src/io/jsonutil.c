@@ -1,8 +1,12 @@
 /* jsonutil.c — see jsonutil.h. */
 #include "io/jsonutil.h"
 
+#include "core/error.h"
+
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <stdio.h>
+#include <string.h>
 
 const char *json_describe(const cJSON *v, char *buf, size_t n) {
     if (!buf || n == 0) return "";
@@ -16,4 +20,142 @@ const char *json_describe(const cJSON *v, char *buf, size_t n) {
     else if (cJSON_IsObject(v)) snprintf(buf, n, "an object");
     else snprintf(buf, n, "an invalid value");
     return buf;
+}
+
+/* ---- json_check: the grammar cJSON_ParseWithLength accepts, without allocating ----------------------------- */
+
+typedef struct jscan {
+    const unsigned char *p, *end;
+    int depth, deep;
+} jscan;
+
+static void js_ws(jscan *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r')) s->p++;
+}
+
+static int js_hex4(jscan *s, unsigned *v) {
+    if (s->end - s->p < 4) return 0;
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = s->p[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 16;
+        if (d > 15) return 0;
+        *v = *v << 4 | d;
+    }
+    s->p += 4;
+    return 1;
+}
+
+/* A string, at its opening quote. cJSON refuses a lone or reversed UTF-16 surrogate in a \u escape; so does this. */
+static int js_string(jscan *s) {
+    s->p++;
+    while (s->p < s->end && *s->p != '"') {
+        unsigned char c = *s->p++;
+        if (c < 0x20) return 0;
+        if (c != '\\') continue;
+        if (s->p >= s->end) return 0;
+        c = *s->p++;
+        if (c == 'u') {
+            unsigned u, l;
+            if (!js_hex4(s, &u) || (u >= 0xDC00 && u <= 0xDFFF)) return 0;
+            if (u >= 0xD800 && u <= 0xDBFF &&
+                (s->end - s->p < 2 || s->p[0] != '\\' || s->p[1] != 'u' || (s->p += 2, !js_hex4(s, &l)) ||
+                 l < 0xDC00 || l > 0xDFFF))
+                return 0;
+        } else if (!strchr("\"\\/bfnrt", c) || c == '\0') {
+            return 0;
+        }
+    }
+    if (s->p >= s->end) return 0;
+    s->p++;
+    return 1;
+}
+
+/* A number as RFC 8259 writes it, and at most 63 characters (cJSON 1.7.15 reads a number into a 64-byte buffer
+ * and fails on a longer one). */
+static int js_number(jscan *s) {
+    const unsigned char *b = s->p;
+    if (s->p < s->end && *s->p == '-') s->p++;
+    if (s->p >= s->end || !isdigit(*s->p)) return 0;
+    if (*s->p == '0') s->p++;
+    else while (s->p < s->end && isdigit(*s->p)) s->p++;
+    if (s->p < s->end && *s->p == '.') {
+        s->p++;
+        if (s->p >= s->end || !isdigit(*s->p)) return 0;
+        while (s->p < s->end && isdigit(*s->p)) s->p++;
+    }
+    if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
+        s->p++;
+        if (s->p < s->end && (*s->p == '+' || *s->p == '-')) s->p++;
+        if (s->p >= s->end || !isdigit(*s->p)) return 0;
+        while (s->p < s->end && isdigit(*s->p)) s->p++;
+    }
+    return s->p - b <= 63;
+}
+
+static int js_word(jscan *s, const char *w) {
+    size_t n = strlen(w);
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, w, n) != 0) return 0;
+    s->p += n;
+    return 1;
+}
+
+static int js_value(jscan *s) {
+    js_ws(s);
+    if (s->p >= s->end) return 0;
+    const unsigned char c = *s->p;
+    if (c == '"') return js_string(s);
+    if (c == 'n') return js_word(s, "null");
+    if (c == 't') return js_word(s, "true");
+    if (c == 'f') return js_word(s, "false");
+    if (c != '[' && c != '{') return js_number(s);
+    if (s->depth >= CJSON_NESTING_LIMIT) {
+        s->deep = 1;
+        return 0;
+    }
+    s->depth++;
+    s->p++;
+    const unsigned char close = c == '[' ? ']' : '}';
+    js_ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        s->depth--;
+        return 1;
+    }
+    for (;;) {
+        if (c == '{') {
+            js_ws(s);
+            if (s->p >= s->end || *s->p != '"' || !js_string(s)) return 0;
+            js_ws(s);
+            if (s->p >= s->end || *s->p++ != ':') return 0;
+        }
+        if (!js_value(s)) return 0;
+        js_ws(s);
+        if (s->p >= s->end) return 0;
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (*s->p++ != close) return 0;
+        s->depth--;
+        return 1;
+    }
+}
+
+json_check_result json_check(const char *text, size_t len) {
+    jscan s = {(const unsigned char *)text, (const unsigned char *)text + len, 0, 0};
+    if (js_value(&s)) return JSON_CHECK_VALID;
+    return s.deep ? JSON_CHECK_TOO_DEEP : JSON_CHECK_INVALID;
+}
+
+qvl_status json_parse_failure(const char *text, size_t len, const char *label, qvl_error *err) {
+    switch (json_check(text, len)) {
+    case JSON_CHECK_VALID:
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory parsing %zu bytes of JSON", label, len);
+    case JSON_CHECK_TOO_DEEP:
+        return err_fail(err, QVL_ERR_FORMAT, "%s: JSON nested deeper than %d arrays and objects", label,
+                        CJSON_NESTING_LIMIT);
+    default:
+        return QVL_OK;
+    }
 }
