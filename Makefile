@@ -6,10 +6,12 @@ ASAN_BUILD ?= build-asan
 CORE_BUILD ?= build-core
 NOVIDEO_BUILD ?= build-novideo
 FAULT_BUILD ?= build-fault
+FUZZ_SECONDS ?= 10
 ARM64_BUILD ?= build-arm64
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-asan test-config test-core test-novideo test-arm64 test-fault clean
+.PHONY: all deps build demo test test-release test-asan test-config test-core test-novideo test-arm64 test-fault \
+        fuzz-report clean
 
 all: build
 
@@ -54,8 +56,12 @@ test-fault: deps
 	@cmake --build $(FAULT_BUILD) -j$(JOBS) --target qvl_fault
 	cd $(FAULT_BUILD) && ctest --output-on-failure -R '^fault_'
 
+# libFuzzer runs of every fuzz/fuzz_*.c target, FUZZ_SECONDS each, with executions and coverage (needs clang).
+fuzz-report:
+	@JOBS=$(JOBS) fuzz/report.sh $(FUZZ_SECONDS)
+
 test-arm64:
 	@BUILD=$(ARM64_BUILD) JOBS=$(JOBS) scripts/cross_arm64.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CORE_BUILD) $(NOVIDEO_BUILD) $(ARM64_BUILD) $(FAULT_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CORE_BUILD) $(NOVIDEO_BUILD) $(ARM64_BUILD) $(FAULT_BUILD) build-fuzz-report
