@@ -16,7 +16,8 @@
  *     linked into this program), so only what qvl itself calls is counted: reads are fread, read, pread, mmap;
  *     writes are fwrite, write, pwrite, fflush, fsync, ftruncate, rename and the fclose of a stream open for
  *     writing (whose buffered bytes are written then).
- * Workers would make the counts nondeterministic, so every path runs on one thread.
+ * Workers would make the counts nondeterministic, so every path runs on one thread, and only the main thread's
+ * calls are counted.
  *
  * Usage: qvl_fault [--stride K] [--path NAME] [--class alloc|read|write] [--n N] [-v]
  *   --stride K  try N = 1, 1+K, 1+2K, ... and the last (the bounded slice ctest runs); default 1 (every N)
@@ -29,6 +30,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <execinfo.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -95,9 +97,13 @@ __attribute__((noinline)) static int on_stack(const char *func) {
 #endif
 }
 
+/* Only the main thread's calls count: the paths run on one thread, but FFmpeg's decoders start their own (and a
+ * new thread's start-up allocates inside the sanitizer runtime, which must not fail). */
+static pthread_t g_main_thread;
+
 /* 1 if this call (of class c) must fail. */
 static int fault_now(int c) {
-    if (!g_armed) return 0;
+    if (!g_armed || !pthread_equal(pthread_self(), g_main_thread)) return 0;
     if (g_at && !on_stack(g_at)) return 0;
     long k = ++g_count[c];
     if (c == g_class && k == g_target) {
@@ -119,10 +125,14 @@ static int fault_now(int c) {
 /* Allocations that are never failed: those made inside a library whose own out-of-memory handling is broken, so
  * that failing them tests the library rather than qvl. libwebp 1.2.4 (Debian 12) frees a stack address when an
  * allocation inside WebPDecode fails under WebPAnimDecoderGetNext (ASan: bad-free); qvl's handling of a failed
- * WebP decode is still reached through its own allocations and the demuxer's. */
+ * WebP decode is still reached through its own allocations and the demuxer's. FFmpeg 5.1 (Debian 12) dereferences
+ * NULL inside avformat_open_input when some of its allocations fail (SIGSEGV in libavformat): FFmpeg's
+ * allocations (av_malloc in libavutil, and libswscale's) are not failed either; the video path's own are. */
 __attribute__((noinline, no_sanitize_address)) static int spared(const void *caller) {
     Dl_info info;
-    return dladdr(caller, &info) && info.dli_fname && strstr(info.dli_fname, "/libwebp.so");
+    return dladdr(caller, &info) && info.dli_fname &&
+           (strstr(info.dli_fname, "/libwebp.so") || strstr(info.dli_fname, "/libav") ||
+            strstr(info.dli_fname, "/libswscale"));
 }
 /* Where the injected allocation fault was: the caller's library (basename), for the one exception below. */
 static char g_hit_lib[64];
@@ -510,6 +520,45 @@ static void path_preprocess(result *r) {
     r->status = s;
 }
 
+/* Model load of the other layouts (a sharded checkpoint with its index; MLX names and conv layout), and the
+ * weights' fingerprint. */
+static char g_sharded[1200], g_mlx[1200];
+static void path_load_layouts(result *r) {
+    const char *dirs[2] = {g_sharded, g_mlx};
+    qvl_load_params lp;
+    qvl_load_params_default(&lp);
+    lp.n_threads = 1;
+    r->status = QVL_OK;
+    for (int i = 0; i < 2 && r->status == QVL_OK; i++) {
+        qvl_model *m = NULL;
+        r->status = qvl_model_load(dirs[i], &lp, &m, &r->err);
+        uint8_t d[16];
+        char hex[33];
+        if (r->status == QVL_OK) r->status = qvl_model_fingerprint(m, d, hex, &r->err);
+        if (r->status == QVL_OK) keep(r, d, sizeof d);
+        qvl_model_free(m);
+    }
+}
+
+#if QVL_WITH_VIDEO
+/* A video file through FFmpeg (demux, decode, sample, convert), and a directory of frame images as a video. */
+static void path_video(result *r) {
+    char p[1600];
+    src_path(p, sizeof p, "tests/data/video/video_3frames.mp4");
+    qvl_video_params vp;
+    qvl_video_params_default(&vp);
+    qvl_video v = {0};
+    r->status = qvl_video_load(p, &vp, &v, &r->err);
+    if (r->status == QVL_OK) {
+        int32_t wh[3] = {v.width, v.height, v.n_frames};
+        keep(r, wh, sizeof wh);
+        keep(r, v.rgb, (size_t)v.width * v.height * 3 * (size_t)v.n_frames);
+        keep(r, v.indices, (size_t)v.n_frames * sizeof *v.indices);
+    }
+    qvl_video_free(&v);
+}
+#endif
+
 static float g_data[6 * 40];
 
 /* qvl_st_writer: metadata, two tensors in pieces, a header that outgrows its reserve (the copy at finish). */
@@ -588,6 +637,10 @@ static const path_def g_paths[] = {
     {"decode", path_decode},
 #endif
     {"preprocess", path_preprocess},
+    {"load_layouts", path_load_layouts},
+#if QVL_WITH_VIDEO
+    {"video", path_video},
+#endif
     {"st_writer", path_st_writer}, {"write_safetensors", path_write_st}, {"write_npy", path_write_npy},
     {"read_rows", path_read_rows},
 };
@@ -760,6 +813,7 @@ int main(int argc, char **argv) {
         else usage();
     }
     if (stride < 1) stride = 1;
+    g_main_thread = pthread_self();
 #ifndef FAULT_ASAN
     if (g_at) {
         fprintf(stderr, "qvl_fault: --at needs a sanitizer build (its symbolizer finds the functions)\n");
@@ -793,8 +847,15 @@ int main(int argc, char **argv) {
     qvl_synth_params_default(&sp);
     sp.preset = "tiny";
     qvl_error err;
-    if (qvl_synth_write(&sp, g_model, &err) != QVL_OK) {
-        fprintf(stderr, "qvl_fault: cannot write the synthetic model: %s\n", err.message);
+    snprintf(g_sharded, sizeof g_sharded, "%s/sharded", g_root);
+    snprintf(g_mlx, sizeof g_mlx, "%s/mlx", g_root);
+    qvl_status ss = qvl_synth_write(&sp, g_model, &err);
+    sp.layout = QVL_LAYOUT_SHARDED;
+    if (ss == QVL_OK) ss = qvl_synth_write(&sp, g_sharded, &err);
+    sp.layout = QVL_LAYOUT_MLX;
+    if (ss == QVL_OK) ss = qvl_synth_write(&sp, g_mlx, &err);
+    if (ss != QVL_OK) {
+        fprintf(stderr, "qvl_fault: cannot write the synthetic models: %s\n", err.message);
         return 1;
     }
 
