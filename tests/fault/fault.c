@@ -19,9 +19,15 @@
  * Workers would make the counts nondeterministic, so every path runs on one thread, and only the main thread's
  * calls are counted.
  *
- * Usage: qvl_fault [--stride K] [--path NAME] [--class alloc|read|write] [--n N] [-v]
- *   --stride K  try N = 1, 1+K, 1+2K, ... and the last (the bounded slice ctest runs); default 1 (every N)
- *   --max-runs M  per path and class, at most about M values of N (the stride is raised to fit)
+ * The status must name the cause: QVL_ERR_NOMEM for a failed allocation, QVL_ERR_IO for a failed read or write
+ * (one exception, libwebp's demuxer, which cannot tell a failed allocation from a parse error: see below). Some
+ * allocations are never failed, because the dependency making them crashes on it (see spared()).
+ *
+ * Usage: qvl_fault [--stride K] [--max-runs M] [--path NAME] [--class alloc|read|write] [--at FUNC] [--n N]
+ *                  [-v] [--trace]
+ *   --stride K  try N = 1, 1+K, 1+2K, ... and the last; default 1 (every N)
+ *   --max-runs M  per path and class, at most about M values of N (the stride is raised to fit): the bounded
+ *               slice every ctest run has (fault_slice)
  *   --n N       only this N (reproduce one failure)
  *   --at FUNC   count (and fail) only the calls made with FUNC on the stack (ASan builds; elsewhere exit 77)
  *   --trace     print where each fault is injected (the stack, in ASan builds); -v prints each outcome
@@ -690,6 +696,7 @@ static void list_out(char *buf, size_t cap, int *n) {
     closedir(d);
 }
 
+__attribute__((format(printf, 4, 5))) static void failf(const path_def *p, int c, long n, const char *fmt, ...);
 static void failf(const path_def *p, int c, long n, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
