@@ -29,7 +29,9 @@
  *   --max-runs M  per path and class, at most about M values of N (the stride is raised to fit): the bounded
  *               slice every ctest run has (fault_slice)
  *   --n N       only this N (reproduce one failure)
- *   --at FUNC   count (and fail) only the calls made with FUNC on the stack (ASan builds; elsewhere exit 77)
+ *   --at FUNC   count (and fail) only the calls made with FUNC on the stack (ASan builds; elsewhere exit 77).
+ *               Each frame is named by its innermost function: a function inlined into its caller hides the
+ *               caller at that call (WebPAnimDecoderNew, from webp/demux.h, hides dec_webp)
  *   --trace     print where each fault is injected (the stack, in ASan builds); -v prints each outcome
  * The source tree is found through QVL_SOURCE_DIR (test images). Exit status 0 when every N passed. */
 #include <dirent.h>
