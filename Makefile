@@ -5,10 +5,13 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CORE_BUILD ?= build-core
 NOVIDEO_BUILD ?= build-novideo
+FAULT_BUILD ?= build-fault
+FUZZ_SECONDS ?= 10
 ARM64_BUILD ?= build-arm64
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-asan test-config test-core test-novideo test-arm64 clean
+.PHONY: all deps build demo test test-release test-asan test-config test-core test-novideo test-arm64 test-fault \
+        fuzz-report clean
 
 all: build
 
@@ -47,8 +50,18 @@ test-novideo: deps
 
 test-config: test-core test-novideo
 
+# Fault injection over every N (tests/fault/fault.c) under ASan/LSan, with the bounded slice and the regressions.
+test-fault: deps
+	@cmake -S . -B $(FAULT_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVL_WERROR=ON -DQVL_SANITIZE=ON -DQVL_FAULT=ON >/dev/null
+	@cmake --build $(FAULT_BUILD) -j$(JOBS) --target qvl_fault
+	cd $(FAULT_BUILD) && ctest --output-on-failure -R '^fault_'
+
+# libFuzzer runs of every fuzz/fuzz_*.c target, FUZZ_SECONDS each, with executions and coverage (needs clang).
+fuzz-report:
+	@JOBS=$(JOBS) fuzz/report.sh $(FUZZ_SECONDS)
+
 test-arm64:
 	@BUILD=$(ARM64_BUILD) JOBS=$(JOBS) scripts/cross_arm64.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CORE_BUILD) $(NOVIDEO_BUILD) $(ARM64_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CORE_BUILD) $(NOVIDEO_BUILD) $(ARM64_BUILD) $(FAULT_BUILD) build-fuzz-report

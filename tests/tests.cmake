@@ -104,3 +104,40 @@ foreach(src ${QVL_FUZZ_TARGETS})
     target_link_libraries(${name} PRIVATE ${lib})
   endif()
 endforeach()
+
+# Fault injection (tests/fault/fault.c): the Nth allocation, read or write fails along each path, for every N.
+# The program defines the allocator itself and wraps the library's I/O calls at link time. Every build runs a
+# bounded slice (at most QVL_FAULT_RUNS values of N per path and class); QVL_FAULT=ON (`make test-fault`, with
+# ASan/LSan) adds the sweep over every N.
+set(QVL_FAULT_WRAP fread fwrite read write pread pwrite mmap fflush fclose fsync ftruncate rename)
+list(TRANSFORM QVL_FAULT_WRAP PREPEND "-Wl,--wrap=")
+add_executable(qvl_fault ${QVL_ROOT}/tests/fault/fault.c)
+qvl_target_options(qvl_fault)
+target_link_libraries(qvl_fault PRIVATE qvl_internal)
+target_link_options(qvl_fault PRIVATE ${QVL_FAULT_WRAP})
+# fault_NAME: qvl_fault with the arguments that follow.
+function(qvl_fault_test name)
+  add_test(NAME fault_${name} COMMAND qvl_fault ${ARGN})
+  set_tests_properties(fault_${name} PROPERTIES ENVIRONMENT "QVL_SOURCE_DIR=${QVL_ROOT}" TIMEOUT 1800
+                       SKIP_RETURN_CODE 77)
+endfunction()
+qvl_fault_test(slice --max-runs 40)
+if(QVL_FAULT)
+  qvl_fault_test(full)
+endif()
+# Regressions, one per fix: every N among the calls made under the function named (--at: ASan builds only).
+if(QVL_SANITIZE AND NOT QVL_FUZZ)
+  qvl_fault_test(sniff --path pipeline --class read --at sniff_image)
+  qvl_fault_test(read_rows_read --path read_rows --class read --at qvl_read_rows)
+  qvl_fault_test(open_nomem --path read_rows --class alloc --at fu_open_regular)
+  qvl_fault_test(tmp_nomem --path write_npy --class alloc --at fu_tmp_open)
+  qvl_fault_test(st_writer_nomem --path st_writer --class alloc --at qvl_st_writer_open)
+  qvl_fault_test(relocate_nomem --path st_writer --class alloc --at relocate)
+  qvl_fault_test(json_config --path pipeline --class alloc --at config_parse)
+  qvl_fault_test(json_preproc --path preprocess --class alloc --at qvl_preprocess_params_load)
+  qvl_fault_test(json_safetensors --path read_rows --class alloc --at st_parse_header)
+  qvl_fault_test(jpeg_nomem --path decode --class alloc --at dec_jpeg)
+  qvl_fault_test(png_nomem --path decode --class alloc --at dec_png)
+  qvl_fault_test(gif_nomem --path decode --class alloc --at dec_gif)
+  qvl_fault_test(webp_nomem --path decode --class alloc --at WebPAnimDecoderNew)
+endif()

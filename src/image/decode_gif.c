@@ -36,6 +36,8 @@ static int palette_needed(const ColorMapObject *m) {
 static qvl_status gif_fail(GifFileType *g, const char *label, const char *what, qvl_error *err) {
     int code = g ? g->Error : 0;
     const char *why = GifErrorString(code);
+    if (code == D_GIF_ERR_NOT_ENOUGH_MEM)
+        return err_fail(err, QVL_ERR_NOMEM, "%s: GIF: out of memory in giflib: %s (%s)", label, what, why ? why : "?");
     return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated GIF: %s (%s)", label, what, why ? why : "?");
 }
 
@@ -46,6 +48,12 @@ qvl_status dec_gif(const uint8_t *data, size_t size, const char *label, const de
     GifFileType *g = DGifOpen(&src, on_read, &code);
     if (!g) {
         const char *why = GifErrorString(code);
+        /* DGifOpen reports any failure to read the screen descriptor, its colour map's allocation included, as
+         * "no screen descriptor": when the bytes of one (and of its global colour table) are all there, the
+         * failure was the allocation. */
+        const int screen = size >= 13 && (!(data[10] & 0x80) || size >= 13 + 3 * ((size_t)2 << (data[10] & 7)));
+        if (code == D_GIF_ERR_NOT_ENOUGH_MEM || (code == D_GIF_ERR_NO_SCRN_DSCR && screen))
+            return err_fail(err, QVL_ERR_NOMEM, "%s: GIF: out of memory in giflib (%s)", label, why ? why : "?");
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated GIF: %s", label, why ? why : "?");
     }
     qvl_status s = dec_check_canvas(g->SWidth, g->SHeight, lim, label, "GIF logical screen", err);

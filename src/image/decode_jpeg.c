@@ -106,6 +106,8 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const d
                               "%s: JPEG: needs more than the %ld bytes of decoder memory allowed for images of up to "
                               "%llu pixels", label, dec_jpeg_max_memory(lim->image_pixels),
                               (unsigned long long)lim->image_pixels);
+        if (ctx.pub.msg_code == JERR_OUT_OF_MEMORY) /* an allocation failed: nothing is wrong with the file */
+            return err_fail(err, QVL_ERR_NOMEM, "%s: JPEG: out of memory in the decoder: %s", label, ctx.msg);
         if (ctx.truncated) return err_fail(err, QVL_ERR_FORMAT, "%s: truncated JPEG: %s", label, ctx.msg);
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt JPEG: %s", label, ctx.msg);
     }

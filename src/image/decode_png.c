@@ -26,7 +26,20 @@ typedef struct png_ctx {
     png_bytep *volatile rows;      /* row pointers into raw */
     uint8_t *volatile rgb;
     uint8_t *volatile alpha;       /* want_alpha and an A band or palette alpha */
+    volatile int oom;              /* one of libpng's allocations failed (on_malloc) */
 } png_ctx;
+
+/* libpng's allocations, through these so that a failed one is known for what it is: libpng reports it as an error
+ * like any other ("Out of memory", "Insufficient memory for ..." and others, from several places). */
+static png_voidp on_malloc(png_structp png, png_alloc_size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) ((png_ctx *)png_get_mem_ptr(png))->oom = 1;
+    return p;
+}
+static void on_free(png_structp png, png_voidp p) {
+    (void)png;
+    free(p);
+}
 
 static void on_error(png_structp png, png_const_charp msg) {
     png_ctx *c = png_get_error_ptr(png);
@@ -165,7 +178,8 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, const de
     ctx.data = data;
     ctx.size = size;
     ctx.label = label;
-    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, on_error, on_warning);
+    png_structp png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &ctx, on_error, on_warning, &ctx, on_malloc,
+                                               on_free);
     if (!png) return err_fail(err, QVL_ERR_NOMEM, "%s: PNG: cannot create the libpng reader", label);
     png_infop info = png_create_info_struct(png);
     if (!info) {
@@ -182,6 +196,7 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, const de
         if (ctx.over_limit) /* png_set_user_limits below: a side over the pixel limit */
             return limit_fail(err, lim->image_name, lim->image_pixels, "%s: PNG: %s (more than the %llu pixels allowed)",
                               label, ctx.limit_msg, (unsigned long long)lim->image_pixels);
+        if (ctx.oom) return err_fail(err, QVL_ERR_NOMEM, "%s: PNG: out of memory in libpng: %s", label, ctx.msg);
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated PNG: %s", label, ctx.msg);
     }
     png_set_read_fn(png, &ctx, on_read);

@@ -30,7 +30,10 @@ qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, const d
                     qvl_error *err) {
     WebPData wd = {data, size};
     WebPDemuxer *dmx = WebPDemux(&wd);
-    if (!dmx) return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot parse the container", label);
+    /* libwebp returns NULL for a failed allocation and for a parse error alike */
+    if (!dmx)
+        return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated WebP: cannot parse the container (or out of "
+                        "memory: libwebp's demuxer does not tell which)", label);
     uint32_t w = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_WIDTH), h = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_HEIGHT);
     uint32_t frames = WebPDemuxGetI(dmx, WEBP_FF_FRAME_COUNT);
     qvl_status s = dec_check_canvas(w, h, lim, label, "WebP canvas", err);
@@ -49,7 +52,8 @@ qvl_status dec_webp(const uint8_t *data, size_t size, const char *label, const d
     opt.color_mode = MODE_RGBA;
     opt.use_threads = 0;
     WebPAnimDecoder *dec = WebPAnimDecoderNew(&wd, &opt);
-    if (!dec) return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt WebP: cannot create the decoder", label);
+    /* The same bytes demuxed above and the canvas is within the limit: what is left to fail is an allocation. */
+    if (!dec) return err_fail(err, QVL_ERR_NOMEM, "%s: WebP: out of memory creating the decoder", label);
     uint8_t *rgba = NULL;
     int ts = 0;
     if (!WebPAnimDecoderGetNext(dec, &rgba, &ts) || !rgba) {

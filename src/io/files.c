@@ -130,7 +130,10 @@ qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t 
      * length and then the header's '{' (the format requires it). */
     unsigned char magic[9] = {0};
     size_t got = fread(magic, 1, sizeof magic, f);
+    int bad = ferror(f), e = errno;
     fclose(f);
+    /* a read error is no evidence about the format */
+    if (bad) return err_fail(err, QVL_ERR_IO, "%s: read error: %s", path, strerror(e));
     if (got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return npy_read_f32(path, rows, n_rows, row_len, err);
     if (got < sizeof magic || magic[8] != '{')
         return err_fail(err, QVL_ERR_FORMAT, "%s: neither a .npy (magic \\x93NUMPY) nor a safetensors file (8-byte "

@@ -63,10 +63,10 @@ qvl_status fu_open_regular(const char *path, FILE **f, size_t *size, qvl_error *
     *f = NULL;
     int fd;
     TRY(fu_open_fd(path, &fd, size, err));
-    if (!(*f = fdopen(fd, "rb"))) {
+    if (!(*f = fdopen(fd, "rb"))) { /* it allocates the stream */
         int e = errno;
         close(fd);
-        return err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+        return err_fail(err, e == ENOMEM ? QVL_ERR_NOMEM : QVL_ERR_IO, "%s: cannot open: %s", path, strerror(e));
     }
     return QVL_OK;
 }
@@ -87,9 +87,11 @@ qvl_status fu_read_file(const char *path, size_t limit, char **out, size_t *len,
         return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
     }
     if (fread(buf, 1, n, f) != n) {
+        int bad = ferror(f), e = errno;
         free(buf);
         fclose(f);
-        return err_fail(err, QVL_ERR_IO, "%s: short read", path);
+        if (bad) return err_fail(err, QVL_ERR_IO, "%s: read error: %s", path, strerror(e));
+        return err_fail(err, QVL_ERR_IO, "%s: short read (the file shrank while it was read)", path);
     }
     fclose(f);
     buf[n] = '\0';
@@ -137,10 +139,11 @@ qvl_status fu_tmp_open(fu_tmpfile *t, const char *path, qvl_error *err) {
     TRY(fu_check_dest(path, err));
     t->path = path;
     int fd = fu_make_tmp(path, &t->tmp);
-    if (fd < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
-                                strerror(errno));
+    if (fd < 0) return err_fail(err, errno == ENOMEM ? QVL_ERR_NOMEM : QVL_ERR_IO,
+                                "%s: cannot create a temporary file beside it: %s", path, strerror(errno));
     if (!(t->f = fdopen(fd, "wb"))) {
-        qvl_status s = err_fail(err, QVL_ERR_IO, "%s: cannot open: %s", t->tmp, strerror(errno));
+        qvl_status s = err_fail(err, errno == ENOMEM ? QVL_ERR_NOMEM : QVL_ERR_IO, "%s: cannot open: %s", t->tmp,
+                                strerror(errno));
         close(fd);
         unlink(t->tmp);
         free(t->tmp);

@@ -2,7 +2,9 @@
 #include "io/jsonutil.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -20,37 +22,154 @@ const char *json_describe(const cJSON *v, char *buf, size_t n) {
     return buf;
 }
 
-/* The deepest nesting of [ and { outside strings in text[0..n), and where it first passes `limit`. */
-static size_t json_depth(const char *t, size_t n, size_t limit, size_t *at) {
-    size_t depth = 0, deepest = 0;
-    int in_str = 0;
-    *at = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char c = t[i];
-        if (in_str) {
-            if (c == '\\') i++;
-            else if (c == '"') in_str = 0;
-            continue;
-        }
-        if (c == '"') in_str = 1;
-        else if (c == '[' || c == '{') {
-            if (++depth > deepest) deepest = depth;
-            if (depth > limit && !*at) *at = i;
-        } else if ((c == ']' || c == '}') && depth) {
-            depth--;
+/* ---- json_check: the grammar cJSON_ParseWithLength accepts, without allocating ----------------------------- */
+
+typedef struct jscan {
+    const unsigned char *p, *end;
+    int depth, deep;
+} jscan;
+
+static void js_ws(jscan *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r')) s->p++;
+}
+
+static int js_hex4(jscan *s, unsigned *v) {
+    if (s->end - s->p < 4) return 0;
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = s->p[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 16;
+        if (d > 15) return 0;
+        *v = *v << 4 | d;
+    }
+    s->p += 4;
+    return 1;
+}
+
+/* A string, at its opening quote. cJSON refuses a lone or reversed UTF-16 surrogate in a \u escape; so does this. */
+static int js_string(jscan *s) {
+    s->p++;
+    while (s->p < s->end && *s->p != '"') {
+        unsigned char c = *s->p++;
+        if (c < 0x20) return 0;
+        if (c != '\\') continue;
+        if (s->p >= s->end) return 0;
+        c = *s->p++;
+        if (c == 'u') {
+            unsigned u, l;
+            if (!js_hex4(s, &u) || (u >= 0xDC00 && u <= 0xDFFF)) return 0;
+            if (u >= 0xD800 && u <= 0xDBFF &&
+                (s->end - s->p < 2 || s->p[0] != '\\' || s->p[1] != 'u' || (s->p += 2, !js_hex4(s, &l)) ||
+                 l < 0xDC00 || l > 0xDFFF))
+                return 0;
+        } else if (!strchr("\"\\/bfnrt", c) || c == '\0') {
+            return 0;
         }
     }
-    return deepest;
+    if (s->p >= s->end) return 0;
+    s->p++;
+    return 1;
+}
+
+/* A number as RFC 8259 writes it, and at most 63 characters (cJSON 1.7.15 reads a number into a 64-byte buffer
+ * and fails on a longer one). */
+static int js_number(jscan *s) {
+    const unsigned char *b = s->p;
+    if (s->p < s->end && *s->p == '-') s->p++;
+    if (s->p >= s->end || !isdigit(*s->p)) return 0;
+    if (*s->p == '0') s->p++;
+    else while (s->p < s->end && isdigit(*s->p)) s->p++;
+    if (s->p < s->end && *s->p == '.') {
+        s->p++;
+        if (s->p >= s->end || !isdigit(*s->p)) return 0;
+        while (s->p < s->end && isdigit(*s->p)) s->p++;
+    }
+    if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
+        s->p++;
+        if (s->p < s->end && (*s->p == '+' || *s->p == '-')) s->p++;
+        if (s->p >= s->end || !isdigit(*s->p)) return 0;
+        while (s->p < s->end && isdigit(*s->p)) s->p++;
+    }
+    return s->p - b <= 63;
+}
+
+static int js_word(jscan *s, const char *w) {
+    size_t n = strlen(w);
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, w, n) != 0) return 0;
+    s->p += n;
+    return 1;
+}
+
+static int js_value(jscan *s) {
+    js_ws(s);
+    if (s->p >= s->end) return 0;
+    const unsigned char c = *s->p;
+    if (c == '"') return js_string(s);
+    if (c == 'n') return js_word(s, "null");
+    if (c == 't') return js_word(s, "true");
+    if (c == 'f') return js_word(s, "false");
+    if (c != '[' && c != '{') return js_number(s);
+    if (s->depth >= CJSON_NESTING_LIMIT) {
+        s->deep = 1;
+        return 0;
+    }
+    s->depth++;
+    s->p++;
+    const unsigned char close = c == '[' ? ']' : '}';
+    js_ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        s->depth--;
+        return 1;
+    }
+    for (;;) {
+        if (c == '{') {
+            js_ws(s);
+            if (s->p >= s->end || *s->p != '"' || !js_string(s)) return 0;
+            js_ws(s);
+            if (s->p >= s->end || *s->p++ != ':') return 0;
+        }
+        if (!js_value(s)) return 0;
+        js_ws(s);
+        if (s->p >= s->end) return 0;
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (*s->p++ != close) return 0;
+        s->depth--;
+        return 1;
+    }
+}
+
+json_check_result json_check(const char *text, size_t len) {
+    jscan s = {(const unsigned char *)text, (const unsigned char *)text + len, 0, 0};
+    if (js_value(&s)) return JSON_CHECK_VALID;
+    return s.deep ? JSON_CHECK_TOO_DEEP : JSON_CHECK_INVALID;
+}
+
+qvl_status json_parse_failure(const char *text, size_t len, const char *label, qvl_error *err) {
+    switch (json_check(text, len)) {
+    case JSON_CHECK_VALID:
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory parsing %zu bytes of JSON", label, len);
+    case JSON_CHECK_TOO_DEEP:
+        return err_fail(err, QVL_ERR_FORMAT, "%s: JSON nested deeper than %d arrays and objects", label,
+                        CJSON_NESTING_LIMIT);
+    default:
+        return QVL_OK;
+    }
 }
 
 qvl_status json_parse_object(const char *text, size_t len, const char *path, cJSON **root, qvl_error *err) {
     const char *end = NULL;
     *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!*root) {
-        size_t at = 0;
-        if (json_depth(text, len, CJSON_NESTING_LIMIT, &at) > CJSON_NESTING_LIMIT)
-            return err_fail(err, QVL_ERR_FORMAT, "%s: JSON nested more than %d levels deep (at byte %zu of %zu), "
-                            "deeper than the parser accepts", path, CJSON_NESTING_LIMIT, at, len);
+        const json_check_result why = json_check(text, len);
+        if (why == JSON_CHECK_VALID)
+            return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory parsing %zu bytes of JSON", path, len);
+        if (why == JSON_CHECK_TOO_DEEP)
+            return err_fail(err, QVL_ERR_FORMAT, "%s: JSON nested more than %d levels deep, deeper than the parser "
+                            "accepts", path, CJSON_NESTING_LIMIT);
         size_t pos = end && end >= text && end <= text + len ? (size_t)(end - text) : 0, line = 1, col = 1;
         for (size_t i = 0; i < pos; i++) {
             if (text[i] == '\n') line++, col = 1;

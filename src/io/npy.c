@@ -215,6 +215,11 @@ qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *co
      * float array when it is already float32, so a large file is held once. */
     unsigned char pre[12];
     size_t got = fread(pre, 1, size < 12 ? size : 12, f);
+    if (ferror(f)) { /* not a short file: the format checks below would say it is */
+        int e = errno;
+        fclose(f);
+        return err_fail(err, QVL_ERR_IO, "%s: read error: %s", path, strerror(e));
+    }
     size_t hdr_total = 10;
     if (got >= 10 && memcmp(pre, "\x93NUMPY", 6) == 0 && pre[6] != 1 && got >= 12)
         hdr_total = 12 + ((size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24);

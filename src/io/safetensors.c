@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "io/fileutil.h"
+#include "io/jsonutil.h"
 
 /* Largest integer a JSON number (a double in cJSON) holds exactly: 2^53. */
 #define ST_MAX_JSON_INT 9007199254740992.0
@@ -256,6 +257,7 @@ static qvl_status st_parse_header(const char *json, size_t n, const char *label,
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
     if (!root) {
+        TRY(json_parse_failure(json, n, label, err));
         size_t at = end && end >= json && end <= json + n ? (size_t)(end - json) : 0;
         return err_fail(err, QVL_ERR_FORMAT, "%s: header is not valid JSON (error near byte %zu of %zu)", label, at,
                         n);

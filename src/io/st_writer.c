@@ -75,7 +75,8 @@ qvl_status qvl_st_writer_open(const char *path, size_t header_reserve, qvl_st_wr
         int e = errno;
         free(w->path);
         free(w);
-        return err_fail(err, QVL_ERR_IO, "%s: cannot create a temporary file beside it (%s)", path, strerror(e));
+        return err_fail(err, e == ENOMEM ? QVL_ERR_NOMEM : QVL_ERR_IO, "%s: cannot create a temporary file beside it "
+                        "(%s)", path, strerror(e));
     }
     uint64_t r = header_reserve ? header_reserve : DEFAULT_RESERVE;
     w->reserve = 8 + (r + 7) / 8 * 8;
@@ -238,7 +239,12 @@ void qvl_st_writer_abort(qvl_st_writer *w) {
 static qvl_status relocate(qvl_st_writer *w, const unsigned char *head, size_t head_len, qvl_error *err) {
     char *t2 = NULL;
     int fd2 = fu_make_tmp(w->path, &t2);
-    if (fd2 < 0) return fail(w, err, QVL_ERR_IO, "cannot create a second temporary file");
+    if (fd2 < 0) {
+        char m[160];
+        int e = errno;
+        snprintf(m, sizeof m, "cannot create a second temporary file (%s)", strerror(e));
+        return fail(w, err, e == ENOMEM ? QVL_ERR_NOMEM : QVL_ERR_IO, m);
+    }
     qvl_status s = pwrite_all(fd2, head, head_len, 0);
     enum { CHUNK = 1 << 20 };
     unsigned char *buf = s == QVL_OK ? malloc(CHUNK) : NULL;

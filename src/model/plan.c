@@ -2,6 +2,7 @@
  * context's pool, with every size known before anything is encoded; then one encode into caller buffers, items
  * grouped into passes of up to max_batch_rows rows. One item's failure stays with that item. */
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,16 +96,22 @@ void qvl_plan_params_init(qvl_plan_params *p, size_t struct_size) {
 /* ---- one item: decode ----------------------------------------------------------------------------------------- */
 
 /* Image files by their first bytes (JPEG, PNG, GIF, WebP, BMP); anything else goes to qvl_video_load, which reads
- * the accepted containers and refuses the rest with a message saying what the file is. */
-static int looks_like_image(const char *path) {
+ * the accepted containers and refuses the rest with a message saying what the file is. *image is 1 also when the
+ * file cannot be opened (or is no regular file): the image loader reports that. A read error is reported here:
+ * taking the file for a video would give a message about its container instead. */
+static qvl_status sniff_image(const char *path, const char *label, int *image, qvl_error *err) {
     unsigned char b[DEC_SNIFF_BYTES] = {0};
     FILE *f;
     size_t size;
-    /* never blocks on a FIFO; what cannot be opened (or is no regular file) the image loader reports */
-    if (fu_open_regular(path, &f, &size, NULL) != QVL_OK) return 1;
+    *image = 1;
+    /* never blocks on a FIFO */
+    if (fu_open_regular(path, &f, &size, NULL) != QVL_OK) return QVL_OK;
     size_t n = fread(b, 1, sizeof b, f);
+    int bad = ferror(f);
     fclose(f);
-    return dec_is_image(dec_sniff(b, n));
+    if (bad) return err_fail(err, QVL_ERR_IO, "%s: read error: %s", label, strerror(errno));
+    *image = dec_is_image(dec_sniff(b, n));
+    return QVL_OK;
 }
 
 static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -398,7 +405,9 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
             return err_fail(err, QVL_ERR_INVALID_ARG, "%s: path is %s", pi->label, it->path ? "empty" : "NULL");
         struct stat sb;
         const int dir = stat(it->path, &sb) == 0 && S_ISDIR(sb.st_mode);
-        video = dir || !looks_like_image(it->path);
+        int image = 0;
+        if (!dir) TRY(sniff_image(it->path, pi->label, &image, err));
+        video = dir || !image;
         pi->kind = dir ? "frames" : video ? "video" : "image";
         if (!video) st = qvl_image_load(it->path, &s.dp, &img, err);
         else if (dir) st = load_frames_dir(it->path, &s.vp, &vid, err);
