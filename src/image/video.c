@@ -153,13 +153,17 @@ typedef struct vdec {
     uint8_t *rgba;         /* [h·w·4] scratch for frames with alpha */
     int stream;
     int32_t width, height; /* every frame must have this size */
+    int read_errno;        /* set when a read of src failed: the failure is an I/O error, whatever FFmpeg makes of it */
 } vdec;
 
 static int avio_read_cb(void *opaque, uint8_t *buf, int n) {
     vdec *d = opaque;
     if (n <= 0) return 0;
     long got = video_src_read(d->src, buf, (size_t)n, (uint64_t)d->pos);
-    if (got < 0) return AVERROR(errno ? errno : EIO);
+    if (got < 0) {
+        d->read_errno = errno ? errno : EIO;
+        return AVERROR(d->read_errno);
+    }
     if (got == 0) return AVERROR_EOF;
     d->pos += got;
     return (int)got;
@@ -208,10 +212,16 @@ static void vdec_close(vdec *d) {
     d->ifmt = ifmt;
 }
 
-static qvl_status av_fail(qvl_error *err, qvl_status s, const char *path, const char *what, int ret) {
+/* A failure of FFmpeg call `what` with its code `ret`, as status `s`, unless the cause lies below the container: a
+ * failed read of the source is QVL_ERR_IO, a failed allocation QVL_ERR_NOMEM. */
+static qvl_status av_fail(qvl_error *err, qvl_status s, const vdec *d, const char *what, int ret) {
+    if (d->read_errno)
+        return err_fail(err, QVL_ERR_IO, "%s: read error: %s (in FFmpeg's %s)", d->path, strerror(d->read_errno),
+                        what);
+    if (ret == AVERROR(ENOMEM)) s = QVL_ERR_NOMEM;
     char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
     av_strerror(ret, buf, sizeof buf);
-    return err_fail(err, s, "%s: %s (%s)", path, what, buf);
+    return err_fail(err, s, "%s: %s (%s)", d->path, what, buf);
 }
 
 static int codec_accepted(enum AVCodecID id) {
@@ -254,9 +264,9 @@ static qvl_status vdec_open(vdec *d, uint64_t max_pixels, qvl_error *err) {
     av_dict_set(&opts, "codec_whitelist", codecs, 0);
     int ret = avformat_open_input(&d->fmt, "", d->ifmt, &opts); /* frees d->fmt on failure */
     av_dict_free(&opts);
-    if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, path, "not a readable video container", ret);
+    if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "not a readable video container", ret);
     ret = avformat_find_stream_info(d->fmt, NULL);
-    if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, path, "cannot read stream information", ret);
+    if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "cannot read stream information", ret);
     /* The best video stream, by FFmpeg's own choice (as PyAV's streams.video[0] for the single-stream files
        transformers reads); its codec must be an accepted one. */
     ret = av_find_best_stream(d->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
@@ -285,10 +295,10 @@ static qvl_status vdec_open(vdec *d, uint64_t max_pixels, qvl_error *err) {
     d->frame = av_frame_alloc();
     if (!d->dec || !d->pkt || !d->frame) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     ret = avcodec_parameters_to_context(d->dec, par);
-    if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, path, "bad codec parameters", ret);
+    if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "bad codec parameters", ret);
     d->dec->thread_count = 0; /* FFmpeg picks; the output does not depend on it */
     ret = avcodec_open2(d->dec, codec, NULL);
-    if (ret < 0) return av_fail(err, QVL_ERR_UNSUPPORTED, path, "cannot open the video decoder", ret);
+    if (ret < 0) return av_fail(err, QVL_ERR_UNSUPPORTED, d, "cannot open the video decoder", ret);
     return QVL_OK;
 }
 
@@ -382,7 +392,7 @@ static qvl_status drain(vdec *d, vpass *ps, int *done, qvl_error *err) {
     for (;;) {
         int ret = avcodec_receive_frame(d->dec, d->frame);
         if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return QVL_OK;
-        if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d->path, "corrupt video data", ret);
+        if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "corrupt video data", ret);
         qvl_status s = take_frame(d, ps, done, err);
         av_frame_unref(d->frame);
         if (s != QVL_OK || *done) return s;
@@ -395,7 +405,7 @@ static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
     while (!done) {
         int ret = av_read_frame(d->fmt, d->pkt);
         if (ret == AVERROR_EOF) break;
-        if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d->path, "cannot read the video (truncated?)", ret);
+        if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "cannot read the video (truncated?)", ret);
         if (d->pkt->stream_index != d->stream) {
             av_packet_unref(d->pkt);
             continue;
@@ -406,12 +416,12 @@ static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
             ret = done ? 0 : avcodec_send_packet(d->dec, d->pkt);
         }
         av_packet_unref(d->pkt);
-        if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d->path, "corrupt video data", ret);
+        if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "corrupt video data", ret);
         TRY(drain(d, ps, &done, err));
     }
     if (done) return QVL_OK;
     int ret = avcodec_send_packet(d->dec, NULL); /* flush the frames still held (B-frames, frame threads) */
-    if (ret < 0 && ret != AVERROR_EOF) return av_fail(err, QVL_ERR_FORMAT, d->path, "corrupt video data", ret);
+    if (ret < 0 && ret != AVERROR_EOF) return av_fail(err, QVL_ERR_FORMAT, d, "corrupt video data", ret);
     return drain(d, ps, &done, err);
 }
 

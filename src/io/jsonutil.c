@@ -160,6 +160,26 @@ qvl_status json_parse_failure(const char *text, size_t len, const char *label, q
     }
 }
 
+/* Where the nesting of [ and { outside strings in text[0..n) first passes `limit` (0 if it never does). */
+static size_t json_too_deep_at(const char *t, size_t n, size_t limit) {
+    size_t depth = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = t[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit) return i;
+        } else if ((c == ']' || c == '}') && depth) {
+            depth--;
+        }
+    }
+    return 0;
+}
+
 qvl_status json_parse_object(const char *text, size_t len, const char *path, cJSON **root, qvl_error *err) {
     const char *end = NULL;
     *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
@@ -168,8 +188,9 @@ qvl_status json_parse_object(const char *text, size_t len, const char *path, cJS
         if (why == JSON_CHECK_VALID)
             return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory parsing %zu bytes of JSON", path, len);
         if (why == JSON_CHECK_TOO_DEEP)
-            return err_fail(err, QVL_ERR_FORMAT, "%s: JSON nested more than %d levels deep, deeper than the parser "
-                            "accepts", path, CJSON_NESTING_LIMIT);
+            return err_fail(err, QVL_ERR_FORMAT, "%s: JSON nested more than %d levels deep (at byte %zu of %zu), "
+                            "deeper than the parser accepts", path, CJSON_NESTING_LIMIT,
+                            json_too_deep_at(text, len, CJSON_NESTING_LIMIT), len);
         size_t pos = end && end >= text && end <= text + len ? (size_t)(end - text) : 0, line = 1, col = 1;
         for (size_t i = 0; i < pos; i++) {
             if (text[i] == '\n') line++, col = 1;
