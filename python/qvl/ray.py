@@ -206,7 +206,8 @@ def embed(model: str, inputs: str | Sequence[str], output: str | None, *, actors
     n_rows = n_err = 0
     pieces = []
     if readable:
-        ds = ray.data.read_binary_files(readable, include_paths=True, num_cpus=0,
+        # reads reserve no CPU (the actors hold the CPUs; reading is I/O) and a few run at once
+        ds = ray.data.read_binary_files(readable, include_paths=True, num_cpus=0, concurrency=max(2, actors),
                                         override_num_blocks=max(1, min(len(readable), 4 * actors * 4)))
         ds = ds.map_batches(
             EncoderActor,
