@@ -248,9 +248,10 @@ def _cpu_ticks(tid: int) -> int:
 
 
 def test_gil_two_encodes_compute_together(slow_model: str) -> None:
-    """Two threads, each with its own Encoder, compute at the same time: sampled every 20 ms, both threads' CPU
+    """Two threads, each with its own Encoder, compute at the same time: sampled every 50 ms, both threads' CPU
     time grows in the same windows. (A call holding the GIL would keep the other thread, and this sampler, out of
-    Python for its whole length: no window would see both grow.) Independent of how busy the machine is."""
+    Python for its whole length: no window would see both grow.) On a busy machine fewer windows see both (each
+    thread gets a share of a CPU), but some always do."""
     if not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/stat"):
         pytest.skip("no /proc task statistics")
     encs = [qvl.Encoder(slow_model, threads=1), qvl.Encoder(slow_model, threads=1)]
@@ -270,7 +271,7 @@ def test_gil_two_encodes_compute_together(slow_model: str) -> None:
     last = [_cpu_ticks(t) for t in tids]
     windows = both = 0
     while any(t.is_alive() for t in ts):
-        time.sleep(0.02)
+        time.sleep(0.05)
         try:
             now = [_cpu_ticks(t) for t in tids]
         except OSError:  # a thread ended
@@ -280,8 +281,8 @@ def test_gil_two_encodes_compute_together(slow_model: str) -> None:
         last = now
     for t in ts:
         t.join()
-    print(f"{both} of {windows} 20 ms windows saw both threads compute")
-    assert both >= 3 and both >= 0.2 * windows
+    print(f"{both} of {windows} 50 ms windows saw both threads compute")
+    assert both >= 3 and both >= 0.05 * windows
 
 
 def test_gil_two_threads_faster(slow_model: str) -> None:
