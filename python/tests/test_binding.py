@@ -67,12 +67,10 @@ def test_pixels_pil_and_strides(enc: qvl.Encoder) -> None:
     assert same(r_view.embeds, r_copy.embeds) and r_view.key == r_copy.key
     # RGBA with transparency: composited onto white by default, dropped with alpha="drop"
     rgba = np.dstack([a, np.tile(np.arange(a.shape[1], dtype=np.uint8), (a.shape[0], 1))])
-    white = np.where(True, a.astype(np.float32), 0)
     r_w, = enc.encode([rgba])
     r_d, = enc.encode([rgba], preprocess={"alpha": "drop"})
     r_rgb, = enc.encode([a])
     assert same(r_d.embeds, r_rgb.embeds) and not same(r_w.embeds, r_rgb.embeds)
-    del white
 
 
 def test_zero_copy_inputs() -> None:
