@@ -23,4 +23,4 @@ rm -rf "$VENV" "$ROOT/$BUILD/wheel"
 ls "$ROOT/$BUILD"/wheel/qvl-*-py3-none-*.whl >/dev/null # one wheel for every Python 3
 cd "$ROOT/$BUILD"
 env -u QVL_LIBRARY QVL_SOURCE_DIR="$ROOT" QVL_BIN="$ROOT/$BUILD/qvl" QVL_EXPECT_INSTALLED="$VENV" \
-  "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/python/tests"
+  "$VENV/bin/python" -m pytest -q -rs -p no:cacheprovider "$ROOT/python/tests"
