@@ -1,6 +1,7 @@
 # Thin wrapper over CMake (the one source of truth): `make demo` runs the main job, `make test` runs the tests.
 # CI also runs `make test-config` (core-only QVL_MEDIA=OFF and QVL_VIDEO=OFF builds) and `make test-arm64` (a
-# cross build for Linux arm64, tested under qemu-user).
+# cross build for Linux arm64, tested under qemu-user). `make test-python` builds the Python wheel in a clean venv,
+# installs it and runs python/tests (the binding and the Ray job) against it.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 CORE_BUILD ?= build-core
@@ -11,7 +12,7 @@ ARM64_BUILD ?= build-arm64
 JOBS ?= $(shell nproc)
 
 .PHONY: all deps build demo test test-release test-asan test-config test-core test-novideo test-arm64 test-fault \
-        fuzz-report clean
+        test-python fuzz-report clean
 
 all: build
 
@@ -62,6 +63,9 @@ fuzz-report:
 
 test-arm64:
 	@BUILD=$(ARM64_BUILD) JOBS=$(JOBS) scripts/cross_arm64.sh
+
+test-python: build
+	@BUILD=$(BUILD) scripts/test_python.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(CORE_BUILD) $(NOVIDEO_BUILD) $(ARM64_BUILD) $(FAULT_BUILD) build-fuzz-report
