@@ -22,6 +22,7 @@ from ctypes import (
     c_int64,
     c_size_t,
     c_uint8,
+    c_uint32,
     c_uint64,
     c_void_p,
 )
@@ -95,8 +96,24 @@ class LoadParams(Structure):
     _fields_ = [("struct_size", c_size_t), ("isa", c_int), ("n_threads", c_int)]
 
 
+class Limits(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("max_image_pixels", c_uint64),
+        ("max_canvas_pixels", c_uint64),
+        ("max_input_bytes", c_uint64),
+        ("max_png_chunk_bytes", c_uint64),
+        ("max_jpeg_scans", c_uint32),
+        ("max_video_frames", c_uint32),
+        ("max_video_pixels", c_uint64),
+        ("max_item_patches", c_uint64),
+        ("max_call_patches", c_uint64),
+    ]
+
+
 class CtxParams(Structure):
-    _fields_ = [("struct_size", c_size_t), ("n_threads", c_int), ("pos_mode", c_int)]
+    _fields_ = [("struct_size", c_size_t), ("n_threads", c_int), ("pos_mode", c_int),
+                ("limits", POINTER(Limits))]
 
 
 class Grid(Structure):
@@ -142,6 +159,7 @@ class VideoParams(Structure):
         ("max_frames", c_int32),
         ("default_fps", c_double),
         ("max_pixels", c_uint64),
+        ("limits", POINTER(Limits)),
     ]
 
 
@@ -151,6 +169,7 @@ class DecodeParams(Structure):
         ("max_pixels", c_uint64),
         ("apply_exif", c_int),
         ("alpha", c_int),
+        ("limits", POINTER(Limits)),
     ]
 
 
@@ -185,6 +204,7 @@ class PlanParams(Structure):
         ("preprocess", POINTER(PreprocessParams)),
         ("video", POINTER(VideoParams)),
         ("decode", POINTER(DecodeParams)),
+        ("limits", POINTER(Limits)),
     ]
 
 
@@ -232,6 +252,7 @@ STRUCTS = {
     "qvl_error": Error,
     "qvl_model_info": ModelInfo,
     "qvl_load_params": LoadParams,
+    "qvl_limits": Limits,
     "qvl_ctx_params": CtxParams,
     "qvl_grid": Grid,
     "qvl_pixels": Pixels,
@@ -258,6 +279,7 @@ _SIGNATURES = {
     "qvl_model_free": (None, [c_void_p]),
     "qvl_model_get_info_sized": (None, [c_void_p, POINTER(ModelInfo), c_size_t]),
     "qvl_model_fingerprint": (_status, [c_void_p, c_void_p, c_char_p, _err]),
+    "qvl_limits_init": (None, [POINTER(Limits), c_size_t]),
     "qvl_ctx_params_init": (None, [POINTER(CtxParams), c_size_t]),
     "qvl_ctx_create": (_status, [c_void_p, POINTER(CtxParams), POINTER(c_void_p), _err]),
     "qvl_ctx_free": (None, [c_void_p]),
@@ -332,6 +354,7 @@ def init(struct_type: type[Structure]) -> Structure:
     s = struct_type()
     fn = {
         LoadParams: lib.qvl_load_params_init,
+        Limits: lib.qvl_limits_init,
         CtxParams: lib.qvl_ctx_params_init,
         PreprocessParams: lib.qvl_preprocess_params_init,
         VideoParams: lib.qvl_video_params_init,
