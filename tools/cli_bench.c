@@ -202,10 +202,11 @@ int cmd_bench(int argc, char **argv) {
      * 381 GFLOP/s within minutes on the 2-core VM), and each case is set against the mean of the peaks taken just
      * before and just after it. */
     double peak_before = measure_peak(nt, (int)in.isa);
-    printf("model: %s (%s, depth %d, hidden %d, %s weights)\nthreads: %d, kernels: %s, backend: %s (%s), measured f32 FMA peak: %.1f "
-           "GFLOP/s (%s; measured again after each case, %%peak uses the mean around the case)\n\n",
+    printf("model: %s (%s, depth %d, hidden %d, %s weights)\nthreads: %d, kernels: %s, measured f32 FMA peak: %.1f "
+           "GFLOP/s (%s; measured again after each case, %%peak uses the mean around the case)\n"
+           "precision: %s (backend %s)\n\n",
            model_dir, in.model_type, in.depth, in.hidden, qvl_dtype_name(in.weight_dtype), nt, qvl_isa_name(in.isa),
-           in.backend, qvl_precision_name(in.precision), peak_before, in.isa == QVL_ISA_AVX512 ? "AVX-512" : "AVX2");
+           peak_before, in.isa == QVL_ISA_AVX512 ? "AVX-512" : "AVX2", qvl_precision_name(in.precision), in.backend);
     printf("%-16s %7s %7s %10s %9s %7s | %8s %8s %8s %8s %8s %8s\n", "case", "patches", "tokens", "time ms", "GFLOP/s",
            "%peak", "patch", "pos/rope", "gemm", "attn", "norm", "merger");
     int rc = 0;
