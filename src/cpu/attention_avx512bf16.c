@@ -53,9 +53,114 @@ static inline float tree16(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
-static inline uint32_t pair_of(const float *x, int n, int i) {
-    const uint32_t lo = i < n ? bf16_round(x[i]) : 0, hi = i + 1 < n ? bf16_round(x[i + 1]) : 0;
-    return lo | hi << 16;
+static inline __mmask16 first_n(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
+
+/* x[0, n) rounded into (n + 1) / 2 pair dwords at dst (a zero high half for an odd n). */
+static inline void pairs_row(const float *x, int n, uint32_t *dst) {
+    for (int e = 0; e < n; e += 16) {
+        const int cnt = n - e < 16 ? n - e : 16;
+        const __m256i d = pairs8(round16(_mm512_maskz_loadu_ps(first_n(cnt), x + e)));
+        _mm256_mask_storeu_epi32(dst + e / 2, (__mmask8)((1u << ((cnt + 1) / 2)) - 1u), d);
+    }
+}
+
+/* Scores of R query rows (pairs at qp, row stride hp) against NV 16-key vectors of a Kᵀ pair tile, into acc. */
+static inline __attribute__((always_inline)) void scores_rows(const int R, const int NV, const uint32_t *qp, int hp,
+                                                               const uint32_t *kt, __m512 out[4][5]) {
+    __m512 acc[4][5];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 5
+        for (int c = 0; c < NV; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int p = 0; p < hp; p++) {
+        __m512i x[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) x[r] = _mm512_set1_epi32((int)qp[(size_t)r * hp + p]);
+        const uint32_t *kr = kt + (size_t)p * ATTN_BK_MAX;
+#pragma GCC unroll 5
+        for (int c = 0; c < NV; c++) {
+            const __m512i y = _mm512_loadu_si512(kr + 16 * c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r][c] = dp(acc[r][c], x[r], y);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 5
+        for (int c = 0; c < NV; c++) out[r][c] = acc[r][c];
+}
+
+/* o[r] = o[r]·alpha[r] + Σ over key pairs of P pair · V pair, for R rows (P pairs at pp, row stride BK_MAX/2; o
+ * row stride dpad) and ND 16-column vectors. */
+static inline __attribute__((always_inline)) void pv_rows(const int R, const int ND, const uint32_t *pp, int npair,
+                                                           const uint32_t *vt, int dpad, float *o,
+                                                           const float *alpha) {
+    __m512 ov[4][5];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const __m512 va = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 5
+        for (int c = 0; c < ND; c++) ov[r][c] = _mm512_mul_ps(_mm512_loadu_ps(o + (size_t)r * dpad + 16 * c), va);
+    }
+    for (int jp = 0; jp < npair; jp++) {
+        __m512i x[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) x[r] = _mm512_set1_epi32((int)pp[(size_t)r * (ATTN_BK_MAX / 2) + jp]);
+        const uint32_t *vr = vt + (size_t)jp * dpad;
+#pragma GCC unroll 5
+        for (int c = 0; c < ND; c++) {
+            const __m512i y = _mm512_loadu_si512(vr + 16 * c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) ov[r][c] = dp(ov[r][c], x[r], y);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 5
+        for (int c = 0; c < ND; c++) _mm512_storeu_ps(o + (size_t)r * dpad + 16 * c, ov[r][c]);
+}
+
+static void scores_any(int R, int nv, const uint32_t *qp, int hp, const uint32_t *kt, __m512 acc[4][5]) {
+#define SC(r, n) \
+    case (r) * 8 + (n): scores_rows(r, n, qp, hp, kt, acc); return;
+    switch (R * 8 + nv) {
+        SC(4, 1) SC(4, 2) SC(4, 3) SC(4, 4) SC(4, 5) SC(1, 1) SC(1, 2) SC(1, 3) SC(1, 4) SC(1, 5)
+    default: /* 2 or 3 rows: one at a time */
+        for (int r = 0; r < R; r++) scores_any(1, nv, qp + (size_t)r * hp, hp, kt, acc + r);
+    }
+#undef SC
+}
+
+static void pv_any(int R, int nd, const uint32_t *pp, int npair, const uint32_t *vt, int dpad, float *o,
+                   const float *alpha) {
+#define PV(r, n) \
+    case (r) * 8 + (n): pv_rows(r, n, pp, npair, vt, dpad, o, alpha); return;
+    switch (R * 8 + nd) {
+        PV(4, 1) PV(4, 2) PV(4, 3) PV(4, 4) PV(4, 5) PV(1, 1) PV(1, 2) PV(1, 3) PV(1, 4) PV(1, 5)
+    default: /* other row counts one row at a time; more than 5 vectors (hd > 80) in chunks of 5 columns */
+        if (nd > 5) {
+            for (int c0 = 0; c0 < nd; c0 += 5) {
+                /* column chunk c0: the rows' o and V pair rows advance by 16·c0; the strides stay dpad */
+                const int n = nd - c0 < 5 ? nd - c0 : 5;
+                for (int r = 0; r < R; r++) {
+                    __m512 ov[5];
+                    for (int c = 0; c < n; c++)
+                        ov[c] = _mm512_mul_ps(_mm512_loadu_ps(o + (size_t)r * dpad + 16 * (c0 + c)),
+                                              _mm512_set1_ps(alpha[r]));
+                    for (int jp = 0; jp < npair; jp++) {
+                        const __m512i x = _mm512_set1_epi32((int)pp[(size_t)r * (ATTN_BK_MAX / 2) + jp]);
+                        for (int c = 0; c < n; c++)
+                            ov[c] = dp(ov[c], x, _mm512_loadu_si512(vt + (size_t)jp * dpad + 16 * (c0 + c)));
+                    }
+                    for (int c = 0; c < n; c++) _mm512_storeu_ps(o + (size_t)r * dpad + 16 * (c0 + c), ov[c]);
+                }
+            }
+            return;
+        }
+        for (int r = 0; r < R; r++)
+            pv_any(1, nd, pp + (size_t)r * (ATTN_BK_MAX / 2), npair, vt, dpad, o + (size_t)r * dpad, alpha + r);
+    }
+#undef PV
 }
 
 void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
@@ -67,10 +172,10 @@ void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size
     float *s = (float *)(void *)(vt + (size_t)ATTN_BK_MAX / 2 * dpad);
     uint32_t *pp = (uint32_t *)(void *)(s + (size_t)ATTN_BQ_MAX * ATTN_BK_MAX);
     float *o = (float *)(void *)(pp + (size_t)ATTN_BQ_MAX * ATTN_BK_MAX / 2);
-    float *mrow = o + (size_t)ATTN_BQ_MAX * dpad, *lrow = mrow + ATTN_BQ_MAX;
-    (void)s;
+    float *mrow = o + (size_t)ATTN_BQ_MAX * dpad, *lrow = mrow + ATTN_BQ_MAX, *alph = s; /* s: rescale factors */
+    uint32_t tmp[64];
     for (int i = 0; i < nq; i++) {
-        for (int p = 0; p < hp; p++) qp[(size_t)i * hp + p] = pair_of(q + (size_t)i * ldq, hd, 2 * p);
+        pairs_row(q + (size_t)i * ldq, hd, qp + (size_t)i * hp);
         for (int d = 0; d < dpad; d++) o[(size_t)i * dpad + d] = 0.0f;
         mrow[i] = -INFINITY;
         lrow[i] = 0.0f;
@@ -78,54 +183,47 @@ void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size
     for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
         nkt = attn_key_tile(nk, j0);
         const int nv = (nkt + 15) / 16, npair = (nkt + 1) / 2;
-        for (int p = 0; p < hp; p++)
-            for (int j = 0; j < nv * 16; j++)
-                kt[(size_t)p * ATTN_BK_MAX + j] = j < nkt ? pair_of(k + (size_t)(j0 + j) * ldk, hd, 2 * p) : 0;
-        for (int jp = 0; jp < npair; jp++) {
+        for (int j = 0; j < nv * 16; j++) { /* Kᵀ: key j's pairs down column j (zero keys past nkt) */
+            if (j < nkt) pairs_row(k + (size_t)(j0 + j) * ldk, hd, tmp);
+            for (int p = 0; p < hp; p++) kt[(size_t)p * ATTN_BK_MAX + j] = j < nkt ? tmp[p] : 0;
+        }
+        for (int jp = 0; jp < npair; jp++) { /* V: keys 2jp, 2jp+1 interleaved per column (zero past hd, nkt) */
             const float *v0 = v + (size_t)(j0 + 2 * jp) * ldv, *v1 = 2 * jp + 1 < nkt ? v0 + ldv : NULL;
-            for (int d = 0; d < dpad; d++) {
-                const uint32_t lo = d < hd ? bf16_round(v0[d]) : 0, hi = d < hd && v1 ? bf16_round(v1[d]) : 0;
-                vt[(size_t)jp * dpad + d] = lo | hi << 16;
+            for (int d = 0; d < dpad; d += 16) {
+                const __mmask16 m = first_n(hd - d);
+                const __m512i lo = round16(_mm512_maskz_loadu_ps(m, v0 + d));
+                const __m512i hi = v1 ? round16(_mm512_maskz_loadu_ps(m, v1 + d)) : _mm512_setzero_si512();
+                _mm512_storeu_si512(vt + (size_t)jp * dpad + d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
             }
         }
-        for (int i = 0; i < nq; i++) {
-            /* scores of 16·nv keys */
-            __m512 acc[5];
-            for (int c = 0; c < 5; c++) acc[c] = _mm512_setzero_ps();
-            const uint32_t *qi = qp + (size_t)i * hp;
-            for (int p = 0; p < hp; p++) {
-                const __m512i x = _mm512_set1_epi32((int)qi[p]);
-                const uint32_t *kr = kt + (size_t)p * ATTN_BK_MAX;
-                for (int c = 0; c < nv; c++) acc[c] = dp(acc[c], x, _mm512_loadu_si512(kr + 16 * c));
+        for (int i0 = 0; i0 < nq; i0 += 4) {
+            const int R = nq - i0 < 4 ? nq - i0 : 4;
+            __m512 acc[4][5];
+            scores_any(R, nv, qp + (size_t)i0 * hp, hp, kt, acc);
+            for (int r = 0; r < R; r++) {
+                const int i = i0 + r;
+                __m512 mx = _mm512_set1_ps(-INFINITY);
+                for (int c = 0; c < nv; c++) {
+                    const int left = nkt - 16 * c;
+                    const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+                    acc[r][c] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), m,
+                                                   _mm512_mul_ps(acc[r][c], _mm512_set1_ps(scale)));
+                    mx = _mm512_max_ps(mx, acc[r][c]);
+                }
+                const float m_old = mrow[i], m_new = fmaxf(m_old, _mm512_reduce_max_ps(mx));
+                const float alpha = bf16_exp(m_old - m_new);
+                __m512 sum = _mm512_setzero_ps();
+                uint32_t *pi = pp + (size_t)i * (ATTN_BK_MAX / 2);
+                for (int c = 0; c < nv; c++) {
+                    const __m512i pb = round16(exp16(_mm512_sub_ps(acc[r][c], _mm512_set1_ps(m_new))));
+                    sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(pb, 16)));
+                    _mm256_storeu_si256((__m256i *)(void *)(pi + 8 * c), pairs8(pb));
+                }
+                lrow[i] = lrow[i] * alpha + tree16(sum);
+                mrow[i] = m_new;
+                alph[r] = alpha;
             }
-            __m512 mx = _mm512_set1_ps(-INFINITY);
-            for (int c = 0; c < nv; c++) {
-                const int left = nkt - 16 * c;
-                const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-                acc[c] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), m, _mm512_mul_ps(acc[c], _mm512_set1_ps(scale)));
-                mx = _mm512_max_ps(mx, acc[c]);
-            }
-            const float m_old = mrow[i], m_new = fmaxf(m_old, _mm512_reduce_max_ps(mx)), alpha = bf16_exp(m_old - m_new);
-            __m512 sum = _mm512_setzero_ps();
-            uint32_t *pi = pp + (size_t)i * (ATTN_BK_MAX / 2);
-            for (int c = 0; c < nv; c++) {
-                const __m512i pb = round16(exp16(_mm512_sub_ps(acc[c], _mm512_set1_ps(m_new))));
-                sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(pb, 16)));
-                _mm256_storeu_si256((__m256i *)(void *)(pi + 8 * c), pairs8(pb));
-            }
-            lrow[i] = lrow[i] * alpha + tree16(sum);
-            mrow[i] = m_new;
-            /* P·V */
-            __m512 ov[8];
-            float *oi = o + (size_t)i * dpad;
-            const __m512 va = _mm512_set1_ps(alpha);
-            for (int c = 0; c < ndv; c++) ov[c] = _mm512_mul_ps(_mm512_loadu_ps(oi + 16 * c), va);
-            for (int jp = 0; jp < npair; jp++) {
-                const __m512i x = _mm512_set1_epi32((int)pi[jp]);
-                const uint32_t *vr = vt + (size_t)jp * dpad;
-                for (int c = 0; c < ndv; c++) ov[c] = dp(ov[c], x, _mm512_loadu_si512(vr + 16 * c));
-            }
-            for (int c = 0; c < ndv; c++) _mm512_storeu_ps(oi + 16 * c, ov[c]);
+            pv_any(R, ndv, pp + (size_t)i0 * (ATTN_BK_MAX / 2), npair, vt, dpad, o + (size_t)i0 * dpad, alph);
         }
     }
     for (int i = 0; i < nq; i++)

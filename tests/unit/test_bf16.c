@@ -148,6 +148,9 @@ int main(void) {
         attn_case(segs[i], n, 64);
         attn_case(segs[i], n, 72);
     }
+    attn_case(segs[1], 3, 80);  /* 5 column vectors, no padding */
+    attn_case(segs[2], 3, 128); /* more than 5 column vectors: the chunked P·V path */
+    attn_case(segs[0], 3, 6);   /* a head narrower than one vector */
     if (!has_bf16 && tu_failures == 0) {
         printf("test_bf16: the portable bf16 kernels pass; this CPU has no AVX512-BF16, so the AVX512-BF16 kernels "
                "were not tested (skipped)\n");
