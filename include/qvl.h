@@ -194,6 +194,9 @@ typedef struct qvl_model_info {
     uint64_t n_params;                /* tower parameters */
     uint64_t weight_bytes;            /* bytes of tower weights as stored */
     int isa;                          /* kernel set in use: 1 portable, 2 AVX2, 3 AVX-512 (qvl_isa_name) */
+    int precision;                    /* arithmetic in use: QVL_PRECISION_F32 or QVL_PRECISION_BF16 */
+    char backend[24];                 /* the compute backend the contexts run: "avx512", "avx512bf16", ... */
+    char bf16_backend[24];            /* the bf16 backend this CPU would run (precision bf16 or auto), "" if none */
 } qvl_model_info;
 
 /* CPU kernel sets. AUTO: the widest this CPU runs (AVX-512, else AVX2+FMA, else portable C). AVX2 and AVX512 force
@@ -204,12 +207,27 @@ typedef enum qvl_isa { QVL_ISA_AUTO = 0, QVL_ISA_AVX2 = 2, QVL_ISA_AVX512 = 3 } 
 /* The name of a kernel set: "auto", "portable", "avx2", "avx512" (portable is what AUTO picks without AVX2). */
 QVL_API const char *qvl_isa_name(int isa);
 
+/* Arithmetic of the tower's GEMMs and attention. F32: today's path (float32 throughout), bit-identical to earlier
+ * versions. BF16: the operands of every block GEMM (qkv, proj, fc1, fc2) and of attention (Q·Kᵀ and P·V, P rounded
+ * to bf16) rounded to bf16 (nearest even), products accumulated in f32 (VDPBF16PS arithmetic); the residual stream,
+ * LayerNorm statistics, softmax, GELU, rotary and position embedding stay f32, and so do the patch embedding and
+ * the mergers' linears. bf16 checkpoint weights are used as stored, f16/f32 ones rounded to bf16 once at load (only
+ * the bf16 copy is kept). Runs on the AVX512-BF16 kernels where the CPU has them; elsewhere (isa AUTO) on the
+ * portable bf16 kernels, same bits, much slower; with a forced isa and no bf16 kernels for it:
+ * QVL_ERR_UNSUPPORTED. AUTO: BF16 where the CPU has AVX512-BF16 kernels, else F32. At full depth the bf16 tower is
+ * about 0.28 of transformers' own bf16 run's error away from the fp32 reference (docs/PARITY.md). */
+typedef enum qvl_precision { QVL_PRECISION_F32 = 0, QVL_PRECISION_BF16 = 1, QVL_PRECISION_AUTO = 2 } qvl_precision;
+
+/* "f32", "bf16", "auto" ("unknown" otherwise). */
+QVL_API const char *qvl_precision_name(int precision);
+
 typedef struct qvl_load_params {
     size_t struct_size; /* set by qvl_load_params_default */
     qvl_isa isa;        /* kernels the model's contexts run; weights are packed for them at load. A set this CPU
                            lacks: QVL_ERR_UNSUPPORTED. Default QVL_ISA_AUTO */
     int n_threads;      /* threads that pack the weights during the load (joined before it returns); 0 (default):
                            one per CPU this process may use */
+    qvl_precision precision; /* arithmetic of the model's contexts (qvl_precision); default QVL_PRECISION_F32 */
 } qvl_load_params;
 
 /* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */

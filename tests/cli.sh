@@ -150,6 +150,19 @@ for isa in avx2 avx512; do
 done
 expect 2 "encode --isa bogus" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/isa.npy" --isa sse9
 one_line_error "encode --isa bogus"
+# Precision: f32 is the default path, bit for bit; bf16 encodes (the AVX512-BF16 kernels or, without them, the
+# portable bf16 reference) to outputs of the same shape that are close to, not equal to, f32's; unknown values
+# are usage errors. qvl info names the bf16 kernel set.
+expect 0 "encode --precision f32" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/p32.npy" --precision f32
+if cmp -s "$T/out.npy" "$T/p32.npy"; then ok; else bad "encode --precision f32 differs from the default"; fi
+expect 0 "encode --precision bf16" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/p16.npy" --precision bf16
+if [[ $(stat -c %s "$T/p16.npy" 2>/dev/null) -eq $((128 + 4 * 96 * 4)) ]]; then ok; else bad "encode --precision bf16: output size"; fi
+if cmp -s "$T/out.npy" "$T/p16.npy"; then bad "encode --precision bf16 gave the f32 bits"; else ok; fi
+expect 0 "encode --precision auto" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/pa.npy" --precision auto
+expect 2 "encode --precision bogus" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/pa.npy" --precision fp8
+one_line_error "encode --precision bogus"
+expect 0 "info bf16 kernels" "$QVL" info --model "$T/hf"
+out_has "info bf16 kernels" "^bf16 kernels: +(avx512bf16|none)"
 expect 0 "encode mlx layout" "$QVL" encode --model "$T/sidecar" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/outs.npy"
 if cmp -s "$T/out.npy" "$T/outs.npy"; then ok; else bad "encode: sidecar (MLX) output differs from hf"; fi
 

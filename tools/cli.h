@@ -28,6 +28,8 @@ int cli_parse_u64(const char *s, uint64_t *out);
 
 /* --isa: "auto", "avx2" or "avx512" into *out. 0 on success, -1 otherwise. */
 int cli_parse_isa(const char *s, qvl_isa *out);
+/* --precision: "f32", "bf16" or "auto" into *out. 0 on success, -1 otherwise. */
+int cli_parse_precision(const char *s, qvl_precision *out);
 
 /* The output buffers of one encode: merged [n_tok, O] and, for each of the n_ds DeepStack features, ds[k]
  * (ds[k] untouched for k >= n_ds). 0 on success; -1 when the size overflows or memory runs out (what was

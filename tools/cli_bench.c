@@ -14,7 +14,7 @@
 
 static const char bench_help[] =
     "Usage: qvl bench --model DIR [--sizes 224,448,896,1344] [--video FRAMESxSIDE] [--batch NxSIDE] [--threads N]\n"
-    "                 [--repeat N] [--isa auto|avx2|avx512]\n"
+    "                 [--repeat N] [--isa auto|avx2|avx512] [--precision f32|bf16|auto]\n"
     "\n"
     "Time qvl_encode on synthetic pixel rows (deterministic) at each square image size, a video and a batch of\n"
     "images in one call. Reports the median of --repeat runs after one warm-up, the per-phase breakdown, achieved\n"
@@ -29,6 +29,8 @@ static const char bench_help[] =
     "  -r, --repeat N       timed runs per case (default 3)\n"
     "      --isa SET        kernel set: auto (default: the widest this CPU runs), avx2, avx512; the peak is\n"
     "                       measured with the vector width of the set in use\n"
+    "      --precision P    f32 (default), bf16 or auto (bf16 where the CPU has bf16 kernels); %peak stays\n"
+    "                       relative to the f32 FMA peak\n"
     "  -h, --help           show this help\n";
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -127,13 +129,13 @@ int cmd_bench(int argc, char **argv) {
         {"model", required_argument, NULL, 'm'}, {"sizes", required_argument, NULL, 's'},
         {"video", required_argument, NULL, 'v'}, {"batch", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 't'}, {"repeat", required_argument, NULL, 'r'},
-        {"isa", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+        {"isa", required_argument, NULL, 'i'}, {"precision", required_argument, NULL, 'P'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char *model_dir = NULL, *sizes = "224,448,896";
     long video_f = 8, video_s = 448, batch_n = 8, batch_s = 224, threads = 0, repeat = 3;
     qvl_load_params lp;
     qvl_load_params_default(&lp);
     int c;
-    while ((c = getopt_long(argc, argv, ":m:s:v:b:t:r:i:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":m:s:v:b:t:r:i:P:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 's': sizes = optarg; break;
@@ -143,6 +145,10 @@ int cmd_bench(int argc, char **argv) {
         case 'r': if (cli_parse_long(optarg, 1, 1000, &repeat)) return cli_usage("--repeat: '%s' is not in 1..1000", optarg); break;
         case 'i':
             if (cli_parse_isa(optarg, &lp.isa)) return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
+            break;
+        case 'P':
+            if (cli_parse_precision(optarg, &lp.precision))
+                return cli_usage("--precision: '%s' is not f32, bf16 or auto", optarg);
             break;
         case 'h': fputs(bench_help, stdout); return 0;
         default: return cli_bad_option("bench", c, argv);
@@ -197,9 +203,10 @@ int cmd_bench(int argc, char **argv) {
      * before and just after it. */
     double peak_before = measure_peak(nt, (int)in.isa);
     printf("model: %s (%s, depth %d, hidden %d, %s weights)\nthreads: %d, kernels: %s, measured f32 FMA peak: %.1f "
-           "GFLOP/s (%s; measured again after each case, %%peak uses the mean around the case)\n\n",
+           "GFLOP/s (%s; measured again after each case, %%peak uses the mean around the case)\n"
+           "precision: %s (backend %s)\n\n",
            model_dir, in.model_type, in.depth, in.hidden, qvl_dtype_name(in.weight_dtype), nt, qvl_isa_name(in.isa),
-           peak_before, in.isa == QVL_ISA_AVX512 ? "AVX-512" : "AVX2");
+           peak_before, in.isa == QVL_ISA_AVX512 ? "AVX-512" : "AVX2", qvl_precision_name(in.precision), in.backend);
     printf("%-16s %7s %7s %10s %9s %7s | %8s %8s %8s %8s %8s %8s\n", "case", "patches", "tokens", "time ms", "GFLOP/s",
            "%peak", "patch", "pos/rope", "gemm", "attn", "norm", "merger");
     int rc = 0;

@@ -61,6 +61,8 @@ static const char encode_help[] =
     "      --stages           also write every stage tap (safetensors output only)\n"
     "  -t, --threads N        worker threads (default 0: all cores)\n"
     "      --isa SET          CPU kernels: auto (default: the widest this CPU runs), avx2 or avx512\n"
+    "      --precision P      f32 (default), bf16 (GEMM and attention operands in bf16, f32 accumulation; needs\n"
+    "                         AVX512-BF16 to be fast) or auto (bf16 where the CPU has bf16 kernels)\n"
     "      --pos-mode MODE    position-embedding interpolation: closed (default) or linspace\n"
     "  -h, --help             show this help\n";
 
@@ -169,7 +171,8 @@ static int parse_size(const char *s, int32_t *h, int32_t *w) {
 
 int cmd_encode(int argc, char **argv) {
     enum { OPT_STAGES = 256, OPT_POS_MODE, OPT_RESIZE, OPT_MIN_PX, OPT_MAX_PX, OPT_SIZE, OPT_FPS, OPT_NUM_FRAMES,
-           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA, OPT_LIMIT, OPT_CACHE };
+           OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA, OPT_LIMIT, OPT_CACHE,
+           OPT_PRECISION };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
         {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
@@ -180,6 +183,7 @@ int cmd_encode(int argc, char **argv) {
         {"fps", required_argument, NULL, OPT_FPS}, {"num-frames", required_argument, NULL, OPT_NUM_FRAMES},
         {"max-frames", required_argument, NULL, OPT_MAX_FRAMES},
         {"max-decode-pixels", required_argument, NULL, OPT_MAX_DECODE}, {"isa", required_argument, NULL, OPT_ISA},
+        {"precision", required_argument, NULL, OPT_PRECISION},
         {"preprocess-only", no_argument, NULL, OPT_PREPROCESS_ONLY}, {"quiet", no_argument, NULL, 'q'},
         {"alpha", required_argument, NULL, OPT_ALPHA}, {"limit", required_argument, NULL, OPT_LIMIT},
         {"cache", required_argument, NULL, OPT_CACHE},
@@ -283,6 +287,10 @@ int cmd_encode(int argc, char **argv) {
 #else
             return cli_usage("--cache: this qvl was built without the cache (it comes with qvl serve)");
 #endif
+        case OPT_PRECISION:
+            if (cli_parse_precision(optarg, &mo.load.precision))
+                return cli_usage("--precision: '%s' is not f32, bf16 or auto", optarg);
+            break;
         case 'q': mo.quiet = 1; break;
         case 'h': fputs(encode_help, stdout); return 0;
         default: return cli_bad_option("encode", c, argv);

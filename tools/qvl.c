@@ -62,6 +62,14 @@ int cli_parse_isa(const char *s, qvl_isa *out) {
     return 0;
 }
 
+int cli_parse_precision(const char *s, qvl_precision *out) {
+    if (strcmp(s, "f32") == 0) *out = QVL_PRECISION_F32;
+    else if (strcmp(s, "bf16") == 0) *out = QVL_PRECISION_BF16;
+    else if (strcmp(s, "auto") == 0) *out = QVL_PRECISION_AUTO;
+    else return -1;
+    return 0;
+}
+
 int cli_parse_long(const char *s, long lo, long hi, long *out) {
     if (!s || !*s) return -1;
     char *end;
@@ -220,6 +228,7 @@ static int cmd_info(int argc, char **argv) {
            (double)in.weight_bytes / (1024.0 * 1024.0));
     printf("dtype:         %s\n", qvl_dtype_name(in.weight_dtype));
     printf("kernels:       %s\n", qvl_isa_name(in.isa));
+    printf("bf16 kernels:  %s\n", in.bf16_backend[0] ? in.bf16_backend : "none (--precision bf16 runs the portable reference)");
     printf("source:        %s (%d file%s)\n", source_name(in.source), in.n_files, in.n_files == 1 ? "" : "s");
     printf("prefix:        %s\n", in.prefix);
     printf("conv_layout:   %s\n", in.conv_layout_mlx ? "mlx" : "hf");

@@ -32,3 +32,24 @@ int cpu_level(void) {
     }
     return l;
 }
+
+static int detect_bf16(void) {
+#if QVL_WITH_X86 && defined(__GNUC__)
+    /* CPUID leaf 7 sub-leaf 1, EAX bit 5 (AVX512_BF16); the ZMM state is checked by the AVX-512 level. */
+    unsigned a, b, c, d;
+    if (cpu_level() < 3 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 1;
+    return (a & (1u << 5)) ? 2 : 1;
+#else
+    return 1;
+#endif
+}
+
+int cpu_has_avx512bf16(void) {
+    static _Atomic int has; /* 0: not asked yet, 1: no, 2: yes */
+    int h = atomic_load_explicit(&has, memory_order_relaxed);
+    if (h == 0) {
+        h = detect_bf16();
+        atomic_store_explicit(&has, h, memory_order_relaxed);
+    }
+    return h == 2;
+}

@@ -21,5 +21,7 @@ int cpu_level(void);
  * AVX2/FMA/F16C: level 3). */
 static inline int cpu_has_avx2(void) { return cpu_level() >= 2; }
 static inline int cpu_has_avx512(void) { return cpu_level() >= 3; }
+/* Nonzero when this CPU runs the *_avx512bf16.c code: AVX-512 (level 3) and AVX512-BF16 (VDPBF16PS). */
+int cpu_has_avx512bf16(void);
 
 #endif

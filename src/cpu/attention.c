@@ -68,13 +68,11 @@ static void attn_block_scalar(const float *q, size_t ldq, const float *k, size_t
         for (int d = 0; d < hd; d++) out[(size_t)i * ldo + d] = o[(size_t)i * hd + d] / lrow[i];
 }
 
-typedef void (*attn_block_fn)(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
-                              float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
-
 typedef struct attn_job {
     const attn_args *a;
     attn_block_fn block;
     float *ws;
+    size_t thread_floats;
 } attn_job;
 
 /* Work items of a segment of len rows: one per (head, query tile); none for an empty segment. */
@@ -98,15 +96,15 @@ static void attn_task(void *ctx, long it, int thread) {
     const size_t col = (size_t)h * hd;
     j->block(a->q + (size_t)i0 * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
              a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)i0 * a->ldo + col, a->ldo, nq, len, hd,
-             a->scale, j->ws + (size_t)thread * attn_block_floats(hd));
+             a->scale, j->ws + (size_t)thread * j->thread_floats);
 }
 
-static void attn_run_with(const attn_args *a, void *ws, thread_pool *pool, attn_block_fn block) {
+void attn_run_blocks(const attn_args *a, void *ws, thread_pool *pool, attn_block_fn block, size_t thread_floats) {
     const int nh = a->n_heads, hd = a->head_dim;
     if (nh <= 0 || hd <= 0 || a->n_seg <= 0) return;
     long items = 0;
     for (int s = 0; s < a->n_seg; s++) items += seg_items(a->cu[s + 1] - a->cu[s], nh);
-    attn_job j = {a, block, (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63)};
+    attn_job j = {a, block, (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), thread_floats};
     /* Items in (segment, head, query tile) order, handed out dynamically: consecutive items share K and V, every
      * core stays busy when segments differ in length or a core is shared, and which thread computes an item does
      * not change its bits. */
@@ -123,7 +121,7 @@ void attn_run_isa(const attn_args *a, void *ws, thread_pool *pool, attn_isa isa)
 #else
     (void)isa; /* no SIMD sets in this build: every set runs the portable block */
 #endif
-    attn_run_with(a, ws, pool, block);
+    attn_run_blocks(a, ws, pool, block, attn_block_floats(a->head_dim));
 }
 
 void attn_run(const attn_args *a, void *ws, thread_pool *pool) { attn_run_isa(a, ws, pool, ATTN_ISA_AUTO); }

@@ -34,4 +34,11 @@ void attn_run_scalar(const attn_args *a, void *ws, thread_pool *pool);
 typedef enum attn_isa { ATTN_ISA_AUTO = 0, ATTN_ISA_SCALAR = 1, ATTN_ISA_AVX2 = 2, ATTN_ISA_AVX512 = 3 } attn_isa;
 void attn_run_isa(const attn_args *a, void *ws, thread_pool *pool, attn_isa isa);
 
+/* The work-item driver with a caller's block (the bf16 sets): `block` computes one query tile of one (segment,
+ * head) over all the segment's keys (the contract of attn_block_avx2, kernels_avx2.h) in `thread_floats` floats
+ * of per-thread scratch (a 16-float multiple); ws holds n_threads·thread_floats floats + 64 bytes. */
+typedef void (*attn_block_fn)(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+                              float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
+void attn_run_blocks(const attn_args *a, void *ws, thread_pool *pool, attn_block_fn block, size_t thread_floats);
+
 #endif

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "backend/backend.h"
 #include "core/pool.h"
 #include "qvl.h"
 
@@ -32,12 +33,10 @@ typedef enum gemm_epilogue { GEMM_EPI_NONE = 0, GEMM_EPI_GELU_TANH = 1, GEMM_EPI
  * order). Any order is read correctly by every kernel set (a mismatch is widened through memory, tests only). */
 typedef enum gemm_bf16_order { GEMM_BF16_LANES = 0, GEMM_BF16_PAIRS = 1 } gemm_bf16_order;
 
-typedef struct gemm_packed {
-    int N, K;               /* shape of the packed weight [N, K] */
-    qvl_dtype dtype;        /* panel element type: QVL_DTYPE_F32 or QVL_DTYPE_BF16 */
-    gemm_bf16_order order;  /* element order of bf16 panels */
-    const void *data;       /* gemm_pack_size() bytes, 64-byte aligned, owned by whoever packed it */
-} gemm_packed;
+/* The packed weight is the backend's be_weight (backend/backend.h): N, K, panel dtype, bf16 order (a
+ * gemm_bf16_order), arithmetic (gemm_pack_b writes BE_ARITH_F32; gemm_run computes in f32 whatever it says) and
+ * the data (gemm_pack_size() bytes, 64-byte aligned, owned by whoever packed it). */
+typedef be_weight gemm_packed;
 
 /* Panel element type. AUTO: bf16 panels for a bf16 weight (no extra memory; widened in registers, measured no
  * slower than f32 panels), f32 panels for f32 and f16 weights (f16 is widened once, at packing). */

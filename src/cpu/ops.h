@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/pool.h"
+#include "core/convert.h"
 #include "qvl.h"
 
 /* y[r, :] = (x[r, :] − mean) / sqrt(var + eps) · w + b for r < rows; biased variance, statistics in double with
@@ -26,18 +27,5 @@ void op_gelu_erf(float *x, size_t n);
  * tanh/erf within 2 ulp of libm) is tested against. A value's result never depends on n or its position. */
 void op_gelu_tanh_scalar(float *x, size_t n);
 void op_gelu_erf_scalar(float *x, size_t n);
-
-/* Widen n stored-dtype elements to float32 (src may be unaligned). */
-void op_to_f32(const void *src, qvl_dtype dt, float *dst, size_t n);
-
-/* Conversions of one value. */
-static inline float op_bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
-    return v.f;
-}
-float op_f16_to_f32(uint16_t h);
-/* Round-to-nearest-even float32 → bf16 / f16 (NaN preserved as a quiet NaN). */
-uint16_t op_f32_to_bf16(float f);
-uint16_t op_f32_to_f16(float f);
 
 #endif

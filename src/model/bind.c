@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "cpu/ops.h"
+#include "core/convert.h"
 #include "io/checkpoint.h"
 #include "model/model.h"
 

@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "cpu/gemm.h"
+#include "backend/backend.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "qvl.h"
@@ -21,7 +21,7 @@ typedef struct wmat {
  * widened to f32. */
 typedef struct linear {
     wmat w;
-    gemm_packed packed; /* panels in the model's `panels` block */
+    be_weight packed; /* panels in the model's `panels` block, packed by the model's backend */
     const float *b;     /* [w.rows] */
 } linear;
 
@@ -69,7 +69,7 @@ struct qvl_model {
     void *owned_patch;   /* the patch weight permuted from MLX layout, when it had to be */
     float *small;        /* every f32-widened vector (biases, norms), one allocation */
     void *panels;        /* every Linear's packed weight panels, one allocation */
-    int isa;             /* gemm_isa the panels are packed for and the contexts run (never AUTO once loaded) */
+    const backend *be;   /* kernel set + precision the panels are packed for and the contexts run */
     char *dir;           /* the model directory as given to qvl_model_load (its preprocessing json files) */
     pthread_mutex_t fp_lock;
     int fp_done;

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cpu/ops.h"
+#include "core/convert.h"
 
 static inline float table_at(const wmat *t, size_t row, size_t col) {
     size_t i = row * (size_t)t->cols + col;

@@ -14,19 +14,19 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
+#include "core/convert.h"
 #include "core/error.h"
 #include "core/limits.h"
 #include "core/params.h"
 #include "core/pool.h"
-#include "cpu/attention.h"
-#include "cpu/gemm.h"
-#include "cpu/ops.h"
 #include "model/model.h"
 #include "model/tables.h"
 #include "model/tower.h"
 
 struct qvl_ctx {
     const qvl_model *m;
+    const backend *be; /* the model's compute backend (kernel set + precision), fixed at creation */
     qvl_ctx_params p;
     qvl_limits lim;    /* the context's resource limits (p.limits taken; p.limits itself is not kept) */
     thread_pool *pool; /* this context's threads */
@@ -92,6 +92,7 @@ qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_
     qvl_ctx *c = calloc(1, sizeof *c);
     if (!c) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     c->m = m;
+    c->be = m->be;
     ctx_defaults(&c->p);
     qvl_status ps = params_take(&c->p, sizeof c->p, params, "qvl_ctx_params", err);
     if (ps == QVL_OK) ps = limits_take(&c->lim, c->p.limits, "qvl_ctx_params.limits", err);
@@ -182,15 +183,15 @@ static void *carve(carver *cv, size_t count, size_t elem) {
 
 /* The MLPs (block and mergers) run over row chunks of at most MLP_ROWS rows, so their hidden activations (the
  * widest tensor of the tower: I or 4H columns) take MLP_ROWS rows of memory, not S. Chunking M does not change a
- * GEMM's bits (its K blocking alone fixes the summation order). Chunks are multiples of 42 rows (the AVX-512
- * GEMM's M block, 3 of its 14-row tiles; 7 of the AVX2 6-row tiles), so no chunk adds partial tiles or streams the
- * weights more often than one call over all rows would. */
-enum { MLP_ROWS = 882, MLP_ALIGN = 42 };
+ * GEMM's bits (its K blocking alone fixes the summation order). Chunks are multiples of the backend's M block
+ * (m_align rows), so no chunk adds partial tiles or streams the weights more often than one call over all rows
+ * would. */
+enum { MLP_ROWS = 882 };
 
-/* Rows per chunk for `rows` rows: near-even chunks of at most MLP_ROWS, rounded up to MLP_ALIGN. */
-static size_t mlp_step(size_t rows) {
+/* Rows per chunk for `rows` rows: near-even chunks of at most MLP_ROWS, rounded up to `align`. */
+static size_t mlp_step(size_t rows, size_t align) {
     const size_t n = (rows + MLP_ROWS - 1) / MLP_ROWS;
-    const size_t step = n ? ((rows + n - 1) / n + MLP_ALIGN - 1) / MLP_ALIGN * MLP_ALIGN : 1;
+    const size_t step = n ? ((rows + n - 1) / n + align - 1) / align * align : 1;
     return step < MLP_ROWS ? step : MLP_ROWS;
 }
 
@@ -210,14 +211,14 @@ static void layout(qvl_ctx *c, carver *cv, size_t S, int stage) {
     c->a = carve(cv, S * H, sizeof(float));
     c->qkv = carve(cv, S * 3 * H, sizeof(float));
     c->pos = carve(cv, S * H, sizeof(float));
-    c->mlp = carve(cv, mlp_step(S) * mlp_width(c->m), sizeof(float));
+    c->mlp = carve(cv, mlp_step(S, (size_t)c->be->m_align) * mlp_width(c->m), sizeof(float));
     c->ds = carve(cv, k->n_deepstack > 0 ? (S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
     c->cos_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
     c->sin_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
-    c->gemm_ws = carve(cv, gemm_workspace_size(pool_size(c->pool)), 1);
-    c->attn_ws = carve(cv, attn_workspace_size(k->head_dim, pool_size(c->pool)), 1);
+    c->gemm_ws = carve(cv, c->be->linear_ws(pool_size(c->pool)), 1);
+    c->attn_ws = carve(cv, c->be->attention_ws(k->head_dim, pool_size(c->pool)), 1);
     c->taps = carve(cv, TABLES_TAPS_BYTES, 1);
-    c->stage = carve(cv, stage ? mlp_step(S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
+    c->stage = carve(cv, stage ? mlp_step(S / mm, (size_t)c->be->m_align) * (size_t)k->out_hidden : 0, sizeof(float));
     c->cu = carve(cv, S / mm + 1, sizeof(int));
     c->tab_grids = carve(cv, S / mm + 1, sizeof(qvl_grid));
 }
@@ -226,6 +227,7 @@ size_t tower_scratch_bytes(const qvl_ctx *c, size_t rows, int stage) {
     qvl_ctx tmp; /* layout only measures through a NULL base; it reads m and pool and writes tmp's pointers */
     memset(&tmp, 0, sizeof tmp);
     tmp.m = c->m;
+    tmp.be = c->be;
     tmp.pool = c->pool;
     carver cv = {0};
     layout(&tmp, &cv, rows, stage);
@@ -367,22 +369,19 @@ static void tap(qvl_ctx *c, const char *name, const float *data, size_t rows, si
 }
 
 static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, size_t M, float *C, size_t ldc,
-                       int accumulate, gemm_epilogue epi) {
-    gemm_args g = {.M = (int)M, .N = l->w.rows, .K = l->w.cols, .A = A, .lda = lda, .B = l->w.data,
-                   .b_dtype = l->w.dtype, .ldb = (size_t)l->w.cols, .bias = l->b, .C = C, .ldc = ldc,
-                   .accumulate = accumulate, .epilogue = epi, .Bp = &l->packed};
-    gemm_run_isa(&g, c->gemm_ws, c->pool, (gemm_isa)c->m->isa);
+                       int accumulate, be_act act) {
+    c->be->linear(c->be, &l->packed, A, lda, (int)M, l->b, C, ldc, accumulate, act, c->gemm_ws, c->pool);
     c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
 }
 
 /* out (=|+=) fc2(act(fc1(in))) over `rows` rows, in chunks of mlp_step rows through c->mlp. */
-static void mlp_rows(qvl_ctx *c, const linear *fc1, const linear *fc2, gemm_epilogue act, const float *in,
+static void mlp_rows(qvl_ctx *c, const linear *fc1, const linear *fc2, be_act act, const float *in,
                      size_t ld_in, size_t rows, float *out, size_t ld_out, int accumulate) {
-    const size_t hid = (size_t)fc1->w.rows, step = mlp_step(rows);
+    const size_t hid = (size_t)fc1->w.rows, step = mlp_step(rows, (size_t)c->be->m_align);
     for (size_t r = 0; r < rows; r += step) {
         const size_t m = rows - r < step ? rows - r : step;
         linear_run(c, fc1, in + r * ld_in, ld_in, m, c->mlp, hid, 0, act);
-        linear_run(c, fc2, c->mlp, hid, m, out + r * ld_out, ld_out, accumulate, GEMM_EPI_NONE);
+        linear_run(c, fc2, c->mlp, hid, m, out + r * ld_out, ld_out, accumulate, BE_ACT_NONE);
     }
 }
 
@@ -408,15 +407,15 @@ static void store_rows(const float *src, size_t rows, size_t cols, void *dst, si
 static void merger_to(qvl_ctx *c, const merger_w *mw, const float *in, size_t ld_in, size_t rows, void *dst,
                       size_t ld, qvl_dtype dt) {
     if (dt == QVL_DTYPE_F32) {
-        mlp_rows(c, &mw->fc1, &mw->fc2, GEMM_EPI_GELU_ERF, in, ld_in, rows, dst, ld, 0);
+        mlp_rows(c, &mw->fc1, &mw->fc2, BE_ACT_GELU_ERF, in, ld_in, rows, dst, ld, 0);
         return;
     }
-    const size_t hid = (size_t)mw->fc1.w.rows, O = (size_t)mw->fc2.w.rows, step = mlp_step(rows),
+    const size_t hid = (size_t)mw->fc1.w.rows, O = (size_t)mw->fc2.w.rows, step = mlp_step(rows, (size_t)c->be->m_align),
                  es = sizeof(uint16_t); /* bf16 / f16 */
     for (size_t r = 0; r < rows; r += step) {
         const size_t m = rows - r < step ? rows - r : step;
-        linear_run(c, &mw->fc1, in + r * ld_in, ld_in, m, c->mlp, hid, 0, GEMM_EPI_GELU_ERF);
-        linear_run(c, &mw->fc2, c->mlp, hid, m, c->stage, O, 0, GEMM_EPI_NONE);
+        linear_run(c, &mw->fc1, in + r * ld_in, ld_in, m, c->mlp, hid, 0, BE_ACT_GELU_ERF);
+        linear_run(c, &mw->fc2, c->mlp, hid, m, c->stage, O, 0, BE_ACT_NONE);
         store_rows(c->stage, m, O, (unsigned char *)dst + r * ld * es, ld, dt);
     }
 }
@@ -426,22 +425,22 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     size_t H = (size_t)k->hidden;
     qvl_profile *pf = &c->prof;
     double t0 = now_ms(), t1;
-    op_layernorm(c->x, H, c->a, H, S, H, b->norm1.w, b->norm1.b, k->ln_eps, c->pool);
+    c->be->layernorm(c->x, H, c->a, H, S, H, b->norm1.w, b->norm1.b, k->ln_eps, c->pool);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
-    linear_run(c, &b->qkv, c->a, H, S, c->qkv, 3 * H, 0, GEMM_EPI_NONE);
+    linear_run(c, &b->qkv, c->a, H, S, c->qkv, 3 * H, 0, BE_ACT_NONE);
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->pool);
     t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
-    attn_args at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
-                    .out = c->a, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
-                    .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim)};
-    attn_run_isa(&at, c->attn_ws, c->pool, (attn_isa)c->m->isa); /* the same numbering as gemm_isa */
+    be_attn at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
+                  .out = c->a, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
+                  .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim)};
+    c->be->attention(c->be, &at, c->attn_ws, c->pool);
     t1 = now_ms(), pf->attention_ms += t1 - t0, t0 = t1;
-    linear_run(c, &b->proj, c->a, H, S, c->x, H, 1, GEMM_EPI_NONE);
+    linear_run(c, &b->proj, c->a, H, S, c->x, H, 1, BE_ACT_NONE);
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
-    op_layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->pool);
+    c->be->layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->pool);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
-    mlp_rows(c, &b->fc1, &b->fc2, k->act == ACT_GELU_TANH ? GEMM_EPI_GELU_TANH : GEMM_EPI_GELU_ERF, c->a, H, S,
+    mlp_rows(c, &b->fc1, &b->fc2, k->act == ACT_GELU_TANH ? BE_ACT_GELU_TANH : BE_ACT_GELU_ERF, c->a, H, S,
              c->x, H, 1);
     pf->gemm_ms += now_ms() - t0;
 }
@@ -488,7 +487,7 @@ static qvl_status run_chain(qvl_ctx *c, size_t S, size_t n_seg, const tower_sink
             if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before DeepStack merger %d", d);
             const merger_w *mw = &c->m->deepstack[d];
             double t0 = now_ms();
-            op_layernorm(c->x, H * mm, c->a, H * mm, T, H * mm, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
+            c->be->layernorm(c->x, H * mm, c->a, H * mm, T, H * mm, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
             snprintf(name, sizeof name, "deepstack%d", d);
             mergers_out(c, mw, 1 + d, sinks, n_sinks, name);
             c->prof.merger_ms += now_ms() - t0;
@@ -498,7 +497,7 @@ static qvl_status run_chain(qvl_ctx *c, size_t S, size_t n_seg, const tower_sink
     if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before the merger");
     const merger_w *mw = &c->m->merger;
     double t0 = now_ms();
-    op_layernorm(c->x, H, c->a, H, S, H, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
+    c->be->layernorm(c->x, H, c->a, H, S, H, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
     mergers_out(c, mw, 0, sinks, n_sinks, "merged");
     c->prof.merger_ms += now_ms() - t0;
     return QVL_OK;
@@ -532,12 +531,12 @@ qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *ite
     if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before it started");
     double start = now_ms(), t0 = start;
     if (pixels) {
-        linear_run(c, &c->m->patch, pixels, (size_t)k->row_len, S, c->x, H, 0, GEMM_EPI_NONE);
+        linear_run(c, &c->m->patch, pixels, (size_t)k->row_len, S, c->x, H, 0, BE_ACT_NONE);
     } else { /* each item's rows where they are (the patch GEMM's bits do not depend on how M is split) */
         size_t r = 0;
         for (size_t i = 0; i < n_grids; i++) {
             const size_t n = qvl_patch_rows(&grids[i], 1);
-            linear_run(c, &c->m->patch, item_rows[i], (size_t)k->row_len, n, c->x + r * H, H, 0, GEMM_EPI_NONE);
+            linear_run(c, &c->m->patch, item_rows[i], (size_t)k->row_len, n, c->x + r * H, H, 0, BE_ACT_NONE);
             r += n;
         }
     }
@@ -585,7 +584,11 @@ qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_
     tower_sink sink = {.t0 = 0, .n = qvl_patch_rows(grids, n_grids) / ((size_t)k->merge * k->merge),
                        .ld = (size_t)k->out_hidden, .dtype = QVL_DTYPE_F32};
     sink.dst[0] = merged;
-    for (int d = 0; d < k->n_deepstack; d++) /* a DeepStack feature the caller skips still reaches the tap */
+    /* A DeepStack feature the caller skips still reaches the tap, through c->ds: reserve first, so that c->ds
+     * exists on a context's first encode (before, it was NULL then, and those features were silently skipped). */
+    if (c->tap && k->n_deepstack > 0 && sink.n > 0 && qvl_patch_rows(grids, n_grids) == n_rows)
+        TRY(tower_reserve(c, n_rows, 0, err));
+    for (int d = 0; d < k->n_deepstack; d++)
         sink.dst[1 + d] = deepstack && deepstack[d] ? deepstack[d] : c->tap ? c->ds : NULL;
     TRY(tower_encode(c, pixels, NULL, n_rows, grids, n_grids, &sink, 1, err));
     const size_t O = (size_t)k->out_hidden;

@@ -26,6 +26,8 @@ if [[ "${KEEP_CKPT:-0}" == 1 ]]; then echo "make_fixtures: checkpoints kept in $
 # Grid sides are chosen so that most of them do not land exactly on position-table rows (real bilinear weights).
 # tiny_tiles: one 272-row segment, so attention runs two query tiles (192 + 80) over key tiles 64 + 64 + 64 + 80
 # (the last one having taken a 16-key tail), and the GEMMs several M blocks.
+# wide_deep: the full 27-block Qwen3.5-27B tower (first and last block stored), where the bf16 precision's
+# fidelity gates are set against transformers' bf16 error after it has compounded over the whole depth.
 CASES=(
   "tiny_single   | tiny        | 1 | 0 | preset | --grid 1,8,8 --seed 101"
   "tiny_multi    | tiny        | 1 | 0 | preset | --grid 1,4,6 --grid 1,8,4 --grid 1,2,2 --seed 102"
@@ -34,6 +36,7 @@ CASES=(
   "wide_single   | qwen3.5-27b | 2 | 2 | preset | --grid 1,4,4 --seed 104"
   "w2b_deepstack | qwen3-vl-2b | 3 | 4 | 1,3    | --grid 1,4,4 --grid 1,2,4 --seed 105"
   "tiny_tiles    | tiny        | 1 | 0 | preset | --grid 1,8,34 --seed 107"
+  "wide_deep     | qwen3.5-27b | 2 | 0 | preset | --grid 1,4,4 --seed 108 --stages ends"
 )
 
 # End to end: an image file through transformers' load_image, AutoImageProcessor and vision model (f32).
@@ -61,7 +64,7 @@ for c in "${CASES[@]}"; do
   fp="$("$QVL" info --model "$ckpt" | awk '$1 == "fingerprint:" {print $2}')"
   [[ -n "$fp" ]] || { echo "make_fixtures: no fingerprint from qvl info" >&2; exit 1; }
   # shellcheck disable=SC2086
-  "$PYTHON" tests/oracle/oracle.py --model "$ckpt" $oracle --stages all --out "$OUTDIR/$name.safetensors" \
+  "$PYTHON" tests/oracle/oracle.py --model "$ckpt" --stages all $oracle --out "$OUTDIR/$name.safetensors" \
     --meta synth_preset="$preset" --meta synth_seed="$seed" --meta synth_depth="$depth" \
     --meta synth_deepstack="$ds" --meta fingerprint="$fp" --meta pos_mode=closed
 done

@@ -7,7 +7,17 @@
  *   gate 1: ‖ours − ref‖ / ‖ref‖ ≤ 1e-4 against the float32 oracle;
  *   gate 2: that error is no larger than transformers' own bf16 run's error at the same stage;
  *   gate 3: max |ours − ref| / rms(ref) ≤ 1e-4, so that an error confined to a few values (one wrong row or
- *           element), which barely moves the L2 norm of a large stage, still fails (docs/PARITY.md). */
+ *           element), which barely moves the L2 norm of a large stage, still fails (docs/PARITY.md).
+ * Then the same rows through a model loaded with precision bf16 (bf16 GEMM and attention operands, f32
+ * accumulation; the portable bf16 kernels where the CPU has no AVX512-BF16), against the same float32 oracle:
+ *   gate 4: at every block, ‖ours − ref‖ / ‖ref‖ ≤ 1/2 of transformers' bf16 run's error at that stage; at the
+ *           merged output and every DeepStack feature of a full-depth tower (wide_deep: all 27 blocks) ≤ 1/3 of
+ *           it, of a truncated tower (2-4 blocks) ≤ 1/2; patch and pos no worse than it.
+ *           Why the two: transformers' bf16 error compounds with depth (every op rounds the residual stream) while
+ *           ours grows slowly, so the ratio falls with depth: measured (bench/bf16_fidelity.sh, 448²) from 0.40 at
+ *           block 0 to 0.28 at block 26 and 0.275 at the merged output of the 27-block Qwen3.5-27B tower, but
+ *           0.385-0.39 at the merged output of the 2- and 4-block fixtures, and 0.35 at Qwen3-VL-2B's first DeepStack
+ *           feature (block 5) at full depth: a 1/3 gate there is not met by this arithmetic (docs/PARITY.md). */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +32,8 @@
 
 #define REL_GATE 1e-4
 #define MAXABS_GATE 1e-4 /* max |ours − ref| / rms(ref); measured ≤ 6.7e-6 over the committed fixtures */
+#define BF16_BLOCK_GATE 0.5  /* bf16 precision: block error / transformers-bf16 error at that block */
+#define BF16_OUTPUT_GATE (1.0 / 3.0) /* bf16 precision, full-depth towers: merged and DeepStack error / tf-bf16's */
 
 typedef struct stage_store {
     char names[64][32];
@@ -65,6 +77,59 @@ static double scaled_max(double maxabs, const float *ref, size_t n) {
 static int meta_int(const st_file *f, const char *key, int dflt) {
     const char *v = st_meta(f, key);
     return v ? atoi(v) : dflt;
+}
+
+/* Gate 4 (see the top): the fixture's rows through a bf16-precision model of checkpoint `dir`. */
+static void bf16_pass(const st_file *fx, const char *dir, int linspace, const float *pixels, size_t S,
+                      const qvl_grid *grids, size_t n_grids, float *merged) {
+    const int full_depth = meta_int(fx, "synth_depth", 0) == 0; /* the preset's own depth */
+    qvl_error err;
+    qvl_load_params lp;
+    qvl_load_params_default(&lp);
+    lp.precision = QVL_PRECISION_BF16;
+    qvl_model *m = NULL;
+    CHECK(qvl_model_load(dir, &lp, &m, &err) == QVL_OK);
+    if (!m) { fprintf(stderr, "bf16 load: %s\n", err.message); return; }
+    qvl_model_info info;
+    qvl_model_get_info(m, &info);
+    CHECK(info.precision == QVL_PRECISION_BF16);
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    cp.pos_mode = linspace ? QVL_POS_LINSPACE : QVL_POS_CLOSED_FORM;
+    qvl_ctx *ctx = NULL;
+    CHECK(qvl_ctx_create(m, &cp, &ctx, &err) == QVL_OK);
+    stage_store st = {0};
+    if (ctx) {
+        qvl_ctx_set_tap(ctx, on_tap, &st);
+        CHECK(qvl_encode(ctx, pixels, S, grids, n_grids, merged, NULL, &err) == QVL_OK);
+    }
+    printf("  precision bf16 (%s kernels):\n  %-12s %12s %12s %12s %8s\n", info.backend, "stage", "rel err",
+           "tf-bf16 rel", "ratio", "gate");
+    int compared = 0;
+    for (int i = 0; i < st.n; i++) {
+        const st_tensor *ref = st_find(fx, st.names[i]);
+        char key[64];
+        snprintf(key, sizeof key, "bf16_relerr.%s", st.names[i]);
+        const char *b = st_meta(fx, key);
+        if (!ref || !b) continue;
+        size_t n;
+        float *r = tensor_f32(ref, &n);
+        CHECK(n == st.rows[i] * st.cols[i]);
+        if (n != st.rows[i] * st.cols[i]) { free(r); continue; }
+        double maxabs, rel = tu_relerr(st.data[i], r, n, &maxabs), bf = atof(b);
+        const int blk = strncmp(st.names[i], "blk", 3) == 0;
+        const int out = strcmp(st.names[i], "merged") == 0 || strncmp(st.names[i], "deepstack", 9) == 0;
+        const double gate = blk ? BF16_BLOCK_GATE : out ? (full_depth ? BF16_OUTPUT_GATE : BF16_BLOCK_GATE) : 1.0;
+        printf("  %-12s %12.3e %12.3e %12.3f %8.3f%s\n", st.names[i], rel, bf, bf > 0 ? rel / bf : 0.0, gate,
+               rel <= gate * bf ? "" : "  FAIL");
+        CHECK(rel <= gate * bf);
+        compared++;
+        free(r);
+    }
+    CHECK(compared >= 4);
+    for (int i = 0; i < st.n; i++) free(st.data[i]);
+    qvl_ctx_free(ctx);
+    qvl_model_free(m);
 }
 
 static void run_fixture(const char *path) {
@@ -179,6 +244,7 @@ static void run_fixture(const char *path) {
         free(hid); free(pq); free(ref_l); free(ref_m); free(outb);
     }
     for (int i = 0; i < st.n; i++) free(st.data[i]);
+    bf16_pass(fx, dir, pm && strcmp(pm, "linspace") == 0, pixels, S, grids, n_grids, merged);
     free(pixels);
     free(merged);
     qvl_ctx_free(ctx);

@@ -1,7 +1,7 @@
 /* convert.c — scalar dtype conversions (bf16, f16 ↔ f32), bit-exact round-to-nearest-even. */
 #include <string.h>
 
-#include "cpu/ops.h"
+#include "core/convert.h"
 
 static inline uint32_t f32_bits(float f) {
     uint32_t u;

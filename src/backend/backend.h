@@ -1,0 +1,84 @@
+/* backend.h — the compute backend the tower runs on: one descriptor (kernel set + arithmetic precision) chosen
+ * when the model is loaded, and the handful of operations the forward pass (src/model/tower.c) calls through it.
+ *
+ * The tower knows nothing of ISAs, tile sizes or panel layouts: it asks the backend to pack each Linear's weight
+ * once (backend_pack), to size its workspaces, and then to run
+ *   - linear:    C[M, N] (=|+=) act(A[M, K] · Wᵀ + bias), A and C float32 (row strides lda, ldc), W packed;
+ *                with accumulate, C = C + act(A·Wᵀ + bias) (the residual add);
+ *   - attention: softmax(q·kᵀ·scale)·v over segments, per head (no mask, no n×n matrix);
+ *   - layernorm: row-wise, statistics in double (see the cpu implementation).
+ * Every operation threads over the pool it is given and its result does not depend on the thread count.
+ *
+ * The backends are entries of one table (backend_cpu.c): f32 portable, f32 AVX2, f32 AVX-512, and bf16 on
+ * AVX512-BF16 (VDPBF16PS) and its portable reference. An AMX bf16 set, a NEON or a CUDA backend is a new entry and
+ * touches no caller. Private to the library. */
+#ifndef QVL_BACKEND_BACKEND_H
+#define QVL_BACKEND_BACKEND_H
+
+#include <stddef.h>
+
+#include "core/pool.h"
+#include "qvl.h"
+
+/* Epilogue of a linear, applied in f32 on the accumulators (values equal to the cpu GEMM's gemm_epilogue). */
+typedef enum be_act { BE_ACT_NONE = 0, BE_ACT_GELU_TANH = 1, BE_ACT_GELU_ERF = 2 } be_act;
+
+/* Arithmetic of one packed weight's GEMM. F32: A and W widened to f32, f32 FMA chain. BF16: A rounded to bf16
+ * (nearest even) while packing, W stored as bf16, bf16 products accumulated in f32. */
+typedef enum be_arith { BE_ARITH_F32 = 0, BE_ARITH_BF16 = 1 } be_arith;
+
+/* A weight [N, K] packed once at load into the backend's panel layout. The fields are the backend's to read;
+ * callers keep the struct and the memory (backend_pack_size bytes, 64-byte aligned) alive while it is used. */
+typedef struct be_weight {
+    int N, K;
+    qvl_dtype dtype; /* panel element type: QVL_DTYPE_F32 or QVL_DTYPE_BF16 */
+    unsigned order;  /* element order of bf16 panels (cpu/gemm.h, gemm_bf16_order) */
+    be_arith arith;
+    const void *data;
+} be_weight;
+
+typedef struct be_attn {
+    const float *q, *k, *v; /* rotary applied; head h at columns [h·hd, (h+1)·hd) */
+    size_t ldq, ldk, ldv;
+    float *out;
+    size_t ldo;
+    int n_heads, head_dim;
+    const int *cu; /* cu[0] = 0 ... cu[n_seg] = S: segment boundaries */
+    int n_seg;
+    float scale;
+} be_attn;
+
+typedef struct backend backend;
+struct backend {
+    const char *name;      /* "avx512", "avx2", "portable", "avx512bf16", "portable-bf16" */
+    int isa;               /* qvl_isa of its f32 GEMM kernels (QVL_ISA_AVX512, ..., 1 for portable) */
+    qvl_precision precision;
+    /* Row chunks of the MLPs should be multiples of this (the GEMM's M block), so chunking adds no partial tiles. */
+    int m_align;
+    /* Bytes for a [N, K] weight stored as `dtype`, packed for arithmetic `ar` (0 when N or K <= 0). */
+    size_t (*pack_size)(int N, int K, qvl_dtype dtype, be_arith ar);
+    /* Pack B [N, K] (row stride ldb, stored dtype, may be unaligned) into buf; 0, or -1 for a bad shape. */
+    int (*pack)(const backend *be, be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                be_arith ar, thread_pool *pool);
+    size_t (*linear_ws)(int n_threads);
+    void (*linear)(const backend *be, const be_weight *w, const float *A, size_t lda, int M, const float *bias,
+                   float *C, size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool);
+    size_t (*attention_ws)(int head_dim, int n_threads);
+    void (*attention)(const backend *be, const be_attn *a, void *ws, thread_pool *pool);
+    void (*layernorm)(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
+                      const float *b, float eps, thread_pool *pool);
+    int kernel; /* the backend's own kernel-set index (private to its implementation) */
+};
+
+/* The backend for a kernel-set request and a precision into *out (AUTO resolved for this CPU: AVX-512, else
+ * AVX2, else portable; auto precision: bf16 where AVX512-BF16 exists, else f32; bf16 without AVX512-BF16: the
+ * portable bf16 set, correct but slow). QVL_ERR_UNSUPPORTED when this CPU lacks what was asked,
+ * QVL_ERR_INVALID_ARG for unknown values. */
+qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **out, qvl_error *err);
+/* The bf16 backend auto or bf16 would choose on this CPU, or NULL (none: bf16 precision is refused). */
+const backend *backend_bf16_available(void);
+/* Every backend of the table (tests): *n entries; some may not run on this CPU (backend_runs). */
+const backend *const *backend_table(size_t *n);
+int backend_runs(const backend *be);
+
+#endif

@@ -1,0 +1,96 @@
+/* attention_bf16.c — attention in bf16 arithmetic (precision bf16; the definition is in bf16.h): the portable
+ * block, which is the definition one query row at a time, the reference built on it, and the dispatch to the
+ * AVX512-BF16 block. Work items and threads come from attention.c's driver (attn_run_blocks). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cpu.h"
+#include "cpu/bf16.h"
+#include "cpu/kernels_avx2.h" /* the attention tiling (attn_key_tile, ATTN_BQ_MAX, ATTN_BK_MAX); portable inlines */
+
+static size_t hd_pad(int hd) { return ((size_t)hd + 15) & ~(size_t)15; }
+
+/* Per thread: Q pairs [BQ_MAX][hp], Kᵀ pairs [hp][BK_MAX], V pairs [BK_MAX/2][hd_pad], scores [BQ_MAX][BK_MAX],
+ * P pairs [BQ_MAX][BK_MAX/2], output [BQ_MAX][hd_pad], running max and sum [BQ_MAX] each (in floats). */
+size_t attn_bf16_block_floats(int hd) {
+    const size_t hp = ((size_t)hd + 1) / 2, dp = hd_pad(hd);
+    size_t n = (size_t)ATTN_BQ_MAX * hp + hp * ATTN_BK_MAX + (size_t)ATTN_BK_MAX / 2 * dp +
+               (size_t)ATTN_BQ_MAX * ATTN_BK_MAX + (size_t)ATTN_BQ_MAX * ATTN_BK_MAX / 2 + (size_t)ATTN_BQ_MAX * dp +
+               2 * (size_t)ATTN_BQ_MAX;
+    return (n + 15) & ~(size_t)15;
+}
+
+size_t attn_bf16_workspace_size(int head_dim, int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    if (head_dim < 1) head_dim = 1;
+    return (size_t)n_threads * attn_bf16_block_floats(head_dim) * sizeof(float) + 64;
+}
+
+static inline float rb(float x) { return bf16_float(bf16_round(x)); }
+
+/* The definition for one query tile: scores, online softmax and P·V per row, key tiles of attn_key_tile. ws: the
+ * scores [BK_MAX] and output [hd] of one row at its start. */
+static void block_portable(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+                           float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+    float *s = ws, *o = ws + ATTN_BK_MAX;
+    for (int i = 0; i < nq; i++) {
+        const float *qi = q + (size_t)i * ldq;
+        float m = -INFINITY, l = 0.0f;
+        for (int d = 0; d < hd; d++) o[d] = 0.0f;
+        for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
+            nkt = attn_key_tile(nk, j0);
+            float mx = -INFINITY;
+            for (int j = 0; j < nkt; j++) {
+                const float *kj = k + (size_t)(j0 + j) * ldk;
+                float acc = 0.0f;
+                for (int d = 0; d < hd; d += 2) {
+                    const int two = d + 1 < hd;
+                    acc = bf16_pair(acc, rb(qi[d]), rb(kj[d]), two ? rb(qi[d + 1]) : 0.0f, two ? rb(kj[d + 1]) : 0.0f);
+                }
+                s[j] = acc * scale;
+                mx = fmaxf(mx, s[j]);
+            }
+            const float m_new = fmaxf(m, mx), alpha = bf16_exp(m - m_new);
+            for (int j = 0; j < nkt; j++) s[j] = rb(bf16_exp(s[j] - m_new));
+            l = l * alpha + bf16_row_sum(s, nkt);
+            m = m_new;
+            for (int d = 0; d < hd; d++) {
+                float acc = o[d] * alpha;
+                for (int j = 0; j < nkt; j += 2) {
+                    const int two = j + 1 < nkt;
+                    acc = bf16_pair(acc, s[j], rb(v[(size_t)(j0 + j) * ldv + d]), two ? s[j + 1] : 0.0f,
+                                    two ? rb(v[(size_t)(j0 + j + 1) * ldv + d]) : 0.0f);
+                }
+                o[d] = acc;
+            }
+        }
+        for (int d = 0; d < hd; d++) out[(size_t)i * ldo + d] = o[d] / l;
+    }
+}
+
+void attn_bf16_run(int set, const attn_args *a, void *ws, thread_pool *pool) {
+    attn_block_fn block = block_portable;
+#if QVL_WITH_X86
+    if (set == BF16_SET_AVX512BF16 && a->head_dim % 2 == 0 && a->head_dim <= 128) block = attn_bf16_block_avx512bf16;
+#else
+    (void)set;
+#endif
+    attn_run_blocks(a, ws, pool, block, attn_bf16_block_floats(a->head_dim));
+}
+
+void attn_bf16_ref(const attn_args *a) {
+    float *ws = malloc(((size_t)ATTN_BK_MAX + (size_t)a->head_dim) * sizeof(float));
+    if (!ws) return; /* tests only: a failure shows as unwritten (NaN-poisoned) output */
+    for (int sg = 0; sg < a->n_seg; sg++) {
+        const int base = a->cu[sg], len = a->cu[sg + 1] - base;
+        for (int h = 0; h < a->n_heads; h++) {
+            const size_t col = (size_t)h * a->head_dim;
+            block_portable(a->q + (size_t)base * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
+                           a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)base * a->ldo + col, a->ldo,
+                           len, len, a->head_dim, a->scale, ws);
+        }
+    }
+    free(ws);
+}

@@ -1,0 +1,118 @@
+/* bf16.h — the bf16 arithmetic of the tower (precision bf16): the GEMM and attention drivers, their kernel sets,
+ * and the portable definition of the arithmetic every set reproduces bit for bit.
+ *
+ * The arithmetic is that of VDPBF16PS (AVX512-BF16): operands are bf16 (f32 rounded to nearest even, NaN kept
+ * quiet), consumed in pairs (elements 2p, 2p+1 of the reduction), and each pair updates an f32 accumulator as
+ *   acc = ftz(fma(x[2p+1], y[2p+1], daz(acc)));  acc = ftz(fma(x[2p], y[2p], acc))
+ * with denormal inputs read as zero (daz) and denormal results flushed to zero (ftz). A reduction of odd length
+ * is padded with a zero pair. A GEMM element is one such chain over k from 0 (its K blocks continue the chain),
+ * then the f32 epilogue (bias, GELU, residual) as in the f32 GEMM. Attention: scores s = chain(q, k)·scale; an
+ * online softmax over key tiles (attn_key_tile) in f32 with bf16_exp; p = bf16(exp(s − m)); the row sum adds the
+ * rounded p in a fixed 16-lane order (bf16_row_sum); o = o·α, then o = chain(p, v) over key pairs; out = o / l. */
+#ifndef QVL_CPU_BF16_H
+#define QVL_CPU_BF16_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/pool.h"
+#include "cpu/attention.h"
+
+/* Kernel sets of the bf16 drivers. */
+enum { BF16_SET_PORTABLE = 0, BF16_SET_AVX512BF16 = 1 };
+
+static inline float bf16_daz(float x) { return fabsf(x) < 1.17549435e-38f ? copysignf(0.0f, x) : x; }
+/* One pair step of the chain (see above), on values already rounded to bf16. */
+static inline float bf16_pair(float acc, float x0, float y0, float x1, float y1) {
+    acc = bf16_daz(fmaf(bf16_daz(x1), bf16_daz(y1), bf16_daz(acc)));
+    return bf16_daz(fmaf(bf16_daz(x0), bf16_daz(y0), acc));
+}
+/* f32 → bf16 bits, nearest even, NaN quiet (op_f32_to_bf16's rule, inlined for the packers). */
+static inline uint16_t bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float bf16_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* exp(x) for x <= 0 (softmax arguments), 0 below −87.3 and for NaN: Cody–Waite reduction by ln 2 and Cephes'
+ * degree-6 polynomial, in separate multiplies and adds (the SIMD kernels do the same operations lane-wise), within
+ * 2 ulp of expf. */
+static inline float bf16_exp(float x) {
+    if (!(x >= -87.3f)) return 0.0f;
+    const float n = nearbyintf(x * 1.44269504088896341f);
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r;
+    p = p + 1.0f;
+    const uint32_t e = (uint32_t)((int)n + 127) << 23;
+    float s;
+    memcpy(&s, &e, 4);
+    return p * s;
+}
+
+/* ---- GEMM: C[M, N] (=|+=) act(A · Wᵀ + bias), W packed by gemm_bf16_pack ---- */
+
+/* Panel layout: ceil(N/16) panels of 16 columns; panel p holds ceil(K/2) pair steps of 16 dwords, dword j of step
+ * q = (bf16 W[16p + j][2q] in the low half, W[16p + j][2q + 1] in the high half), zero past N and past K. */
+size_t gemm_bf16_pack_size(int N, int K);
+/* Pack B [N, K] (stored dtype, row stride ldb, may be unaligned): bf16 kept as stored, f32/f16 rounded once.
+ * Returns 0, or -1 for a bad shape or a misaligned buf. Sets out->arith = BE_ARITH_BF16. */
+int gemm_bf16_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                   thread_pool *pool);
+size_t gemm_bf16_workspace_size(int n_threads);
+void gemm_bf16_run(int set, const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
+                   size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool);
+/* The definition, element by element (tests): no blocking, no workspace, one thread. */
+void gemm_bf16_ref(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
+                   int accumulate, be_act act);
+
+/* Micro-tile of the bf16 GEMM: BF16_MR rows x 32 columns (16 when b1 is NULL). a: kp pair steps of BF16_MR dwords
+ * (row i's pair at a[q·MR + i]); b0, b1: kp pair steps of 16 dwords (panel layout). c: BF16_MR rows at stride ldc;
+ * first != 0: the chains start at 0, else they continue from c. */
+enum { BF16_MR = 14 };
+typedef void (*gemm_bf16_ukr_fn)(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c,
+                                 size_t ldc, int first);
+/* Rows [0, mr) of A (stride lda), columns [k0, k0 + 2·kp) clipped to K, rounded into a pair micro-panel
+ * (zero past mr and K). */
+typedef void (*gemm_bf16_pack_a_fn)(const float *a, size_t lda, int mr, int kp, int kvalid, uint32_t *ap);
+void gemm_bf16_ukr_avx512bf16(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c,
+                              size_t ldc, int first);
+void gemm_bf16_pack_a_avx512bf16(const float *a, size_t lda, int mr, int kp, int kvalid, uint32_t *ap);
+
+/* ---- attention ---- */
+size_t attn_bf16_workspace_size(int head_dim, int n_threads);
+void attn_bf16_run(int set, const attn_args *a, void *ws, thread_pool *pool);
+/* The definition: one query row at a time, same key tiles (tests; allocates nothing, one thread). */
+void attn_bf16_ref(const attn_args *a);
+/* Floats of per-thread scratch of the bf16 blocks, and the AVX512-BF16 block (hd even, hd <= 128). */
+size_t attn_bf16_block_floats(int hd);
+void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+                                float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
+
+/* Sum of n (<= 16·chunks) values in the order of the SIMD kernels: 16 lane sums (value i to lane i % 16, in
+ * order, from 0), then lanes t and t + 8, t + 4, t + 2, t + 1 added pairwise. */
+static inline float bf16_row_sum(const float *p, int n) {
+    float l[16] = {0};
+    for (int i = 0; i < n; i++) l[i & 15] = l[i & 15] + p[i];
+    for (int w = 8; w >= 1; w >>= 1)
+        for (int t = 0; t < w; t++) l[t] = l[t] + l[t + w];
+    return l[0];
+}
+
+#endif

@@ -1,0 +1,217 @@
+/* gemm_bf16.c — the bf16 GEMM (precision bf16; arithmetic defined in bf16.h): weight packing into pair panels,
+ * the blocked driver, the portable micro-tile and the element-by-element definition.
+ *
+ * Driver: items are (M block of up to BF16_MC rows, N block of up to BF16_NC columns), handed out dynamically to
+ * the pool's threads. Per item, K runs in blocks of BF16_KP pair steps: A's rows are rounded to bf16 pairs into a
+ * per-thread micro-panel block, each 32-column B tile (two panels, read in place) is streamed against every
+ * 14-row A micro-panel, and the micro-tiles continue their f32 chains in a per-thread partial-sum block Cb. After
+ * the last K block the epilogue (bias, GELU, residual) runs once per element. K is never split across threads
+ * and every element's chain runs over k from 0 in order, so results are bit-identical for any thread count, any
+ * blocking, and between the portable and the AVX512-BF16 micro-tiles. */
+#include <stdint.h>
+#include <string.h>
+
+#include "core/cpu.h"
+#include "cpu/bf16.h"
+#include "cpu/ops.h"
+
+enum {
+    BF16_NR = 16,    /* panel width; a micro-tile spans two panels */
+    BF16_KP = 192,   /* pair steps per K block: a 32-column B tile of 192 steps is 24 KiB, L1-resident */
+    BF16_MC = 42,    /* rows per M block (3 micro-tiles; the MLP row chunks are multiples of it) */
+    BF16_NC = 1536,  /* columns per N block (Cb's row stride) */
+};
+
+#define BF16_AP_BYTES ((size_t)BF16_MC * BF16_KP * 4)
+#define BF16_CB_BYTES ((size_t)BF16_MC * BF16_NC * 4)
+#define BF16_THREAD_BYTES (BF16_AP_BYTES + BF16_CB_BYTES)
+
+size_t gemm_bf16_workspace_size(int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    return (size_t)n_threads * BF16_THREAD_BYTES + 64;
+}
+
+size_t gemm_bf16_pack_size(int N, int K) {
+    if (N <= 0 || K <= 0) return 0;
+    const size_t bytes = (size_t)(N + BF16_NR - 1) / BF16_NR * BF16_NR * (size_t)((K + 1) / 2) * 4;
+    return (bytes + 63) & ~(size_t)63;
+}
+
+/* Element (j, k) of B as bf16 bits: bf16 as stored, f32 / f16 rounded to nearest even. */
+static uint16_t b_bf16(const unsigned char *B, qvl_dtype dt, size_t ldb, size_t j, size_t k) {
+    if (dt == QVL_DTYPE_BF16) {
+        uint16_t h;
+        memcpy(&h, B + (j * ldb + k) * 2, 2);
+        return h;
+    }
+    if (dt == QVL_DTYPE_F16) {
+        uint16_t h;
+        memcpy(&h, B + (j * ldb + k) * 2, 2);
+        return bf16_round(op_f16_to_f32(h));
+    }
+    float f;
+    memcpy(&f, B + (j * ldb + k) * 4, 4);
+    return bf16_round(f);
+}
+
+typedef struct bpack_job {
+    const unsigned char *B;
+    qvl_dtype dt;
+    size_t ldb;
+    int N, K;
+    uint32_t *buf;
+} bpack_job;
+
+static void bpack_panel(void *ctx, long p, int thread) {
+    (void)thread;
+    const bpack_job *j = ctx;
+    const int KP = (j->K + 1) / 2, j0 = (int)p * BF16_NR;
+    uint32_t *d = j->buf + (size_t)p * KP * BF16_NR;
+    for (int q = 0; q < KP; q++)
+        for (int c = 0; c < BF16_NR; c++) {
+            uint32_t lo = 0, hi = 0;
+            if (j0 + c < j->N) {
+                lo = b_bf16(j->B, j->dt, j->ldb, (size_t)(j0 + c), (size_t)(2 * q));
+                if (2 * q + 1 < j->K) hi = b_bf16(j->B, j->dt, j->ldb, (size_t)(j0 + c), (size_t)(2 * q + 1));
+            }
+            d[(size_t)q * BF16_NR + c] = lo | hi << 16;
+        }
+}
+
+int gemm_bf16_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                   thread_pool *pool) {
+    if (!out || !buf || !B || N <= 0 || K <= 0 || ldb < (size_t)K || ((uintptr_t)buf & 63)) return -1;
+    bpack_job j = {B, dtype, ldb, N, K, buf};
+    pool_run(pool, (N + BF16_NR - 1) / BF16_NR, bpack_panel, &j);
+    out->N = N;
+    out->K = K;
+    out->dtype = QVL_DTYPE_BF16;
+    out->order = 0;
+    out->arith = BE_ARITH_BF16;
+    out->data = buf;
+    return 0;
+}
+
+/* ---- portable micro-tile and A packer ---- */
+
+static void ukr_portable(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c, size_t ldc,
+                         int first) {
+    const int nr = b1 ? 2 * BF16_NR : BF16_NR;
+    for (int i = 0; i < BF16_MR; i++)
+        for (int j = 0; j < nr; j++) {
+            const uint32_t *b = j < BF16_NR ? b0 + j : b1 + (j - BF16_NR);
+            float acc = first ? 0.0f : c[(size_t)i * ldc + j];
+            for (int q = 0; q < kp; q++) {
+                const uint32_t x = a[(size_t)q * BF16_MR + i], y = b[(size_t)q * BF16_NR];
+                acc = bf16_pair(acc, bf16_float((uint16_t)x), bf16_float((uint16_t)y), bf16_float((uint16_t)(x >> 16)),
+                                bf16_float((uint16_t)(y >> 16)));
+            }
+            c[(size_t)i * ldc + j] = acc;
+        }
+}
+
+static void pack_a_portable(const float *a, size_t lda, int mr, int kp, int kvalid, uint32_t *ap) {
+    for (int q = 0; q < kp; q++)
+        for (int i = 0; i < BF16_MR; i++) {
+            uint32_t lo = 0, hi = 0;
+            if (i < mr) {
+                if (2 * q < kvalid) lo = bf16_round(a[(size_t)i * lda + 2 * (size_t)q]);
+                if (2 * q + 1 < kvalid) hi = bf16_round(a[(size_t)i * lda + 2 * (size_t)q + 1]);
+            }
+            ap[(size_t)q * BF16_MR + i] = lo | hi << 16;
+        }
+}
+
+/* ---- epilogue (the f32 GEMM's operations in its order: + bias, GELU, then store or add) ---- */
+
+static void epilogue_row(float *t, const float *bias, int n, be_act act, float *c, int accumulate) {
+    if (bias)
+        for (int j = 0; j < n; j++) t[j] = t[j] + bias[j];
+    if (act == BE_ACT_GELU_TANH) op_gelu_tanh(t, (size_t)n);
+    else if (act == BE_ACT_GELU_ERF) op_gelu_erf(t, (size_t)n);
+    if (accumulate)
+        for (int j = 0; j < n; j++) c[j] = c[j] + t[j];
+    else
+        memcpy(c, t, (size_t)n * sizeof(float));
+}
+
+/* ---- driver ---- */
+
+typedef struct bgemm_job {
+    const be_weight *w;
+    const float *A;
+    size_t lda;
+    int M;
+    const float *bias;
+    float *C;
+    size_t ldc;
+    int accumulate;
+    be_act act;
+    gemm_bf16_ukr_fn ukr;
+    gemm_bf16_pack_a_fn pack_a;
+    int nb_m;
+    unsigned char *ws;
+} bgemm_job;
+
+static void bgemm_task(void *ctx, long it, int thread) {
+    const bgemm_job *j = ctx;
+    const be_weight *w = j->w;
+    const int i0 = (int)(it % j->nb_m) * BF16_MC, mc = j->M - i0 < BF16_MC ? j->M - i0 : BF16_MC;
+    const int j0 = (int)(it / j->nb_m) * BF16_NC, nc = w->N - j0 < BF16_NC ? w->N - j0 : BF16_NC;
+    const int KP = (w->K + 1) / 2;
+    unsigned char *ws = j->ws + (size_t)thread * BF16_THREAD_BYTES;
+    uint32_t *ap = (uint32_t *)(void *)ws;
+    float *cb = (float *)(void *)(ws + BF16_AP_BYTES);
+    const uint32_t *panels = w->data;
+    for (int q0 = 0; q0 < KP; q0 += BF16_KP) {
+        const int kp = KP - q0 < BF16_KP ? KP - q0 : BF16_KP;
+        for (int ir = 0; ir < mc; ir += BF16_MR)
+            j->pack_a(j->A + (size_t)(i0 + ir) * j->lda + 2 * (size_t)q0, j->lda, mc - ir < BF16_MR ? mc - ir : BF16_MR,
+                      kp, w->K - 2 * q0, ap + (size_t)ir * kp);
+        for (int jr = 0; jr < nc; jr += 2 * BF16_NR) {
+            const uint32_t *b0 = panels + ((size_t)(j0 + jr) / BF16_NR * KP + (size_t)q0) * BF16_NR;
+            const uint32_t *b1 = nc - jr > BF16_NR ? b0 + (size_t)KP * BF16_NR : NULL;
+            for (int ir = 0; ir < mc; ir += BF16_MR)
+                j->ukr(kp, ap + (size_t)ir * kp, b0, b1, cb + (size_t)ir * BF16_NC + jr, BF16_NC, q0 == 0);
+        }
+    }
+    for (int i = 0; i < mc; i++)
+        epilogue_row(cb + (size_t)i * BF16_NC, j->bias ? j->bias + j0 : NULL, nc, j->act,
+                     j->C + (size_t)(i0 + i) * j->ldc + j0, j->accumulate);
+}
+
+void gemm_bf16_run(int set, const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
+                   size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool) {
+    if (M <= 0 || w->N <= 0) return;
+    bgemm_job j = {w, A, lda, M, bias, C, ldc, accumulate, act, ukr_portable, pack_a_portable,
+                   (M + BF16_MC - 1) / BF16_MC, (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63)};
+#if QVL_WITH_X86
+    if (set == BF16_SET_AVX512BF16) {
+        j.ukr = gemm_bf16_ukr_avx512bf16;
+        j.pack_a = gemm_bf16_pack_a_avx512bf16;
+    }
+#else
+    (void)set;
+#endif
+    /* M-block-major within an N block, so items running close in time share B columns. */
+    pool_run(pool, (long)j.nb_m * ((w->N + BF16_NC - 1) / BF16_NC), bgemm_task, &j);
+}
+
+void gemm_bf16_ref(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
+                   int accumulate, be_act act) {
+    const int KP = (w->K + 1) / 2;
+    const uint32_t *panels = w->data;
+    for (int i = 0; i < M; i++)
+        for (int n = 0; n < w->N; n++) {
+            const float *a = A + (size_t)i * lda;
+            const uint32_t *b = panels + (size_t)(n / BF16_NR) * KP * BF16_NR + (size_t)(n % BF16_NR);
+            float acc = 0.0f;
+            for (int q = 0; q < KP; q++) {
+                const float x0 = bf16_float(bf16_round(a[2 * q]));
+                const float x1 = 2 * q + 1 < w->K ? bf16_float(bf16_round(a[2 * q + 1])) : 0.0f;
+                const uint32_t y = b[(size_t)q * BF16_NR];
+                acc = bf16_pair(acc, x0, bf16_float((uint16_t)y), x1, bf16_float((uint16_t)(y >> 16)));
+            }
+            epilogue_row(&acc, bias ? bias + n : NULL, 1, act, C + (size_t)i * ldc + n, accumulate);
+        }
+}

@@ -1,0 +1,111 @@
+/* test_backend.c — the compute-backend table (backend/backend.h): selection by kernel set and precision, and every
+ * entry this CPU runs against the kernels it stands for. f32 entries must give exactly gemm_run_isa's and
+ * attn_run_isa's bits for their set (the tower's f32 outputs depend on nothing else); bf16 entries exactly the
+ * bf16 definitions (gemm_bf16_ref, attn_bf16_ref) for bf16-arithmetic weights, and the f32 GEMM of their f32
+ * parts for f32 ones. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/cpu.h"
+#include "cpu/attention.h"
+#include "cpu/bf16.h"
+#include "cpu/gemm.h"
+#include "testutil.h"
+
+enum { M = 45, N = 70, K = 133, S = 90, NH = 2, HD = 72 };
+
+static void check_entry(const backend *be, const float *A, const float *B, const float *bias, const float *qkv) {
+    char what[96];
+    void *ws = malloc(be->linear_ws(2) > be->attention_ws(HD, 2) ? be->linear_ws(2) : be->attention_ws(HD, 2));
+    float *c1 = malloc(M * N * sizeof(float)), *c2 = malloc(M * N * sizeof(float));
+    for (int ar = 0; ar <= (be->precision == QVL_PRECISION_BF16); ar++) {
+        be_weight w;
+        void *buf = aligned_alloc(64, be->pack_size(N, K, QVL_DTYPE_F32, (be_arith)ar));
+        CHECK(be->pack(be, &w, buf, B, QVL_DTYPE_F32, K, N, K, (be_arith)ar, NULL) == 0);
+        CHECK(w.arith == (be_arith)ar);
+        for (int i = 0; i < M * N; i++) c1[i] = c2[i] = (float)(i % 7) * 0.25f;
+        be->linear(be, &w, A, K, M, bias, c1, N, 1, BE_ACT_GELU_TANH, ws, tu_pool(2));
+        if (ar == BE_ARITH_BF16) {
+            gemm_bf16_ref(&w, A, K, M, bias, c2, N, 1, BE_ACT_GELU_TANH);
+        } else {
+            gemm_packed pk;
+            void *pb = aligned_alloc(64, gemm_pack_size(N, K, QVL_DTYPE_F32, GEMM_PANEL_AUTO));
+            CHECK(gemm_pack_b_isa(&pk, pb, B, QVL_DTYPE_F32, K, N, K, GEMM_PANEL_AUTO, NULL, (gemm_isa)be->kernel) == 0);
+            gemm_args g = {.M = M, .N = N, .K = K, .A = A, .lda = K, .B = B, .b_dtype = QVL_DTYPE_F32, .ldb = K,
+                           .bias = bias, .C = c2, .ldc = N, .accumulate = 1, .epilogue = GEMM_EPI_GELU_TANH, .Bp = &pk};
+            void *gws = malloc(gemm_workspace_size(1));
+            gemm_run_isa(&g, gws, NULL, (gemm_isa)be->kernel);
+            free(gws);
+            free(pb);
+        }
+        snprintf(what, sizeof what, "%s linear (arith %d)", be->name, ar);
+        CHECK(tu_same_bytes((const unsigned char *)c1, (const unsigned char *)c2, M * N * sizeof(float), what));
+        free(buf);
+    }
+    const int cu[3] = {0, 37, S};
+    float *o1 = malloc((size_t)S * NH * HD * sizeof(float)), *o2 = malloc((size_t)S * NH * HD * sizeof(float));
+    be_attn a = {qkv, qkv + NH * HD, qkv + 2 * NH * HD, 3 * NH * HD, 3 * NH * HD, 3 * NH * HD, o1, NH * HD, NH, HD,
+                 cu, 2, 1.0f / sqrtf((float)HD)};
+    be->attention(be, &a, ws, tu_pool(2));
+    attn_args at = {qkv, qkv + NH * HD, qkv + 2 * NH * HD, 3 * NH * HD, 3 * NH * HD, 3 * NH * HD, o2, NH * HD, NH, HD,
+                    cu, 2, 1.0f / sqrtf((float)HD)};
+    if (be->precision == QVL_PRECISION_BF16) {
+        attn_bf16_ref(&at);
+    } else {
+        void *aws = malloc(attn_workspace_size(HD, 1));
+        attn_run_isa(&at, aws, NULL, (attn_isa)be->kernel);
+        free(aws);
+    }
+    snprintf(what, sizeof what, "%s attention", be->name);
+    CHECK(tu_same_bytes((const unsigned char *)o1, (const unsigned char *)o2, (size_t)S * NH * HD * sizeof(float), what));
+    free(o1), free(o2), free(c1), free(c2), free(ws);
+}
+
+int main(void) {
+    uint32_t st = 5;
+    float *A = malloc(M * K * sizeof(float)), *B = malloc(N * K * sizeof(float)), *bias = malloc(N * sizeof(float));
+    float *qkv = malloc((size_t)S * 3 * NH * HD * sizeof(float));
+    for (int i = 0; i < M * K; i++) A[i] = tu_frand(&st);
+    for (int i = 0; i < N * K; i++) B[i] = tu_frand(&st) * 0.1f;
+    for (int i = 0; i < N; i++) bias[i] = tu_frand(&st);
+    for (int i = 0; i < S * 3 * NH * HD; i++) qkv[i] = tu_frand(&st) * 2.0f;
+    size_t n;
+    const backend *const *t = backend_table(&n);
+    int ran = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(t[i]->name && t[i]->m_align > 0);
+        if (!backend_runs(t[i])) {
+            printf("backend %s: not run (this CPU lacks it)\n", t[i]->name);
+            continue;
+        }
+        check_entry(t[i], A, B, bias, qkv);
+        ran++;
+    }
+    CHECK(ran >= 2); /* the portable pair at least */
+
+    /* selection */
+    const backend *be = NULL;
+    qvl_error err;
+    CHECK(backend_select(QVL_ISA_AUTO, QVL_PRECISION_F32, &be, &err) == QVL_OK && be &&
+          be->precision == QVL_PRECISION_F32 && be->kernel == cpu_level());
+    CHECK(backend_select(QVL_ISA_AUTO, QVL_PRECISION_BF16, &be, &err) == QVL_OK && be &&
+          be->precision == QVL_PRECISION_BF16);
+    CHECK(backend_select(QVL_ISA_AUTO, QVL_PRECISION_AUTO, &be, &err) == QVL_OK && be &&
+          (be->precision == QVL_PRECISION_BF16) == (backend_bf16_available() != NULL));
+    CHECK(backend_select(QVL_ISA_AUTO, (qvl_precision)7, &be, &err) == QVL_ERR_INVALID_ARG && !be);
+    CHECK(backend_select((qvl_isa)9, QVL_PRECISION_F32, &be, &err) == QVL_ERR_INVALID_ARG && !be);
+    if (cpu_has_avx2()) {
+        CHECK(backend_select(QVL_ISA_AVX2, QVL_PRECISION_BF16, &be, &err) == QVL_ERR_UNSUPPORTED && !be);
+        CHECK(backend_select(QVL_ISA_AVX2, QVL_PRECISION_AUTO, &be, &err) == QVL_OK && be &&
+              be->precision == QVL_PRECISION_F32 && strcmp(be->name, "avx2") == 0);
+    }
+    if (cpu_has_avx512bf16()) {
+        CHECK(backend_select(QVL_ISA_AVX512, QVL_PRECISION_BF16, &be, &err) == QVL_OK && be &&
+              strcmp(be->name, "avx512bf16") == 0);
+    }
+    free(A), free(B), free(bias), free(qkv);
+    return tu_finish("test_backend");
+}

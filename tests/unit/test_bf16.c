@@ -1,0 +1,161 @@
+/* test_bf16.c — the bf16 arithmetic (precision bf16, src/cpu/bf16.h): the GEMM and attention drivers with the
+ * portable and the AVX512-BF16 kernels against the element-by-element definitions (gemm_bf16_ref,
+ * attn_bf16_ref), bit for bit, on sizes at and around the block edges (m: 14-row tiles and 42-row blocks; n:
+ * 16-column panels, 32-column tiles, 1536-column blocks; k: odd, 384-element K blocks; segments: 16-key vectors,
+ * 64/80-key tiles, 192/240-row query tiles), outputs NaN-poisoned and ending at a guard page, 1 and 2 threads.
+ * The definitions are checked against f32 within bf16 rounding. Without AVX512-BF16 the portable checks run and
+ * the test then exits 77 (skipped), saying so. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/convert.h"
+#include "core/cpu.h"
+#include "cpu/attention.h"
+#include "cpu/bf16.h"
+#include "testutil.h"
+
+static void fill(float *x, size_t n, uint32_t *st, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = tu_frand(st) * scale;
+}
+
+static int all_written(const float *c, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (isnan(c[i])) return 0;
+    return 1;
+}
+
+static int has_bf16;
+
+static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act, int accumulate) {
+    uint32_t st = (uint32_t)(M * 7919 + N * 31 + K);
+    float *A = malloc((size_t)M * K * sizeof(float)), *Bf = malloc((size_t)N * K * sizeof(float));
+    float *bias = malloc((size_t)N * sizeof(float)), *C0 = malloc((size_t)M * N * sizeof(float));
+    uint16_t *Bh = malloc((size_t)N * K * 2);
+    fill(A, (size_t)M * K, &st, 1.0f);
+    fill(Bf, (size_t)N * K, &st, 0.2f);
+    fill(bias, (size_t)N, &st, 0.5f);
+    fill(C0, (size_t)M * N, &st, 1.0f);
+    for (size_t i = 0; i < (size_t)N * K; i++) Bh[i] = dt == QVL_DTYPE_F16 ? op_f32_to_f16(Bf[i]) : op_f32_to_bf16(Bf[i]);
+    const void *B = dt == QVL_DTYPE_F32 ? (const void *)Bf : (const void *)Bh;
+    void *buf = aligned_alloc(64, gemm_bf16_pack_size(N, K));
+    be_weight w;
+    CHECK(gemm_bf16_pack(&w, buf, B, dt, (size_t)K, N, K, NULL) == 0);
+    const size_t cn = (size_t)M * N;
+    float *ref = malloc(cn * sizeof(float));
+    if (accumulate) memcpy(ref, C0, cn * sizeof(float));
+    else for (size_t i = 0; i < cn; i++) ref[i] = NAN;
+    gemm_bf16_ref(&w, A, (size_t)K, M, bias_on ? bias : NULL, ref, (size_t)N, accumulate, act);
+    if (!all_written(ref, cn)) printf("gemm m%d n%d k%d dt %d act %d acc %d: reference left NaN\n", M, N, K, (int)dt, (int)act, accumulate);
+    CHECK(all_written(ref, cn));
+    /* the definition against f32 products of the same bf16 values (bf16 rounding of A: ~2^-9 relative) */
+    if (!accumulate && act == BE_ACT_NONE && !bias_on) {
+        double num = 0, den = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double s = 0;
+                for (int k = 0; k < K; k++) s += (double)A[(size_t)i * K + k] * op_bf16_to_f32(op_f32_to_bf16(Bf[(size_t)j * K + k]));
+                const double d = ref[(size_t)i * N + j] - s;
+                num += d * d, den += s * s;
+            }
+        CHECK(den == 0 || sqrt(num / den) < 1e-2);
+    }
+    const size_t ws_bytes = gemm_bf16_workspace_size(2);
+    void *ws = malloc(ws_bytes);
+    float *C = tu_guarded_alloc(cn * sizeof(float));
+    for (int set = 0; set <= (has_bf16 ? 1 : 0); set++)
+        for (int nt = 1; nt <= 2; nt++) {
+            if (accumulate) memcpy(C, C0, cn * sizeof(float));
+            else for (size_t i = 0; i < cn; i++) C[i] = NAN;
+            gemm_bf16_run(set, &w, A, (size_t)K, M, bias_on ? bias : NULL, C, (size_t)N, accumulate, act, ws, tu_pool(nt));
+            char what[96];
+            snprintf(what, sizeof what, "gemm m%d n%d k%d set %d threads %d", M, N, K, set, nt);
+            CHECK(tu_same_bytes((const unsigned char *)C, (const unsigned char *)ref, cn * sizeof(float), what));
+        }
+    tu_guarded_free(C);
+    free(ws), free(ref), free(buf), free(Bh), free(A), free(Bf), free(bias), free(C0);
+}
+
+static void attn_case(const int *lens, int n_seg, int hd) {
+    const int nh = 2, H = nh * hd;
+    int cu[16], S = 0;
+    cu[0] = 0;
+    for (int s = 0; s < n_seg; s++) cu[s + 1] = S += lens[s];
+    uint32_t st = (uint32_t)(S * 131 + hd);
+    float *qkv = malloc((size_t)S * 3 * H * sizeof(float));
+    fill(qkv, (size_t)S * 3 * H, &st, 2.0f);
+    const size_t on = (size_t)S * H;
+    float *ref = malloc(on * sizeof(float)), *f32 = malloc(on * sizeof(float));
+    attn_args a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .ldq = 3 * (size_t)H, .ldk = 3 * (size_t)H,
+                   .ldv = 3 * (size_t)H, .out = ref, .ldo = (size_t)H, .n_heads = nh, .head_dim = hd, .cu = cu,
+                   .n_seg = n_seg, .scale = 1.0f / sqrtf((float)hd)};
+    for (size_t i = 0; i < on; i++) ref[i] = NAN;
+    attn_bf16_ref(&a);
+    CHECK(all_written(ref, on));
+    a.out = f32;
+    attn_ref(&a);
+    double mx;
+    const double rel = tu_relerr(ref, f32, on, &mx);
+    if (!(rel < 2e-2)) printf("attention bf16 vs f32: relative error %.3g\n", rel);
+    CHECK(rel < 2e-2);
+    void *ws = malloc(attn_bf16_workspace_size(hd, 2));
+    float *out = tu_guarded_alloc(on * sizeof(float));
+    a.out = out;
+    for (int set = 0; set <= (has_bf16 ? 1 : 0); set++)
+        for (int nt = 1; nt <= 2; nt++) {
+            for (size_t i = 0; i < on; i++) out[i] = NAN;
+            attn_bf16_run(set, &a, ws, tu_pool(nt));
+            char what[96];
+            snprintf(what, sizeof what, "attention S %d (%d segments, first %d) hd %d set %d threads %d", S, n_seg,
+                     lens[0], hd, set, nt);
+            CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)ref, on * sizeof(float), what));
+        }
+    tu_guarded_free(out);
+    free(ws), free(ref), free(f32), free(qkv);
+}
+
+/* The pair step is VDPBF16PS's: odd product first, denormals in and out flushed (spot values). */
+static void pair_rules(void) {
+    const float tiny = 1e-39f; /* denormal */
+    CHECK(bf16_pair(1.0f, 0x1p-24f, 1.0f, 0x1p-24f, 1.0f) == 1.0f); /* two ties to even, not one 2^-23 step */
+    CHECK(bf16_pair(tiny, 0.0f, 0.0f, 0.0f, 0.0f) == 0.0f);
+    CHECK(bf16_pair(0.0f, 0x1p-70f, 0x1p-70f, 0.0f, 0.0f) == 0.0f);
+    CHECK(bf16_exp(0.0f) == 1.0f && bf16_exp(-INFINITY) == 0.0f && bf16_exp(NAN) == 0.0f);
+    for (float x = -87.0f; x <= 0.0f; x += 0.37f) CHECK(fabsf(bf16_exp(x) - expf(x)) <= 4e-7f * expf(x));
+}
+
+int main(void) {
+    has_bf16 = cpu_has_avx512bf16();
+    pair_rules();
+    static const int ms[] = {1, 13, 14, 15, 42, 43, 85};
+    static const int ns[] = {1, 15, 16, 17, 31, 32, 33, 48};
+    static const int ks[] = {1, 2, 3, 383, 384, 385, 770};
+    int c = 0;
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
+            for (size_t k = 0; k < sizeof ks / sizeof *ks; k++, c++)
+                gemm_case(ms[i], ns[j], ks[k], c % 2 ? QVL_DTYPE_F32 : QVL_DTYPE_BF16, c % 3 != 0, (be_act)(c % 3),
+                          c % 4 == 1);
+    gemm_case(43, 1537, 66, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1); /* past the 1536-column N block */
+    gemm_case(29, 3100, 40, QVL_DTYPE_F16, 1, BE_ACT_GELU_ERF, 0);
+    static const int segs[][4] = {{1, 2, 3, 0},   {15, 16, 17, 0}, {63, 64, 65, 0}, {79, 80, 81, 0},
+                                  {144, 31, 0, 0}, {192, 193, 0, 0}, {240, 241, 0, 0}, {433, 0, 0, 0}};
+    for (size_t i = 0; i < sizeof segs / sizeof *segs; i++) {
+        int n = 0;
+        while (n < 4 && segs[i][n]) n++;
+        attn_case(segs[i], n, 64);
+        attn_case(segs[i], n, 72);
+    }
+    attn_case(segs[1], 3, 80);  /* 5 column vectors, no padding */
+    attn_case(segs[2], 3, 128); /* more than 5 column vectors: the chunked P·V path */
+    attn_case(segs[0], 3, 6);   /* a head narrower than one vector */
+    if (!has_bf16 && tu_failures == 0) {
+        printf("test_bf16: the portable bf16 kernels pass; this CPU has no AVX512-BF16, so the AVX512-BF16 kernels "
+               "were not tested (skipped)\n");
+        tu_finish("test_bf16");
+        return TU_SKIP;
+    }
+    return tu_finish("test_bf16");
+}
