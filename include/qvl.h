@@ -764,9 +764,9 @@ QVL_API qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *plan, void *const *ou
 
 /* Content-addressed cache key of one item: 32 bytes (64 lowercase hex digits, the `uuid` a server hands to vLLM),
  * equal exactly when the item's output is the same by construction. SHA-256 over a length-prefixed canonical tuple
- * ("qvl-key-v1", spelt out in src/model/key.c) of: the weights' fingerprint (qvl_model_fingerprint), the context's
- * compute precision (float32 today) and pos_mode, the output dtype, layout and deepstack choice of `params`, how
- * the content was given, the item's resolved decode / preprocess / video params (the item's own, else `params`'
+ * ("qvl-key-v1", spelt out in src/model/key.c) of: the weights' fingerprint (qvl_model_fingerprint), the
+ * context's compute precision ("f32" or "bf16") and pos_mode, the output dtype, layout and deepstack choice of
+ * `params`, how the content was given, the item's resolved decode / preprocess / video params (the item's own, else `params`'
  * defaults, else the model directory's json files, exactly as qvl_plan_create resolves them), and the SHA-256 of
  * its content: the bytes of a PATH file (never the path: the same bytes as PATH or ENCODED give the same key),
  * each frame file of a PATH directory in name order, the pixels and their size and channels for PIXELS (the

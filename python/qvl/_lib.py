@@ -89,11 +89,14 @@ class ModelInfo(Structure):
         ("n_params", c_uint64),
         ("weight_bytes", c_uint64),
         ("isa", c_int),
+        ("precision", c_int),
+        ("backend", c_char * 24),
+        ("bf16_backend", c_char * 24),
     ]
 
 
 class LoadParams(Structure):
-    _fields_ = [("struct_size", c_size_t), ("isa", c_int), ("n_threads", c_int)]
+    _fields_ = [("struct_size", c_size_t), ("isa", c_int), ("n_threads", c_int), ("precision", c_int)]
 
 
 class Limits(Structure):

@@ -448,11 +448,16 @@ def read_cache_file(path: str | os.PathLike) -> tuple[np.ndarray, tuple[int, int
 # ---- the encoder ------------------------------------------------------------------------------------------------
 
 
+# qvl_precision
+_PRECISION = {"f32": 0, "float32": 0, "bf16": 1, "bfloat16": 1, "auto": 2}
+
+
 class Encoder:
     """A loaded vision tower and one encoding context (its thread pool and scratch).
 
     ``threads=None`` honours $OMP_NUM_THREADS (as Ray sets it), else the process's CPU affinity. ``precision``
-    is the compute precision ("f32", the only one today); ``device`` "cpu". With ``cache_dir``, results are
+    is the compute precision: "f32" (exact to the fp32 reference), "bf16" (GEMM and attention operands rounded to
+    bf16, f32 accumulation) or "auto" (bf16 where the CPU has AVX512-BF16); ``device`` "cpu". With ``cache_dir``, results are
     looked up by key in that directory first and written there after encoding (see :func:`write_cache_file`).
     ``preprocess`` overrides the model directory's preprocessing for every item (min_pixels, max_pixels,
     resize="torchvision"|"pil"|"pil-legacy", size_h/size_w, image_mean/image_std, video fps as video_fps,
@@ -464,12 +469,12 @@ class Encoder:
     def __init__(self, model_dir: str | os.PathLike, threads: int | None = None, precision: str = "f32",
                  device: str = "cpu", cache_dir: str | os.PathLike | None = None, *, isa: str = "auto",
                  pos_mode: str = "closed", preprocess: Mapping[str, Any] | None = None):
-        if precision not in ("f32", "float32"):
-            raise ValueError(f"precision {precision!r}: this qvl computes in f32 only")
+        if precision not in _PRECISION:
+            raise ValueError(f"precision {precision!r}: one of {', '.join(_PRECISION)}")
         if device != "cpu":
             raise ValueError(f"device {device!r}: qvl runs on the CPU ('cpu')")
         self.model_dir = os.fspath(model_dir)
-        self.precision = "f32"
+        self.precision = "f32"  # what the loaded model computes in: set below
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
         self._lock = threading.Lock()
         self._model = ctypes.c_void_p()
@@ -479,6 +484,7 @@ class Encoder:
         lp.isa = _ISA[isa]
         n = default_threads() if threads is None else int(threads)
         lp.n_threads = n
+        lp.precision = _PRECISION[precision]
         _check(lib.qvl_model_load(os.fsencode(self.model_dir), ctypes.byref(lp), ctypes.byref(self._model),
                                   ctypes.byref(err)), err)
         cp = _lib.init(_lib.CtxParams)
@@ -493,6 +499,7 @@ class Encoder:
             raise
         self._mi = _lib.ModelInfo()
         lib.qvl_model_get_info_sized(self._model, ctypes.byref(self._mi), ctypes.sizeof(self._mi))
+        self.precision = "bf16" if self._mi.precision == 1 else "f32"
         self._pp, self._vp, self._dp = _preprocess_struct(self.model_dir, preprocess)
         self._fingerprint: str | None = None
         if self.cache_dir is not None:
@@ -546,7 +553,7 @@ class Encoder:
             deepstack_index=tuple(mi.deepstack_index[: mi.n_deepstack]), patch=mi.patch,
             temporal_patch=mi.temporal_patch, merge=mi.merge, row_len=mi.row_len,
             weight_dtype={0: "f32", 1: "f16", 2: "bf16"}.get(mi.weight_dtype, "?"), n_params=int(mi.n_params),
-            fingerprint=self.fingerprint, kernels=lib.qvl_isa_name(mi.isa).decode(),
+            fingerprint=self.fingerprint, kernels=mi.backend.decode() or lib.qvl_isa_name(mi.isa).decode(),
             threads=lib.qvl_ctx_threads(self._ctx), precision=self.precision, version=version())
 
     def cancel(self) -> None:

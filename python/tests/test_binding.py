@@ -374,3 +374,16 @@ def test_installed_package() -> None:
     assert pkg.startswith(os.path.realpath(venv)), pkg
     assert os.path.dirname(qvl.library_path()) == pkg and os.path.isfile(qvl.library_path())
     assert os.path.isfile(os.path.join(pkg, "py.typed"))
+
+
+def test_precision_bf16(model_dir: str, enc: qvl.Encoder) -> None:
+    """precision="bf16" loads the bf16 arithmetic (the portable reference where the CPU lacks AVX512-BF16): close to
+    the f32 result, not equal, and under another cache key."""
+    b = qvl.Encoder(model_dir, threads=1, precision="bf16")
+    assert b.precision == "bf16" and b.info.precision == "bf16"
+    [r32] = enc.encode([PHOTO])
+    [r16] = b.encode([PHOTO])
+    assert r16.ok and r16.embeds.shape == r32.embeds.shape and r16.key != r32.key
+    d = np.linalg.norm(r16.embeds.astype(np.float64) - r32.embeds) / np.linalg.norm(r32.embeds.astype(np.float64))
+    assert 0 < d < 0.05, d
+    assert qvl.Encoder(model_dir, threads=1, precision="auto").precision in ("f32", "bf16")

@@ -6,7 +6,7 @@
  *
  * The tuple "qvl-key-v1": each field is its byte count (u64 little-endian), then its bytes; integers are
  * little-endian of the width given, floats their IEEE-754 bits little-endian, strings without a NUL.
- *   tag "qvl-key-v1" · weights fingerprint (16 bytes) · precision ("f32") · pos_mode u32 ·
+ *   tag "qvl-key-v1" · weights fingerprint (16 bytes) · precision ("f32", "bf16") · pos_mode u32 ·
  *   output dtype ("f32", "f16", "bf16") · layout ("concat", "split") · deepstack u32 ·
  *   content kind ("encoded", "frames-dir", "pixels", "frames", "rows") ·
  *   settings (empty for "rows"): apply_exif u32, alpha u32, resize u32, min_pixels u64, max_pixels u64,
@@ -39,9 +39,6 @@
 #endif
 
 #define KEY_TAG "qvl-key-v1"
-/* The compute precision of the context. Every context computes in float32 today; when contexts gain another
- * precision (bf16 activations), it goes here, read from the ctx's params: keys of f32 contexts stay as they are. */
-#define KEY_PRECISION_F32 "f32"
 
 /* The content digest streams into a SHA-256; small fixed fields are first laid out in a byte builder (kb), so each
  * is encoded once, little-endian, whether it goes into the tuple or into the content stream. */
@@ -268,7 +265,7 @@ qvl_status qvl_item_key(const qvl_ctx *ctx, const qvl_item *item, const qvl_plan
     sha256_init(&h);
     field_str(&h, KEY_TAG);
     field(&h, fp, sizeof fp);
-    field_str(&h, KEY_PRECISION_F32); /* precision: see KEY_PRECISION_F32 */
+    field_str(&h, qvl_precision_name(m->be->precision)); /* "f32" or "bf16": the arithmetic of the contexts */
     field_u32(&h, (uint32_t)ctx_params(ctx)->pos_mode);
     field_str(&h, qvl_dtype_name(pp.dtype));
     field_str(&h, pp.layout == QVL_OUTPUT_SPLIT ? "split" : "concat");

@@ -119,9 +119,27 @@ int main(void) {
     key_of(g_c, &e, NULL, k);
     CHECK(strcmp(k, k_path) != 0);
     bytes[n / 2] ^= 1;
-    /* weights, pos_mode */
+    /* weights, pos_mode, precision */
     key_of(c2, &it, NULL, k);
     CHECK(strcmp(k, k_path) != 0);
+    {
+        qvl_load_params lp;
+        qvl_load_params_default(&lp);
+        lp.precision = QVL_PRECISION_BF16;
+        qvl_model *mb = NULL;
+        qvl_ctx *cb = NULL;
+        CHECK(qvl_model_load(d1, &lp, &mb, &err) == QVL_OK);
+        qvl_ctx_params cpb;
+        qvl_ctx_params_default(&cpb);
+        cpb.n_threads = 1;
+        CHECK(mb && qvl_ctx_create(mb, &cpb, &cb, &err) == QVL_OK);
+        if (cb) {
+            key_of(cb, &it, NULL, k);
+            CHECK(strcmp(k, k_path) != 0);
+        }
+        qvl_ctx_free(cb);
+        qvl_model_free(mb);
+    }
     key_of(g_c_lin, &it, NULL, k);
     CHECK(strcmp(k, k_path) != 0);
     /* every preprocessing, decoding and video field, through the plan's defaults and through the item */
