@@ -109,3 +109,53 @@ def test_lru_touch_on_hit(model_dir: str, tmp_path) -> None:
     os.utime(path, (old, old))
     [b] = e.encode([PHOTO])
     assert b.cached and os.stat(path).st_mtime > old + 3600
+
+
+def test_server_shares_the_cache(model_dir: str, qvl_bin: str, tmp_path) -> None:
+    """`qvl serve --cache` answers a request from the binding's entry, and the binding hits the server's."""
+    import signal
+    import time
+    import urllib.request
+
+    root = tmp_path / "cache"
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    [mine] = e.encode([PHOTO], dtype="bfloat16")  # the binding's entry: bf16, concat, DeepStack
+    port_file = tmp_path / "port"
+    log = open(tmp_path / "serve.log", "w")
+    srv = subprocess.Popen([qvl_bin, "serve", "--model", model_dir, "--port", "0", "--port-file", str(port_file),
+                            "--cache", str(root), "--threads", "1", "--workers", "1"], stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert srv.poll() is None and time.monotonic() < deadline, open(tmp_path / "serve.log").read()
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{int(port_file.read_text())}"
+
+        def post(path: str, query: str) -> tuple[dict[str, str], bytes]:
+            body = open(path, "rb").read()
+            ctype = "image/png" if path.endswith(".png") else "image/jpeg"
+            req = urllib.request.Request(f"{base}/v1/encode?{query}", data=body, headers={"Content-Type": ctype})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return dict(r.headers), r.read()
+
+        h, body = post(PHOTO, "dtype=bf16")
+        assert h["X-Qvl-Cache"] == "hit" and h["X-Qvl-Key"] == mine.key
+        out = tmp_path / "r.safetensors"
+        out.write_bytes(body)
+        t, _ = read_safetensors(out)
+        assert t["embeddings"].tobytes() == mine.embeds.tobytes()
+        # the server stores its own output (f16, split) and the binding finds it
+        h, _ = post(OTHER, "dtype=f16&layout=split")
+        assert h["X-Qvl-Cache"] == "miss"
+        key = h["X-Qvl-Key"]
+        deadline = time.monotonic() + 30  # the server writes its entry after answering
+        while not os.path.exists(qcache.entry_path(root, key)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        srv.wait(timeout=60)
+        log.close()
+    [h2] = e.encode([OTHER], dtype="float16", layout="split")
+    [ref] = qvl.Encoder(model_dir, threads=1).encode([OTHER], dtype="float16", layout="split")
+    assert h2.cached and h2.key == key and h2.embeds.tobytes() == ref.embeds.tobytes()
