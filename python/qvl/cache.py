@@ -14,8 +14,10 @@ served by the server and entries the server or the CLI wrote are hits here.
 
 Reads take no lock: the checksum is checked on every read, and an entry that fails it (or does not parse) is
 deleted and counts as a miss. A hit older than an hour has its mtime refreshed (eviction by ``qvl cache gc`` or
-the server's ``--cache-size`` is least recently used by mtime). The hash is libxxhash's XXH3_128bits, called
-through ctypes: libqvl links libxxhash, so it is loaded wherever libqvl is.
+the server's ``--cache-size`` is least recently used by mtime; this module evicts nothing). The key
+(qvl_item_key) names the output's dtype, layout, DeepStack choice and precision: each output is its own entry.
+The hash is libxxhash's XXH3_128bits, called through ctypes: libqvl links libxxhash, so it is loaded wherever
+libqvl is.
 """
 
 from __future__ import annotations
@@ -49,9 +51,12 @@ class _Hash128(ctypes.Structure):
     _fields_ = [("low64", ctypes.c_uint64), ("high64", ctypes.c_uint64)]  # XXH128_hash_t
 
 
-def _load_xxhash() -> ctypes.CDLL:
+def _load_xxhash() -> ctypes.CDLL | None:
     _lib.lib  # libqvl first: its libxxhash.so.0 is then the one found (already loaded, by soname)
-    x = ctypes.CDLL("libxxhash.so.0")
+    try:
+        x = ctypes.CDLL("libxxhash.so.0")
+    except OSError:  # a libqvl without a shared libxxhash: the xxhash package, if installed, is used instead
+        return None
     x.XXH3_128bits.restype = _Hash128
     x.XXH3_128bits.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     return x
@@ -64,6 +69,12 @@ def xxh3_128_hex(data: bytes | bytearray | memoryview | np.ndarray) -> str:
     """XXH3-128 of the bytes as the cache writes it: 32 hex digits, the high 64 bits first (libxxhash's
     canonical form)."""
     a = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
+    if _xxh is None:
+        try:
+            import xxhash  # type: ignore
+        except ImportError as e:
+            raise ImportError("the qvl cache needs libxxhash.so.0 (libqvl's dependency) or the xxhash package") from e
+        return xxhash.xxh3_128_hexdigest(a.tobytes())
     h = _xxh.XXH3_128bits(a.ctypes.data if a.size else None, a.size)
     return f"{h.high64:016x}{h.low64:016x}"
 

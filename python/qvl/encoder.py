@@ -400,7 +400,7 @@ def _entry_matrix(result: Result) -> np.ndarray:
 
 def write_cache_entry(cache_dir: str | os.PathLike, result: Result, fingerprint: str) -> str:
     """Store one ok result in the cache directory shared with ``qvl serve`` / ``qvl encode --cache`` (format in
-    :mod:`qvl.cache`): under its key (which names its dtype, layout and DeepStack choice), the matrix as the
+    :mod:`qvl.cache`): under its key (which names its dtype, layout, DeepStack choice and precision), the matrix as the
     server stores that output, written through a temporary renamed into place. Returns the entry's path."""
     if not result.ok or not result.key:
         raise ValueError("only an ok result with a key can be cached")
