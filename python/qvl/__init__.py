@@ -18,12 +18,13 @@ from .encoder import (
     Result,
     default_threads,
     preprocess,
-    read_cache_file,
+    read_cache_entry,
     synth,
     version,
-    write_cache_file,
+    write_cache_entry,
 )
 from ._lib import library_path
+from . import cache
 
 __version__ = "1.0.0"
 
@@ -35,11 +36,12 @@ __all__ = [
     "Preprocessed",
     "QvlError",
     "Result",
+    "cache",
     "default_threads",
     "library_path",
     "preprocess",
-    "read_cache_file",
+    "read_cache_entry",
     "synth",
     "version",
-    "write_cache_file",
+    "write_cache_entry",
 ]

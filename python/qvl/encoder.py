@@ -6,16 +6,15 @@ from __future__ import annotations
 import base64
 import ctypes
 import io
-import json
 import os
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
 from . import _lib
+from . import cache as _cache
 from ._lib import lib
 
 __all__ = [
@@ -29,8 +28,8 @@ __all__ = [
     "preprocess",
     "synth",
     "version",
-    "write_cache_file",
-    "read_cache_file",
+    "write_cache_entry",
+    "read_cache_entry",
 ]
 
 
@@ -196,7 +195,9 @@ class Result:
         if self.dtype == "bfloat16":
             t = t.view(torch.bfloat16)
         g = torch.tensor([list(self.grid_thw)], dtype=torch.int64)
-        video = self.kind in ("video", "frames")
+        # a cache hit ("cached") does not record its kind: more than one temporal patch means a video
+        video = self.kind in ("video", "frames") or (self.kind == "cached" and bool(self.grid_thw)
+                                                      and self.grid_thw[0] > 1)
         name = "video" if video else "image"
 
         def b64(x: Any) -> str:
@@ -383,66 +384,34 @@ def _bf16_bits(x: np.ndarray) -> np.ndarray:
     return r
 
 
-# ---- cache files ----------------------------------------------------------------------------------------------
+# ---- cache entries -------------------------------------------------------------------------------------------
 
 
-def _read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """A safetensors file's tensors (numpy arrays over one read of the file) and metadata."""
-    data = Path(path).read_bytes()
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8: 8 + n])
-    meta = header.pop("__metadata__", {}) or {}
-    dt = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64, "I32": np.int32,
-          "U8": np.uint8, "F64": np.float64}
-    out = {}
-    base = 8 + n
-    for name, t in header.items():
-        a, b = t["data_offsets"]
-        out[name] = np.frombuffer(data, dtype=dt[t["dtype"]], count=(b - a) // np.dtype(dt[t["dtype"]]).itemsize,
-                                  offset=base + a).reshape(t["shape"])
-    return out, meta
-
-
-def write_cache_file(path: str | os.PathLike, result: Result, fingerprint: str) -> None:
-    """Write one result as a cache entry: a safetensors file with "embeds" F32 [n_tokens, out_hidden·(1 +
-    n_deepstack)] (concat layout), "grid_thw" I64 [1, 3] and metadata format "qvl-cache/1", key, fingerprint,
-    qvl_version, kind, out_hidden, n_deepstack, n_tokens; written by the library through a temporary renamed
-    into place, so readers never see a partial file."""
+def _entry_matrix(result: Result) -> np.ndarray:
+    """The matrix the server stores for this output: concat [n_tokens, cols]; split [1 + n_deepstack, n_tokens,
+    out_hidden], or [n_tokens, out_hidden] when it has one plane."""
     e = result.embeds
-    if e is None or result.dtype != "float32":
-        raise ValueError("cache entries hold float32 embeddings")
-    if result.layout == "split":
-        e = np.concatenate(list(e), axis=1)
-    e = np.ascontiguousarray(e)
-    err = _lib.Error()
-    w = ctypes.c_void_p()
-    _check(lib.qvl_st_writer_open(os.fsencode(path), 0, ctypes.byref(w), ctypes.byref(err)), err)
-    try:
-        meta = {"format": "qvl-cache/1", "key": result.key or "", "fingerprint": fingerprint,
-                "qvl_version": version(), "kind": result.kind, "out_hidden": str(result.out_hidden),
-                "n_deepstack": str(result.n_deepstack), "n_tokens": str(result.n_tokens)}
-        for k, v in meta.items():
-            lib.qvl_st_writer_meta(w, k.encode(), v.encode(), None)
-        shape = (ctypes.c_int64 * 2)(*e.shape)
-        lib.qvl_st_writer_tensor(w, b"embeds", b"F32", shape, 2, None)
-        lib.qvl_st_writer_data(w, e.ctypes.data, e.nbytes, None)
-        g = np.asarray([result.grid_thw], dtype=np.int64)
-        gshape = (ctypes.c_int64 * 2)(1, 3)
-        lib.qvl_st_writer_tensor(w, b"grid_thw", b"I64", gshape, 2, None)
-        lib.qvl_st_writer_data(w, g.ctypes.data, g.nbytes, None)
-    except BaseException:
-        lib.qvl_st_writer_abort(w)
-        raise
-    _check(lib.qvl_st_writer_finish(w, ctypes.byref(err)), err)  # errors are sticky: finish reports any
+    if e is None:
+        raise ValueError("a failed item has no cache entry")
+    if result.layout == "split" and e.ndim == 3 and e.shape[0] == 1:
+        e = e[0]
+    return e
 
 
-def read_cache_file(path: str | os.PathLike) -> tuple[np.ndarray, tuple[int, int, int], dict[str, str]]:
-    """A cache entry's embeds [n_tokens, cols] float32, grid and metadata."""
-    t, meta = _read_safetensors(path)
-    if meta.get("format") != "qvl-cache/1":
-        raise ValueError(f"{path}: not a qvl cache entry (format {meta.get('format')!r})")
-    g = t["grid_thw"].reshape(-1)
-    return t["embeds"].copy(), (int(g[0]), int(g[1]), int(g[2])), meta
+def write_cache_entry(cache_dir: str | os.PathLike, result: Result, fingerprint: str) -> str:
+    """Store one ok result in the cache directory shared with ``qvl serve`` / ``qvl encode --cache`` (format in
+    :mod:`qvl.cache`): under its key (which names its dtype, layout, DeepStack choice and precision), the matrix as the
+    server stores that output, written through a temporary renamed into place. Returns the entry's path."""
+    if not result.ok or not result.key:
+        raise ValueError("only an ok result with a key can be cached")
+    return _cache.put_entry(cache_dir, result.key, _entry_matrix(result), _cache.ST_DTYPES[result.dtype],
+                            result.grid_thw or (1, 1, 1), fingerprint, version())
+
+
+def read_cache_entry(cache_dir: str | os.PathLike, key: str) -> _cache.CacheEntry | None:
+    """The verified entry of `key` in the cache directory, or None (a miss; a corrupt entry is deleted, as the
+    server does). See :mod:`qvl.cache`."""
+    return _cache.get_entry(cache_dir, key)
 
 
 # ---- the encoder ------------------------------------------------------------------------------------------------
@@ -457,8 +426,11 @@ class Encoder:
 
     ``threads=None`` honours $OMP_NUM_THREADS (as Ray sets it), else the process's CPU affinity. ``precision``
     is the compute precision: "f32" (exact to the fp32 reference), "bf16" (GEMM and attention operands rounded to
-    bf16, f32 accumulation) or "auto" (bf16 where the CPU has AVX512-BF16); ``device`` "cpu". With ``cache_dir``, results are
-    looked up by key in that directory first and written there after encoding (see :func:`write_cache_file`).
+    bf16, f32 accumulation) or "auto" (bf16 where the CPU has AVX512-BF16); ``device`` "cpu". With ``cache_dir``,
+    results are looked up by key in that cache directory first and written there after encoding, in the format
+    ``qvl serve`` and ``qvl encode --cache`` share (:mod:`qvl.cache`; the key names the dtype, layout, DeepStack
+    choice and precision, so an entry is a hit only for the same output; a hit's Result has cached=True and kind
+    "cached").
     ``preprocess`` overrides the model directory's preprocessing for every item (min_pixels, max_pixels,
     resize="torchvision"|"pil"|"pil-legacy", size_h/size_w, image_mean/image_std, video fps as video_fps,
     num_frames, max_frames, alpha="white"|"drop", ...). One Encoder runs one call at a time (calls from
@@ -503,7 +475,7 @@ class Encoder:
         self._pp, self._vp, self._dp = _preprocess_struct(self.model_dir, preprocess)
         self._fingerprint: str | None = None
         if self.cache_dir is not None:
-            os.makedirs(self.cache_dir, exist_ok=True)
+            _cache.init_cache_dir(self.cache_dir)
 
     # lifecycle
     def close(self) -> None:
@@ -704,8 +676,11 @@ class Encoder:
             if self.cache_dir is not None:
                 for i in todo:
                     r = results[i]
-                    if r is not None and r.ok and r.key and dtype == "float32" and deepstack:
-                        write_cache_file(os.path.join(self.cache_dir, r.key + ".safetensors"), r, self.fingerprint)
+                    if r is not None and r.ok and r.key:
+                        try:
+                            write_cache_entry(self.cache_dir, r, self.fingerprint)
+                        except OSError:
+                            pass  # the cache is an optimisation: a full disk or a read-only cache is no error
         out = [r for r in results if r is not None]
         if raise_on_error:
             for r in out:
@@ -744,26 +719,22 @@ class Encoder:
         return r
 
     def _cached(self, i: int, key: str, dtype: str, layout: str, deepstack: bool) -> Result | None:
-        path = os.path.join(self.cache_dir or "", key + ".safetensors")
-        try:
-            e, grid, meta = read_cache_file(path)
-        except (OSError, ValueError, KeyError):
+        ent = read_cache_entry(self.cache_dir or "", key)
+        O, nds = self._mi.out_hidden, (self._mi.n_deepstack if deepstack else 0)
+        if ent is None or ent.dtype != _cache.ST_DTYPES[dtype]:
             return None
-        O = int(meta.get("out_hidden", self._mi.out_hidden))
-        nds_all = int(meta.get("n_deepstack", 0))
-        nds = nds_all if deepstack else 0
-        e = e[:, : O * (1 + nds)]
-        if layout == "split":
-            e = np.ascontiguousarray(e.reshape(e.shape[0], 1 + nds, O).transpose(1, 0, 2))
-        if dtype == "float16":
-            e = e.astype(np.float16)
-        elif dtype == "bfloat16":
-            e = _bf16_bits(e)
+        e = ent.data
+        if layout == "concat":
+            ok = e.ndim == 2 and e.shape[1] == O * (1 + nds)
         else:
-            e = np.ascontiguousarray(e)
-        return Result(index=i, ok=True, key=key, embeds=e, grid_thw=grid, n_tokens=e.shape[-2] if layout == "split"
-                      else e.shape[0], kind=meta.get("kind", ""), dtype=dtype, layout=layout, out_hidden=O,
-                      n_deepstack=nds, cached=True)
+            if e.ndim == 2:  # one plane, stored as [n_tokens, out_hidden]
+                e = e.reshape(1, *e.shape)
+            ok = e.shape[0] == 1 + nds and e.shape[2] == O
+        if not ok:
+            return None
+        e = e.astype(_DTYPES[dtype][1], copy=True)  # own, writable memory (the entry is a view into its file)
+        return Result(index=i, ok=True, key=key, embeds=e, grid_thw=ent.grid_thw, n_tokens=e.shape[-2],
+                      kind="cached", dtype=dtype, layout=layout, out_hidden=O, n_deepstack=nds, cached=True)
 
     def preprocess(self, items: Iterable[Item], preprocess: Mapping[str, Any] | None = None) -> list[Result]:
         """Decode and preprocess only, with this model's geometry: Results whose ``embeds`` are the pixel rows

@@ -7,8 +7,11 @@ The pipeline is ``ray.data.read_binary_files(paths, include_paths=True)`` -> ``m
 compute=ActorPoolStrategy(size=N), num_cpus=K)`` (one Encoder per actor, loaded once, K threads) ->
 ``write_parquet(OUT)``. Every input gives exactly one row: its embeddings, or its error (a corrupt, unreadable or
 missing file is an error row, never a failed job). A rerun skips the inputs whose rows are already in OUT
-(resume). ``--cache-only`` fills the content-addressed cache (``DIR/KEY.safetensors``, see
-:func:`qvl.write_cache_file`) and writes no embeddings (with ``--output``, a manifest of rows without them).
+(resume). ``--cache DIR`` reads and fills the content-addressed cache that ``qvl serve --cache DIR`` and ``qvl
+encode --cache DIR`` use (the same files, see :mod:`qvl.cache`): each entry is the output a server request with
+the job's dtype, ``layout=concat`` and DeepStack gives, under that request's key, so a fleet serving from DIR
+(or a shared copy of it) finds the job's entries. ``--cache-only`` fills the cache and writes no embeddings
+(with ``--output``, a manifest of rows without them).
 
 Rows: path, key, grid_t, grid_h, grid_w, n_tokens, dim, n_deepstack, dtype, embeds (the [n_tokens, dim] array's
 bytes, little-endian, C order; dim = out_hidden·(1 + n_deepstack), the concat layout), fingerprint, qvl_version,
@@ -30,7 +33,8 @@ import numpy as np
 import ray  # the Ray package (this module is qvl.ray; absolute imports reach the top-level ray)
 import pyarrow as pa
 
-from .encoder import Encoder, version, write_cache_file
+from . import cache as qcache
+from .encoder import Encoder, version
 
 SCHEMA = pa.schema([
     ("path", pa.string()),
@@ -98,14 +102,12 @@ class EncoderActor:
     def __init__(self, model: str, threads: int | None = None, dtype: str = "float32",
                  cache: str | None = None, cache_only: bool = False,
                  preprocess: Mapping[str, Any] | None = None):
-        self.enc = Encoder(model, threads=threads)
+        self.enc = Encoder(model, threads=threads, cache_dir=cache)
         self.dtype = dtype
         self.cache = cache
         self.cache_only = cache_only
         self.preprocess = dict(preprocess) if preprocess else None
         self.fp = self.enc.fingerprint
-        if cache:
-            os.makedirs(cache, exist_ok=True)
 
     def __call__(self, batch: Mapping[str, Any]) -> pa.Table:
         paths = [str(p) for p in batch["path"]]
@@ -115,36 +117,28 @@ class EncoderActor:
         rows = []
         want = list(range(len(items)))
         keys: dict[int, str] = {}
-        if self.cache:
+        if self.cache_only:  # an entry already there is not read: its existence is enough
             want = []
             for i, it in enumerate(items):
                 try:
-                    keys[i] = self.enc.key(it, self.preprocess)
+                    keys[i] = self.enc.key(it, self.dtype, preprocess=self.preprocess)
                 except Exception:
-                    want.append(i)
+                    want.append(i)  # the encode reports why
                     continue
-                if not os.path.exists(os.path.join(self.cache, keys[i] + ".safetensors")):
+                if not os.path.isfile(qcache.entry_path(self.cache, keys[i])):
                     want.append(i)
-        results = dict(zip(want, self.enc.encode([items[i] for i in want], dtype="float32" if self.cache else
-                                                 self.dtype, preprocess=self.preprocess,
+        # with a cache the Encoder looks each item up first and stores what it encodes
+        results = dict(zip(want, self.enc.encode([items[i] for i in want], dtype=self.dtype,
+                                                 preprocess=self.preprocess,
                                                  labels=[paths[i] for i in want]))) if want else {}
         for i, p in enumerate(paths):
             r = results.get(i)
-            if r is None:  # in the cache already
-                e = None
-                if not self.cache_only:
-                    from .encoder import read_cache_file
-
-                    e, grid, meta = read_cache_file(os.path.join(self.cache, keys[i] + ".safetensors"))
-                    rows.append(self._row(p, keys[i], grid, e, int(meta.get("n_deepstack", 0))))
-                else:
-                    rows.append({**_error_row(p, None), "key": keys[i], "fingerprint": self.fp})  # type: ignore[arg-type]
+            if r is None:  # cache only, in the cache already
+                rows.append({**_error_row(p, None), "key": keys[i], "fingerprint": self.fp})  # type: ignore[arg-type]
                 continue
             if not r.ok:
                 rows.append({**_error_row(p, r.error or "failed"), "key": r.key, "fingerprint": self.fp})
                 continue
-            if self.cache:
-                write_cache_file(os.path.join(self.cache, r.key + ".safetensors"), r, self.fp)
             if self.cache_only:
                 rows.append({**_error_row(p, None), "key": r.key, "grid_t": r.grid_thw[0], "grid_h": r.grid_thw[1],  # type: ignore[arg-type]
                              "grid_w": r.grid_thw[2], "n_tokens": r.n_tokens, "fingerprint": self.fp})
@@ -277,7 +271,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--threads-per-actor", type=int, default=None,
                     help="threads (and CPUs reserved) per actor (default: cluster CPUs / actors)")
     ap.add_argument("--batch-size", type=int, default=8, help="files per batch (default 8)")
-    ap.add_argument("--cache", help="content-addressed cache directory (KEY.safetensors)")
+    ap.add_argument("--cache", help="content-addressed cache directory (the one qvl serve --cache reads)")
     ap.add_argument("--cache-only", action="store_true", help="fill the cache; no embeddings in the output")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--no-resume", action="store_true", help="encode every input, even those already written")

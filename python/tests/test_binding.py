@@ -180,16 +180,26 @@ def test_threads_default(model_dir: str, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_cache(model_dir: str, tmp_path) -> None:
-    e = qvl.Encoder(model_dir, threads=1, cache_dir=tmp_path / "cache")
+    root = tmp_path / "cache"
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
     [a] = e.encode([PHOTO])
-    assert not a.cached and os.path.exists(tmp_path / "cache" / f"{a.key}.safetensors")
+    assert not a.cached and os.path.exists(qvl.cache.entry_path(root, a.key))
+    assert os.path.isdir(root / "tmp") and not os.listdir(root / "tmp")  # renamed into place, nothing left behind
     [b] = e.encode([PHOTO])
-    assert b.cached and same(b.embeds, a.embeds) and b.grid_thw == a.grid_thw
-    [s] = e.encode([PHOTO], layout="split", dtype="float16")
-    [s_ref] = qvl.Encoder(model_dir, threads=1).encode([PHOTO], layout="split", dtype="float16")
-    assert s.cached and same(s.embeds, s_ref.embeds)
-    emb, grid, meta = qvl.read_cache_file(tmp_path / "cache" / f"{a.key}.safetensors")
-    assert same(emb, a.embeds) and meta["key"] == a.key and meta["fingerprint"] == e.fingerprint
+    assert b.cached and same(b.embeds, a.embeds) and b.grid_thw == a.grid_thw and b.kind == "cached"
+    b.embeds[0, 0] += 1  # a hit's array is its own
+    # every output (dtype, layout, DeepStack) is its own entry under its own key, as the server stores it
+    for dt, lay, ds in (("float16", "split", True), ("bfloat16", "concat", True), ("float32", "split", False)):
+        [m] = e.encode([PHOTO], layout=lay, dtype=dt, deepstack=ds)
+        [h] = e.encode([PHOTO], layout=lay, dtype=dt, deepstack=ds)
+        [ref] = qvl.Encoder(model_dir, threads=1).encode([PHOTO], layout=lay, dtype=dt, deepstack=ds)
+        assert not m.cached and h.cached and same(h.embeds, ref.embeds) and m.key == ref.key != a.key
+        ent = qvl.read_cache_entry(root, m.key)
+        assert ent.dtype == {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}[dt]
+        assert ent.data.shape == (ref.embeds.shape[1:] if lay == "split" and not ds else ref.embeds.shape)
+    ent = qvl.read_cache_entry(root, a.key)
+    assert ent.data.tobytes() == a.embeds.tobytes() and ent.grid_thw == a.grid_thw
+    assert ent.meta["key"] == a.key and ent.meta["fingerprint"] == e.fingerprint and ent.meta["qvl_entry"] == "1"
 
 
 def test_one_encoder_many_threads(enc: qvl.Encoder) -> None:

@@ -89,25 +89,30 @@ def test_local_job_resume_and_cache(local_ray, corpus: str, model_dir: str, tmp_
                     threads_per_actor=2)
     assert s3["skipped"] == len(files) + 1 and s3["rows"] == 1 and s3["lost"] == 0
     assert len(rows_of(out)) == len(files) + 2
-    # cache only: KEY.safetensors per encoded input, equal to the binding's; a manifest without embeddings
+    # cache only: an entry per encoded input (the server's format and key for the job's output), equal to the
+    # binding's; a manifest without embeddings
     cache = str(tmp_path / "cache")
     s4 = qray.embed(model_dir, os.path.join(corpus, "*"), str(tmp_path / "manifest"), cache=cache, cache_only=True,
                     actors=2, threads_per_actor=1)
     assert s4["lost"] == 0
     ref = qvl.Encoder(model_dir, threads=1).encode(files)
     for f, r in zip(files, ref):
-        entry = os.path.join(cache, f"{r.key}.safetensors")
         if r.ok:
-            e, grid, meta = qvl.read_cache_file(entry)
-            assert e.tobytes() == r.embeds.tobytes() and grid == r.grid_thw and meta["key"] == r.key
+            ent = qvl.read_cache_entry(cache, r.key)
+            assert ent.data.tobytes() == r.embeds.tobytes() and ent.grid_thw == r.grid_thw and ent.meta["key"] == r.key
         else:
-            assert not os.path.exists(entry)
+            assert r.key is None or not os.path.exists(qvl.cache.entry_path(cache, r.key))
     man = pq.read_table(str(tmp_path / "manifest"))
     assert "embeds" not in man.column_names and man.num_rows == len(files)
-    # a Parquet run with the warm cache reads it and gives the same bytes
+    # a Parquet run with the warm cache reads it (a read touches an entry older than an hour) and gives the same
+    # bytes
+    hit = [r for r in ref if r.ok][0]
+    old = os.stat(qvl.cache.entry_path(cache, hit.key)).st_mtime - 7200
+    os.utime(qvl.cache.entry_path(cache, hit.key), (old, old))
     out2 = str(tmp_path / "out2")
     qray.embed(model_dir, os.path.join(corpus, "*"), out2, cache=cache, actors=1, threads_per_actor=2)
     check_rows(rows_of(out2), files, model_dir)
+    assert os.stat(qvl.cache.entry_path(cache, hit.key)).st_mtime > old + 3600
 
 
 def test_two_node_cluster_cli(corpus: str, model_dir: str, tmp_path) -> None:

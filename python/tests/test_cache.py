@@ -1,0 +1,161 @@
+"""The binding's cache is the server's (tools/serve/serve_cache.c): entries the binding writes pass `qvl cache
+verify` and are hits for `qvl encode --cache`; entries `qvl encode --cache` writes are hits for the binding, bit
+for bit; a damaged entry is a miss and is deleted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import qvl
+from qvl import cache as qcache
+
+from conftest import PHOTO, data, read_safetensors
+
+OTHER = data("tests/data/photos/chelsea.png")
+
+
+def cli_encode(qvl_bin: str, model_dir: str, root, path: str, out) -> dict[str, str]:
+    subprocess.run([qvl_bin, "encode", "-q", "--model", model_dir, "--cache", str(root), path, "-o", str(out),
+                    "-t", "1"], check=True)
+    return read_safetensors(out)[1]
+
+
+def verify(qvl_bin: str, root) -> tuple[int, int, str]:
+    p = subprocess.run([qvl_bin, "cache", "verify", str(root)], capture_output=True, text=True)
+    lines = dict(ln.split(" ", 1) for ln in p.stdout.splitlines())
+    return int(lines["ok"]), int(lines["corrupt"].split()[0]), str(p.returncode)
+
+
+def test_binding_entries_serve_the_cli(model_dir: str, qvl_bin: str, tmp_path) -> None:
+    root = tmp_path / "cache"
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    [s] = e.encode([PHOTO], layout="split")  # what `qvl encode --cache` stores: F32, split, DeepStack
+    [c] = e.encode([PHOTO])  # what a server request with the defaults stores: F32, concat, DeepStack
+    assert not s.cached and not c.cached and s.key != c.key
+    assert verify(qvl_bin, root) == (2, 0, "0")
+    # the format, byte for byte where the server fixes it
+    raw = open(qcache.entry_path(root, s.key), "rb").read()
+    hl = int.from_bytes(raw[:8], "little")
+    assert (8 + hl) % 64 == 0
+    h = json.loads(raw[8: 8 + hl])
+    assert list(h) == ["__metadata__", "ec_cache", "grid_thw"]
+    assert list(h["__metadata__"]) == ["qvl_entry", "key", "fingerprint", "qvl_version", "created", "xxh3_128"]
+    assert h["ec_cache"]["dtype"] == "F32" and h["ec_cache"]["shape"] == list(s.embeds.shape)
+    assert h["grid_thw"] == {"dtype": "I64", "shape": [1, 3], "data_offsets": [s.embeds.nbytes, s.embeds.nbytes + 24]}
+    # the CLI finds the binding's entry (a hit) and gives the same embeddings
+    meta = cli_encode(qvl_bin, model_dir, root, PHOTO, tmp_path / "o.safetensors")
+    assert meta.get("item0.cache") == "hit" and meta["item0.key"] == s.key
+    t, _ = read_safetensors(tmp_path / "o.safetensors")
+    assert t["item0.merged"].tobytes() == s.merged.tobytes()
+    for k, d in enumerate(s.deepstack):
+        assert t[f"item0.deepstack{k}"].tobytes() == d.tobytes()
+
+
+def test_cli_entries_are_binding_hits(model_dir: str, qvl_bin: str, tmp_path) -> None:
+    root = tmp_path / "cache"
+    meta = cli_encode(qvl_bin, model_dir, root, OTHER, tmp_path / "o.safetensors")
+    assert "item0.cache" not in meta
+    key = meta["item0.key"]
+    assert os.path.isfile(qcache.entry_path(root, key))
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    assert e.key(OTHER, layout="split") == key
+    # the CLI's entry stands for the encode: a hit whose bytes are the CLI's (not the binding's own encode)
+    ent = qvl.read_cache_entry(root, key)
+    marked = ent.data.copy()
+    marked[0, 0, 0] = 12345.0
+    qcache.put_entry(root, key, marked, "F32", ent.grid_thw, e.fingerprint, qvl.version())
+    [h] = e.encode([OTHER], layout="split")
+    assert h.cached and h.embeds[0, 0, 0] == 12345.0
+    qcache.put_entry(root, key, ent.data, "F32", ent.grid_thw, ent.meta["fingerprint"], qvl.version())
+    [h] = e.encode([OTHER], layout="split")
+    [ref] = qvl.Encoder(model_dir, threads=1).encode([OTHER], layout="split")
+    assert h.cached and h.grid_thw == ref.grid_thw and h.embeds.tobytes() == ref.embeds.tobytes()
+    # another output of the same item is another key: a miss
+    [c] = e.encode([OTHER])
+    assert not c.cached
+
+
+def test_damaged_entry_is_a_deleted_miss(model_dir: str, qvl_bin: str, tmp_path) -> None:
+    root = tmp_path / "cache"
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    [a] = e.encode([PHOTO])
+    path = qcache.entry_path(root, a.key)
+    raw = bytearray(open(path, "rb").read())
+    for where in (len(raw) - 30, len(raw) - 3):  # a byte of the matrix; a byte of grid_thw
+        bad = bytearray(raw)
+        bad[where] ^= 0x01
+        open(path, "wb").write(bad)
+        assert qvl.read_cache_entry(root, a.key) is None and not os.path.exists(path)
+        open(path, "wb").write(bad)
+        [b] = e.encode([PHOTO])  # a miss: encoded again, and stored again
+        assert not b.cached and b.embeds.tobytes() == a.embeds.tobytes()
+        assert qvl.read_cache_entry(root, a.key).data.tobytes() == a.embeds.tobytes()
+        assert verify(qvl_bin, root) == (1, 0, "0")
+    # the server's verify agrees about a damaged binding entry
+    bad = bytearray(raw)
+    bad[len(raw) - 30] ^= 0x01
+    open(path, "wb").write(bad)
+    assert verify(qvl_bin, root) == (0, 1, "1") and not os.path.exists(path)
+
+
+def test_lru_touch_on_hit(model_dir: str, tmp_path) -> None:
+    root = tmp_path / "cache"
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    [a] = e.encode([PHOTO])
+    path = qcache.entry_path(root, a.key)
+    old = os.stat(path).st_mtime - 7200
+    os.utime(path, (old, old))
+    [b] = e.encode([PHOTO])
+    assert b.cached and os.stat(path).st_mtime > old + 3600
+
+
+def test_server_shares_the_cache(model_dir: str, qvl_bin: str, tmp_path) -> None:
+    """`qvl serve --cache` answers a request from the binding's entry, and the binding hits the server's."""
+    import signal
+    import time
+    import urllib.request
+
+    root = tmp_path / "cache"
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    [mine] = e.encode([PHOTO], dtype="bfloat16")  # the binding's entry: bf16, concat, DeepStack
+    port_file = tmp_path / "port"
+    log = open(tmp_path / "serve.log", "w")
+    srv = subprocess.Popen([qvl_bin, "serve", "--model", model_dir, "--port", "0", "--port-file", str(port_file),
+                            "--cache", str(root), "--threads", "1", "--workers", "1"], stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert srv.poll() is None and time.monotonic() < deadline, open(tmp_path / "serve.log").read()
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{int(port_file.read_text())}"
+
+        def post(path: str, query: str) -> tuple[dict[str, str], bytes]:
+            body = open(path, "rb").read()
+            ctype = "image/png" if path.endswith(".png") else "image/jpeg"
+            req = urllib.request.Request(f"{base}/v1/encode?{query}", data=body, headers={"Content-Type": ctype})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return dict(r.headers), r.read()
+
+        h, body = post(PHOTO, "dtype=bf16")
+        assert h["X-Qvl-Cache"] == "hit" and h["X-Qvl-Key"] == mine.key
+        out = tmp_path / "r.safetensors"
+        out.write_bytes(body)
+        t, _ = read_safetensors(out)
+        assert t["embeddings"].tobytes() == mine.embeds.tobytes()
+        # the server stores its own output (f16, split) and the binding finds it
+        h, _ = post(OTHER, "dtype=f16&layout=split")
+        assert h["X-Qvl-Cache"] == "miss"
+        key = h["X-Qvl-Key"]
+        deadline = time.monotonic() + 30  # the server writes its entry after answering
+        while not os.path.exists(qcache.entry_path(root, key)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        srv.send_signal(signal.SIGTERM)
+        srv.wait(timeout=60)
+        log.close()
+    [h2] = e.encode([OTHER], dtype="float16", layout="split")
+    [ref] = qvl.Encoder(model_dir, threads=1).encode([OTHER], dtype="float16", layout="split")
+    assert h2.cached and h2.key == key and h2.embeds.tobytes() == ref.embeds.tobytes()
