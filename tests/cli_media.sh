@@ -139,5 +139,19 @@ has "FFmpeg's detail in the message" "$T/out" 'video_truncated.mp4: FAILED: .*\(
 if grep -v '^\[[0-9]*/[0-9]*\] ' "$T/err" | grep -q .; then bad "stderr has more than progress: $(head -c 300 "$T/err")"
 else ok; fi
 
+# --cache with a tower without DeepStack: one plane, stored [tokens, O] as the server stores it, and read back as a
+# hit (the CLI once wrote and read only [planes, tokens, O], and so missed the server's entries and overwrote them).
+if "$QVL" encode --help | grep -q -- '--cache'; then
+    "$QVL" synth --preset tiny-3.5 --seed 1 -o "$T/m35" >/dev/null || bad "synth tiny-3.5"
+    expect 0 "--cache store (one plane)" "$QVL" encode --model "$T/m35" --cache "$T/c35" "$PHOTO" -o "$T/c1.safetensors"
+    expect 0 "--cache hit (one plane)" "$QVL" encode --model "$T/m35" --cache "$T/c35" "$PHOTO" -o "$T/c2.safetensors"
+    head -c 65536 "$T/c2.safetensors" | tr ',' '\n' >"$T/c2meta"
+    has "one-plane entry is a hit" "$T/c2meta" '"item0.cache":"hit"'
+    ent=$(find "$T/c35/objects" -name '*.safetensors' | head -n 1)
+    head -c 4096 "$ent" | tr '}' '\n' >"$T/c35hdr"
+    has "one-plane entry is 2-D" "$T/c35hdr" '"ec_cache":\{"dtype":"F32","shape":\[[0-9]+,[0-9]+\]'
+    if cmp -s <(tail -c 4096 "$T/c1.safetensors") <(tail -c 4096 "$T/c2.safetensors"); then ok; else bad "hit differs"; fi
+fi
+
 echo "cli_media: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

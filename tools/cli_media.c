@@ -179,16 +179,18 @@ int encode_media(media_opts *o) {
         int have_key = cache && qvl_item_key(ctx, &it, &pl, NULL, ckey, NULL) == QVL_OK;
         if (have_key) {
             int corrupt;
-            hit = srv_cache_get(cache, ckey, &ent, &corrupt) && ent.ndim == 3 && strcmp(ent.dtype, "F32") == 0 &&
-                  (size_t)ent.shape[2] == O && (buf = malloc(ent.nbytes ? ent.nbytes : 1)) != NULL;
-            if (hit) { /* the entry stands for the encode: split planes [1 + n_ds, tokens, O] */
+            /* split planes as the server stores them: [planes, tokens, O], or [tokens, O] for one plane */
+            hit = srv_cache_get(cache, ckey, &ent, &corrupt) && strcmp(ent.dtype, "F32") == 0 &&
+                  ((ent.ndim == 3 && (size_t)ent.shape[2] == O) || (ent.ndim == 2 && (size_t)ent.shape[1] == O)) &&
+                  (buf = malloc(ent.nbytes ? ent.nbytes : 1)) != NULL;
+            if (hit) { /* the entry stands for the encode */
                 memcpy(buf, ent.data, ent.nbytes);
                 info.status = QVL_OK;
                 info.message = "";
                 info.kind = "cached";
                 info.grid = ent.grid;
-                info.n_tokens = (size_t)ent.shape[1];
-                info.n_planes = (size_t)ent.shape[0];
+                info.n_tokens = (size_t)ent.shape[ent.ndim == 3 ? 1 : 0];
+                info.n_planes = ent.ndim == 3 ? (size_t)ent.shape[0] : 1;
                 info.n_rows = info.n_tokens * 4;
             }
             srv_entry_free(&ent);
@@ -213,9 +215,11 @@ int encode_media(media_opts *o) {
                 qvl_plan_item(plan, 0, &info); /* its status and encode time, either way */
 #if QVL_WITH_SERVER
                 if (have_key && info.status == QVL_OK) {
-                    int64_t shape[3] = {(int64_t)info.n_planes, (int64_t)info.n_tokens, (int64_t)O};
+                    int64_t shape3[3] = {(int64_t)info.n_planes, (int64_t)info.n_tokens, (int64_t)O};
+                    const int ndim = info.n_planes > 1 ? 3 : 2; /* as the server: one plane is [tokens, O] */
                     uint64_t ev;
-                    if (srv_cache_put(cache, ckey, "F32", 3, shape, buf, info.out_bytes, info.grid, fp, &ev))
+                    if (srv_cache_put(cache, ckey, "F32", ndim, ndim == 3 ? shape3 : shape3 + 1, buf, info.out_bytes,
+                                      info.grid, fp, &ev))
                         fprintf(stderr, "qvl: warning: %s: could not store it in the cache\n", path);
                 }
 #endif
