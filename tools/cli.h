@@ -26,6 +26,10 @@ int cli_bad_option(const char *cmd, int c, char **argv);
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 int cli_parse_u64(const char *s, uint64_t *out);
 
+/* --limit NAME=N (`qvl encode`, `qvl serve`): N ≥ 1 into the qvl_limits field NAME (max_image_pixels, ...,
+ * max_call_patches). 0 on success, -1 for an unknown name or a bad value. */
+int cli_parse_limit(const char *s, qvl_limits *l);
+
 /* --isa: "auto", "avx2" or "avx512" into *out. 0 on success, -1 otherwise. */
 int cli_parse_isa(const char *s, qvl_isa *out);
 /* --precision: "f32", "bf16" or "auto" into *out. 0 on success, -1 otherwise. */

@@ -117,8 +117,8 @@ static int parse_grid(const char *s, qvl_grid *g) {
     return 0;
 }
 
-/* --limit NAME=N into the qvl_limits field NAME. */
-static int parse_limit(const char *s, qvl_limits *l) {
+/* --limit NAME=N into the qvl_limits field NAME (cli.h). */
+int cli_parse_limit(const char *s, qvl_limits *l) {
     static const struct {
         const char *name;
         size_t off;
@@ -267,7 +267,7 @@ int cmd_encode(int argc, char **argv) {
             mo.vp.max_pixels = u;
             break;
         case OPT_LIMIT:
-            if (parse_limit(optarg, &lim) != 0)
+            if (cli_parse_limit(optarg, &lim) != 0)
                 return cli_usage("--limit: '%s' is not NAME=N with N ≥ 1 and NAME a qvl_limits field (see --help)",
                                  optarg);
             break;

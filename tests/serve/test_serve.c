@@ -6,12 +6,16 @@
  *   - Accept: application/x-npy, and the vLLM image_embeds content part decoded as numpy would (.npy parsed here)
  *   - the cache: a second request is a hit with the same bytes, HEAD/GET /v1/cache/KEY, a flipped byte is caught
  *   - /metrics in Prometheus text, /health, /info
+ *   - the library's limits (--limit NAME=N): an image whose header is over max_image_pixels and a video over
+ *     max_video_frames are refused with 413 naming the limit, /info lists them; video bodies are decoded from
+ *     memory (no temporary file or directory appears)
  *   - a bounded load (threads × requests over mixed images, each answer checked against its image's key) with the
  *     server's RSS sampled, then SIGTERM under load: every request the server accepted is answered, exit 0.
  * Every loop is bounded in count and time. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -167,6 +171,51 @@ static int err_is(const resp *r, int status, const char *type) {
     if (!ok) fprintf(stderr, "  error body: %.300s\n", (char *)r->body);
     cJSON_Delete(j);
     return ok;
+}
+
+/* 1 if the response body (the error JSON) names `what`. */
+static int body_names(const resp *r, const char *what) {
+    int ok = r->body && r->len && memmem(r->body, r->len, what, strlen(what)) != NULL;
+    if (!ok) fprintf(stderr, "  the body does not name %s: %.300s\n", what, r->body ? (char *)r->body : "");
+    return ok;
+}
+
+/* Base64 of n bytes, NUL-terminated (malloc'd), its length in *len. */
+static char *b64_of(const uint8_t *p, size_t n, size_t *len) {
+    *len = BASE64_ENCODE_RAW_LENGTH(n);
+    char *s = malloc(*len + 1);
+    if (!s) return NULL;
+    base64_encode_raw(s, n, p);
+    s[*len] = 0;
+    return s;
+}
+
+/* The server's temporaries would be /tmp/qvl-serve-* (where it once spooled video bodies): their names, one a
+ * line, into buf. Another process's appearing meanwhile is possible but would need another old server running. */
+static void serve_tmps(char *buf, size_t cap) {
+    buf[0] = 0;
+    glob_t g;
+    if (glob("/tmp/qvl-serve-*", 0, NULL, &g) != 0) return;
+    size_t k = 0;
+    for (size_t i = 0; i < g.gl_pathc && k + strlen(g.gl_pathv[i]) + 2 < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s\n", g.gl_pathv[i]);
+    globfree(&g);
+}
+
+/* 1 if every name in `now` is in `before`. */
+static int no_new_tmps(const char *before, const char *now) {
+    for (const char *p = now; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p + 1) : strlen(p);
+        char line[1100];
+        snprintf(line, sizeof line, "%.*s", (int)n, p);
+        if (!strstr(before, line)) {
+            fprintf(stderr, "  a new temporary: %s", line);
+            return 0;
+        }
+        p += n;
+    }
+    return 1;
 }
 
 /* ---- the server process ---- */
@@ -414,6 +463,8 @@ int main(void) {
     ref_item ri[4];
     for (int i = 0; i < n_files; i++) ref_of(ref, i, &ri[i]);
 
+    static char tmps_before[32768], tmps_now[32768];
+    serve_tmps(tmps_before, sizeof tmps_before);
     char *extra[] = {"--max-body", "1M", "--max-items", "4", "--workers", "2", "--max-batch-patches", "4096"};
     pid_t pid = start_server(tmp, model, extra, 8);
     CHECK(pid > 0);
@@ -466,6 +517,9 @@ int main(void) {
         resp_free(&r);
         free(b);
     }
+    /* The video body went to the library from memory: the server made no temporary (file or directory). */
+    serve_tmps(tmps_now, sizeof tmps_now);
+    CHECK(no_new_tmps(tmps_before, tmps_now));
 
     /* JSON path items, several sizes in one request, split layout: each item's rows equal the reference. */
     {
@@ -891,6 +945,68 @@ int main(void) {
             CHECK(stop_server(p2) == 0);
         }
         free(b);
+    }
+
+    /* The library's limits, lowered with --limit: an image whose header claims more pixels than max_image_pixels,
+     * raw or as a data URL, and a video (raw or a data URL) sampled to more frames than max_video_frames are 413
+     * with the library's message naming the limit; /info lists them; a bad --limit is a usage error. */
+    {
+        char *ex5[] = {"--limit", "max_image_pixels=10000", "--limit", "max_video_frames=1"};
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        pid_t p5 = start_server(tmp, model, ex5, 4);
+        CHECK(p5 > 0);
+        size_t n;
+        uint8_t *b = read_file(paths[0], &n); /* chelsea.png: 451x300 */
+        CHECK(p5 > 0 && post("/v1/encode", "image/png", b, n, &r) == 0 && err_is(&r, 413, "too_large") &&
+              body_names(&r, "max_image_pixels"));
+        resp_free(&r);
+        size_t b64n;
+        char *b64 = b ? b64_of(b, n, &b64n) : NULL;
+        char *body = b64 ? malloc(b64n + 128) : NULL;
+        if (body) {
+            int bl = snprintf(body, b64n + 128, "{\"items\": [{\"data\": \"data:image/png;base64,%s\"}]}", b64);
+            CHECK(p5 > 0 && post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 &&
+                  err_is(&r, 413, "too_large") && body_names(&r, "max_image_pixels"));
+            resp_free(&r);
+        }
+        free(body);
+        free(b64);
+        free(b);
+        if (QVL_WITH_VIDEO) {
+            b = read_file(paths[3], &n);
+            CHECK(p5 > 0 && post("/v1/encode", "video/mp4", b, n, &r) == 0 && err_is(&r, 413, "too_large") &&
+                  body_names(&r, "max_video_frames"));
+            resp_free(&r);
+            b64 = b ? b64_of(b, n, &b64n) : NULL;
+            body = b64 ? malloc(b64n + 128) : NULL;
+            if (body) {
+                int bl = snprintf(body, b64n + 128, "{\"items\": [{\"data\": \"data:video/mp4;base64,%s\"}]}", b64);
+                CHECK(p5 > 0 && post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 &&
+                      err_is(&r, 413, "too_large") && body_names(&r, "max_video_frames"));
+                resp_free(&r);
+            }
+            free(body);
+            free(b64);
+            free(b);
+        }
+        /* a small image is under the limit: still 200 */
+        char small[600];
+        tu_source_path("tests/data/images/bmp_24.bmp", small, sizeof small);
+        b = read_file(small, &n);
+        CHECK(p5 > 0 && post("/v1/encode", "image/bmp", b, n, &r) == 0 && r.status == 200);
+        resp_free(&r);
+        free(b);
+        CHECK(p5 > 0 && http("GET", "/info", auth, NULL, 0, &r) == 0 && r.status == 200 &&
+              body_names(&r, "\"max_image_pixels\":10000") && body_names(&r, "\"max_video_frames\":1"));
+        resp_free(&r);
+        if (p5 > 0) CHECK(stop_server(p5) == 0);
+        snprintf(cmd, sizeof cmd, "'%s' serve --model '%s' --limit max_nothing=5 2>/dev/null", bin, model);
+        int st = system(cmd);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        snprintf(cmd, sizeof cmd, "'%s' serve --model '%s' --limit max_video_frames=0 2>/dev/null", bin, model);
+        st = system(cmd);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
     }
 
     free(img0);

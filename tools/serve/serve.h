@@ -32,16 +32,19 @@ int srv_http_of_status(qvl_status s);
 
 /* ---- admission limits ----
  * The server's own, from its options, checked in one place each: the body and item sizes and counts while parsing
- * (serve_http.c, serve_parse.c), pixels by the library's decoder before it decodes (qvl_decode_params.max_pixels,
- * set from max_pixels in srv_load), patches once an item is preprocessed, the queue bounds in srv_submit. When the
- * library gains API-settable resource limits, srv_load is where they are filled from these and handed to every
- * plan (plan_params in serve_batch.c), and the patch check can move before decoding. */
+ * (serve_http.c, serve_parse.c), the queue bounds in srv_submit. What one item may cost once its bytes are in is the
+ * library's business: srv_config.qlim (qvl_limits, `--limit NAME=N`) is set on the encoder ctx and on every plan
+ * (plan_params in serve_batch.c), so an image or video whose header-derived size, frame count or patch grid is over
+ * a limit fails with QVL_ERR_LIMIT (413, the library's message naming the limit) before it is decoded or its rows
+ * allocated. max_pixels, max_item_patches and max_item_bytes here are the same numbers as qlim's max_image_pixels,
+ * max_item_patches and max_input_bytes (cmd_serve makes each pair the smaller of the two). */
 typedef struct srv_limits {
     size_t max_body_bytes;     /* request body (413 before it is read) */
     size_t max_items;          /* items of one request */
-    size_t max_item_bytes;     /* one decoded item's bytes (base64 payload decoded, or a path's file) */
-    uint64_t max_pixels;       /* an image's (or a video frame's) width·height, refused before decoding */
-    size_t max_item_patches;   /* patch rows of one item, refused after the header-only size check */
+    size_t max_item_bytes;     /* one decoded item's bytes (base64 payload decoded, or a path's file; = qlim's
+                                  max_input_bytes) */
+    uint64_t max_pixels;       /* an image's (or a video frame's) width·height (= qlim.max_image_pixels) */
+    size_t max_item_patches;   /* patch rows of one item (= qlim.max_item_patches) */
     size_t max_queue_patches;  /* patches queued for the encoder (503 above it) */
     size_t max_queue_items;    /* items accepted and not yet encoded (503 above it) */
     size_t max_batch_patches;  /* the batcher's patch budget */

@@ -13,13 +13,11 @@
  * One mutex guards the queues, the flight table and every job's state; one condition variable wakes the waiters
  * when any job finishes. A job holds one reference per waiting request plus one for the pipeline until done. */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -31,10 +29,9 @@ enum { J_PREP_QUEUED, J_PREPPING, J_ENC_QUEUED, J_ENCODING, J_DONE };
 struct srv_job {
     char key[QVL_KEY_HEX];
     srv_media media;
-    uint8_t *data;        /* image bytes (ENCODED) */
+    uint8_t *data;        /* the body's image or video bytes (ENCODED: decoded from memory) */
     size_t size;
-    char *path;           /* a path item or a spooled video */
-    int spooled;          /* path is our temporary: unlink it when done */
+    char *path;           /* a path item */
     srv_opts spec;
     int state;
     int refs;
@@ -78,7 +75,6 @@ struct srv_state {
     int n_workers;
     pthread_t batcher;
     int batcher_started;
-    unsigned long spool_seq;
 };
 
 double srv_now(void) {
@@ -99,7 +95,6 @@ static int same_spec(const srv_opts *a, const srv_opts *b) {
 
 static void job_free(srv_job *j) {
     if (!j) return;
-    if (j->spooled && j->path) unlink(j->path);
     free(j->path);
     free(j->data);
     qvl_plan_free(j->pre);
@@ -133,7 +128,8 @@ static void job_done(srv_state *s, srv_job *j, int http, const char *msg, int ke
     if (!keep) job_unref(s, j);
 }
 
-/* The plan params of an output spec, over the server's resolved preprocessing. */
+/* The plan params of an output spec, over the server's resolved preprocessing and limits (the preprocessing plans
+ * have no ctx: without pl->limits they would get the library's defaults, not the server's). */
 static void plan_params(const srv_state *s, const srv_opts *spec, qvl_plan_params *pl) {
     qvl_plan_params_default(pl);
     pl->dtype = spec->dtype;
@@ -142,6 +138,7 @@ static void plan_params(const srv_state *s, const srv_opts *spec, qvl_plan_param
     pl->preprocess = &s->pp;
     pl->video = &s->vp;
     pl->decode = &s->dp;
+    pl->limits = &s->cfg.qlim;
 }
 
 /* ---- workers: decode + preprocess ---- */
@@ -174,11 +171,7 @@ static void prep_one(srv_state *s, srv_job *j) {
         if (info.status != QVL_OK) {
             http = srv_http_of_status(info.status);
             snprintf(msg, sizeof msg, "%s", info.message);
-        } else if (info.n_rows > s->cfg.lim.max_item_patches) {
-            http = 413;
-            snprintf(msg, sizeof msg, "%zu patch rows, over the limit of %zu", info.n_rows,
-                     s->cfg.lim.max_item_patches);
-        }
+        } /* over a limit (pixels, frames, patches: cfg.qlim) the plan failed the item before decoding it */
     }
     if (http == 503) http = 500;
     pthread_mutex_lock(&s->mu);
@@ -428,35 +421,6 @@ static int retry_after(const srv_state *s) {
     return v < 1 ? 1 : v > 60 ? 60 : v;
 }
 
-/* A video body goes to a private temporary file (the library reads videos from files). */
-static char *spool(srv_state *s, const uint8_t *data, size_t size) {
-    char *path = malloc(strlen(s->cfg.tmp_dir) + 64);
-    if (!path) return NULL;
-    pthread_mutex_lock(&s->mu);
-    unsigned long seq = s->spool_seq++;
-    pthread_mutex_unlock(&s->mu);
-    sprintf(path, "%s/v%ld.%lu", s->cfg.tmp_dir, (long)getpid(), seq);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        free(path);
-        return NULL;
-    }
-    size_t off = 0;
-    while (off < size) {
-        ssize_t w = write(fd, data + off, size - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += (size_t)w;
-    }
-    close(fd);
-    if (off != size) {
-        unlink(path);
-        free(path);
-        return NULL;
-    }
-    return path;
-}
-
 int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, srv_job **jobs,
                srv_err *e) {
     for (size_t i = 0; i < n; i++) jobs[i] = NULL;
@@ -496,14 +460,7 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
         if (items[i].path) {
             j->path = items[i].path;
             items[i].path = NULL;
-        } else if (items[i].media == SRV_MEDIA_VIDEO) {
-            j->path = spool(s, items[i].data, items[i].size);
-            j->spooled = 1;
-            if (!j->path) {
-                srv_err_set(e, 500, (int)i, "cannot spool the video to %s", s->cfg.tmp_dir);
-                goto fail;
-            }
-        } else {
+        } else { /* an image or a video: ENCODED, decoded from memory */
             j->data = items[i].data;
             j->size = items[i].size;
             items[i].data = NULL;
@@ -677,6 +634,12 @@ static int warm_up(srv_state *s, char *msg, size_t cap) {
     if (qvl_plan_create(s->ctx, &it, 1, &pl, &plan, &err) == QVL_OK) {
         qvl_item_info info;
         qvl_plan_item(plan, 0, &info);
+        if (info.status == QVL_ERR_LIMIT) { /* limits lowered below the warm-up image: serve without warming up */
+            fprintf(stderr, "qvl serve: no warm-up: %s\n", info.message);
+            qvl_plan_free(plan);
+            free(rgb);
+            return 0;
+        }
         void *out = info.status == QVL_OK ? malloc(info.out_bytes) : NULL;
         if (out && qvl_plan_encode(s->ctx, plan, &out, &err) == QVL_OK) rc = 0;
         else snprintf(msg, cap, "warm-up failed: %s", info.status ? info.message : err.message);
@@ -710,6 +673,7 @@ int srv_load(srv_state *s, char *msg, size_t cap) {
     qvl_ctx_params cp;
     qvl_ctx_params_default(&cp);
     cp.n_threads = cfg->threads;
+    cp.limits = &cfg->qlim; /* the ceiling of every plan on the ctx (copied) */
     qvl_preprocess_params_default(&s->pp);
     qvl_video_params_default(&s->vp);
     qvl_decode_params_default(&s->dp);
@@ -869,6 +833,19 @@ char *srv_info_json(srv_state *s) {
         cJSON_AddNumberToObject(l, "max_batch_items", (double)L->max_batch_items);
         cJSON_AddNumberToObject(l, "max_wait_us", L->max_wait_us);
         cJSON_AddNumberToObject(l, "timeout_ms", L->timeout_ms);
+        const qvl_limits *q = &s->cfg.qlim; /* the library's (--limit NAME=N) */
+        cJSON *ql = cJSON_AddObjectToObject(l, "library");
+        if (ql) {
+            cJSON_AddNumberToObject(ql, "max_image_pixels", (double)q->max_image_pixels);
+            cJSON_AddNumberToObject(ql, "max_canvas_pixels", (double)q->max_canvas_pixels);
+            cJSON_AddNumberToObject(ql, "max_input_bytes", (double)q->max_input_bytes);
+            cJSON_AddNumberToObject(ql, "max_png_chunk_bytes", (double)q->max_png_chunk_bytes);
+            cJSON_AddNumberToObject(ql, "max_jpeg_scans", q->max_jpeg_scans);
+            cJSON_AddNumberToObject(ql, "max_video_frames", q->max_video_frames);
+            cJSON_AddNumberToObject(ql, "max_video_pixels", (double)q->max_video_pixels);
+            cJSON_AddNumberToObject(ql, "max_item_patches", (double)q->max_item_patches);
+            cJSON_AddNumberToObject(ql, "max_call_patches", (double)q->max_call_patches);
+        }
     }
     cJSON_AddBoolToObject(o, "cache", s->cache != NULL);
     char *js = cJSON_PrintUnformatted(o);

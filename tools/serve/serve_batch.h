@@ -24,11 +24,11 @@ typedef struct srv_config {
     const char *cache_dir;     /* NULL: no cache */
     uint64_t cache_size;
     int vllm_links;
-    const char *tmp_dir;       /* video bodies are spooled here (the library reads video from files) */
     int threads;               /* encoder ctx threads (0: all) */
     int workers;               /* decode/preprocess threads */
     qvl_isa isa;
     srv_limits lim;
+    qvl_limits qlim;           /* the library's limits: the ctx's ceiling and every plan's (srv_load) */
 } srv_config;
 
 /* The service's state, not ready yet (its HTTP side can answer health and metrics while the model loads). */

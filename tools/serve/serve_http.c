@@ -123,8 +123,8 @@ static int check_path(server *sv, srv_in_item *it, size_t i, srv_err *e) {
     }
     const srv_limits *L = srv_limits_of(sv->st);
     if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > L->max_item_bytes) {
-        srv_err_set(e, 413, (int)i, "item %zu: %lld bytes, over the %zu-byte item limit", i, (long long)st.st_size,
-                    L->max_item_bytes);
+        srv_err_set(e, 413, (int)i, "item %zu: %lld bytes, over the %zu-byte item limit (max_input_bytes)", i,
+                    (long long)st.st_size, L->max_item_bytes);
         return -1;
     }
     free(it->path);
@@ -169,7 +169,8 @@ static int parse_request(server *sv, struct MHD_Connection *c, conn_ctx *cc, srv
         return -1;
     }
     if (cc->body.len > L->max_item_bytes) {
-        srv_err_set(e, 413, 0, "%zu bytes, over the %zu-byte item limit", cc->body.len, L->max_item_bytes);
+        srv_err_set(e, 413, 0, "%zu bytes, over the %zu-byte item limit (max_input_bytes)", cc->body.len,
+                    L->max_item_bytes);
         return -1;
     }
     req->items = calloc(1, sizeof *req->items);
@@ -596,7 +597,14 @@ static const char serve_help[] =
     "  --workers N              decode/preprocess threads (default 2)\n"
     "  --isa auto|avx2|avx512   kernel set\n"
     "  --connections N          concurrent connections (default 256)\n"
+    "  --limit NAME=N           set one of the library's resource limits (repeatable; docs/SECURITY.md):\n"
+    "                           max_image_pixels, max_canvas_pixels, max_input_bytes, max_png_chunk_bytes,\n"
+    "                           max_jpeg_scans, max_video_frames, max_video_pixels, max_item_patches,\n"
+    "                           max_call_patches; an item over one is refused (413) before it is decoded\n"
     "  --max-body BYTES  --max-items N  --max-pixels N  --max-item-patches N\n"
+    "                           (--max-pixels is --limit max_image_pixels, --max-item-patches is --limit\n"
+    "                           max_item_patches (default 65536); an item's bytes are at most max_input_bytes,\n"
+    "                           default 48M or --max-body, and never above --max-body)\n"
     "  --max-batch-patches N  --max-batch-items N  --max-queue-patches N  --max-queue-items N  --max-wait-us N\n"
     "  --timeout-ms N           default request deadline (default 120000)\n"
     "  --drain-timeout-s N      longest a drain waits for accepted requests (default 300)\n";
@@ -606,7 +614,7 @@ static volatile sig_atomic_t got_signal;
 int cmd_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_CACHE, O_CACHE_SIZE, O_VLLM_LINKS, O_API_KEY, O_ALLOWED, O_THREADS,
            O_WORKERS, O_ISA, O_CONN, O_MAX_BODY, O_MAX_ITEMS, O_MAX_PIXELS, O_MAX_ITEM_PATCHES, O_MAX_BATCH_PATCHES,
-           O_MAX_BATCH_ITEMS, O_MAX_QUEUE_PATCHES, O_MAX_QUEUE_ITEMS, O_MAX_WAIT, O_TIMEOUT, O_DRAIN, O_HELP };
+           O_MAX_BATCH_ITEMS, O_MAX_QUEUE_PATCHES, O_MAX_QUEUE_ITEMS, O_MAX_WAIT, O_TIMEOUT, O_DRAIN, O_LIMIT, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'}, {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT}, {"port-file", required_argument, NULL, O_PORT_FILE},
@@ -622,15 +630,18 @@ int cmd_serve(int argc, char **argv) {
         {"max-queue-patches", required_argument, NULL, O_MAX_QUEUE_PATCHES},
         {"max-queue-items", required_argument, NULL, O_MAX_QUEUE_ITEMS},
         {"max-wait-us", required_argument, NULL, O_MAX_WAIT}, {"timeout-ms", required_argument, NULL, O_TIMEOUT},
-        {"drain-timeout-s", required_argument, NULL, O_DRAIN}, {"help", no_argument, NULL, O_HELP},
+        {"drain-timeout-s", required_argument, NULL, O_DRAIN}, {"limit", required_argument, NULL, O_LIMIT},
+        {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     srv_config cfg;
     memset(&cfg, 0, sizeof cfg);
     srv_limits_default(&cfg.lim);
+    qvl_limits_default(&cfg.qlim);
     cfg.cache_size = (uint64_t)10 << 30;
     cfg.workers = 2;
     const char *host = "127.0.0.1", *port_file = NULL, *allowed = NULL, *api_key = NULL;
     long port = 8080, conns = 256, drain_s = 300;
+    int set_pixels = 0, set_patches = 0;
     opterr = 0;
     optind = 1;
     int c;
@@ -664,8 +675,8 @@ int cmd_serve(int argc, char **argv) {
                 return cli_usage("%s: a positive number", argv[optind - 1]);
             if (c == O_MAX_BODY) cfg.lim.max_body_bytes = (size_t)u, cfg.lim.max_item_bytes = (size_t)u;
             else if (c == O_MAX_ITEMS) cfg.lim.max_items = (size_t)u;
-            else if (c == O_MAX_PIXELS) cfg.lim.max_pixels = u;
-            else if (c == O_MAX_ITEM_PATCHES) cfg.lim.max_item_patches = (size_t)u;
+            else if (c == O_MAX_PIXELS) cfg.lim.max_pixels = u, set_pixels = 1;
+            else if (c == O_MAX_ITEM_PATCHES) cfg.lim.max_item_patches = (size_t)u, set_patches = 1;
             else if (c == O_MAX_BATCH_PATCHES) cfg.lim.max_batch_patches = (size_t)u;
             else if (c == O_MAX_BATCH_ITEMS) cfg.lim.max_batch_items = (size_t)u;
             else if (c == O_MAX_QUEUE_PATCHES) cfg.lim.max_queue_patches = (size_t)u;
@@ -679,12 +690,35 @@ int cmd_serve(int argc, char **argv) {
             break;
         case O_DRAIN: if (cli_parse_long(optarg, 0, 86400, &drain_s)) return cli_usage("--drain-timeout-s: 0..86400");
             break;
+        case O_LIMIT:
+            if (cli_parse_limit(optarg, &cfg.qlim))
+                return cli_usage("--limit: '%s' is not NAME=N with N >= 1 and NAME a qvl_limits field (see --help)",
+                                 optarg);
+            break;
         case O_HELP: fputs(serve_help, stdout); return 0;
         default: return cli_bad_option("serve", c, argv);
         }
     }
     if (optind < argc) return cli_usage("unexpected argument '%s' (see 'qvl serve --help')", argv[optind]);
     if (!cfg.model_dir) return cli_usage("qvl serve needs --model DIR");
+    /* The server's options and the library's limits name the same bounds twice: --max-pixels / --limit
+     * max_image_pixels, --max-item-patches / --limit max_item_patches, the item bytes (48 MiB, or --max-body) /
+     * --limit max_input_bytes. The one given wins (both: the smaller), else the server's default; the two then agree,
+     * so that what /info says is what is enforced. The batch budget fits one plan's patch limit. */
+    qvl_limits *q = &cfg.qlim, qd;
+    qvl_limits_default(&qd);
+    if (set_pixels) q->max_image_pixels = q->max_image_pixels != qd.max_image_pixels && q->max_image_pixels <
+                                          cfg.lim.max_pixels ? q->max_image_pixels : cfg.lim.max_pixels;
+    else if (q->max_image_pixels == qd.max_image_pixels) q->max_image_pixels = cfg.lim.max_pixels;
+    cfg.lim.max_pixels = q->max_image_pixels;
+    if (set_patches) q->max_item_patches = q->max_item_patches != qd.max_item_patches && q->max_item_patches <
+                                           cfg.lim.max_item_patches ? q->max_item_patches : cfg.lim.max_item_patches;
+    else if (q->max_item_patches == qd.max_item_patches) q->max_item_patches = cfg.lim.max_item_patches;
+    cfg.lim.max_item_patches = (size_t)q->max_item_patches;
+    if (q->max_input_bytes == qd.max_input_bytes || q->max_input_bytes > cfg.lim.max_body_bytes)
+        q->max_input_bytes = q->max_input_bytes == qd.max_input_bytes ? cfg.lim.max_item_bytes : cfg.lim.max_body_bytes;
+    cfg.lim.max_item_bytes = (size_t)q->max_input_bytes;
+    if (cfg.lim.max_batch_patches > q->max_call_patches) cfg.lim.max_batch_patches = (size_t)q->max_call_patches;
     server sv;
     memset(&sv, 0, sizeof sv);
     sv.api_key = api_key && *api_key ? api_key : NULL;
@@ -695,9 +729,6 @@ int cmd_serve(int argc, char **argv) {
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)port);
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) return cli_usage("--host: an IPv4 address, not '%s'", host);
-    char tmpdir[] = "/tmp/qvl-serve-XXXXXX";
-    if (!mkdtemp(tmpdir)) return cli_fail("cannot create a temporary directory: %s", strerror(errno));
-    cfg.tmp_dir = tmpdir;
     /* Signals: blocked in every thread; this one waits for them. */
     sigset_t set;
     sigemptyset(&set);
@@ -709,7 +740,6 @@ int cmd_serve(int argc, char **argv) {
     double t0 = srv_now();
     sv.st = srv_create(&cfg);
     if (!sv.st) {
-        rmdir(tmpdir);
         return cli_fail("out of memory");
     }
     pthread_mutex_init(&sv.mu, NULL);
@@ -722,7 +752,6 @@ int cmd_serve(int argc, char **argv) {
         MHD_OPTION_END);
     if (!d) {
         srv_stop(sv.st);
-        rmdir(tmpdir);
         return cli_fail("cannot listen on %s:%ld", host, port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -739,7 +768,6 @@ int cmd_serve(int argc, char **argv) {
     if (srv_load(sv.st, msg, sizeof msg)) {
         MHD_stop_daemon(d);
         srv_stop(sv.st);
-        rmdir(tmpdir);
         return cli_fail("%s", msg);
     }
     fprintf(stderr, "qvl serve: %s ready on http://%s:%u in %.0f ms\n", cfg.model_dir, host, bound,
@@ -765,7 +793,6 @@ int cmd_serve(int argc, char **argv) {
     MHD_stop_daemon(d);
     srv_stop(sv.st);
     pthread_mutex_destroy(&sv.mu);
-    rmdir(tmpdir);
     fprintf(stderr, "qvl serve: stopped\n");
     return 0;
 }
