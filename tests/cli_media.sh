@@ -141,7 +141,7 @@ else ok; fi
 
 # --cache with a tower without DeepStack: one plane, stored [tokens, O] as the server stores it, and read back as a
 # hit (the CLI once wrote and read only [planes, tokens, O], and so missed the server's entries and overwrote them).
-if "$QVL" encode --help | grep -q -- '--cache'; then
+if "$QVL" --help 2>&1 | grep -q '^  cache '; then # built with the server (and so the cache)
     "$QVL" synth --preset tiny-3.5 --seed 1 -o "$T/m35" >/dev/null || bad "synth tiny-3.5"
     expect 0 "--cache store (one plane)" "$QVL" encode --model "$T/m35" --cache "$T/c35" "$PHOTO" -o "$T/c1.safetensors"
     expect 0 "--cache hit (one plane)" "$QVL" encode --model "$T/m35" --cache "$T/c35" "$PHOTO" -o "$T/c2.safetensors"
