@@ -27,6 +27,8 @@ const char *json_describe(const cJSON *v, char *buf, size_t n) {
 typedef struct jscan {
     const unsigned char *p, *end;
     int depth, deep;
+    const unsigned char *begin; /* the text's first byte */
+    size_t deep_at;             /* with deep: the offset of the bracket that nests past the limit */
 } jscan;
 
 static void js_ws(jscan *s) {
@@ -111,6 +113,7 @@ static int js_value(jscan *s) {
     if (c != '[' && c != '{') return js_number(s);
     if (s->depth >= CJSON_NESTING_LIMIT) {
         s->deep = 1;
+        s->deep_at = (size_t)(s->p - s->begin);
         return 0;
     }
     s->depth++;
@@ -142,10 +145,17 @@ static int js_value(jscan *s) {
     }
 }
 
-json_check_result json_check(const char *text, size_t len) {
-    jscan s = {(const unsigned char *)text, (const unsigned char *)text + len, 0, 0};
+/* json_check, and where the text nests too deep (*deep_at, with JSON_CHECK_TOO_DEEP). */
+static json_check_result json_check_at(const char *text, size_t len, size_t *deep_at) {
+    jscan s = {(const unsigned char *)text, (const unsigned char *)text + len, 0, 0, (const unsigned char *)text, 0};
     if (js_value(&s)) return JSON_CHECK_VALID;
+    *deep_at = s.deep_at;
     return s.deep ? JSON_CHECK_TOO_DEEP : JSON_CHECK_INVALID;
+}
+
+json_check_result json_check(const char *text, size_t len) {
+    size_t at;
+    return json_check_at(text, len, &at);
 }
 
 qvl_status json_parse_failure(const char *text, size_t len, const char *label, qvl_error *err) {
@@ -160,37 +170,18 @@ qvl_status json_parse_failure(const char *text, size_t len, const char *label, q
     }
 }
 
-/* Where the nesting of [ and { outside strings in text[0..n) first passes `limit` (0 if it never does). */
-static size_t json_too_deep_at(const char *t, size_t n, size_t limit) {
-    size_t depth = 0;
-    int in_str = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char c = t[i];
-        if (in_str) {
-            if (c == '\\') i++;
-            else if (c == '"') in_str = 0;
-        } else if (c == '"') {
-            in_str = 1;
-        } else if (c == '[' || c == '{') {
-            if (++depth > limit) return i;
-        } else if ((c == ']' || c == '}') && depth) {
-            depth--;
-        }
-    }
-    return 0;
-}
-
 qvl_status json_parse_object(const char *text, size_t len, const char *path, cJSON **root, qvl_error *err) {
     const char *end = NULL;
     *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!*root) {
-        const json_check_result why = json_check(text, len);
+        size_t deep_at = 0;
+        const json_check_result why = json_check_at(text, len, &deep_at);
         if (why == JSON_CHECK_VALID)
             return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory parsing %zu bytes of JSON", path, len);
         if (why == JSON_CHECK_TOO_DEEP)
             return err_fail(err, QVL_ERR_FORMAT, "%s: JSON nested more than %d levels deep (at byte %zu of %zu), "
                             "deeper than the parser accepts", path, CJSON_NESTING_LIMIT,
-                            json_too_deep_at(text, len, CJSON_NESTING_LIMIT), len);
+                            deep_at, len);
         size_t pos = end && end >= text && end <= text + len ? (size_t)(end - text) : 0, line = 1, col = 1;
         for (size_t i = 0; i < pos; i++) {
             if (text[i] == '\n') line++, col = 1;
