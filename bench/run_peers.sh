@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # run_peers.sh — qvl side by side with its peers on this CPU: the same checkpoint, the same pixel rows, the same
 # thread count, run one after the other. Prints each tool's own lines, then a summary with time ratios
-# qvl ÷ peer (> 1: qvl is slower; < 1: qvl is faster).
+# qvl ÷ peer (> 1: qvl is slower; < 1: qvl is faster). Every timed row also goes to --work/results.tsv (one line a
+# tool, precision and case: times, per-phase times for qvl, GFLOP/s, % of the measured peak of the unit used, peak
+# RSS, the machine's load) and the machine to --work/meta.tsv; bench/chart_peers.py draws them.
 #
 #   bench/run_peers.sh --qvl build/qvl --llama /path/to/llama.cpp/build --model DIR [options]
+#
+# qvl runs once per entry of --qvl-precisions (`qvl bench --precision P --isa S`); the row is named after the
+# precision and the kernel set the library chose (e.g. "qvl bf16 (avx512bf16)"). Its GFLOP/s are set against the
+# peak of the unit that set runs on, measured here just before and after the run: the f32 FMA peak (qvl bench's own
+# %peak), the AVX512-BF16 VDPBF16PS peak (bench/peak_flops.c built -mavx512bf16) or the AMX-BF16 TDPBF16PS peak
+# (bench/amx_peak.c; "not available" on a CPU without AMX). The log also says whether the CPU has AMX and which
+# oneDNN implementations transformers ran (ONEDNN_VERBOSE=1 on one short 224² run per dtype).
 #
 # Peers:
 #   transformers  bench/hf_tower.py: the vision model class on the CPU, float32 and bfloat16 (bench/requirements.txt)
@@ -17,6 +26,8 @@
 #
 # Options:
 #   --threads N        threads for every tool (default 2)
+#   --qvl-precisions LIST  qvl runs as PRECISION[:ISA], precision f32|bf16|auto, ISA a `qvl bench --isa` value
+#                      (default f32,bf16; e.g. bf16:avx512 forces the AVX512-BF16 set where auto would pick another)
 #   --repeat N         timed runs per case after one warm-up (default 3)
 #   --sizes LIST       square image sides for qvl and transformers (default 448,896)
 #   --video FxS        video case for qvl and transformers (default 8x448; 0x0 skips)
@@ -41,7 +52,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 QVL="" LLAMA="" MODEL="" THREADS=2 REPEAT=3 SIZES=448,896 VIDEO=8x448 BATCH=8x224 LLAMA_SIZES=""
 LLAMA_CASES=f32:1,f32:0,f16:1,f16:0,bf16:1,bf16:0 BLAS_CORES=auto,Haswell,SkylakeX QVL_GEMM="" LLAMA_CPU_LIB="" PY="" WORK="${TMPDIR:-/tmp}/qvl-peers"
-ONLY=qvl,hf,blas,llama QUIET_WAIT=0
+ONLY=qvl,hf,blas,llama QUIET_WAIT=0 QVL_PRECS=f32,bf16
 
 die() { echo "run_peers: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -51,25 +62,29 @@ while [ $# -gt 0 ]; do
         --sizes) SIZES=$2 ;; --video) VIDEO=$2 ;; --batch) BATCH=$2 ;; --llama-sizes) LLAMA_SIZES=$2 ;;
         --llama-cases) LLAMA_CASES=$2 ;; --blas-cores) BLAS_CORES=$2 ;; --qvl-gemm) QVL_GEMM=$2 ;; --llama-cpu-lib) LLAMA_CPU_LIB=$2 ;;
         --python) PY=$2 ;; --work) WORK=$2 ;; --only) ONLY=$2 ;; --quiet-wait) QUIET_WAIT=$2 ;;
+        --qvl-precisions) QVL_PRECS=$2 ;;
         *) die "unknown option $1 (see the header of $0)" ;;
     esac
     shift 2
 done
 idle_pct() { # share of CPU time idle over 2 s, in percent
     local a b
-    a=($(head -1 /proc/stat)); sleep 2; b=($(head -1 /proc/stat))
+    read -r -a a < /proc/stat; sleep 2; read -r -a b < /proc/stat
     local tot=0 i
     for i in 1 2 3 4 5 6 7 8; do tot=$((tot + b[i] - a[i])); done
     echo $(( tot > 0 ? 100 * (b[4] - a[4] + b[5] - a[5]) / tot : 0 ))
 }
+IDLE=- LOAD1=-   # what the last wait_quiet found, for results.tsv
 wait_quiet() { # wait_quiet LABEL: up to QUIET_WAIT seconds for an idle machine; logs what it found
+    IDLE=- LOAD1=$(cut -d' ' -f1 /proc/loadavg)
     [ "$QUIET_WAIT" -gt 0 ] || return 0
     local t0=$SECONDS p
     while :; do
         p=$(idle_pct)
         if [ "$p" -ge 90 ] || [ $((SECONDS - t0)) -ge "$QUIET_WAIT" ]; then break; fi
     done
-    echo "[$1: machine ${p}% idle after $((SECONDS - t0)) s wait; load $(cut -d' ' -f1 /proc/loadavg)]"
+    IDLE=$p LOAD1=$(cut -d' ' -f1 /proc/loadavg)
+    echo "[$1: machine ${p}% idle after $((SECONDS - t0)) s wait; load $LOAD1]"
 }
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 [ -n "$MODEL" ] && [ -f "$MODEL/config.json" ] || die "--model DIR with config.json is required"
@@ -82,68 +97,151 @@ fi
 mkdir -p "$WORK"
 MODEL=$(cd "$MODEL" && pwd)
 
-declare -A MS=()    # "tool|case" -> median ms
+declare -A MS=()    # "row|case" -> median ms (row: "qvl f32 (avx512)", "hf bf16", ...)
 declare -A GF=()    # "tool|shape|M" -> GFLOP/s
+QROWS=()            # the qvl rows in run order (the first one is the base of the ratios)
 case_of() { # "image 448²" / "video 8x448²" / "batch 8x224²" -> image448 / video8x448 / batch8x224
     echo "$1$2" | sed 's/²//'
 }
+TSV="$WORK/results.tsv" META="$WORK/meta.tsv"
+printf 'tower\ttool\tprecision\tkernels\tcase\tpatches\tmedian_ms\tgflops\tpct_peak\tpeak_unit\tpeak_gflops\trss_mib\tpatch_ms\tpos_rope_ms\tgemm_ms\tattn_ms\tnorm_ms\tmerger_ms\tidle_pct\tload1\n' > "$TSV"
+: > "$META"
+meta() { printf '%s\t%s\n' "$1" "$2" >> "$META"; echo "$1: $2"; }
+row() { local IFS=$'\t'; echo "$*" >> "$TSV"; }   # one results.tsv line, fields in the header's order
+TOWER=$("$PY" -c "import json, sys; c = json.load(open(sys.argv[1])); v = c.get('vision_config', c); \
+print('%s depth %s hidden %s' % (c.get('model_type', '?'), v.get('depth', '?'), v.get('hidden_size', '?')))" \
+    "$MODEL/config.json" 2>/dev/null || basename "$MODEL")
 
 echo "== machine"
-echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores online"
-echo "isa: $(grep -m1 -o -w -E 'avx2|fma|avx512f|avx512_bf16|avx512_fp16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "threads: $THREADS, repeat: $REPEAT (median after one warm-up)"
-echo "qvl: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (work tree modified)')"
+meta date "$(date -u '+%Y-%m-%d %H:%M UTC')"
+meta cpu "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores online"
+meta isa "$(grep -m1 -o -w -E 'avx2|fma|avx512f|avx512_bf16|avx512_fp16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+amx=$(grep -m1 -o -w -E 'amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ' || true)
+if [ -n "$amx" ]; then meta amx "yes (${amx% })"; else meta amx "no (no amx_bf16 / amx_tile in the CPU flags): AMX rows are not available on this machine"; fi
+meta load_before "$(cut -d' ' -f1-3 /proc/loadavg)"
+meta threads "$THREADS, repeat: $REPEAT (median after one warm-up)"
+meta tower "$TOWER ($MODEL)"
+meta qvl "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (work tree modified)')"
 echo
 
-# ---------------------------------------------------------------------------------------------------------------- qvl
+# ------------------------------------------------------------------------------------------------------------ peaks
+# The bf16 units' peaks, for qvl's bf16 rows (the f32 FMA peak is qvl bench's own). Built into --work here.
+PEAK_BF16="" PEAK_AMX=""
 if want qvl; then
-    echo "== qvl ($QVL)"
-    log="$WORK/qvl.log"
-    if "$QVL" bench --help >/dev/null 2>&1; then
-        wait_quiet qvl
-        "$QVL" bench --model "$MODEL" --sizes "$SIZES" --video "$VIDEO" --batch "$BATCH" --threads "$THREADS" \
-            --repeat "$REPEAT" | tee "$log"
-        while read -r a b _ _ t _; do
-            MS["qvl|$(case_of "$a" "$b")"]=$t
-        done < <(grep -E '^(image|video|batch) [0-9x]+² +[0-9]' "$log")
+    if grep -q -w avx512_bf16 /proc/cpuinfo &&
+        gcc -O2 -mavx512f -mavx512bf16 -fopenmp -o "$WORK/peak_flops_bf16" "$here/peak_flops.c" 2> "$WORK/peak_build.log"; then
+        PEAK_BF16="$WORK/peak_flops_bf16"
+    fi
+    if gcc -O2 -mamx-tile -mamx-bf16 -pthread -o "$WORK/amx_peak" "$here/amx_peak.c" 2>> "$WORK/peak_build.log"; then
+        PEAK_AMX="$WORK/amx_peak"
+    fi
+fi
+peak_of() { # peak_of bf16|amx: GFLOP/s on THREADS threads, wall clock, or "" where the unit is not available
+    local out t=$THREADS
+    if [ "$1" = bf16 ]; then
+        [ -n "$PEAK_BF16" ] || return 0
+        [ "$t" -le 2 ] || t=2   # peak_flops times 1 and 2 threads
+        out=$(OMP_NUM_THREADS=$t "$PEAK_BF16") || return 0
     else
-        # no `qvl bench` in this build: time `qvl encode` (it prints its own encode time) on the same rows
-        echo "(qvl bench not available: timing qvl encode per image size on the bench rows)"
-        for s in ${SIZES//,/ }; do
-            g=$((s / 16))
-            PYTHONDONTWRITEBYTECODE=1 "$PY" -c "import sys, numpy as np; sys.path.insert(0, '$here'); import hf_tower as h; \
-                np.save('$WORK/rows$s.npy', h.bench_rows($g * $g * 1536).reshape($g * $g, 1536))"
-            ts=()
-            for r in $(seq 0 "$REPEAT"); do
-                out=$("$QVL" encode --model "$MODEL" --pixels "$WORK/rows$s.npy" --grid "1,$g,$g" \
-                    --threads "$THREADS" -o "$WORK/out$s.npy" 2>&1)
-                t=$(echo "$out" | grep -o -E '[0-9.]+ ms' | head -1 | cut -d' ' -f1)
-                [ -n "$t" ] || die "cannot read the encode time from: $out"
-                [ "$r" -gt 0 ] && ts+=("$t")
-            done
-            med=$(printf '%s\n' "${ts[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-            echo "image${s}: runs ${ts[*]} ms, median $med ms" | tee -a "$log"
-            MS["qvl|image$s"]=$med
-        done
+        [ -n "$PEAK_AMX" ] || return 0
+        out=$("$PEAK_AMX" "$THREADS") || return 0
+    fi
+    echo "$out" | sed -n "s/^threads $t: \([0-9.]*\) GFLOP.*/\1/p"
+}
+mean2() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "") printf "%.1f", (a + b) / 2; else if (a != "") print a; else print b }'; }
+if want qvl; then
+    echo "== peaks ($THREADS threads, wall clock; measured again around every qvl bf16 run)"
+    p=$(peak_of bf16)
+    if [ -n "$p" ]; then meta peak_avx512bf16 "$p GFLOP/s (VDPBF16PS, bench/peak_flops.c -mavx512bf16)"
+    else meta peak_avx512bf16 "not available on this machine (no avx512_bf16, or the compiler lacks -mavx512bf16)"; fi
+    if [ -n "$PEAK_AMX" ]; then
+        amxout=$("$PEAK_AMX" "$THREADS" || true); echo "$amxout"
+        p=$(echo "$amxout" | sed -n "s/^threads $THREADS: \([0-9.]*\) GFLOP.*/\1/p")
+        if [ -n "$p" ]; then meta peak_amx "$p GFLOP/s (TDPBF16PS, bench/amx_peak.c)"
+        else meta peak_amx "not available on this machine ($(echo "$amxout" | head -1))"; fi
+    else
+        meta peak_amx "not available (the compiler does not build bench/amx_peak.c with -mamx-tile -mamx-bf16)"
     fi
     echo
 fi
 
+# ---------------------------------------------------------------------------------------------------------------- qvl
+if want qvl; then
+    "$QVL" bench --help >/dev/null 2>&1 || die "$QVL has no bench command"
+    for qp in ${QVL_PRECS//,/ }; do
+        prec=${qp%%:*} isa=auto
+        [ "$qp" = "$prec" ] || isa=${qp#*:}
+        log="$WORK/qvl-$prec-$isa.log"
+        echo "== qvl --precision $prec --isa $isa ($QVL)"
+        wait_quiet "qvl $qp"
+        pb="" pa=""
+        if [ "$prec" != f32 ]; then pb=$(peak_of bf16); pa=$(peak_of amx); fi
+        "$QVL" bench --model "$MODEL" --sizes "$SIZES" --video "$VIDEO" --batch "$BATCH" --threads "$THREADS" \
+            --repeat "$REPEAT" --precision "$prec" --isa "$isa" | tee "$log"
+        kern=$(sed -n 's/^precision: .*(backend \([^)]*\)).*/\1/p' "$log")
+        realprec=$(sed -n 's/^precision: \([a-z0-9]*\).*/\1/p' "$log")
+        rss=$(sed -n 's/^peak RSS: \([0-9.]*\) MiB.*/\1/p' "$log")
+        name="qvl ${realprec:-$prec} (${kern:-?})"
+        unit=fma_f32 pk=""
+        if [ "${realprec:-$prec}" != f32 ]; then
+            if [ "$prec" != f32 ]; then pb=$(mean2 "$pb" "$(peak_of bf16)"); pa=$(mean2 "$pa" "$(peak_of amx)"); fi
+            case $kern in
+                *amx*) unit=amx_bf16 pk=$pa ;;
+                *) unit=avx512_bf16 pk=$pb ;;
+            esac
+            echo "[$name: % of the ${unit} peak measured around the run: ${pk:-not available} GFLOP/s]"
+        fi
+        QROWS+=("$name")
+        while read -r a b np _ t gf pct _ ph po ge at no me; do
+            c=$(case_of "$a" "$b")
+            MS["$name|$c"]=$t
+            if [ "$unit" = fma_f32 ]; then
+                pct=${pct%\%}
+                pk=$(awk -v g="$gf" -v p="$pct" 'BEGIN { if (p > 0) printf "%.1f", 100 * g / p; else print "" }')
+            else
+                pct=$(awk -v g="$gf" -v p="$pk" 'BEGIN { if (p > 0) printf "%.1f", 100 * g / p; else print "-" }')
+            fi
+            row "$TOWER" qvl "${realprec:-$prec}" "${kern:--}" "$c" "$np" "$t" "$gf" "${pct:--}" "$unit" "${pk:--}" \
+                "${rss:--}" "$ph" "$po" "$ge" "$at" "$no" "$me" "$IDLE" "$LOAD1"
+        done < <(grep -E '^(image|video|batch) [0-9x]+² +[0-9]' "$log")
+        echo
+    done
+fi
+
 # ------------------------------------------------------------------------------------------------------ transformers
+onednn_summary() { # onednn_summary LOG: "kind impl xN, ..." of the oneDNN primitives a run executed
+    local s
+    s=$(grep -E '^onednn_verbose,.*,exec,' "$1" |
+        awk -F, '{ for (i = 1; i <= NF; i++) if ($i == "exec") { print $(i + 2) "/" $(i + 3); break } }' |
+        sort | uniq -c | sort -rn | awk '{ printf "%s%s x%s", sep, $2, $1; sep = ", " }')
+    echo "${s:-no oneDNN primitive executed}"
+}
 if want hf; then
     echo "== transformers (bench/hf_tower.py, $PY)"
-    log="$WORK/hf.log"
-    wait_quiet transformers
-    "$PY" "$here/hf_tower.py" --model "$MODEL" --sizes "$SIZES" --video "$VIDEO" --batch "$BATCH" \
-        --threads "$THREADS" --repeat "$REPEAT" --dtypes float32,bfloat16 2>&1 | grep -E '^hf_tower' | tee "$log"
-    while read -r line; do
-        d=$(echo "$line" | sed -n 's/.*dtype=\([a-z0-9]*\).*/\1/p')
-        c=$(echo "$line" | sed -n 's/.*case=\([a-z0-9x]*\).*/\1/p')
-        m=$(echo "$line" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
-        [ "$d" = float32 ] && MS["hf fp32|$c"]=$m || MS["hf bf16|$c"]=$m
-    done < <(grep -E '^hf_tower dtype=' "$log")
+    for d in float32 bfloat16; do
+        short=$([ "$d" = float32 ] && echo fp32 || echo bf16)
+        log="$WORK/hf-$d.log"
+        wait_quiet "transformers $d"
+        /usr/bin/time -f '%M' -o "$WORK/hf-$d.rss" "$PY" "$here/hf_tower.py" --model "$MODEL" --sizes "$SIZES" \
+            --video "$VIDEO" --batch "$BATCH" --threads "$THREADS" --repeat "$REPEAT" --dtypes "$d" 2>&1 |
+            grep -E '^hf_tower' | tee "$log"
+        rss=$(awk '/^[0-9]+$/ { printf "%.1f", $1 / 1024 }' "$WORK/hf-$d.rss")
+        while read -r line; do
+            c=$(echo "$line" | sed -n 's/.*case=\([a-z0-9x]*\).*/\1/p')
+            np=$(echo "$line" | sed -n 's/.* patches=\([0-9]*\).*/\1/p')
+            m=$(echo "$line" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
+            MS["hf $short|$c"]=$m
+            row "$TOWER" transformers "$short" "$(sed -n 's/.*cpu_capability=\([a-zA-Z0-9_]*\).*/\1/p' "$log" | head -1)" \
+                "$c" "$np" "$m" - - - - "${rss:--}" - - - - - - "$IDLE" "$LOAD1"
+        done < <(grep -E '^hf_tower dtype=' "$log")
+        echo "[transformers $d: peak RSS ${rss:-?} MiB]"
+    done
+    # What oneDNN ran: one short run per dtype (224², one timed encode) with ONEDNN_VERBOSE=1.
+    for d in float32 bfloat16; do
+        ONEDNN_VERBOSE=1 "$PY" "$here/hf_tower.py" --model "$MODEL" --sizes 224 --video 0x0 --batch 0x0 \
+            --threads "$THREADS" --repeat 1 --dtypes "$d" > "$WORK/onednn-$d.log" 2>&1 || true
+        meta "onednn_$d" "$(onednn_summary "$WORK/onednn-$d.log") (ONEDNN_VERBOSE=1, one 224² warm-up + encode)"
+    done
     echo
 fi
 
@@ -216,7 +314,9 @@ if want llama; then
                 grep '^llama_clip') || die "llama_clip_bench failed: see $err"
             echo "mmproj=$t ${line#llama_clip file=* }"
             isa=$(echo "$line" | grep -q 'avx512:1' && echo avx512 || echo avx2)
-            MS["llama $isa ${t^^} fa$fa|image$s"]=$(echo "$line" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
+            m=$(echo "$line" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
+            MS["llama $isa ${t^^} fa$fa|image$s"]=$m
+            row "$TOWER" llama.cpp "$t" "$isa fa$fa" "image$s" - "$m" - - - - - - - - - - - "$IDLE" "$LOAD1"
         done
     done
     echo
@@ -225,16 +325,28 @@ fi
 # ---------------------------------------------------------------------------------------------------------- summary
 set +u   # empty associative arrays read as unset under -u in some bash versions
 echo "== summary: time ratio qvl ÷ peer (> 1: qvl slower, < 1: qvl faster); load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-12s %-22s %10s %10s %9s\n' case peer "qvl ms" "peer ms" "qvl/peer"
+meta load_after "$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "(rows and per-phase times: $TSV; the machine: $META; chart: bench/chart_peers.py $TSV)"
+printf '%-12s %-24s %-24s %10s %10s %9s\n' case qvl peer "qvl ms" "peer ms" "qvl/peer"
 cases=$(for k in "${!MS[@]}"; do echo "${k#*|}"; done | sort -u -V | awk '/^image/ {print; next} {r = r $0 "\n"} END {printf "%s", r}')
-peers=$(for k in "${!MS[@]}"; do echo "${k%%|*}"; done | { grep -v '^qvl$' || true; } | sort -u)
+peers=$(for k in "${!MS[@]}"; do echo "${k%%|*}"; done | { grep -v '^qvl ' || true; } | sort -u)
 for c in $cases; do
-    q=${MS["qvl|$c"]:-}
-    while read -r p; do
-        v=${MS["$p|$c"]:-}
-        [ -n "$v" ] || continue
-        if [ -n "$q" ]; then r=$(awk -v a="$q" -v b="$v" 'BEGIN { printf "%.2f", a / b }'); else r=n/a; fi
-        printf '%-12s %-22s %10s %10s %9s\n' "$c" "$p" "${q:-n/a}" "$v" "$r"
+    for qi in "${!QROWS[@]}"; do
+        qn=${QROWS[$qi]}
+        q=${MS["$qn|$c"]:-}
+        [ -n "$q" ] || continue
+        # against the other qvl rows run before it (qvl bf16 ÷ qvl f32), then against every peer
+        others=$(for j in "${!QROWS[@]}"; do [ "$j" -lt "$qi" ] && echo "${QROWS[$j]}"; done; echo "$peers")
+        while read -r p; do
+            [ -n "$p" ] || continue
+            v=${MS["$p|$c"]:-}
+            [ -n "$v" ] || continue
+            r=$(awk -v a="$q" -v b="$v" 'BEGIN { printf "%.2f", a / b }')
+            printf '%-12s %-24s %-24s %10s %10s %9s\n' "$c" "$qn" "$p" "$q" "$v" "$r"
+        done <<< "$others"
+    done
+    [ "${#QROWS[@]}" -gt 0 ] || while read -r p; do
+        [ -n "$p" ] && [ -n "${MS["$p|$c"]:-}" ] && printf '%-12s %-24s %-24s %10s %10s %9s\n' "$c" - "$p" - "${MS["$p|$c"]}" -
     done <<< "$peers"
 done
 if [ "${#GF[@]}" -gt 0 ]; then

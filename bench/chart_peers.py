@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Draw a bench/run_peers.sh run as a PNG: one row of panels per tower (model), read from the run's own
+machine-readable output (--work/results.tsv, with meta.tsv beside it).
+
+    left panel:  time per case for every tool and precision (qvl f32, qvl bf16 per kernel set, transformers fp32 /
+                 bf16, llama.cpp ...), seconds on a log scale
+    right panel: qvl's achieved GFLOP/s as % of the measured peak of the unit each row ran on (f32 FMA,
+                 AVX512-BF16 VDPBF16PS or AMX-BF16 TDPBF16PS); a unit whose peak could not be measured here (no AMX)
+                 is written into the panel instead of a bar
+
+Usage:
+    python bench/chart_peers.py RUN1/results.tsv [RUN2/results.tsv ...] -o docs/peers.png [--title TEXT]
+Pinned version: bench/requirements.txt (matplotlib).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+CASE_ORDER = ("image", "video", "batch")
+
+
+def read_tsv(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def read_meta(path: str) -> dict[str, str]:
+    meta: dict[str, str] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("\t")
+                meta[k] = v
+    except OSError:
+        pass
+    return meta
+
+
+def case_key(c: str) -> tuple[int, int, str]:
+    kind = next((i for i, p in enumerate(CASE_ORDER) if c.startswith(p)), len(CASE_ORDER))
+    digits = "".join(ch for ch in c.split("x")[-1] if ch.isdigit())
+    return (kind, int(digits or 0), c)
+
+
+def row_name(r: dict[str, str]) -> str:
+    if r["tool"] == "qvl":
+        return f"qvl {r['precision']} ({r['kernels']})"
+    if r["tool"] == "transformers":
+        return f"transformers {r['precision']}"
+    return f"{r['tool']} {r['precision']} ({r['kernels']})"
+
+
+def num(s: str) -> float | None:
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tsv", nargs="+", help="results.tsv of one or more bench/run_peers.sh runs")
+    ap.add_argument("-o", "--output", required=True, help="PNG to write")
+    ap.add_argument("--title", default="", help="figure title (default: from the runs' meta.tsv)")
+    a = ap.parse_args()
+
+    towers: dict[str, list[dict[str, str]]] = {}
+    metas: dict[str, dict[str, str]] = {}
+    for p in a.tsv:
+        meta = read_meta(os.path.join(os.path.dirname(os.path.abspath(p)), "meta.tsv"))
+        for r in read_tsv(p):
+            towers.setdefault(r["tower"], []).append(r)
+            metas.setdefault(r["tower"], meta)
+    if not towers:
+        print("chart_peers: no rows in " + ", ".join(a.tsv), file=sys.stderr)
+        return 1
+
+    fig, axes = plt.subplots(len(towers), 2, figsize=(15, 4.8 * len(towers)), squeeze=False,
+                             gridspec_kw={"width_ratios": [2.2, 1]})
+    cmap = plt.get_cmap("tab10")
+    names_all: list[str] = []
+    for rows in towers.values():
+        for r in rows:
+            if row_name(r) not in names_all:
+                names_all.append(row_name(r))
+    color = {n: cmap(i % 10) for i, n in enumerate(names_all)}
+
+    for ti, (tower, rows) in enumerate(towers.items()):
+        meta = metas[tower]
+        cases = sorted({r["case"] for r in rows}, key=case_key)
+        names = [n for n in names_all if any(row_name(r) == n for r in rows)]
+        ms = {(row_name(r), r["case"]): num(r["median_ms"]) for r in rows}
+
+        ax = axes[ti][0]
+        width = 0.8 / max(1, len(names))
+        for ni, n in enumerate(names):
+            xs, ys = [], []
+            for ci, c in enumerate(cases):
+                v = ms.get((n, c))
+                if v is not None and v > 0:
+                    xs.append(ci - 0.4 + width * (ni + 0.5))
+                    ys.append(v / 1e3)
+            bars = ax.bar(xs, ys, width, label=n, color=color[n])
+            for b, y in zip(bars, ys):
+                ax.annotate(f"{y:.3g}", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7,
+                            rotation=90, xytext=(0, 2), textcoords="offset points")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(cases)), cases)
+        ax.set_ylabel("time per encode, s (log)")
+        ax.set_title(f"{tower}: time per case", fontsize=10)
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(axis="y", which="both", alpha=0.3)
+        ax.margins(y=0.25)
+
+        ax = axes[ti][1]
+        q = [r for r in rows if r["tool"] == "qvl"]
+        qnames = [n for n in names if n.startswith("qvl ")]
+        width = 0.8 / max(1, len(qnames))
+        for ni, n in enumerate(qnames):
+            xs, ys = [], []
+            for ci, c in enumerate(cases):
+                r = next((r for r in q if row_name(r) == n and r["case"] == c), None)
+                v = num(r["pct_peak"]) if r else None
+                if v is not None:
+                    xs.append(ci - 0.4 + width * (ni + 0.5))
+                    ys.append(v)
+            unit = next((r["peak_unit"] for r in q if row_name(r) == n), "?")
+            bars = ax.bar(xs, ys, width, label=f"{n}: % of {unit} peak", color=color[n])
+            for b, y in zip(bars, ys):
+                ax.annotate(f"{y:.0f}%", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom", fontsize=7)
+        amx = meta.get("peak_amx", "")
+        if "not available" in amx or not amx:
+            ax.text(0.5, 0.97, "AMX-BF16 (TDPBF16PS): not available on this machine", transform=ax.transAxes,
+                    ha="center", va="top", fontsize=8, color="firebrick")
+        ax.set_xticks(range(len(cases)), cases)
+        ax.set_ylim(0, 110)
+        ax.set_ylabel("% of the measured peak")
+        ax.set_title("qvl: GFLOP/s as % of the peak of its unit", fontsize=10)
+        ax.legend(fontsize=7, loc="lower left")
+        ax.grid(axis="y", alpha=0.3)
+
+    meta = next(iter(metas.values()))
+    title = a.title or (f"bench/run_peers.sh, {meta.get('date', '?')}: {meta.get('cpu', '?')}; "
+                        f"threads {meta.get('threads', '?')}; AMX: {meta.get('amx', '?').split(' ')[0]}; "
+                        f"load before {meta.get('load_before', '?')}, after {meta.get('load_after', '?')}")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(a.output, dpi=110)
+    print(f"chart_peers: wrote {a.output} ({len(towers)} tower(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
