@@ -8,8 +8,11 @@ machine-readable output (--work/results.tsv, with meta.tsv beside it).
                  AVX512-BF16 VDPBF16PS or AMX-BF16 TDPBF16PS); a unit whose peak could not be measured here (no AMX)
                  is written into the panel instead of a bar
 
+With --markdown it also prints the same rows as Markdown tables (time per case with the ratio to the last qvl
+row of the run, qvl bf16 by default, and qvl's per-phase times), for docs/PERFORMANCE.md.
+
 Usage:
-    python bench/chart_peers.py RUN1/results.tsv [RUN2/results.tsv ...] -o docs/peers.png [--title TEXT]
+    python bench/chart_peers.py RUN1/results.tsv [RUN2/results.tsv ...] -o docs/peers.png [--title TEXT] [--markdown]
 Pinned version: bench/requirements.txt (matplotlib).
 """
 from __future__ import annotations
@@ -70,6 +73,7 @@ def main() -> int:
     ap.add_argument("tsv", nargs="+", help="results.tsv of one or more bench/run_peers.sh runs")
     ap.add_argument("-o", "--output", required=True, help="PNG to write")
     ap.add_argument("--title", default="", help="figure title (default: from the runs' meta.tsv)")
+    ap.add_argument("--markdown", action="store_true", help="also print Markdown tables of the rows")
     a = ap.parse_args()
 
     towers: dict[str, list[dict[str, str]]] = {}
@@ -155,7 +159,45 @@ def main() -> int:
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(a.output, dpi=110)
     print(f"chart_peers: wrote {a.output} ({len(towers)} tower(s))")
+    if a.markdown:
+        for tower, rows in towers.items():
+            print_markdown(tower, rows, names_all)
     return 0
+
+
+def print_markdown(tower: str, rows: list[dict[str, str]], names_all: list[str]) -> None:
+    cases = sorted({r["case"] for r in rows}, key=case_key)
+    names = [n for n in names_all if any(row_name(r) == n for r in rows)]
+    by = {(row_name(r), r["case"]): r for r in rows}
+    base = next((n for n in reversed(names) if n.startswith("qvl ")), None)  # the last qvl row: bf16 by default
+    print(f"\n#### {tower}\n")
+    print("| case | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for c in cases:
+        b = num(by[(base, c)]["median_ms"]) if base and (base, c) in by else None
+        cells = []
+        for n in names:
+            v = num(by[(n, c)]["median_ms"]) if (n, c) in by else None
+            if v is None:
+                cells.append("—")
+            elif n == base or not b:
+                cells.append(f"{v / 1e3:.2f} s")
+            else:
+                cells.append(f"{v / 1e3:.2f} s ({v / b:.2f}×)")
+        print(f"| {c} | " + " | ".join(cells) + " |")
+    rss = {n: next((r["rss_mib"] for r in rows if row_name(r) == n), "-") for n in names}
+    print("| peak RSS, MiB | " + " | ".join(rss[n] for n in names) + " |")
+    print(f"\n(in parentheses: that row's time ÷ {base}'s; > 1: slower than {base})\n" if base else "")
+    q = [r for r in rows if r["tool"] == "qvl"]
+    if q:
+        print("| qvl row | case | time s | GFLOP/s | % of peak (unit, GFLOP/s) | patch | pos/rope | gemm | attn | norm | "
+              "merger (ms) |")
+        print("|---" * 11 + "|")
+        for r in sorted(q, key=lambda r: (names.index(row_name(r)), case_key(r["case"]))):
+            t = num(r["median_ms"]) or 0
+            print(f"| {row_name(r)} | {r['case']} | {t / 1e3:.2f} | {r['gflops']} | {r['pct_peak']} % ({r['peak_unit']}, "
+                  f"{r['peak_gflops']}) | {r['patch_ms']} | {r['pos_rope_ms']} | {r['gemm_ms']} | {r['attn_ms']} | "
+                  f"{r['norm_ms']} | {r['merger_ms']} |")
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ wait_quiet() { # wait_quiet LABEL: up to QUIET_WAIT seconds for an idle machine;
     echo "[$1: machine ${p}% idle after $((SECONDS - t0)) s wait; load $LOAD1]"
 }
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-[ -n "$MODEL" ] && [ -f "$MODEL/config.json" ] || die "--model DIR with config.json is required"
+if [ -z "$MODEL" ] || [ ! -f "$MODEL/config.json" ]; then die "--model DIR with config.json is required"; fi
 want qvl && { [ -x "$QVL" ] || die "--qvl PATH to the qvl binary is required"; }
 want llama && { [ -d "$LLAMA" ] || die "--llama PATH of an existing llama.cpp build is required"; }
 [ -n "$LLAMA_SIZES" ] || LLAMA_SIZES=$SIZES
