@@ -119,7 +119,8 @@ def main() -> int:
         ax.set_yscale("log")
         ax.set_xticks(range(len(cases)), cases)
         ax.set_ylabel("time per encode, s (log)")
-        ax.set_title(f"{tower}: time per case", fontsize=10)
+        ax.set_title(f"{tower}: time per case (run at {meta.get('date', '?')}, load before "
+                     f"{meta.get('load_before', '?')}, after {meta.get('load_after', '?')})", fontsize=9)
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(axis="y", which="both", alpha=0.3)
         ax.margins(y=0.25)
@@ -152,9 +153,8 @@ def main() -> int:
         ax.grid(axis="y", alpha=0.3)
 
     meta = next(iter(metas.values()))
-    title = a.title or (f"bench/run_peers.sh, {meta.get('date', '?')}: {meta.get('cpu', '?')}; "
-                        f"threads {meta.get('threads', '?')}; AMX: {meta.get('amx', '?').split(' ')[0]}; "
-                        f"load before {meta.get('load_before', '?')}, after {meta.get('load_after', '?')}")
+    title = a.title or (f"bench/run_peers.sh: {meta.get('cpu', '?')}; threads {meta.get('threads', '?')}; "
+                        f"AMX: {meta.get('amx', '?').split(' ')[0]}")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(a.output, dpi=110)
