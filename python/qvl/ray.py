@@ -320,11 +320,12 @@ def embed(model: str, inputs: str | Sequence[str], output: str | None, *, actors
     if todo:
         # The dataset is the paths alone: each actor's library reads its files (no read tasks competing with the
         # encoders for CPUs, no file bytes through the object store), and a file that cannot be read is its
-        # row's error instead of a failed read task. One block per batch spreads the work over the actors. The
+        # row's error instead of a failed read task. A block per batch (at most 64 per actor; a bigger block is
+        # cut into batches in its task) spreads the work over the actors. The
         # actors write the Parquet parts themselves (no write tasks, no embeddings through the object store).
-        stage = os.path.join(output, f".qvl-run-{uuid.uuid4().hex}") if output else None
+        stage = os.path.join(os.path.abspath(output), f".qvl-run-{uuid.uuid4().hex}") if output else None
         ds = ray.data.from_items([{"path": p} for p in todo],
-                                 override_num_blocks=max(1, min(len(todo), -(-len(todo) // batch_size))))
+                                 override_num_blocks=max(1, min(-(-len(todo) // batch_size), 64 * actors)))
         ds = ds.map_batches(
             EncoderActor,
             fn_constructor_kwargs={"model": os.path.abspath(model), "threads": threads_per_actor, "dtype": dtype,

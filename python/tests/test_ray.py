@@ -132,10 +132,8 @@ def test_file_unreadable_after_listing(local_ray, corpus: str, model_dir: str, t
     for n in ("gone", "dir", "fifo", "noperm"):
         shutil.copy(data("tests/data/photos/coffee.png"), d / f"{n}.png")
     listed = qray.expand_inputs(str(d))
-    real = qray.expand_inputs
 
-    def expand_then_break(inputs):
-        got = real(inputs)
+    def break_files():
         os.unlink(d / "gone.png")
         os.unlink(d / "dir.png")
         os.mkdir(d / "dir.png")
@@ -143,12 +141,20 @@ def test_file_unreadable_after_listing(local_ray, corpus: str, model_dir: str, t
         os.mkfifo(d / "fifo.png")
         if os.geteuid() != 0:
             os.chmod(d / "noperm.png", 0)
-        return got
 
-    monkeypatch.setattr(qray, "expand_inputs", expand_then_break)
+    # the files break when the job builds its dataset: after the driver has listed (and, had it, checked) them,
+    # before anything reads them
+    for name in ("from_items", "read_binary_files"):
+        real = getattr(ray.data, name)
+
+        def hooked(*a, _real=real, **k):
+            break_files()
+            return _real(*a, **k)
+
+        monkeypatch.setattr(ray.data, name, hooked)
     out = str(tmp_path / "out")
     s = qray.embed(model_dir, str(d), out, actors=2, threads_per_actor=1, batch_size=3)
-    monkeypatch.setattr(qray, "expand_inputs", real)
+    monkeypatch.undo()
     broken = ["gone", "dir", "fifo"] + (["noperm"] if os.geteuid() != 0 else [])
     assert s["lost"] == 0 and s["rows"] == len(listed) and s["errors"] == 2 + len(broken), s
     rows = _one_row_each(out, listed)
