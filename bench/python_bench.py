@@ -2,11 +2,14 @@
 images, and the Ray Data job's throughput (1 actor × 2 threads, 2 actors × 1 thread) next to the CLI on one corpus.
 
     python bench/python_bench.py --qvl build/qvl [--depth 8] [--images 24] [--rounds 2] [--work DIR]
+                                 [--ray-only] [--baseline MODULE]
 
 Runs with the qvl package importable (installed, or PYTHONPATH=python QVL_LIBRARY=build). The checkpoint is
 `qvl synth --preset qwen3-vl-2b` (its real tower width, DeepStack) with --depth blocks; the corpus is 448×448
 JPEGs cut from the repository's photographs. Configurations alternate within each round (A/B), so that a busy
-machine slows them alike; medians over rounds are printed as a markdown table."""
+machine slows them alike; medians over rounds are printed as a markdown table. --ray-only skips the binding's
+overhead; --baseline MODULE (say a copy of an older qvl/ray.py importable as MODULE) adds its 1 actor × 2 threads
+job to the alternation, for an A/B of a change to the job."""
 
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ def main() -> int:
     ap.add_argument("--images", type=int, default=24)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--work", default=None)
+    ap.add_argument("--ray-only", action="store_true")
+    ap.add_argument("--baseline", default=None)
     a = ap.parse_args()
     work = Path(a.work or tempfile.mkdtemp(prefix="qvl-pybench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -59,6 +64,13 @@ def main() -> int:
     print(f"model: qwen3-vl-2b tower, depth {a.depth}; corpus: {len(files)} JPEGs 448x448; load "
           f"{os.getloadavg()[0]:.1f} on {len(os.sched_getaffinity(0))} CPUs", flush=True)
 
+    if not a.ray_only:
+        binding_overhead(a, model, files, work)
+    ray_jobs(a, model, files, work)
+    return 0
+
+
+def binding_overhead(a: argparse.Namespace, model: str, files: list[str], work: Path) -> None:
     # A) binding overhead: per image, the call's wall time less the library's own decode + preprocess + encode
     enc = qvl.Encoder(model, threads=2)
     enc.encode(files[:1])
@@ -90,7 +102,11 @@ def main() -> int:
     print(f"| {len(files)} images: `qvl encode -t 2 FILES` (model load included) | {statistics.median(cli_total):.2f}"
           " s |", flush=True)
 
+
+def ray_jobs(a: argparse.Namespace, model: str, files: list[str], work: Path) -> None:
     # B) Ray: the job against the CLI on the same corpus
+    import importlib
+
     import ray
 
     import qvl.ray as qray
@@ -99,30 +115,36 @@ def main() -> int:
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = False
-    times: dict[str, list[float]] = {"cli": [], "1x2": [], "2x1": []}
+    confs = ["cli", "1x2", "2x1"] + (["base1x2"] if a.baseline else [])
+    base = importlib.import_module(a.baseline) if a.baseline else None
+    times: dict[str, list[float]] = {c: [] for c in confs}
     for rnd in range(a.rounds):
-        for conf in (["cli", "1x2", "2x1"] if rnd % 2 == 0 else ["2x1", "1x2", "cli"]):
+        for conf in (confs if rnd % 2 == 0 else confs[::-1]):
             if conf == "cli":
                 t0 = time.perf_counter()
                 subprocess.run([a.qvl, "encode", "-q", "-t", "2", "--model", model, *files, "-o",
                                 str(work / "cli.safetensors")], check=True)
                 times[conf].append(time.perf_counter() - t0)
+                print(f"round {rnd} cli: {times[conf][-1]:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
                 continue
-            actors, threads = (1, 2) if conf == "1x2" else (2, 1)
+            actors, threads = (2, 1) if conf == "2x1" else (1, 2)
             out = work / f"ray-{conf}-{rnd}"
-            s = qray.embed(model, files, str(out), actors=actors, threads_per_actor=threads, batch_size=4,
-                           resume=False)
+            s = (base if conf == "base1x2" else qray).embed(  # type: ignore[union-attr]
+                model, files, str(out), actors=actors, threads_per_actor=threads, batch_size=4, resume=False)
             assert s["lost"] == 0 and s["errors"] == 0, s
             times[conf].append(s["seconds"])
+            print(f"round {rnd} {conf}: {s['seconds']:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
     ray.shutdown()
     cli = statistics.median(times["cli"])
     print(f"\n| {len(files)} × 448², 2 CPUs | wall (median of {a.rounds}) | images/s | vs CLI |\n|---|---|---|---|")
-    for conf, name in (("cli", "`qvl encode -t 2` (one process)"), ("1x2", "Ray job, 1 actor × 2 threads"),
-                       ("2x1", "Ray job, 2 actors × 1 thread")):
+    names = [("cli", "`qvl encode -t 2` (one process)"), ("1x2", "Ray job, 1 actor × 2 threads"),
+             ("2x1", "Ray job, 2 actors × 1 thread")]
+    if a.baseline:
+        names.append(("base1x2", f"Ray job `{a.baseline}`, 1 actor × 2 threads"))
+    for conf, name in names:
         t = statistics.median(times[conf])
         print(f"| {name} | {t:.2f} s | {len(files) / t:.2f} | {100 * cli / t:.0f} % |")
     print(f"\nall runs: {times}; load at the end {os.getloadavg()[0]:.1f}")
-    return 0
 
 
 if __name__ == "__main__":

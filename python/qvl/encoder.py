@@ -173,45 +173,69 @@ class Result:
             return [self.embeds[:, O * (k + 1): O * (k + 2)] for k in range(n)]
         return [self.embeds[k] for k in range(1, self.embeds.shape[0])]
 
-    def to_vllm(self) -> dict[str, Any]:
-        """The embeddings as vLLM takes precomputed Qwen3-VL embeddings (needs torch, which vLLM brings).
+    def to_vllm(self, encoding: str = "torch") -> dict[str, Any]:
+        """The embeddings as vLLM takes precomputed Qwen3-VL embeddings.
 
-        Returns ``{"multi_modal_data": {...}, "content_part": {...}}``: ``multi_modal_data`` is for
-        ``LLM.generate({"prompt": ..., "multi_modal_data": ...})`` (offline), ``{"image": {"image_embeds": T,
-        "image_grid_thw": G}}`` or the ``video`` equivalent; ``content_part`` is the chat-completions message
-        part ``{"type": "image_embeds", "image_embeds": {"image_embeds": b64, "image_grid_thw": b64}}`` (online,
-        each value a base64 ``torch.save`` of the tensor). T is [n_tokens, out_hidden·(1 + n_deepstack)], the
-        concat layout, in the result's dtype."""
+        Returns ``{"multi_modal_data": {...}, "content_part": {...}}``:
+
+        - ``multi_modal_data``, for ``LLM.generate({"prompt": ..., "multi_modal_data": ...})`` (offline):
+          ``{"image": {"image_embeds": T, "image_grid_thw": G}}`` (or ``video``/``video_embeds``/
+          ``video_grid_thw``), torch tensors: T ``[n_tokens, out_hidden·(1 + n_deepstack)]`` (the concat layout) in
+          the result's dtype, G int64 ``[1, 3]`` (vLLM's ``Qwen2_5_VLImageEmbeddingInputs``: ``(nf, hs)`` and
+          ``(ni, 3)``). Present when torch (which vLLM brings) is importable.
+        - ``content_part``, the chat-completions message part (server started with ``--enable-mm-embeds``):
+          ``{"type": "image_embeds", "image_embeds": {"image_embeds": b64, "image_grid_thw": b64}, "uuid": key}``:
+          T as above and the grid as int64 ``[3]``, one image per part (vLLM stacks the parts' grids into
+          ``(n_images, 3)`` and concatenates their embeddings). ``encoding="torch"`` base64-encodes a
+          ``torch.save`` of each tensor (vLLM reads it with ``torch.load(weights_only=True)``); ``"npy"`` a
+          ``.npy`` file (read with ``np.load``; no torch needed; float32/float16 only, as npy has no bfloat16).
+          ``uuid`` (the cache key) lets vLLM reuse its cached copy. vLLM's chat API takes no video embeddings:
+          for a video ``content_part`` is None."""
         if not self.ok or self.embeds is None:
             raise QvlError(self.status or _lib.ERR_INVALID_ARG, self.error or "the item has no embeddings")
+        if encoding not in ("torch", "npy"):
+            raise ValueError(f"encoding must be 'torch' or 'npy', not {encoding!r}")
         try:
             import torch  # type: ignore
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError("to_vllm() needs torch (installed with vLLM)") from e
+            if encoding == "torch":
+                raise ImportError("to_vllm() needs torch (installed with vLLM), or encoding='npy'") from e
+            torch = None
+        if encoding == "npy" and self.dtype == "bfloat16":
+            raise ValueError("npy has no bfloat16: use encoding='torch' or a float32/float16 result")
         e = self.embeds
         if self.layout == "split":
             e = np.concatenate(list(e), axis=1)
-        t = torch.from_numpy(np.ascontiguousarray(e))
-        if self.dtype == "bfloat16":
-            t = t.view(torch.bfloat16)
-        g = torch.tensor([list(self.grid_thw)], dtype=torch.int64)
+        e = np.ascontiguousarray(e)
+        grid = np.asarray(self.grid_thw, dtype=np.int64)
         # a cache hit ("cached") does not record its kind: more than one temporal patch means a video
         video = self.kind in ("video", "frames") or (self.kind == "cached" and bool(self.grid_thw)
                                                       and self.grid_thw[0] > 1)
         name = "video" if video else "image"
+        out: dict[str, Any] = {}
+        if torch is not None:
+            t = torch.from_numpy(e)
+            if self.dtype == "bfloat16":
+                t = t.view(torch.bfloat16)
+            out["multi_modal_data"] = {name: {f"{name}_embeds": t,
+                                              f"{name}_grid_thw": torch.from_numpy(grid.reshape(1, 3).copy())}}
 
-        def b64(x: Any) -> str:
+        def b64(x: np.ndarray) -> str:
             buf = io.BytesIO()
-            torch.save(x, buf)
+            if encoding == "npy":
+                np.save(buf, x, allow_pickle=False)
+            else:
+                tx = torch.from_numpy(x)
+                torch.save(tx.view(torch.bfloat16) if x is e and self.dtype == "bfloat16" else tx, buf)
             return base64.b64encode(buf.getvalue()).decode()
 
-        return {
-            "multi_modal_data": {name: {f"{name}_embeds": t, f"{name}_grid_thw": g}},
-            "content_part": {
-                "type": f"{name}_embeds",
-                f"{name}_embeds": {f"{name}_embeds": b64(t), f"{name}_grid_thw": b64(g)},
-            },
-        }
+        part = None
+        if not video:
+            part = {"type": "image_embeds", "image_embeds": {"image_embeds": b64(e), "image_grid_thw": b64(grid)}}
+            if self.key:
+                part["uuid"] = self.key
+        out["content_part"] = part
+        return out
 
 
 @dataclass
