@@ -49,9 +49,9 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
                     acc = bf16_pair(acc, rb(qi[d]), rb(kj[d]), two ? rb(qi[d + 1]) : 0.0f, two ? rb(kj[d + 1]) : 0.0f);
                 }
                 s[j] = acc;
-                amax = fmaxf(amax, acc);
+                amax = amax > acc ? amax : acc; /* MAXPS's choice, also for NaN */
             }
-            const float m_new = fmaxf(m, amax * c), alpha = bf16_exp2(m - m_new);
+            const float mt = amax * c, m_new = m > mt ? m : mt, alpha = bf16_exp2(m - m_new);
             float te = 0.0f, to = 0.0f;
             for (int j = 0; j < nkt; j++) {
                 s[j] = rb(bf16_exp2(fmaf(s[j], c, -m_new)));

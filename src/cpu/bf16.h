@@ -10,7 +10,7 @@
  * Attention, per query row and key tile (attn_key_tile): operands q, k, v and p rounded by bf16_round_ftz
  * (VCVTNEPS2BF16's rule: nearest even, denormals to signed zero); scores a_j = chain(q, k_j) (pairs along the
  * head dim); in the log2 domain with c = scale·log2(e) (one f32 product): the tile max m_t = (max_j a_j)·c,
- * m' = max(m, m_t), α = bf16_exp2(m − m'), p_j = bf16(bf16_exp2(fma(a_j, c, −m'))); the tile sum t = (Σ p_j over
+ * m' = max(m, m_t) (max as MAXPS: max(x, y) = x > y ? x : y), α = bf16_exp2(m − m'), p_j = bf16(bf16_exp2(fma(a_j, c, −m'))); the tile sum t = (Σ p_j over
  * even j) + (Σ p_j over odd j), each in key order from 0; l = l·α + t; o = o·α, then o = chain(p, v) over the
  * tile's key pairs (2i, 2i+1; a zero pair pads an odd count); after the last tile out = o / l. */
 #ifndef QVL_CPU_BF16_H
