@@ -18,8 +18,8 @@
 
 enum { RB = 48 }; /* rows of a full row block: 3 vectors of 16 */
 
-static inline __m512 dp(__m512 acc, __m512i a, __m512i b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
-/* dp with b a pair dword broadcast from memory inside the instruction (no separate broadcast). */
+/* acc += a · b (VDPBF16PS) with b one pair dword broadcast from memory inside the instruction: no separate
+ * broadcast uop (compilers keep a broadcast used three times in a register otherwise; measured 8 % slower). */
 static inline __m512 dpm(__m512 acc, __m512i a, const uint32_t *b) {
     __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*b));
     return acc;
