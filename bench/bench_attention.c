@@ -1,7 +1,8 @@
 /* bench_attention.c — GFLOP/s (4·S²·H per segment: QKᵀ and P·V) of attn_run for one segment of S tokens,
  * 16 heads of head_dim 72 (BENCH_HD=64 for 64), Q/K/V thirds of a fused qkv buffer; 1 and 2 threads, best of
  * BENCH_REPS (3) timings, wall and per CPU-second (see bench_gemm.c); BENCH_ISA=scalar|avx2|avx512 forces that
- * block kernel. Usage: bench_attention [S ...]. */
+ * f32 block kernel, BENCH_ISA=avx512bf16|portable-bf16 runs precision bf16's attention (src/cpu/bf16.h) with that
+ * kernel set (avx512bf16 only where cpu_has_avx512bf16()). Usage: bench_attention [S ...]. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,9 @@
 
 #include "bench_util.h"
 #include "core/pool.h"
+#include "core/cpu.h"
 #include "cpu/attention.h"
+#include "cpu/bf16.h"
 
 int main(int argc, char **argv) {
     int lens[8] = {784, 3136}, n = 2;
@@ -25,7 +28,16 @@ int main(int argc, char **argv) {
                          : !strcmp(isa_s, "avx512") ? ATTN_ISA_AVX512
                          : !strcmp(isa_s, "avx2")   ? ATTN_ISA_AVX2
                                                     : ATTN_ISA_SCALAR;
-    void *ws = aligned_alloc(64, attn_workspace_size(hd, 2));
+    /* bf16: 1 + the kernel set (attn_bf16_run's set), 0 for f32 */
+    const int bf16 = !isa_s ? 0 : !strcmp(isa_s, "avx512bf16") ? 1 + BF16_SET_AVX512BF16
+                              : !strcmp(isa_s, "portable-bf16") ? 1 + BF16_SET_PORTABLE : 0;
+    if (bf16 == 1 + BF16_SET_AVX512BF16 && !cpu_has_avx512bf16()) {
+        fprintf(stderr, "bench_attention: this CPU has no AVX512-BF16\n");
+        return 1;
+    }
+    size_t ws_bytes = attn_workspace_size(hd, 2);
+    if (attn_bf16_workspace_size(hd, 2) > ws_bytes) ws_bytes = attn_bf16_workspace_size(hd, 2);
+    void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
     for (int x = 0; x < n; x++) {
         const int S = lens[x];
         float *qkv = malloc((size_t)S * 3 * H * sizeof(float)), *out = malloc((size_t)S * H * sizeof(float));
@@ -34,13 +46,15 @@ int main(int argc, char **argv) {
         attn_args a = {qkv, qkv + H, qkv + 2 * H, 3 * (size_t)H, 3 * (size_t)H, 3 * (size_t)H, out, (size_t)H, nh, hd,
                        cu, 1, 1.0f / sqrtf((float)hd)};
         for (int nt = 1; nt <= 2; nt++) {
-            attn_run_isa(&a, ws, pool_of(nt), isa);
+            if (bf16) attn_bf16_run(bf16 - 1, &a, ws, pool_of(nt));
+            else attn_run_isa(&a, ws, pool_of(nt), isa);
             double best = 0.0, best_cpu = 0.0, best_ms = 0.0;
             for (int r = 0; r < n_rep; r++) {
                 int reps = 0;
                 double t0 = wall_now(), c0 = cpu_now(), dt;
                 do {
-                    attn_run_isa(&a, ws, pool_of(nt), isa);
+                    if (bf16) attn_bf16_run(bf16 - 1, &a, ws, pool_of(nt));
+                    else attn_run_isa(&a, ws, pool_of(nt), isa);
                     reps++;
                     dt = wall_now() - t0;
                 } while (dt < 0.5);

@@ -10,15 +10,13 @@
 #include "cpu/bf16.h"
 #include "cpu/kernels_avx2.h" /* the attention tiling (attn_key_tile, ATTN_BQ_MAX, ATTN_BK_MAX); portable inlines */
 
-static size_t hd_pad(int hd) { return ((size_t)hd + 15) & ~(size_t)15; }
-
-/* Per thread: Q pairs [BQ_MAX][hp], Kᵀ pairs [hp][BK_MAX], V pairs [BK_MAX/2][hd_pad], scores [BQ_MAX][BK_MAX],
- * P pairs [BQ_MAX][BK_MAX/2], output [BQ_MAX][hd_pad], running max and sum [BQ_MAX] each (in floats). */
+/* Per thread (the AVX512-BF16 block's layout; the portable block uses the first BK_MAX + hd floats): Qᵀ pairs
+ * [hp][BQ_MAX], K pairs [BK_MAX][hp], V pairs [BK_MAX/2][hd], scores [BK_MAX][48], P pairs [BK_MAX/2][48],
+ * output Oᵀ [hd][BQ_MAX], running max, sum and rescale factors [BQ_MAX] each (in floats). */
 size_t attn_bf16_block_floats(int hd) {
-    const size_t hp = ((size_t)hd + 1) / 2, dp = hd_pad(hd);
-    size_t n = (size_t)ATTN_BQ_MAX * hp + hp * ATTN_BK_MAX + (size_t)ATTN_BK_MAX / 2 * dp +
-               (size_t)ATTN_BQ_MAX * ATTN_BK_MAX + (size_t)ATTN_BQ_MAX * ATTN_BK_MAX / 2 + (size_t)ATTN_BQ_MAX * dp +
-               2 * (size_t)ATTN_BQ_MAX;
+    const size_t hp = ((size_t)hd + 1) / 2, h2 = 2 * hp;
+    size_t n = hp * ATTN_BQ_MAX + (size_t)ATTN_BK_MAX * hp + (size_t)ATTN_BK_MAX / 2 * h2 + (size_t)ATTN_BK_MAX * 48 +
+               (size_t)ATTN_BK_MAX / 2 * 48 + h2 * ATTN_BQ_MAX + 3 * (size_t)ATTN_BQ_MAX;
     return (n + 15) & ~(size_t)15;
 }
 
@@ -28,20 +26,21 @@ size_t attn_bf16_workspace_size(int head_dim, int n_threads) {
     return (size_t)n_threads * attn_bf16_block_floats(head_dim) * sizeof(float) + 64;
 }
 
-static inline float rb(float x) { return bf16_float(bf16_round(x)); }
+static inline float rb(float x) { return bf16_float(bf16_round_ftz(x)); }
 
-/* The definition for one query tile: scores, online softmax and P·V per row, key tiles of attn_key_tile. ws: the
- * scores [BK_MAX] and output [hd] of one row at its start. */
+/* The definition for one query tile (bf16.h), one row at a time over key tiles of attn_key_tile. ws: the scores
+ * [BK_MAX] and output [hd] of one row at its start. */
 static void block_portable(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                            float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
     float *s = ws, *o = ws + ATTN_BK_MAX;
+    const float c = scale * 1.44269504088896341f; /* log2 domain */
     for (int i = 0; i < nq; i++) {
         const float *qi = q + (size_t)i * ldq;
         float m = -INFINITY, l = 0.0f;
         for (int d = 0; d < hd; d++) o[d] = 0.0f;
         for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
             nkt = attn_key_tile(nk, j0);
-            float mx = -INFINITY;
+            float amax = -INFINITY;
             for (int j = 0; j < nkt; j++) {
                 const float *kj = k + (size_t)(j0 + j) * ldk;
                 float acc = 0.0f;
@@ -49,12 +48,17 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
                     const int two = d + 1 < hd;
                     acc = bf16_pair(acc, rb(qi[d]), rb(kj[d]), two ? rb(qi[d + 1]) : 0.0f, two ? rb(kj[d + 1]) : 0.0f);
                 }
-                s[j] = acc * scale;
-                mx = fmaxf(mx, s[j]);
+                s[j] = acc;
+                amax = amax > acc ? amax : acc; /* MAXPS's choice, also for NaN */
             }
-            const float m_new = fmaxf(m, mx), alpha = bf16_exp(m - m_new);
-            for (int j = 0; j < nkt; j++) s[j] = rb(bf16_exp(s[j] - m_new));
-            l = l * alpha + bf16_row_sum(s, nkt);
+            const float mt = amax * c, m_new = m > mt ? m : mt, alpha = bf16_exp2(m - m_new);
+            float te = 0.0f, to = 0.0f;
+            for (int j = 0; j < nkt; j++) {
+                s[j] = rb(bf16_exp2(fmaf(s[j], c, -m_new)));
+                if (j & 1) to = to + s[j];
+                else te = te + s[j];
+            }
+            l = l * alpha + (te + to);
             m = m_new;
             for (int d = 0; d < hd; d++) {
                 float acc = o[d] * alpha;

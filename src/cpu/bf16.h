@@ -6,9 +6,13 @@
  *   acc = ftz(fma(x[2p+1], y[2p+1], daz(acc)));  acc = ftz(fma(x[2p], y[2p], acc))
  * with denormal inputs read as zero (daz) and denormal results flushed to zero (ftz). A reduction of odd length
  * is padded with a zero pair. A GEMM element is one such chain over k from 0 (its K blocks continue the chain),
- * then the f32 epilogue (bias, GELU, residual) as in the f32 GEMM. Attention: scores s = chain(q, k)·scale; an
- * online softmax over key tiles (attn_key_tile) in f32 with bf16_exp; p = bf16(exp(s − m)); the row sum adds the
- * rounded p in a fixed 16-lane order (bf16_row_sum); o = o·α, then o = chain(p, v) over key pairs; out = o / l. */
+ * then the f32 epilogue (bias, GELU, residual) as in the f32 GEMM.
+ * Attention, per query row and key tile (attn_key_tile): operands q, k, v and p rounded by bf16_round_ftz
+ * (VCVTNEPS2BF16's rule: nearest even, denormals to signed zero); scores a_j = chain(q, k_j) (pairs along the
+ * head dim); in the log2 domain with c = scale·log2(e) (one f32 product): the tile max m_t = (max_j a_j)·c,
+ * m' = max(m, m_t) (max as MAXPS: max(x, y) = x > y ? x : y), α = bf16_exp2(m − m'), p_j = bf16(bf16_exp2(fma(a_j, c, −m'))); the tile sum t = (Σ p_j over
+ * even j) + (Σ p_j over odd j), each in key order from 0; l = l·α + t; o = o·α, then o = chain(p, v) over the
+ * tile's key pairs (2i, 2i+1; a zero pair pads an odd count); after the last tile out = o / l. */
 #ifndef QVL_CPU_BF16_H
 #define QVL_CPU_BF16_H
 
@@ -20,6 +24,7 @@
 #include "backend/backend.h"
 #include "core/pool.h"
 #include "cpu/attention.h"
+#include "cpu/vmath_coef.h"
 
 /* Kernel sets of the bf16 drivers. */
 enum { BF16_SET_PORTABLE = 0, BF16_SET_AVX512BF16 = 1 };
@@ -44,26 +49,29 @@ static inline float bf16_float(uint16_t h) {
     return f;
 }
 
-/* exp(x) for x <= 0 (softmax arguments), 0 below −87.3 and for NaN: Cody–Waite reduction by ln 2 and Cephes'
- * degree-6 polynomial, in separate multiplies and adds (the SIMD kernels do the same operations lane-wise), within
- * 2 ulp of expf. */
-static inline float bf16_exp(float x) {
-    if (!(x >= -87.3f)) return 0.0f;
-    const float n = nearbyintf(x * 1.44269504088896341f);
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r;
-    p = p + 1.0f;
-    const uint32_t e = (uint32_t)((int)n + 127) << 23;
-    float s;
-    memcpy(&s, &e, 4);
-    return p * s;
+/* f32 → bf16 bits as VCVTNEPS2BF16 rounds (attention's operands): bf16_round, but a denormal becomes a zero of
+ * its sign. */
+static inline uint16_t bf16_round_ftz(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    return bf16_round(f);
+}
+
+/* 2^x for x <= 0 (softmax arguments in the log2 domain), 0 below −125 and for NaN: x = n + r with n the nearest
+ * integer (ties to even), 2^r by a degree-6 polynomial in FMA steps (vm_exp2_p's coefficients; ~1 ulp), scaled by
+ * 2^n exactly. The SIMD kernels do the same operations lane-wise. */
+static inline float bf16_exp2(float x) {
+    if (!(x >= -125.0f)) return 0.0f;
+    const float n = nearbyintf(x), r = x - n;
+    float y = vm_exp2_p[0];
+    for (int i = 1; i < 6; i++) y = fmaf(y, r, vm_exp2_p[i]);
+    y = fmaf(y, r, 1.0f);
+    uint32_t u;
+    memcpy(&u, &y, 4);
+    u += (uint32_t)(int32_t)n << 23;
+    memcpy(&y, &u, 4);
+    return y;
 }
 
 /* ---- GEMM: C[M, N] (=|+=) act(A · Wᵀ + bias), W packed by gemm_bf16_pack ---- */
@@ -104,15 +112,5 @@ void attn_bf16_ref(const attn_args *a);
 size_t attn_bf16_block_floats(int hd);
 void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                                 float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
-
-/* Sum of n (<= 16·chunks) values in the order of the SIMD kernels: 16 lane sums (value i to lane i % 16, in
- * order, from 0), then lanes t and t + 8, t + 4, t + 2, t + 1 added pairwise. */
-static inline float bf16_row_sum(const float *p, int n) {
-    float l[16] = {0};
-    for (int i = 0; i < n; i++) l[i & 15] = l[i & 15] + p[i];
-    for (int w = 8; w >= 1; w >>= 1)
-        for (int t = 0; t < w; t++) l[t] = l[t] + l[t + w];
-    return l[0];
-}
 
 #endif

@@ -1,8 +1,10 @@
 /* test_bf16.c — the bf16 arithmetic (precision bf16, src/cpu/bf16.h): the GEMM and attention drivers with the
  * portable and the AVX512-BF16 kernels against the element-by-element definitions (gemm_bf16_ref,
  * attn_bf16_ref), bit for bit, on sizes at and around the block edges (m: 14-row tiles and 42-row blocks; n:
- * 16-column panels, 32-column tiles, 1536-column blocks; k: odd, 384-element K blocks; segments: 16-key vectors,
- * 64/80-key tiles, 192/240-row query tiles), outputs NaN-poisoned and ending at a guard page, 1 and 2 threads.
+ * 16-column panels, 32-column tiles, 1536-column blocks; k: odd, 384-element K blocks; segments: 16-row vectors,
+ * 48-row blocks, 8-key chunks, odd key counts, 64/80-key tiles, 192/240-row query tiles; head dims 64, 72 and
+ * others that end in a partial 8-column P·V pass), outputs NaN-poisoned and ending at a guard page, 1 and 2
+ * threads.
  * The definitions are checked against f32 within bf16 rounding. Without AVX512-BF16 the portable checks run and
  * the test then exits 77 (skipped), saying so. */
 #include <math.h>
@@ -122,8 +124,13 @@ static void pair_rules(void) {
     CHECK(bf16_pair(1.0f, 0x1p-24f, 1.0f, 0x1p-24f, 1.0f) == 1.0f); /* two ties to even, not one 2^-23 step */
     CHECK(bf16_pair(tiny, 0.0f, 0.0f, 0.0f, 0.0f) == 0.0f);
     CHECK(bf16_pair(0.0f, 0x1p-70f, 0x1p-70f, 0.0f, 0.0f) == 0.0f);
-    CHECK(bf16_exp(0.0f) == 1.0f && bf16_exp(-INFINITY) == 0.0f && bf16_exp(NAN) == 0.0f);
-    for (float x = -87.0f; x <= 0.0f; x += 0.37f) CHECK(fabsf(bf16_exp(x) - expf(x)) <= 4e-7f * expf(x));
+    CHECK(bf16_exp2(0.0f) == 1.0f && bf16_exp2(-1.0f) == 0.5f && bf16_exp2(-INFINITY) == 0.0f &&
+          bf16_exp2(NAN) == 0.0f && bf16_exp2(-125.5f) == 0.0f && bf16_exp2(-125.0f) == 0x1p-125f);
+    for (float x = -124.9f; x <= 0.0f; x += 0.37f) CHECK(fabsf(bf16_exp2(x) - exp2f(x)) <= 3e-7f * exp2f(x));
+    /* attention's operand rounding is VCVTNEPS2BF16's: denormals to a zero of their sign, NaN quiet */
+    CHECK(bf16_round_ftz(1e-39f) == 0 && bf16_round_ftz(-1e-39f) == 0x8000 && bf16_round_ftz(0x1p-126f) == 0x0080);
+    CHECK(bf16_round_ftz(1.0f + 0x1p-8f) == 0x3f80 && bf16_round_ftz(1.0f + 0x1.8p-7f) == 0x3f82);
+    CHECK((bf16_round_ftz(NAN) & 0x7fc0) == 0x7fc0);
 }
 
 int main(void) {
@@ -140,17 +147,24 @@ int main(void) {
                           c % 4 == 1);
     gemm_case(43, 1537, 66, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1); /* past the 1536-column N block */
     gemm_case(29, 3100, 40, QVL_DTYPE_F16, 1, BE_ACT_GELU_ERF, 0);
-    static const int segs[][4] = {{1, 2, 3, 0},   {15, 16, 17, 0}, {63, 64, 65, 0}, {79, 80, 81, 0},
-                                  {144, 31, 0, 0}, {192, 193, 0, 0}, {240, 241, 0, 0}, {433, 0, 0, 0}};
+    /* Edges of the AVX512-BF16 block: 16-row vectors, 48-row blocks (3 vectors; tails of 1 and 2), 8-key score
+     * chunks and key pairs (odd key counts), 64/80-key tiles, 192/240-row query tiles (208 = 13 vectors). */
+    static const int segs[][4] = {{1, 2, 3, 0},    {7, 8, 9, 0},     {15, 16, 17, 0}, {31, 32, 33, 0},
+                                  {47, 48, 49, 0},  {63, 64, 65, 0},  {79, 80, 81, 0}, {144, 31, 0, 0},
+                                  {192, 193, 0, 0}, {208, 95, 0, 0}, {240, 241, 0, 0}, {433, 0, 0, 0},
+                                  {784, 0, 0, 0}};
     for (size_t i = 0; i < sizeof segs / sizeof *segs; i++) {
         int n = 0;
         while (n < 4 && segs[i][n]) n++;
         attn_case(segs[i], n, 64);
         attn_case(segs[i], n, 72);
     }
-    attn_case(segs[1], 3, 80);  /* 5 column vectors, no padding */
-    attn_case(segs[2], 3, 128); /* more than 5 column vectors: the chunked P·V path */
+    attn_case(segs[2], 3, 80);  /* 10 P·V passes of 8 head columns */
+    attn_case(segs[5], 3, 128); /* the widest head the block takes */
     attn_case(segs[0], 3, 6);   /* a head narrower than one vector */
+    attn_case(segs[2], 3, 2);   /* one pair */
+    attn_case(segs[3], 3, 10);  /* 8 head columns, then 2 */
+    attn_case(segs[4], 3, 76);  /* 8 x 9 head columns, then 4 */
     if (!has_bf16 && tu_failures == 0) {
         printf("test_bf16: the portable bf16 kernels pass; this CPU has no AVX512-BF16, so the AVX512-BF16 kernels "
                "were not tested (skipped)\n");

@@ -17,7 +17,9 @@
  *           ours grows slowly, so the ratio falls with depth: measured (bench/bf16_fidelity.sh, 448²) from 0.40 at
  *           block 0 to 0.28 at block 26 and 0.275 at the merged output of the 27-block Qwen3.5-27B tower, but
  *           0.385-0.39 at the merged output of the 2- and 4-block fixtures, and 0.35 at Qwen3-VL-2B's first DeepStack
- *           feature (block 5) at full depth: a 1/3 gate there is not met by this arithmetic (docs/PARITY.md). */
+ *           feature (block 5) at full depth: a 1/3 gate there is not met by this arithmetic (docs/PARITY.md). Its
+ *           largest parts are the bf16 inputs of fc1 and fc2 (tests/oracle/bf16_ablation.py: only one of those kept
+ *           f32 would reach 1/3, and they are the block's largest GEMMs, not small ones that may stay f32). */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
