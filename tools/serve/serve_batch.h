@@ -50,6 +50,21 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
 /* Wait until every job is done or the deadline (monotonic seconds) passes: 0 done, -1 timed out. */
 int srv_wait(srv_state *s, srv_job **jobs, size_t n, double deadline);
 void srv_result_of(const srv_job *j, srv_result *r);
+/* Waiting without a thread: once added, the notifier calls fn(user, timed_out) exactly once, from its own thread and
+ * with no lock held, when every job is done (timed_out = 0) or the deadline passes (1). The watch must stay valid
+ * until then; it is not touched after fn returns. -1 when the service is not running (fn is not called). */
+typedef struct srv_watch {
+    srv_job **jobs;
+    size_t n;
+    double deadline; /* monotonic seconds */
+    void (*fn)(void *user, int timed_out);
+    void *user;
+    int timed_out;           /* (the service's) */
+    struct srv_watch *next;  /* (the service's) */
+} srv_watch;
+int srv_watch_add(srv_state *s, srv_watch *w);
+/* Fire every watch now, as timed out (a drain that ran out of time). */
+void srv_watch_flush(srv_state *s);
 /* Drop the references. */
 void srv_release(srv_state *s, srv_job **jobs, size_t n);
 
