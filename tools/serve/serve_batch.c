@@ -511,15 +511,15 @@ static int retry_after(const srv_state *s) {
     return v < 1 ? 1 : v > 60 ? 60 : v;
 }
 
-int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, srv_job **jobs,
-               srv_err *e) {
+int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, int accepted,
+               srv_job **jobs, srv_err *e) {
     for (size_t i = 0; i < n; i++) jobs[i] = NULL;
     if (n > s->cfg.lim.max_queue_items) { /* could never be queued: no use retrying */
         srv_err_set(e, 413, -1, "%zu items, more than the queue holds (%zu)", n, s->cfg.lim.max_queue_items);
         return -1;
     }
     pthread_mutex_lock(&s->mu);
-    int refuse = s->draining ? 1 : !s->ready ? 2 : 0;
+    int refuse = s->draining && !accepted ? 1 : !s->ready || s->stop ? 2 : 0;
     if (refuse) {
         s->metrics.rejected_not_ready++;
         srv_err_set(e, 503, -1, "%s", refuse == 1 ? "the server is draining" : "the server is not ready");

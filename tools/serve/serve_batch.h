@@ -43,10 +43,11 @@ void srv_drain(srv_state *s);
 void srv_stop(srv_state *s);
 
 /* Accept a request's items: each item gets its key, is looked up in the cache, joins an identical item queued or
- * running, or is queued for decoding. On success jobs[i] holds a reference to each item. -1 with e set
+ * running, or is queued for decoding. While draining only requests `accepted` (begun before the drain) are
+ * admitted. On success jobs[i] holds a reference to each item. -1 with e set
  * (503 draining / not ready / queue full, 413, 415, 500). `modality` per item comes from the parsed request. */
-int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, srv_job **jobs,
-               srv_err *e);
+int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, int accepted,
+               srv_job **jobs, srv_err *e);
 /* Wait until every job is done or the deadline (monotonic seconds) passes: 0 done, -1 timed out. */
 int srv_wait(srv_state *s, srv_job **jobs, size_t n, double deadline);
 void srv_result_of(const srv_job *j, srv_result *r);

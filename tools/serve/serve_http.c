@@ -47,6 +47,7 @@ typedef struct conn_ctx {
     /* an encode request between its admission and its answer (the connection suspended meanwhile) */
     server *sv;
     struct MHD_Connection *conn;
+    int accepted;           /* begun before a drain: still served while draining */
     int waiting;            /* suspended for its items: the next call answers */
     int timed_out;          /* set by on_items_done before it resumes the connection */
     int vllm, npy;
@@ -475,7 +476,7 @@ static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_
     }
     const srv_limits *L = srv_limits_of(sv->st);
     double deadline = srv_now() + (req->opts.timeout_ms ? req->opts.timeout_ms : L->timeout_ms) / 1000.0;
-    if (srv_submit(sv->st, req->items, req->n, &req->opts, deadline, cc->jobs, &e)) {
+    if (srv_submit(sv->st, req->items, req->n, &req->opts, deadline, cc->accepted, cc->jobs, &e)) {
         free(cc->jobs); /* srv_submit dropped them */
         cc->jobs = NULL;
         conn_release(sv, cc);
@@ -642,8 +643,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->endpoint = endpoint_of(url);
         *con_cls = cc;
         pthread_mutex_lock(&sv->mu);
-        sv->active++;
+        sv->active++; /* before the drain check: a drain that starts later waits for this request */
         pthread_mutex_unlock(&sv->mu);
+        cc->accepted = !srv_draining(sv->st);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         unsigned long long cl_n = cl ? strtoull(cl, NULL, 10) : 0;
         if (cl && cl_n > srv_limits_of(sv->st)->max_body_bytes) {
