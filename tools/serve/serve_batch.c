@@ -90,6 +90,15 @@ double srv_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* A counter of s->metrics bumped: under the metrics' own mutex, which srv_metrics_render's snapshot takes (the
+ * callers here may hold s->mu too: the order is always s->mu, then metrics.mu, as srv_hist_add's). */
+#define MET(s, stmt)                                \
+    do {                                            \
+        pthread_mutex_lock(&(s)->metrics.mu);       \
+        stmt;                                       \
+        pthread_mutex_unlock(&(s)->metrics.mu);     \
+    } while (0)
+
 static unsigned bucket_of(const char *key) {
     unsigned h = 0;
     for (int i = 0; i < 8; i++) h = h * 16 + (unsigned)(key[i] <= '9' ? key[i] - '0' : key[i] - 'a' + 10);
@@ -300,7 +309,7 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
     }
     double dt = srv_now() - t0;
     pthread_mutex_lock(&s->mu);
-    s->metrics.batches++;
+    MET(s, s->metrics.batches++);
     pthread_mutex_unlock(&s->mu);
     srv_hist_add(&s->metrics, &s->metrics.encode, dt);
     srv_hist_add(&s->metrics, &s->metrics.batch_items, (double)n);
@@ -321,7 +330,7 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
             if (info.status != QVL_OK) {
                 http = info.status == QVL_ERR_CANCELLED ? 503 : srv_http_of_status(info.status);
                 m = info.message;
-                if (http == 503) s->metrics.rejected_deadline++;
+                if (http == 503) MET(s, s->metrics.rejected_deadline++);
             }
         }
         if (!ok) http = 500, m = "out of memory";
@@ -329,9 +338,8 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
         if (http == 200) {
             j->out = outs[i];
             outs[i] = NULL;
-            s->metrics.items_encoded++;
-            s->metrics.patches_encoded += j->n_rows;
-            s->metrics.tokens_out += j->n_tokens;
+            MET(s, (s->metrics.items_encoded++, s->metrics.patches_encoded += j->n_rows,
+                    s->metrics.tokens_out += j->n_tokens));
         }
         qvl_plan_free(j->pre); /* the rows are no longer needed */
         j->pre = NULL;
@@ -352,8 +360,7 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
         int r = srv_cache_put(s->cache, j->key, srv_dtype_st(j->spec.dtype), ndim, shape, j->out, j->out_bytes,
                               j->grid, s->fingerprint, &ev);
         pthread_mutex_lock(&s->mu);
-        if (r) s->metrics.cache_write_errors++;
-        s->metrics.cache_evicted_bytes += ev;
+        MET(s, (s->metrics.cache_write_errors += r != 0, s->metrics.cache_evicted_bytes += ev));
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_lock(&s->mu);
@@ -405,7 +412,7 @@ static void *batcher_main(void *arg) {
             s->enc_items--;
             s->enc_patches -= j->n_rows;
             if (expired) {
-                s->metrics.rejected_deadline += j->refs > 1;
+                MET(s, s->metrics.rejected_deadline += j->refs > 1);
                 job_done(s, j, 503, "the request's deadline passed in the queue", 0);
                 continue;
             }
@@ -521,7 +528,7 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
     pthread_mutex_lock(&s->mu);
     int refuse = s->draining && !accepted ? 1 : !s->ready || s->stop ? 2 : 0;
     if (refuse) {
-        s->metrics.rejected_not_ready++;
+        MET(s, s->metrics.rejected_not_ready++);
         srv_err_set(e, 503, -1, "%s", refuse == 1 ? "the server is draining" : "the server is not ready");
         e->retry_after_s = retry_after(s);
         pthread_mutex_unlock(&s->mu);
@@ -566,11 +573,8 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
             srv_entry ent;
             int corrupt = 0;
             int hit = srv_cache_get(s->cache, j->key, &ent, &corrupt);
-            pthread_mutex_lock(&s->mu);
-            if (hit) s->metrics.cache_hit++;
-            else if (corrupt) s->metrics.cache_corrupt++, s->metrics.cache_miss++;
-            else s->metrics.cache_miss++;
-            pthread_mutex_unlock(&s->mu);
+            MET(s, (s->metrics.cache_hit += hit != 0, s->metrics.cache_miss += !hit,
+                    s->metrics.cache_corrupt += !hit && corrupt));
             if (hit && strcmp(ent.dtype, srv_dtype_st(opts->dtype)) == 0) {
                 j->entry_file = ent.file;
                 j->out = (void *)ent.data;
@@ -607,7 +611,7 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
     const size_t q_items = s->prep_items + s->enc_items, q_patches = s->prep_patches + s->enc_patches;
     if (add_items && q_items && (q_items + add_items > s->cfg.lim.max_queue_items ||
                                  q_patches + add_patches > s->cfg.lim.max_queue_patches)) {
-        s->metrics.rejected_queue_full++;
+        MET(s, s->metrics.rejected_queue_full++);
         srv_err_set(e, 503, -1, "the queue is full (%zu items, %zu patches queued; this request adds %zu, ~%zu)",
                     q_items, q_patches, add_items, add_patches);
         e->retry_after_s = retry_after(s);
@@ -623,7 +627,7 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
         if (f) {
             f->refs++;
             if (deadline > f->deadline) f->deadline = deadline;
-            s->metrics.single_flight_joins++;
+            MET(s, s->metrics.single_flight_joins++);
             job_free(j);
             jobs[i] = f;
             continue;

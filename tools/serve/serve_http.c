@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -914,10 +915,11 @@ int cmd_serve(int argc, char **argv) {
     sigwait(&set, &sig);
     fprintf(stderr, "qvl serve: signal %d: draining\n", sig);
     srv_drain(sv.st);
-    /* No new connections (the listening socket, handed back to us, is closed at once, so connects are refused
-     * rather than left in its backlog); those accepted finish their requests. */
+    /* No new connections (the listening socket, handed back to us, is shut down at once, so connects are refused
+     * rather than left in its backlog; it is closed only once the daemon has stopped, as a polling thread may
+     * still hold it in its epoll set for a moment); those accepted finish their requests. */
     MHD_socket lfd = MHD_quiesce_daemon(d);
-    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
     /* Until no request is in progress (suspended ones included) and the connections are gone or have been idle
      * a while (keep-alive clients that send nothing more; a request already on its way gets half a second to
      * arrive). Out of time: every waiting request is answered 503, then those answers get a moment to go out. */
@@ -942,6 +944,7 @@ int cmd_serve(int argc, char **argv) {
     }
     srv_watch_flush(sv.st); /* none should be left: the daemon must not stop with a connection suspended */
     MHD_stop_daemon(d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
     srv_stop(sv.st);
     pthread_mutex_destroy(&sv.mu);
     fprintf(stderr, "qvl serve: stopped\n");
