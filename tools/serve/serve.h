@@ -5,7 +5,7 @@
  *   serve_batch.c    admission, the decode/preprocess workers, the continuous batcher, single flight
  *   serve_cache.c    the content-addressed on-disk cache (objects/ab/<key>.safetensors), its GC, `qvl cache`
  *   serve_metrics.c  counters and histograms, Prometheus text
- *   serve_http.c     libmicrohttpd: routes, auth, limits, drain on SIGTERM; `qvl serve` */
+ *   serve_http.c     libmicrohttpd (epoll, suspended connections): routes, auth, limits, drain on SIGTERM; `qvl serve` */
 #ifndef QVL_SERVE_H
 #define QVL_SERVE_H
 
@@ -45,7 +45,8 @@ typedef struct srv_limits {
                                   max_input_bytes) */
     uint64_t max_pixels;       /* an image's (or a video frame's) width·height (= qlim.max_image_pixels) */
     size_t max_item_patches;   /* patch rows of one item (= qlim.max_item_patches) */
-    size_t max_queue_patches;  /* patches queued for the encoder (503 above it) */
+    size_t max_queue_patches;  /* patches admitted and not yet encoded (503 above it): decoded items by their rows,
+                                  undecoded ones by their header's estimate (serve_batch.c, estimate_patches) */
     size_t max_queue_items;    /* items accepted and not yet encoded (503 above it) */
     size_t max_batch_patches;  /* the batcher's patch budget */
     size_t max_batch_items;    /* and item cap */
