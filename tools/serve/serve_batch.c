@@ -449,7 +449,7 @@ static int header_dims(const uint8_t *d, size_t n, uint32_t *w, uint32_t *h) {
     } else if (n >= 26 && d[0] == 'B' && d[1] == 'M') {
         int32_t hh = (int32_t)le32(d + 22);
         *w = le32(d + 18), *h = hh < 0 ? (uint32_t)(-(int64_t)hh) : (uint32_t)hh;
-    } else if (n >= 30 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) {
+    } else if (n >= 32 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) { /* reads d[0..30] */
         if (!memcmp(d + 12, "VP8X", 4)) *w = 1 + (le32(d + 24) & 0xffffff), *h = 1 + (le32(d + 27) & 0xffffff);
         else if (!memcmp(d + 12, "VP8L", 4) && d[20] == 0x2f)
             *w = 1 + (le32(d + 21) & 0x3fff), *h = 1 + ((le32(d + 21) >> 14) & 0x3fff);
