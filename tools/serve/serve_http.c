@@ -38,6 +38,7 @@ typedef struct server {
     char allowed[PATH_MAX]; /* realpath of --allowed-media-path, "" when paths are off */
     pthread_mutex_t mu;
     int active;             /* requests between their first callback and their completion */
+    int draining;           /* set (under mu) when a drain starts: requests begun later are refused */
 } server;
 
 typedef struct conn_ctx {
@@ -643,10 +644,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->t0 = srv_now();
         cc->endpoint = endpoint_of(url);
         *con_cls = cc;
-        pthread_mutex_lock(&sv->mu);
-        sv->active++; /* before the drain check: a drain that starts later waits for this request */
+        pthread_mutex_lock(&sv->mu); /* counted and judged at once: a request counted before the drain is served */
+        sv->active++;
+        cc->accepted = !sv->draining;
         pthread_mutex_unlock(&sv->mu);
-        cc->accepted = !srv_draining(sv->st);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         unsigned long long cl_n = cl ? strtoull(cl, NULL, 10) : 0;
         if (cl && cl_n > srv_limits_of(sv->st)->max_body_bytes) {
@@ -914,6 +915,9 @@ int cmd_serve(int argc, char **argv) {
     int sig = 0;
     sigwait(&set, &sig);
     fprintf(stderr, "qvl serve: signal %d: draining\n", sig);
+    pthread_mutex_lock(&sv.mu);
+    sv.draining = 1;
+    pthread_mutex_unlock(&sv.mu);
     srv_drain(sv.st);
     /* No new connections (the listening socket, handed back to us, is shut down at once, so connects are refused
      * rather than left in its backlog; it is closed only once the daemon has stopped, as a polling thread may
