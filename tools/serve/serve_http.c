@@ -2,14 +2,15 @@
  * process around it (options, signals, drain); `qvl cache`.
  *
  * libmicrohttpd polls every connection with epoll on a few internal threads (--http-threads, at most
- * --max-connections connections; more are refused). No thread waits for an encode: once a request's body is in and
+ * --max-connections connections; at the limit it stops accepting, and a new connection waits in the listen backlog
+ * until one closes). No thread waits for an encode: once a request's body is in and
  * its items are admitted (srv_submit: keys, cache hits, single flight, the queue bounds), its connection is
  * suspended (MHD_suspend_connection) and a watch handed to the service (srv_watch_add); the service's notifier
  * thread resumes it when every item is done or the request's deadline passes, and the access handler, called
  * again, answers it. Answers point at the items' outputs where they lie (MHD_create_response_from_iovec: the
  * safetensors or .npy header in a small buffer, then the encoder's or the cache entry's bytes), the jobs held until
- * libmicrohttpd is done with the response. SIGTERM / SIGINT drain: the listening socket is closed
- * (MHD_quiesce_daemon) and readiness drops, requests already accepted are finished and answered (a drain that runs
+ * libmicrohttpd is done with the response. SIGTERM / SIGINT drain: the listening socket is shut down
+ * (MHD_quiesce_daemon, shutdown) and readiness drops, requests already accepted are finished and answered (a drain that runs
  * out of time answers the rest 503), then the daemon stops and the process exits 0. */
 #include <arpa/inet.h>
 #include <errno.h>
