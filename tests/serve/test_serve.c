@@ -10,7 +10,12 @@
  *     max_video_frames are refused with 413 naming the limit, /info lists them; video bodies are decoded from
  *     memory (no temporary file or directory appears)
  *   - a bounded load (threads × requests over mixed images, each answer checked against its image's key) with the
- *     server's RSS sampled, then SIGTERM under load: every request the server accepted is answered, exit 0.
+ *     server's RSS sampled, then SIGTERM under load: every request the server accepted is answered, exit 0
+ *   - connections: 300 idle and slow clients open at once while requests are served and the slow ones answered;
+ *     --max-connections N holds the connection beyond N until one closes
+ *   - the queue bound counts admitted items not decoded yet (by their header's patches): a second request of
+ *     eight items is refused with 503 while the first one's eight wait
+ *   - SIGTERM with twelve requests suspended for their items: all twelve answered 200, exit 0.
  * Every loop is bounded in count and time. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -413,6 +418,110 @@ static void *burst_main(void *p) {
     a->retry_after = header(&r, "Retry-After", v, sizeof v) != NULL;
     resp_free(&r);
     return NULL;
+}
+
+/* ---- many connections, undecoded queues, drain with suspended requests ---- */
+
+/* A 24-bit BMP of w x h (bottom-up rows), its pixels from seed. */
+static uint8_t *make_bmp(int w, int h, unsigned seed, size_t *len) {
+    size_t row = ((size_t)w * 3 + 3) / 4 * 4, n = 54 + row * (size_t)h;
+    uint8_t *b = calloc(1, n);
+    if (!b) return NULL;
+    uint32_t v[] = {(uint32_t)n, 0, 54, 40, (uint32_t)w, (uint32_t)h};
+    b[0] = 'B', b[1] = 'M';
+    for (int k = 0; k < 6; k++)
+        for (int i = 0; i < 4; i++) b[2 + 4 * k + i] = (uint8_t)(v[k] >> (8 * i));
+    b[26] = 1, b[28] = 24;
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 54; i < n; i++) x = x * 1103515245u + 12345u, b[i] = (uint8_t)(x >> 16);
+    *len = n;
+    return b;
+}
+
+static int sock_connect(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {60, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)g_port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A whole POST (Connection: close) on fd; 0 or -1. */
+static int sock_post(int fd, const char *path, const char *type, const void *body, size_t n) {
+    char hdr[1024];
+    int k = snprintf(hdr, sizeof hdr, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s"
+                                      "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n", path, auth, type, n);
+    if (send(fd, hdr, (size_t)k, MSG_NOSIGNAL) != k) return -1;
+    for (size_t off = 0; off < n;) {
+        ssize_t w = send(fd, (const uint8_t *)body + off, n - off, MSG_NOSIGNAL);
+        if (w <= 0) return -1;
+        off += (size_t)w;
+    }
+    return 0;
+}
+
+/* The status of the answer on fd (read to its close), 0 for none; the connection is closed. */
+static int sock_status(int fd, int *complete) {
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
+        if (n <= 0) break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = 0;
+    int st = len > 12 && !strncmp(buf, "HTTP/1.1 ", 9) ? atoi(buf + 9) : 0;
+    char *end = strstr(buf, "\r\n\r\n"), *cl = strcasestr(buf, "\r\nContent-Length: ");
+    *complete = end && cl && cl < end && strtoull(cl + 18, NULL, 10) == len - (size_t)(end + 4 - buf);
+    free(buf);
+    return st;
+}
+
+/* A JSON body of n base64 data-URL BMP items. */
+static char *json_items(uint8_t *const *img, const size_t *len, int n, size_t *out_len) {
+    size_t cap = 64, k = 0;
+    for (int i = 0; i < n; i++) cap += len[i] / 3 * 4 + 64;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    k += (size_t)snprintf(s + k, cap - k, "{\"items\": [");
+    for (int i = 0; i < n; i++) {
+        size_t bl;
+        char *b = b64_of(img[i], len[i], &bl);
+        if (!b) {
+            free(s);
+            return NULL;
+        }
+        k += (size_t)snprintf(s + k, cap - k, "%s{\"data\": \"data:image/bmp;base64,%s\"}", i ? ", " : "", b);
+        free(b);
+    }
+    k += (size_t)snprintf(s + k, cap - k, "]}");
+    *out_len = k;
+    return s;
+}
+
+static long metric_of(const char *name) {
+    resp r;
+    long v = -1;
+    if (http("GET", "/metrics", NULL, NULL, 0, &r) == 0 && r.status == 200 && r.body) {
+        char pat[128];
+        snprintf(pat, sizeof pat, "\n%s ", name);
+        const char *p = strstr((const char *)r.body, pat);
+        if (p) v = atol(p + strlen(pat));
+    }
+    resp_free(&r);
+    return v;
 }
 
 int main(void) {
@@ -1007,6 +1116,165 @@ int main(void) {
         snprintf(cmd, sizeof cmd, "'%s' serve --model '%s' --limit max_video_frames=0 2>/dev/null", bin, model);
         st = system(cmd);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    }
+
+    /* Connections: 300 idle or slow clients at once (more than the 256 threads a thread per connection allowed)
+     * while requests are still served, the slow ones finish and are answered; --max-connections N refuses the
+     * connection beyond N. */
+    {
+        enum { N_IDLE = 300 };
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        char *exc[] = {"--http-threads", "2"};
+        pid_t pc = start_server(tmp, model, exc, 2);
+        CHECK(pc > 0);
+        static int idle[N_IDLE];
+        int opened = 0;
+        size_t bn;
+        uint8_t *bmp = make_bmp(64, 64, 99, &bn);
+        for (int i = 0; pc > 0 && i < N_IDLE; i++) {
+            idle[i] = sock_connect();
+            if (idle[i] < 0) break;
+            opened++;
+            if (i % 2) { /* a slow client: headers in part */
+                const char *h = "POST /v1/encode HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+                if (send(idle[i], h, strlen(h), MSG_NOSIGNAL) < 0) break;
+            }
+        }
+        CHECK(opened == N_IDLE);
+        usleep(200000);
+        int served = 0;
+        for (int i = 0; pc > 0 && i < 4; i++) {
+            served += post("/v1/encode", "image/bmp", bmp, bn, &r) == 0 && r.status == 200 && r.complete;
+            resp_free(&r);
+        }
+        CHECK(served == 4);
+        long conns = metric_of("qvl_inflight_requests");
+        /* ten slow clients finish their requests: each is answered */
+        int slow_ok = 0;
+        for (int i = 1; i < 20 && i < opened; i += 2) {
+            char h[512];
+            int hk = snprintf(h, sizeof h, "Connection: close\r\n%sContent-Type: image/bmp\r\nContent-Length: %zu\r\n\r\n",
+                             auth, bn);
+            int c = 0;
+            if (send(idle[i], h, (size_t)hk, MSG_NOSIGNAL) == hk && send(idle[i], bmp, bn, MSG_NOSIGNAL) == (ssize_t)bn)
+                slow_ok += sock_status(idle[i], &c) == 200 && c;
+            else
+                close(idle[i]);
+            idle[i] = -1;
+        }
+        printf("connections: %d open, %d requests served meanwhile, %d slow clients answered, %ld in flight\n",
+               opened, served, slow_ok, conns);
+        CHECK(slow_ok == 10);
+        for (int i = 0; i < opened; i++)
+            if (idle[i] >= 0) close(idle[i]);
+        if (pc > 0) CHECK(stop_server(pc) == 0);
+        /* --max-connections 4: a fifth connection is refused (closed unanswered) while four are open */
+        char *exm[] = {"--max-connections", "4", "--http-threads", "1"};
+        pc = start_server(tmp, model, exm, 4);
+        CHECK(pc > 0);
+        int few[4], nf = 0;
+        for (int i = 0; pc > 0 && i < 4; i++)
+            if ((few[nf] = sock_connect()) >= 0) nf++;
+        usleep(200000);
+        /* a fifth waits unanswered (libmicrohttpd stops accepting at the limit) until one of the four closes */
+        int f5 = pc > 0 ? sock_connect() : -1, st5 = 0, c5 = 0;
+        const char *g5 = "GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        char ch;
+        struct timeval tv1 = {1, 0};
+        if (f5 >= 0) {
+            setsockopt(f5, SOL_SOCKET, SO_RCVTIMEO, &tv1, sizeof tv1);
+            if (send(f5, g5, strlen(g5), MSG_NOSIGNAL) > 0 && recv(f5, &ch, 1, MSG_PEEK) < 0) {
+                close(few[--nf]);
+                tv1.tv_sec = 30;
+                setsockopt(f5, SOL_SOCKET, SO_RCVTIMEO, &tv1, sizeof tv1);
+                st5 = sock_status(f5, &c5);
+            } else {
+                close(f5);
+            }
+        }
+        printf("max-connections 4: a fifth connection answered %d once one of four closed\n", st5);
+        CHECK(nf == 3 && st5 == 200);
+        for (int i = 0; i < nf; i++) close(few[i]);
+        if (pc > 0) CHECK(stop_server(pc) == 0);
+        free(bmp);
+    }
+
+    /* The queue bound counts items not decoded yet, by the patches their headers promise: one request of eight
+     * 448x448 items (784 patches each) is admitted to a queue of 8000 patches; a second one of eight more, sent at
+     * once, is refused with 503 while the first one's items wait (bounded: five tries). Counting only decoded rows,
+     * the second was always admitted (at most 8 · 784 < 8000 decoded rows queued). */
+    {
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        char *exq[] = {"--workers", "1", "--max-queue-patches", "8000", "--max-batch-items", "1"};
+        pid_t pq = start_server(tmp, model, exq, 6);
+        CHECK(pq > 0);
+        int full = 0, first_ok = 0, tries = 0;
+        for (int t = 0; pq > 0 && t < 5 && !full; t++, tries++) {
+            uint8_t *img[16];
+            size_t len[16], j1, j2;
+            for (int i = 0; i < 16; i++) img[i] = make_bmp(448, 448, (unsigned)(1000 + 16 * t + i), &len[i]);
+            char *b1 = json_items(img, len, 8, &j1), *b2 = json_items(img + 8, len + 8, 8, &j2);
+            int f1 = sock_connect(), f2 = sock_connect(), c1 = 0, c2 = 0;
+            int sent_ok = b1 && b2 && f1 >= 0 && f2 >= 0 && !sock_post(f1, "/v1/encode", "application/json", b1, j1);
+            /* the first one admitted before the second is sent: its queue gauge counts its undecoded items */
+            long q = -1;
+            for (int w = 0; sent_ok && w < 2000 && (q = metric_of("qvl_queue_patches")) <= 0; w++) usleep(1000);
+            sent_ok = sent_ok && !sock_post(f2, "/v1/encode", "application/json", b2, j2);
+            int s2 = sent_ok ? sock_status(f2, &c2) : -1, s1 = sent_ok ? sock_status(f1, &c1) : -1;
+            if (!sent_ok) {
+                if (f1 >= 0) close(f1);
+                if (f2 >= 0) close(f2);
+            }
+            first_ok += s1 == 200 && c1;
+            full += s2 == 503;
+            printf("undecoded queue: try %d: queue gauge %ld, first %d, second %d\n", t, q, s1, s2);
+            free(b1), free(b2);
+            for (int i = 0; i < 16; i++) free(img[i]);
+            snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+            tu_rmtree(cmd);
+        }
+        CHECK(full == 1 && first_ok == tries);
+        if (pq > 0) CHECK(stop_server(pq) == 0);
+    }
+
+    /* Drain with suspended connections: twelve requests admitted and waiting (their connections suspended), then
+     * SIGTERM: every one is answered 200, the server exits 0. */
+    {
+        enum { N_SUS = 12 };
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        char *exd[] = {"--workers", "1", "--max-batch-items", "1"};
+        pid_t pd = start_server(tmp, model, exd, 4);
+        CHECK(pd > 0);
+        int fd[N_SUS], sent = 0;
+        uint8_t *img[N_SUS];
+        size_t len[N_SUS];
+        for (int i = 0; i < N_SUS; i++) img[i] = make_bmp(448, 448, (unsigned)(5000 + i), &len[i]);
+        for (int i = 0; pd > 0 && i < N_SUS; i++) {
+            fd[i] = sock_connect();
+            if (fd[i] >= 0 && !sock_post(fd[i], "/v1/encode", "image/bmp", img[i], len[i])) sent++;
+        }
+        long inflight = -1;
+        for (int w = 0; pd > 0 && w < 500; w++) { /* all of them in (5 s at most; /metrics counts itself too) */
+            inflight = metric_of("qvl_inflight_requests") - 1;
+            if (inflight >= N_SUS) break;
+            usleep(10000);
+        }
+        int d_rc = pd > 0 ? (kill(pd, SIGTERM), 0) : -1;
+        int d_ok = 0;
+        for (int i = 0; i < sent; i++) {
+            int c = 0;
+            int st = sock_status(fd[i], &c);
+            d_ok += st == 200 && c;
+            if (st != 200 || !c) fprintf(stderr, "  drain: request %d: status %d complete %d\n", i, st, c);
+        }
+        if (pd > 0) d_rc = stop_server(pd);
+        printf("drain with suspended requests: %d in flight at SIGTERM, %d of %d answered 200, exit %d\n",
+               (int)inflight, d_ok, sent, d_rc);
+        CHECK(sent == N_SUS && inflight >= 2 && d_ok == N_SUS && d_rc == 0); /* several still waiting at SIGTERM */
+        for (int i = 0; i < N_SUS; i++) free(img[i]);
     }
 
     free(img0);

@@ -5,7 +5,7 @@
  *   serve_batch.c    admission, the decode/preprocess workers, the continuous batcher, single flight
  *   serve_cache.c    the content-addressed on-disk cache (objects/ab/<key>.safetensors), its GC, `qvl cache`
  *   serve_metrics.c  counters and histograms, Prometheus text
- *   serve_http.c     libmicrohttpd: routes, auth, limits, drain on SIGTERM; `qvl serve` */
+ *   serve_http.c     libmicrohttpd (epoll, suspended connections): routes, auth, limits, drain on SIGTERM; `qvl serve` */
 #ifndef QVL_SERVE_H
 #define QVL_SERVE_H
 
@@ -45,7 +45,8 @@ typedef struct srv_limits {
                                   max_input_bytes) */
     uint64_t max_pixels;       /* an image's (or a video frame's) width·height (= qlim.max_image_pixels) */
     size_t max_item_patches;   /* patch rows of one item (= qlim.max_item_patches) */
-    size_t max_queue_patches;  /* patches queued for the encoder (503 above it) */
+    size_t max_queue_patches;  /* patches admitted and not yet encoded (503 above it): decoded items by their rows,
+                                  undecoded ones by their header's estimate (serve_batch.c, estimate_patches) */
     size_t max_queue_items;    /* items accepted and not yet encoded (503 above it) */
     size_t max_batch_patches;  /* the batcher's patch budget */
     size_t max_batch_items;    /* and item cap */
@@ -123,9 +124,15 @@ typedef struct srv_tensor {
  * pairs. The malloc'd body in *out / *out_len; 0 or -1 (no memory). */
 int srv_st_build(const srv_tensor *t, size_t n, const char *const *meta_kv, size_t n_meta, uint8_t **out,
                  size_t *out_len);
+/* Only the header of srv_st_build's file (its 8-byte length, the JSON, the padding): *out_len bytes, to be followed
+ * by the tensors' bytes in order (*data_len of them), e.g. sent from where they lie. 0 or -1. */
+int srv_st_header(const srv_tensor *t, size_t n, const char *const *meta_kv, size_t n_meta, uint8_t **out,
+                  size_t *out_len, size_t *data_len);
 /* A .npy (version 1.0) of `descr` ("<f4", "<f2", "<i8", "<i4") and shape, data starting on a 64-byte boundary. */
 int srv_npy_build(const char *descr, const int64_t *shape, int ndim, const void *data, size_t nbytes, uint8_t **out,
                   size_t *out_len);
+/* Only its header (to be followed by the nbytes of data). */
+int srv_npy_header(const char *descr, const int64_t *shape, int ndim, size_t nbytes, uint8_t **out, size_t *out_len);
 /* The error JSON body (malloc'd string). */
 char *srv_err_json(const srv_err *e);
 const char *srv_dtype_st(qvl_dtype d);   /* "F32", "F16", "BF16" */

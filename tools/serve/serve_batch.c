@@ -13,6 +13,7 @@
  * One mutex guards the queues, the flight table and every job's state; one condition variable wakes the waiters
  * when any job finishes. A job holds one reference per waiting request plus one for the pipeline until done. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@ struct srv_job {
     const float *rows;
     qvl_grid grid;
     size_t n_rows, n_tokens, out_cols, n_planes, out_bytes;
+    size_t est_patches;   /* admitted, not yet in the encoder queue: its patches as estimated from the header */
     void *out;
     uint8_t *entry_file;  /* a cache hit's file (out points into it) */
     int cached;
@@ -69,6 +71,11 @@ struct srv_state {
     srv_job *enc_head, *enc_tail;
     srv_job *flight[FLIGHT_BUCKETS];
     size_t prep_items, enc_items, enc_patches, inflight_jobs;
+    size_t prep_patches;  /* est_patches of the items queued for or in decoding */
+    srv_watch *watches;   /* requests waiting for their jobs (the HTTP side's suspended connections) */
+    unsigned long done_seq; /* bumped by every job_done and srv_watch_add: the notifier's missed-wakeup guard */
+    pthread_t notifier;
+    int notifier_started;
     double ewma_patches_per_s;
     int ready, draining, stop;
     pthread_t *workers;
@@ -82,6 +89,15 @@ double srv_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+/* A counter of s->metrics bumped: under the metrics' own mutex, which srv_metrics_render's snapshot takes (the
+ * callers here may hold s->mu too: the order is always s->mu, then metrics.mu, as srv_hist_add's). */
+#define MET(s, stmt)                                \
+    do {                                            \
+        pthread_mutex_lock(&(s)->metrics.mu);       \
+        stmt;                                       \
+        pthread_mutex_unlock(&(s)->metrics.mu);     \
+    } while (0)
 
 static unsigned bucket_of(const char *key) {
     unsigned h = 0;
@@ -124,6 +140,7 @@ static void job_done(srv_state *s, srv_job *j, int http, const char *msg, int ke
     snprintf(j->message, sizeof j->message, "%s", msg ? msg : "");
     flight_remove(s, j);
     s->inflight_jobs--;
+    s->done_seq++;
     pthread_cond_broadcast(&s->done_cv);
     if (!keep) job_unref(s, j);
 }
@@ -176,6 +193,8 @@ static void prep_one(srv_state *s, srv_job *j) {
     if (http == 503) http = 500;
     pthread_mutex_lock(&s->mu);
     s->prep_items--;
+    s->prep_patches -= j->est_patches;
+    j->est_patches = 0;
     if (http != 200) {
         qvl_plan_free(plan);
         job_done(s, j, http, msg, 0);
@@ -217,6 +236,8 @@ static void *worker_main(void *arg) {
         j->next = NULL;
         if (j->refs == 1 || srv_now() > j->deadline) { /* nobody waits any more */
             s->prep_items--;
+            s->prep_patches -= j->est_patches;
+            j->est_patches = 0;
             job_done(s, j, 503, "the request's deadline passed in the queue", 0);
             continue;
         }
@@ -288,7 +309,7 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
     }
     double dt = srv_now() - t0;
     pthread_mutex_lock(&s->mu);
-    s->metrics.batches++;
+    MET(s, s->metrics.batches++);
     pthread_mutex_unlock(&s->mu);
     srv_hist_add(&s->metrics, &s->metrics.encode, dt);
     srv_hist_add(&s->metrics, &s->metrics.batch_items, (double)n);
@@ -309,7 +330,7 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
             if (info.status != QVL_OK) {
                 http = info.status == QVL_ERR_CANCELLED ? 503 : srv_http_of_status(info.status);
                 m = info.message;
-                if (http == 503) s->metrics.rejected_deadline++;
+                if (http == 503) MET(s, s->metrics.rejected_deadline++);
             }
         }
         if (!ok) http = 500, m = "out of memory";
@@ -317,9 +338,8 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
         if (http == 200) {
             j->out = outs[i];
             outs[i] = NULL;
-            s->metrics.items_encoded++;
-            s->metrics.patches_encoded += j->n_rows;
-            s->metrics.tokens_out += j->n_tokens;
+            MET(s, (s->metrics.items_encoded++, s->metrics.patches_encoded += j->n_rows,
+                    s->metrics.tokens_out += j->n_tokens));
         }
         qvl_plan_free(j->pre); /* the rows are no longer needed */
         j->pre = NULL;
@@ -340,8 +360,7 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
         int r = srv_cache_put(s->cache, j->key, srv_dtype_st(j->spec.dtype), ndim, shape, j->out, j->out_bytes,
                               j->grid, s->fingerprint, &ev);
         pthread_mutex_lock(&s->mu);
-        if (r) s->metrics.cache_write_errors++;
-        s->metrics.cache_evicted_bytes += ev;
+        MET(s, (s->metrics.cache_write_errors += r != 0, s->metrics.cache_evicted_bytes += ev));
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_lock(&s->mu);
@@ -393,7 +412,7 @@ static void *batcher_main(void *arg) {
             s->enc_items--;
             s->enc_patches -= j->n_rows;
             if (expired) {
-                s->metrics.rejected_deadline += j->refs > 1;
+                MET(s, s->metrics.rejected_deadline += j->refs > 1);
                 job_done(s, j, 503, "the request's deadline passed in the queue", 0);
                 continue;
             }
@@ -415,29 +434,102 @@ static void *batcher_main(void *arg) {
 
 /* ---- admission ---- */
 
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+static uint32_t le32(const uint8_t *p) { return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0]; }
+static uint32_t le16(const uint8_t *p) { return (uint32_t)p[1] << 8 | p[0]; }
+
+/* An image's width and height from its first bytes, without decoding it (PNG IHDR, GIF screen, BMP info header,
+ * JPEG SOFn, WebP VP8 / VP8L / VP8X): 0, or -1 when they are not found in the n bytes given. Only an estimate for
+ * admission: the decoder checks the real header. */
+static int header_dims(const uint8_t *d, size_t n, uint32_t *w, uint32_t *h) {
+    if (n >= 24 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8) && !memcmp(d + 12, "IHDR", 4)) {
+        *w = be32(d + 16), *h = be32(d + 20);
+    } else if (n >= 10 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6))) {
+        *w = le16(d + 6), *h = le16(d + 8);
+    } else if (n >= 26 && d[0] == 'B' && d[1] == 'M') {
+        int32_t hh = (int32_t)le32(d + 22);
+        *w = le32(d + 18), *h = hh < 0 ? (uint32_t)(-(int64_t)hh) : (uint32_t)hh;
+    } else if (n >= 32 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) { /* reads d[0..30] */
+        if (!memcmp(d + 12, "VP8X", 4)) *w = 1 + (le32(d + 24) & 0xffffff), *h = 1 + (le32(d + 27) & 0xffffff);
+        else if (!memcmp(d + 12, "VP8L", 4) && d[20] == 0x2f)
+            *w = 1 + (le32(d + 21) & 0x3fff), *h = 1 + ((le32(d + 21) >> 14) & 0x3fff);
+        else if (!memcmp(d + 12, "VP8 ", 4)) *w = le16(d + 26) & 0x3fff, *h = le16(d + 28) & 0x3fff;
+        else return -1;
+    } else if (n >= 4 && d[0] == 0xff && d[1] == 0xd8) {
+        size_t i = 2;
+        for (;;) {
+            while (i < n && d[i] != 0xff) i++;
+            while (i < n && d[i] == 0xff) i++;
+            if (i + 8 > n) return -1;
+            uint8_t m = d[i];
+            size_t len = (size_t)d[i + 1] << 8 | d[i + 2];
+            if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {
+                *h = (uint32_t)d[i + 4] << 8 | d[i + 5], *w = (uint32_t)d[i + 6] << 8 | d[i + 7];
+                break;
+            }
+            if (m == 0xd9 || m == 0xda || len < 2) return -1;
+            if (m >= 0xd0 && m <= 0xd7) { i++; continue; }
+            i += 1 + len;
+        }
+    } else {
+        return -1;
+    }
+    return *w && *h ? 0 : -1;
+}
+
+/* An admitted item's patches before it is decoded: for an image, its header's size through the preprocessing's
+ * resize rule (smart_resize onto the patch·merge grid within [min_pixels, max_pixels]); for a video (its frames
+ * and their sampling are known only once the container is read), or an image whose header is not in its first
+ * 64 KiB, a conservative bound: the whole-clip budget (video_max_pixels), or the image budget (max_pixels), in
+ * patches, never above max_item_patches. */
+static size_t estimate_patches(const srv_state *s, const srv_job *j) {
+    const qvl_preprocess_params *p = &s->pp;
+    const uint64_t P = p->patch > 0 ? (uint64_t)p->patch : 16, cap = s->cfg.lim.max_item_patches;
+    uint64_t bound = (j->media == SRV_MEDIA_VIDEO ? p->video_max_pixels : p->max_pixels) / (P * P) + 1;
+    if (bound > cap) bound = cap;
+    if (j->media == SRV_MEDIA_VIDEO) return (size_t)bound;
+    uint8_t head[65536];
+    const uint8_t *d = j->data;
+    size_t n = j->size;
+    if (j->path) {
+        FILE *f = fopen(j->path, "rb"); /* a directory of frames fails here: the bound */
+        n = f ? fread(head, 1, sizeof head, f) : 0;
+        if (f) fclose(f);
+        d = head;
+    } else if (n > sizeof head) {
+        n = sizeof head;
+    }
+    uint32_t w, h;
+    int32_t rh, rw;
+    qvl_error err;
+    uint64_t vb = p->video_max_pixels / (P * P) + 1; /* not an image header we know: it may be a video */
+    if (vb > bound) bound = vb < cap ? vb : cap;
+    if (!d || header_dims(d, n, &w, &h) || w > INT32_MAX || h > INT32_MAX ||
+        qvl_smart_resize((int32_t)h, (int32_t)w, (int32_t)(P * (uint64_t)(p->merge > 0 ? p->merge : 2)),
+                         p->min_pixels, p->max_pixels, &rh, &rw, &err) != QVL_OK)
+        return (size_t)bound;
+    uint64_t v = (uint64_t)(rh / (int32_t)P) * (uint64_t)(rw / (int32_t)P);
+    return (size_t)(v < cap ? v : cap);
+}
+
 static int retry_after(const srv_state *s) {
-    double r = s->ewma_patches_per_s > 0 ? (double)s->enc_patches / s->ewma_patches_per_s : 1;
+    double r = s->ewma_patches_per_s > 0 ? (double)(s->prep_patches + s->enc_patches) / s->ewma_patches_per_s : 1;
     int v = (int)ceil(r);
     return v < 1 ? 1 : v > 60 ? 60 : v;
 }
 
-int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, srv_job **jobs,
-               srv_err *e) {
+int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, int accepted,
+               srv_job **jobs, srv_err *e) {
     for (size_t i = 0; i < n; i++) jobs[i] = NULL;
     if (n > s->cfg.lim.max_queue_items) { /* could never be queued: no use retrying */
         srv_err_set(e, 413, -1, "%zu items, more than the queue holds (%zu)", n, s->cfg.lim.max_queue_items);
         return -1;
     }
     pthread_mutex_lock(&s->mu);
-    int refuse = s->draining ? 1 : !s->ready ? 2 : 0;
-    if (!refuse && (s->prep_items + s->enc_items + n > s->cfg.lim.max_queue_items ||
-                    s->enc_patches > s->cfg.lim.max_queue_patches))
-        refuse = 3;
+    int refuse = s->draining && !accepted ? 1 : !s->ready || s->stop ? 2 : 0;
     if (refuse) {
-        if (refuse == 3) s->metrics.rejected_queue_full++;
-        else s->metrics.rejected_not_ready++;
-        srv_err_set(e, 503, -1, "%s", refuse == 1 ? "the server is draining" : refuse == 2 ? "the server is not ready"
-                                                                                            : "the queue is full");
+        MET(s, s->metrics.rejected_not_ready++);
+        srv_err_set(e, 503, -1, "%s", refuse == 1 ? "the server is draining" : "the server is not ready");
         e->retry_after_s = retry_after(s);
         pthread_mutex_unlock(&s->mu);
         return -1;
@@ -472,6 +564,7 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
         it.data = j->data;
         it.size = j->size;
         qvl_error err;
+        j->est_patches = estimate_patches(s, j);
         if (qvl_item_key(s->ctx, &it, &pl, NULL, j->key, &err) != QVL_OK) {
             srv_err_set(e, srv_http_of_status(err.status), (int)i, "item %zu: %s", i, err.message);
             goto fail;
@@ -480,11 +573,8 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
             srv_entry ent;
             int corrupt = 0;
             int hit = srv_cache_get(s->cache, j->key, &ent, &corrupt);
-            pthread_mutex_lock(&s->mu);
-            if (hit) s->metrics.cache_hit++;
-            else if (corrupt) s->metrics.cache_corrupt++, s->metrics.cache_miss++;
-            else s->metrics.cache_miss++;
-            pthread_mutex_unlock(&s->mu);
+            MET(s, (s->metrics.cache_hit += hit != 0, s->metrics.cache_miss += !hit,
+                    s->metrics.cache_corrupt += !hit && corrupt));
             if (hit && strcmp(ent.dtype, srv_dtype_st(opts->dtype)) == 0) {
                 j->entry_file = ent.file;
                 j->out = (void *)ent.data;
@@ -500,8 +590,34 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
             if (hit) srv_entry_free(&ent);
         }
     }
-    /* Misses: join an identical item in flight, or queue for a worker. */
+    /* Misses: join an identical item in flight, or queue for a worker. The queue bounds count what is admitted and
+     * not yet encoded: items waiting for or in decoding by their header-estimated patches, items decoded by their
+     * rows. A request is refused (503) when the items it would add overflow them, unless the queue is empty (a
+     * request larger than the whole bound then runs alone, as an item larger than the batch budget does). Cache
+     * hits and joins add nothing, so they are answered even while the queue is full. */
     pthread_mutex_lock(&s->mu);
+    size_t add_items = 0, add_patches = 0;
+    for (size_t i = 0; i < n; i++) {
+        srv_job *j = jobs[i];
+        if (j->cached) continue;
+        int dup = 0;
+        for (size_t k = 0; k < i && !dup; k++) dup = !jobs[k]->cached && strcmp(jobs[k]->key, j->key) == 0;
+        srv_job *f = s->flight[bucket_of(j->key)];
+        while (f && strcmp(f->key, j->key)) f = f->flight_next;
+        if (dup || f) continue;
+        add_items++;
+        add_patches += j->est_patches;
+    }
+    const size_t q_items = s->prep_items + s->enc_items, q_patches = s->prep_patches + s->enc_patches;
+    if (add_items && q_items && (q_items + add_items > s->cfg.lim.max_queue_items ||
+                                 q_patches + add_patches > s->cfg.lim.max_queue_patches)) {
+        MET(s, s->metrics.rejected_queue_full++);
+        srv_err_set(e, 503, -1, "the queue is full (%zu items, %zu patches queued; this request adds %zu, ~%zu)",
+                    q_items, q_patches, add_items, add_patches);
+        e->retry_after_s = retry_after(s);
+        pthread_mutex_unlock(&s->mu);
+        goto fail;
+    }
     for (size_t i = 0; i < n; i++) {
         srv_job *j = jobs[i];
         if (j->cached) continue;
@@ -511,7 +627,7 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
         if (f) {
             f->refs++;
             if (deadline > f->deadline) f->deadline = deadline;
-            s->metrics.single_flight_joins++;
+            MET(s, s->metrics.single_flight_joins++);
             job_free(j);
             jobs[i] = f;
             continue;
@@ -525,8 +641,10 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
         else s->prep_head = j;
         s->prep_tail = j;
         s->prep_items++;
+        s->prep_patches += j->est_patches;
         pthread_cond_signal(&s->prep_cv);
     }
+    s->done_seq++;
     pthread_mutex_unlock(&s->mu);
     return 0;
 fail:
@@ -577,6 +695,83 @@ void srv_release(srv_state *s, srv_job **jobs, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (jobs[i]) job_unref(s, jobs[i]);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- watches: requests that wait without a thread ----
+ * The notifier thread fires each watch once, outside mu: when all its jobs are done, or when its deadline passes
+ * (timed_out = 1). job_done and srv_watch_add bump done_seq and broadcast done_cv, so a change made while the
+ * notifier was firing callbacks is seen by the scan before it waits again. */
+
+int srv_watch_add(srv_state *s, srv_watch *w) {
+    pthread_mutex_lock(&s->mu);
+    if (!s->notifier_started || s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    w->next = s->watches;
+    s->watches = w;
+    s->done_seq++;
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static void fire_watches(srv_watch *f) {
+    while (f) {
+        srv_watch *next = f->next; /* f may be freed by its callback */
+        f->next = NULL;
+        f->fn(f->user, f->timed_out);
+        f = next;
+    }
+}
+
+void srv_watch_flush(srv_state *s) {
+    pthread_mutex_lock(&s->mu);
+    srv_watch *f = s->watches;
+    s->watches = NULL;
+    for (srv_watch *w = f; w; w = w->next) w->timed_out = 1;
+    pthread_mutex_unlock(&s->mu);
+    fire_watches(f);
+}
+
+static void *notifier_main(void *arg) {
+    srv_state *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        unsigned long seq = s->done_seq;
+        double now = srv_now(), next = now + 1.0;
+        srv_watch *fire = NULL;
+        for (srv_watch **p = &s->watches; *p;) {
+            srv_watch *w = *p;
+            size_t done = 0;
+            for (size_t i = 0; i < w->n; i++) done += w->jobs[i]->state == J_DONE;
+            if (done == w->n || now >= w->deadline) {
+                w->timed_out = done != w->n;
+                *p = w->next;
+                w->next = fire;
+                fire = w;
+                continue;
+            }
+            if (w->deadline < next) next = w->deadline;
+            p = &w->next;
+        }
+        if (fire) {
+            pthread_mutex_unlock(&s->mu);
+            fire_watches(fire);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        if (seq != s->done_seq) continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (next - now);
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
 }
 
 /* ---- start, warm-up, info ---- */
@@ -708,7 +903,12 @@ int srv_load(srv_state *s, char *msg, size_t cap) {
         return -1;
     }
     s->batcher_started = 1;
+    if (pthread_create(&s->notifier, NULL, notifier_main, s)) {
+        snprintf(msg, cap, "cannot start threads");
+        return -1;
+    }
     pthread_mutex_lock(&s->mu);
+    s->notifier_started = 1;
     s->ready = 1;
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -734,7 +934,10 @@ void srv_stop(srv_state *s) {
     s->stop = 1;
     pthread_cond_broadcast(&s->prep_cv);
     pthread_cond_broadcast(&s->enc_cv);
+    pthread_cond_broadcast(&s->done_cv);
+    const int notifier = s->notifier_started;
     pthread_mutex_unlock(&s->mu);
+    if (notifier) pthread_join(s->notifier, NULL); /* watches left are dropped: the HTTP side flushed them */
     for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i], NULL);
     pthread_mutex_lock(&s->mu);
     pthread_cond_broadcast(&s->enc_cv);
@@ -755,7 +958,7 @@ void srv_stop(srv_state *s) {
 
 int srv_ready(srv_state *s) {
     pthread_mutex_lock(&s->mu);
-    int r = s->ready && !s->draining && s->enc_patches <= s->cfg.lim.max_queue_patches * 9 / 10 &&
+    int r = s->ready && !s->draining && s->prep_patches + s->enc_patches <= s->cfg.lim.max_queue_patches * 9 / 10 &&
             s->prep_items + s->enc_items < s->cfg.lim.max_queue_items; /* saturated: full, or nearly by patches */
     pthread_mutex_unlock(&s->mu);
     return r;
@@ -772,7 +975,7 @@ void srv_gauges_of(srv_state *s, srv_gauges *g) {
     memset(g, 0, sizeof *g);
     pthread_mutex_lock(&s->mu);
     g->queue_items = s->prep_items + s->enc_items;
-    g->queue_patches = s->enc_patches;
+    g->queue_patches = s->prep_patches + s->enc_patches; /* decoded rows, and the estimates of the rest */
     g->inflight = s->inflight_jobs;
     g->ready = s->ready && !s->draining;
     g->draining = s->draining;

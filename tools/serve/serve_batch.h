@@ -43,13 +43,29 @@ void srv_drain(srv_state *s);
 void srv_stop(srv_state *s);
 
 /* Accept a request's items: each item gets its key, is looked up in the cache, joins an identical item queued or
- * running, or is queued for decoding. On success jobs[i] holds a reference to each item. -1 with e set
+ * running, or is queued for decoding. While draining only requests `accepted` (begun before the drain) are
+ * admitted. On success jobs[i] holds a reference to each item. -1 with e set
  * (503 draining / not ready / queue full, 413, 415, 500). `modality` per item comes from the parsed request. */
-int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, srv_job **jobs,
-               srv_err *e);
+int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, int accepted,
+               srv_job **jobs, srv_err *e);
 /* Wait until every job is done or the deadline (monotonic seconds) passes: 0 done, -1 timed out. */
 int srv_wait(srv_state *s, srv_job **jobs, size_t n, double deadline);
 void srv_result_of(const srv_job *j, srv_result *r);
+/* Waiting without a thread: once added, the notifier calls fn(user, timed_out) exactly once, from its own thread and
+ * with no lock held, when every job is done (timed_out = 0) or the deadline passes (1). The watch must stay valid
+ * until then; it is not touched after fn returns. -1 when the service is not running (fn is not called). */
+typedef struct srv_watch {
+    srv_job **jobs;
+    size_t n;
+    double deadline; /* monotonic seconds */
+    void (*fn)(void *user, int timed_out);
+    void *user;
+    int timed_out;           /* (the service's) */
+    struct srv_watch *next;  /* (the service's) */
+} srv_watch;
+int srv_watch_add(srv_state *s, srv_watch *w);
+/* Fire every watch now, as timed out (a drain that ran out of time). */
+void srv_watch_flush(srv_state *s);
 /* Drop the references. */
 void srv_release(srv_state *s, srv_job **jobs, size_t n);
 

@@ -1,11 +1,17 @@
 /* serve_http.c — `qvl serve`: the HTTP layer on libmicrohttpd (routes, auth, body limits, responses) and the
  * process around it (options, signals, drain); `qvl cache`.
  *
- * libmicrohttpd runs one thread per connection (bounded by --connections): a request thread parses its body,
- * submits the items to the batcher (serve_batch.c) and blocks until they are done or its deadline passes, so a
- * slow or huge item never holds up the event loop of the others. SIGTERM / SIGINT drain: the listening socket is
- * closed (MHD_quiesce_daemon) and readiness drops, requests already accepted are finished and answered, then the
- * daemon stops and the process exits 0. */
+ * libmicrohttpd polls every connection with epoll on a few internal threads (--http-threads, at most
+ * --max-connections connections; at the limit it stops accepting, and a new connection waits in the listen backlog
+ * until one closes). No thread waits for an encode: once a request's body is in and
+ * its items are admitted (srv_submit: keys, cache hits, single flight, the queue bounds), its connection is
+ * suspended (MHD_suspend_connection) and a watch handed to the service (srv_watch_add); the service's notifier
+ * thread resumes it when every item is done or the request's deadline passes, and the access handler, called
+ * again, answers it. Answers point at the items' outputs where they lie (MHD_create_response_from_iovec: the
+ * safetensors or .npy header in a small buffer, then the encoder's or the cache entry's bytes), the jobs held until
+ * libmicrohttpd is done with the response. SIGTERM / SIGINT drain: the listening socket is shut down
+ * (MHD_quiesce_daemon, shutdown) and readiness drops, requests already accepted are finished and answered (a drain that runs
+ * out of time answers the rest 503), then the daemon stops and the process exits 0. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
@@ -15,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +39,7 @@ typedef struct server {
     char allowed[PATH_MAX]; /* realpath of --allowed-media-path, "" when paths are off */
     pthread_mutex_t mu;
     int active;             /* requests between their first callback and their completion */
+    int draining;           /* set (under mu) when a drain starts: requests begun later are refused */
 } server;
 
 typedef struct conn_ctx {
@@ -38,6 +47,17 @@ typedef struct conn_ctx {
     int too_big;
     double t0;
     int endpoint;
+    /* an encode request between its admission and its answer (the connection suspended meanwhile) */
+    server *sv;
+    struct MHD_Connection *conn;
+    int accepted;           /* begun before a drain: still served while draining */
+    int waiting;            /* suspended for its items: the next call answers */
+    int timed_out;          /* set by on_items_done before it resumes the connection */
+    int vllm, npy;
+    srv_request_items req;
+    srv_job **jobs;         /* req.n, referenced until answered (or handed to the response) */
+    srv_result *res;
+    srv_watch watch;
 } conn_ctx;
 
 /* ---- responses ---- */
@@ -188,25 +208,24 @@ static int parse_request(server *sv, struct MHD_Connection *c, conn_ctx *cc, srv
     return 0;
 }
 
-/* Run the items through the batcher; results[i] valid until srv_release. 0 or -1 with e set. */
-static int run_items(server *sv, srv_request_items *req, srv_job **jobs, srv_result *res, srv_err *e) {
-    const srv_limits *L = srv_limits_of(sv->st);
-    double deadline = srv_now() + (req->opts.timeout_ms ? req->opts.timeout_ms : L->timeout_ms) / 1000.0;
-    if (srv_submit(sv->st, req->items, req->n, &req->opts, deadline, jobs, e)) return -1;
-    if (srv_wait(sv->st, jobs, req->n, deadline)) {
-        srv_err_set(e, 503, -1, "the request's deadline passed before its items were encoded");
-        e->retry_after_s = 1;
-        return -1;
-    }
-    for (size_t i = 0; i < req->n; i++) {
-        srv_result_of(jobs[i], &res[i]);
-        if (res[i].http != 200) {
-            srv_err_set(e, res[i].http, (int)i, "item %zu: %s", i, res[i].message);
-            if (res[i].http == 503) e->retry_after_s = 1;
+/* The results of a request whose items are done; 0, or -1 with e set (the first failed item's status). */
+static int results_of(conn_ctx *cc, srv_err *e) {
+    for (size_t i = 0; i < cc->req.n; i++) {
+        srv_result_of(cc->jobs[i], &cc->res[i]);
+        if (cc->res[i].http != 200) {
+            srv_err_set(e, cc->res[i].http, (int)i, "item %zu: %s", i, cc->res[i].message);
+            if (cc->res[i].http == 503) e->retry_after_s = 1;
             return -1;
         }
     }
     return 0;
+}
+
+/* The notifier's callback (its thread, no lock held): the request's items are done or its deadline passed. */
+static void on_items_done(void *user, int timed_out) {
+    conn_ctx *cc = user;
+    cc->timed_out = timed_out;
+    MHD_resume_connection(cc->conn);
 }
 
 static int accepts(struct MHD_Connection *c, const char *type) {
@@ -217,7 +236,7 @@ static int accepts(struct MHD_Connection *c, const char *type) {
 /* The safetensors answer: "embeddings" (CONCAT: [N, O·(1+L)]; SPLIT: [N, O] plus "deepstack" [L, N, O]), "grid_thw"
  * I32 [items, 3], "offsets" I64 [items + 1] (token offsets), __metadata__ with each item's key. */
 static int build_safetensors(server *sv, const srv_request_items *req, const srv_result *res, uint8_t **out,
-                             size_t *len) {
+                             size_t *len, struct MHD_IoVec *iov, size_t *n_iov) {
     const size_t n = req->n;
     size_t planes = res[0].n_planes, cols = res[0].out_cols, esz = srv_dtype_size(req->opts.dtype), total = 0;
     int32_t *grid = calloc(n * 3, sizeof *grid);
@@ -274,7 +293,30 @@ static int build_safetensors(server *sv, const srv_request_items *req, const srv
         for (size_t i = n; i < n * planes; i++) t[nt].nbytes += pbytes[i];
         nt++;
     }
-    rc = srv_st_build(t, nt, (const char *const *)meta, nm, out, len);
+    if (!iov) {
+        rc = srv_st_build(t, nt, (const char *const *)meta, nm, out, len);
+        goto done;
+    }
+    /* The header with the two small tensors after it in one buffer; the embeddings from where they lie. */
+    size_t hl, dl;
+    if (srv_st_header(t, nt, (const char *const *)meta, nm, out, &hl, &dl)) goto done;
+    size_t small = t[0].nbytes + t[1].nbytes;
+    uint8_t *h = realloc(*out, hl + small);
+    if (!h) {
+        free(*out);
+        *out = NULL;
+        goto done;
+    }
+    memcpy(h + hl, t[0].data, t[0].nbytes);
+    memcpy(h + hl + t[0].nbytes, t[1].data, t[1].nbytes);
+    *out = h;
+    *len = hl + small;
+    size_t k = 0;
+    iov[k].iov_base = h, iov[k].iov_len = hl + small, k++;
+    for (size_t i = 0; i < n * planes; i++)
+        if (pbytes[i]) iov[k].iov_base = pieces[i], iov[k].iov_len = pbytes[i], k++;
+    *n_iov = k;
+    rc = 0;
 done:
     free(grid);
     free(off);
@@ -287,44 +329,57 @@ done:
 
 static const char *npy_descr(qvl_dtype d) { return d == QVL_DTYPE_F32 ? "<f4" : d == QVL_DTYPE_F16 ? "<f2" : NULL; }
 
-static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_ctx *cc, int vllm) {
+/* What an answer built from the items' outputs holds until libmicrohttpd has sent it. */
+typedef struct resp_hold {
+    srv_state *st;
+    srv_job **jobs;
+    size_t n;
+    srv_result *res;
+    uint8_t *head;
+} resp_hold;
+
+static void hold_free(void *p) {
+    resp_hold *h = p;
+    srv_release(h->st, h->jobs, h->n);
+    free(h->jobs);
+    free(h->res);
+    free(h->head);
+    free(h);
+}
+
+static void conn_release(server *sv, conn_ctx *cc) {
+    if (cc->jobs) srv_release(sv->st, cc->jobs, cc->req.n);
+    free(cc->jobs);
+    free(cc->res);
+    cc->jobs = NULL;
+    cc->res = NULL;
+    srv_request_items_free(&cc->req);
+    memset(&cc->req, 0, sizeof cc->req);
+}
+
+/* The answer of a request whose items are done (or whose deadline passed): called from the access handler. */
+static enum MHD_Result finish_encode(server *sv, struct MHD_Connection *c, conn_ctx *cc) {
     srv_err e;
     memset(&e, 0, sizeof e);
     e.item = -1;
-    srv_request_items req;
-    if (parse_request(sv, c, cc, &req, &e)) return send_err(sv, cc, c, &e);
-    int npy = !vllm && accepts(c, "application/x-npy");
-    if (vllm || npy) {
-        if (req.n != 1) srv_err_set(&e, 400, -1, "%s answers one item, the request has %zu",
-                                    vllm ? "/v1/vllm/image_embeds" : "application/x-npy", req.n);
-        else if (!npy_descr(req.opts.dtype)) srv_err_set(&e, 400, -1, "npy has no bf16: ask for dtype f32 or f16");
-        else if (vllm && req.items[0].media == SRV_MEDIA_VIDEO)
-            srv_err_set(&e, 415, 0, "/v1/vllm/image_embeds takes one image");
-        if (vllm) req.opts.layout = QVL_OUTPUT_CONCAT;
-        if (e.http) {
-            srv_request_items_free(&req);
-            return send_err(sv, cc, c, &e);
-        }
-    }
-    srv_job **jobs = calloc(req.n, sizeof *jobs);
-    srv_result *res = calloc(req.n, sizeof *res);
+    const srv_request_items *req = &cc->req;
+    const srv_result *res = cc->res;
     enum MHD_Result ret;
-    if (!jobs || !res) {
-        srv_err_set(&e, 500, -1, "out of memory");
-        free(jobs);
-        free(res);
-        srv_request_items_free(&req);
-        return send_err(sv, cc, c, &e);
-    }
-    if (run_items(sv, &req, jobs, res, &e)) {
+    if (cc->timed_out) {
+        srv_err_set(&e, 503, -1, "%s", srv_draining(sv->st) && srv_now() < cc->watch.deadline
+                                           ? "the server is draining and ran out of time for this request"
+                                           : "the request's deadline passed before its items were encoded");
+        e.retry_after_s = 1;
         ret = send_err(sv, cc, c, &e);
-    } else if (vllm) {
+    } else if (results_of(cc, &e)) {
+        ret = send_err(sv, cc, c, &e);
+    } else if (cc->vllm) {
         uint8_t *a = NULL, *b = NULL;
         size_t al = 0, bl = 0;
         int64_t shape[2] = {(int64_t)res[0].n_tokens, (int64_t)res[0].out_cols};
         int64_t g[3] = {res[0].grid.t, res[0].grid.h, res[0].grid.w}, gshape[2] = {1, 3};
         char *sa = NULL, *sb = NULL, *js = NULL;
-        if (!srv_npy_build(npy_descr(req.opts.dtype), shape, 2, res[0].out, res[0].out_bytes, &a, &al) &&
+        if (!srv_npy_build(npy_descr(req->opts.dtype), shape, 2, res[0].out, res[0].out_bytes, &a, &al) &&
             !srv_npy_build("<i8", gshape, 2, g, sizeof g, &b, &bl) && (sa = srv_b64_encode(a, al, NULL)) &&
             (sb = srv_b64_encode(b, bl, NULL))) {
             cJSON *o = cJSON_CreateObject(), *ie = o ? cJSON_AddObjectToObject(o, "image_embeds") : NULL;
@@ -341,45 +396,105 @@ static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_
         if (js) ret = send_ok(sv, cc, c, "application/json", js, strlen(js));
         else srv_err_set(&e, 500, -1, "out of memory"), ret = send_err(sv, cc, c, &e);
     } else {
-        uint8_t *body = NULL;
-        size_t len = 0;
-        int r;
-        if (npy) {
-            int64_t shape[3];
-            int nd = res[0].n_planes > 1 ? 3 : 2;
-            if (nd == 3) shape[0] = (int64_t)res[0].n_planes, shape[1] = (int64_t)res[0].n_tokens,
-                         shape[2] = (int64_t)res[0].out_cols;
-            else shape[0] = (int64_t)res[0].n_tokens, shape[1] = (int64_t)res[0].out_cols;
-            r = srv_npy_build(npy_descr(req.opts.dtype), shape, nd, res[0].out, res[0].out_bytes, &body, &len);
-        } else {
-            r = build_safetensors(sv, &req, res, &body, &len);
+        /* header + the outputs where they lie: at most 1 + n · planes pieces */
+        size_t cap_iov = 1 + req->n * (res[0].n_planes ? res[0].n_planes : 1), n_iov = 0, len = 0;
+        struct MHD_IoVec *iov = calloc(cap_iov, sizeof *iov);
+        resp_hold *h = calloc(1, sizeof *h);
+        uint8_t *head = NULL;
+        int r = -1;
+        if (iov && h) {
+            if (cc->npy) {
+                int64_t shape[3];
+                int nd = res[0].n_planes > 1 ? 3 : 2;
+                if (nd == 3) shape[0] = (int64_t)res[0].n_planes, shape[1] = (int64_t)res[0].n_tokens,
+                             shape[2] = (int64_t)res[0].out_cols;
+                else shape[0] = (int64_t)res[0].n_tokens, shape[1] = (int64_t)res[0].out_cols;
+                r = srv_npy_header(npy_descr(req->opts.dtype), shape, nd, res[0].out_bytes, &head, &len);
+                if (!r) {
+                    iov[0].iov_base = head, iov[0].iov_len = len;
+                    iov[1].iov_base = res[0].out, iov[1].iov_len = res[0].out_bytes;
+                    n_iov = res[0].out_bytes ? 2 : 1;
+                }
+            } else {
+                r = build_safetensors(sv, req, res, &head, &len, iov, &n_iov);
+            }
         }
-        if (r) {
+        struct MHD_Response *rs = NULL;
+        if (!r) {
+            h->st = sv->st, h->jobs = cc->jobs, h->n = req->n, h->res = cc->res, h->head = head;
+            rs = MHD_create_response_from_iovec(iov, (unsigned)n_iov, hold_free, h);
+        }
+        free(iov);
+        if (!rs) {
+            free(head);
+            free(h);
             srv_err_set(&e, 500, -1, "out of memory");
             ret = send_err(sv, cc, c, &e);
         } else {
+            cc->jobs = NULL; /* the response holds them now (hold_free) */
+            cc->res = NULL;
             srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 200, srv_now() - cc->t0);
-            struct MHD_Response *rs = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-            if (!rs) {
-                free(body);
-                ret = MHD_NO;
-            } else {
-                MHD_add_response_header(rs, "Content-Type", npy ? "application/x-npy" : "application/x-safetensors");
-                if (req.n == 1) MHD_add_response_header(rs, "X-Qvl-Key", res[0].key);
-                MHD_add_response_header(rs, "X-Qvl-Cache", res[0].cached ? "hit" : "miss");
-                char g[64];
-                snprintf(g, sizeof g, "%d,%d,%d", res[0].grid.t, res[0].grid.h, res[0].grid.w);
-                MHD_add_response_header(rs, "X-Qvl-Grid-Thw", g);
-                ret = MHD_queue_response(c, 200, rs);
-                MHD_destroy_response(rs);
-            }
+            MHD_add_response_header(rs, "Content-Type", cc->npy ? "application/x-npy" : "application/x-safetensors");
+            if (req->n == 1) MHD_add_response_header(rs, "X-Qvl-Key", res[0].key);
+            MHD_add_response_header(rs, "X-Qvl-Cache", res[0].cached ? "hit" : "miss");
+            char g[64];
+            snprintf(g, sizeof g, "%d,%d,%d", res[0].grid.t, res[0].grid.h, res[0].grid.w);
+            MHD_add_response_header(rs, "X-Qvl-Grid-Thw", g);
+            ret = MHD_queue_response(c, 200, rs);
+            MHD_destroy_response(rs);
         }
     }
-    srv_release(sv->st, jobs, req.n);
-    free(jobs);
-    free(res);
-    srv_request_items_free(&req);
+    conn_release(sv, cc);
     return ret;
+}
+
+/* A request's first full call: parse, admit, then answer at once (every item a cache hit) or suspend the connection
+ * until its items are done. */
+static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_ctx *cc, int vllm) {
+    srv_err e;
+    memset(&e, 0, sizeof e);
+    e.item = -1;
+    srv_request_items *req = &cc->req;
+    if (parse_request(sv, c, cc, req, &e)) return send_err(sv, cc, c, &e);
+    int npy = !vllm && accepts(c, "application/x-npy");
+    if (vllm || npy) {
+        if (req->n != 1) srv_err_set(&e, 400, -1, "%s answers one item, the request has %zu",
+                                     vllm ? "/v1/vllm/image_embeds" : "application/x-npy", req->n);
+        else if (!npy_descr(req->opts.dtype)) srv_err_set(&e, 400, -1, "npy has no bf16: ask for dtype f32 or f16");
+        else if (vllm && req->items[0].media == SRV_MEDIA_VIDEO)
+            srv_err_set(&e, 415, 0, "/v1/vllm/image_embeds takes one image");
+        if (vllm) req->opts.layout = QVL_OUTPUT_CONCAT;
+        if (e.http) {
+            conn_release(sv, cc);
+            return send_err(sv, cc, c, &e);
+        }
+    }
+    cc->vllm = vllm, cc->npy = npy;
+    cc->jobs = calloc(req->n, sizeof *cc->jobs);
+    cc->res = calloc(req->n, sizeof *cc->res);
+    if (!cc->jobs || !cc->res) {
+        srv_err_set(&e, 500, -1, "out of memory");
+        conn_release(sv, cc);
+        return send_err(sv, cc, c, &e);
+    }
+    const srv_limits *L = srv_limits_of(sv->st);
+    double deadline = srv_now() + (req->opts.timeout_ms ? req->opts.timeout_ms : L->timeout_ms) / 1000.0;
+    if (srv_submit(sv->st, req->items, req->n, &req->opts, deadline, cc->accepted, cc->jobs, &e)) {
+        free(cc->jobs); /* srv_submit dropped them */
+        cc->jobs = NULL;
+        conn_release(sv, cc);
+        return send_err(sv, cc, c, &e);
+    }
+    if (srv_wait(sv->st, cc->jobs, req->n, 0) == 0) return finish_encode(sv, c, cc); /* all cache hits */
+    cc->sv = sv;
+    cc->conn = c;
+    cc->waiting = 1;
+    cc->watch.jobs = cc->jobs, cc->watch.n = req->n, cc->watch.deadline = deadline;
+    cc->watch.fn = on_items_done, cc->watch.user = cc;
+    /* Suspended first, then watched: the resume can only follow the suspend. */
+    MHD_suspend_connection(c);
+    if (srv_watch_add(sv->st, &cc->watch)) on_items_done(cc, 1);
+    return MHD_YES;
 }
 
 /* ---- other routes ---- */
@@ -530,18 +645,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->t0 = srv_now();
         cc->endpoint = endpoint_of(url);
         *con_cls = cc;
-        pthread_mutex_lock(&sv->mu);
+        pthread_mutex_lock(&sv->mu); /* counted and judged at once: a request counted before the drain is served */
         sv->active++;
+        cc->accepted = !sv->draining;
         pthread_mutex_unlock(&sv->mu);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > srv_limits_of(sv->st)->max_body_bytes) {
+        unsigned long long cl_n = cl ? strtoull(cl, NULL, 10) : 0;
+        if (cl && cl_n > srv_limits_of(sv->st)->max_body_bytes) {
             /* refused before the body is read (libmicrohttpd answers 100-continue only if we go on) */
             srv_err e;
             srv_err_set(&e, 413, -1, "a body of %s bytes is over the %zu-byte limit", cl,
                         srv_limits_of(sv->st)->max_body_bytes);
             return send_err(sv, cc, c, &e);
         }
+        if (cl_n > 0 && (cc->body.p = malloc((size_t)cl_n + 1))) cc->body.cap = (size_t)cl_n + 1; /* one copy in */
         return MHD_YES;
+    }
+    if (cc->waiting) { /* resumed: the items are done, or the deadline passed */
+        cc->waiting = 0;
+        return finish_encode(sv, c, cc);
     }
     if (*upload_size) {
         if (!cc->too_big && cc->body.len + *upload_size > srv_limits_of(sv->st)->max_body_bytes) {
@@ -567,6 +689,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     server *sv = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
+    conn_release(sv, cc);
     free(cc->body.p);
     free(cc);
     *con_cls = NULL;
@@ -596,7 +719,8 @@ static const char serve_help[] =
     "  --threads N              encoder threads (default: every CPU)\n"
     "  --workers N              decode/preprocess threads (default 2)\n"
     "  --isa auto|avx2|avx512   kernel set\n"
-    "  --connections N          concurrent connections (default 256)\n"
+    "  --max-connections N      open connections (default 1024; more are refused); --connections N is the same\n"
+    "  --http-threads N         threads polling the connections (epoll; default 4); encodes wait on none of them\n"
     "  --limit NAME=N           set one of the library's resource limits (repeatable; docs/SECURITY.md):\n"
     "                           max_image_pixels, max_canvas_pixels, max_input_bytes, max_png_chunk_bytes,\n"
     "                           max_jpeg_scans, max_video_frames, max_video_pixels, max_item_patches,\n"
@@ -614,7 +738,8 @@ static volatile sig_atomic_t got_signal;
 int cmd_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_CACHE, O_CACHE_SIZE, O_VLLM_LINKS, O_API_KEY, O_ALLOWED, O_THREADS,
            O_WORKERS, O_ISA, O_CONN, O_MAX_BODY, O_MAX_ITEMS, O_MAX_PIXELS, O_MAX_ITEM_PATCHES, O_MAX_BATCH_PATCHES,
-           O_MAX_BATCH_ITEMS, O_MAX_QUEUE_PATCHES, O_MAX_QUEUE_ITEMS, O_MAX_WAIT, O_TIMEOUT, O_DRAIN, O_LIMIT, O_HELP };
+           O_MAX_BATCH_ITEMS, O_MAX_QUEUE_PATCHES, O_MAX_QUEUE_ITEMS, O_MAX_WAIT, O_TIMEOUT, O_DRAIN, O_LIMIT,
+           O_HTTP_THREADS, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'}, {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT}, {"port-file", required_argument, NULL, O_PORT_FILE},
@@ -622,7 +747,8 @@ int cmd_serve(int argc, char **argv) {
         {"vllm-links", no_argument, NULL, O_VLLM_LINKS}, {"api-key", required_argument, NULL, O_API_KEY},
         {"allowed-media-path", required_argument, NULL, O_ALLOWED}, {"threads", required_argument, NULL, O_THREADS},
         {"workers", required_argument, NULL, O_WORKERS}, {"isa", required_argument, NULL, O_ISA},
-        {"connections", required_argument, NULL, O_CONN}, {"max-body", required_argument, NULL, O_MAX_BODY},
+        {"connections", required_argument, NULL, O_CONN}, {"max-connections", required_argument, NULL, O_CONN},
+        {"http-threads", required_argument, NULL, O_HTTP_THREADS}, {"max-body", required_argument, NULL, O_MAX_BODY},
         {"max-items", required_argument, NULL, O_MAX_ITEMS}, {"max-pixels", required_argument, NULL, O_MAX_PIXELS},
         {"max-item-patches", required_argument, NULL, O_MAX_ITEM_PATCHES},
         {"max-batch-patches", required_argument, NULL, O_MAX_BATCH_PATCHES},
@@ -640,7 +766,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.cache_size = (uint64_t)10 << 30;
     cfg.workers = 2;
     const char *host = "127.0.0.1", *port_file = NULL, *allowed = NULL, *api_key = NULL;
-    long port = 8080, conns = 256, drain_s = 300;
+    long port = 8080, conns = 1024, drain_s = 300, http_threads = 4;
     int set_pixels = 0, set_patches = 0;
     opterr = 0;
     optind = 1;
@@ -668,7 +794,12 @@ int cmd_serve(int argc, char **argv) {
             cfg.workers = (int)v;
             break;
         case O_ISA: if (cli_parse_isa(optarg, &cfg.isa)) return cli_usage("--isa: auto, avx2 or avx512"); break;
-        case O_CONN: if (cli_parse_long(optarg, 1, 100000, &conns)) return cli_usage("--connections: 1..100000"); break;
+        case O_CONN:
+            if (cli_parse_long(optarg, 1, 100000, &conns)) return cli_usage("--max-connections: 1..100000");
+            break;
+        case O_HTTP_THREADS:
+            if (cli_parse_long(optarg, 1, 64, &http_threads)) return cli_usage("--http-threads: 1..64");
+            break;
         case O_MAX_BODY: case O_MAX_ITEMS: case O_MAX_PIXELS: case O_MAX_ITEM_PATCHES: case O_MAX_BATCH_PATCHES:
         case O_MAX_BATCH_ITEMS: case O_MAX_QUEUE_PATCHES: case O_MAX_QUEUE_ITEMS:
             if (srv_parse_size(optarg, &u) || u == 0 || u > ((uint64_t)1 << 40))
@@ -744,10 +875,20 @@ int cmd_serve(int argc, char **argv) {
     }
     pthread_mutex_init(&sv.mu, NULL);
     /* Listen first: /health/live answers and /health/ready says 503 while the weights load and warm up. */
+    /* Every connection is a descriptor: let the process have as many as the connection limit needs. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)conns + 256) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)conns + 256 ? (rlim_t)conns + 256
+                                                                                          : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    /* epoll on a small pool of polling threads; ALLOW_SUSPEND_RESUME brings the inter-thread channel (ITC) that
+     * wakes a thread's loop when the notifier resumes one of its connections. */
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_ERROR_LOG,
         (uint16_t)port, NULL, NULL, on_request, &sv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)conns, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)http_threads,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &sv, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)128,
         MHD_OPTION_END);
     if (!d) {
@@ -775,22 +916,40 @@ int cmd_serve(int argc, char **argv) {
     int sig = 0;
     sigwait(&set, &sig);
     fprintf(stderr, "qvl serve: signal %d: draining\n", sig);
+    pthread_mutex_lock(&sv.mu);
+    sv.draining = 1;
+    pthread_mutex_unlock(&sv.mu);
     srv_drain(sv.st);
-    /* No new connections (the listening socket, handed back to us, is closed at once, so connects are refused
-     * rather than left in its backlog); those accepted finish their requests. */
+    /* No new connections (the listening socket, handed back to us, is shut down at once, so connects are refused
+     * rather than left in its backlog; it is closed only once the daemon has stopped, as a polling thread may
+     * still hold it in its epoll set for a moment); those accepted finish their requests. */
     MHD_socket lfd = MHD_quiesce_daemon(d);
-    if (lfd != MHD_INVALID_SOCKET) close(lfd);
-    double until = srv_now() + (double)drain_s;
+    if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
+    /* Until no request is in progress (suspended ones included) and the connections are gone or have been idle
+     * a while (keep-alive clients that send nothing more; a request already on its way gets half a second to
+     * arrive). Out of time: every waiting request is answered 503, then those answers get a moment to go out. */
+    double until = srv_now() + (double)drain_s, idle_since = 0;
+    int flushed = 0;
     for (;;) {
         pthread_mutex_lock(&sv.mu);
         int active = sv.active;
         pthread_mutex_unlock(&sv.mu);
-        /* also connections accepted whose request has not started yet */
         const union MHD_DaemonInfo *ci = MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-        if ((!active && (!ci || ci->num_connections == 0)) || srv_now() > until) break;
+        double now = srv_now();
+        if (active) idle_since = 0;
+        else if (!idle_since) idle_since = now;
+        if (!active && (!ci || ci->num_connections == 0 || now - idle_since >= 0.5)) break;
+        if (now > until) {
+            if (flushed || !active) break;
+            srv_watch_flush(sv.st);
+            flushed = 1;
+            until = now + 2;
+        }
         usleep(10000);
     }
+    srv_watch_flush(sv.st); /* none should be left: the daemon must not stop with a connection suspended */
     MHD_stop_daemon(d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
     srv_stop(sv.st);
     pthread_mutex_destroy(&sv.mu);
     fprintf(stderr, "qvl serve: stopped\n");

@@ -67,8 +67,8 @@ const char *srv_dtype_st(qvl_dtype d) { return d == QVL_DTYPE_BF16 ? "BF16" : d 
 const char *srv_dtype_opt(qvl_dtype d) { return d == QVL_DTYPE_BF16 ? "bf16" : d == QVL_DTYPE_F16 ? "f16" : "f32"; }
 size_t srv_dtype_size(qvl_dtype d) { return d == QVL_DTYPE_F32 ? 4 : 2; }
 
-int srv_st_build(const srv_tensor *t, size_t n, const char *const *meta_kv, size_t n_meta, uint8_t **out,
-                 size_t *out_len) {
+int srv_st_header(const srv_tensor *t, size_t n, const char *const *meta_kv, size_t n_meta, uint8_t **out,
+                  size_t *out_len, size_t *data_len) {
     *out = NULL;
     *out_len = 0;
     cJSON *h = cJSON_CreateObject();
@@ -96,8 +96,7 @@ int srv_st_build(const srv_tensor *t, size_t n, const char *const *meta_kv, size
     if (!js) return -1;
     size_t jl = strlen(js);
     size_t hl = (8 + jl + 63) / 64 * 64 - 8; /* data starts at a multiple of 64 */
-    size_t total = 8 + hl + off;
-    uint8_t *b = malloc(total ? total : 1);
+    uint8_t *b = malloc(8 + hl);
     if (!b) {
         free(js);
         return -1;
@@ -106,7 +105,23 @@ int srv_st_build(const srv_tensor *t, size_t n, const char *const *meta_kv, size
     memcpy(b + 8, js, jl);
     memset(b + 8 + jl, ' ', hl - jl);
     free(js);
-    uint8_t *p = b + 8 + hl;
+    *out = b;
+    *out_len = 8 + hl;
+    *data_len = off;
+    return 0;
+}
+
+int srv_st_build(const srv_tensor *t, size_t n, const char *const *meta_kv, size_t n_meta, uint8_t **out,
+                 size_t *out_len) {
+    uint8_t *h;
+    size_t hl, off;
+    if (srv_st_header(t, n, meta_kv, n_meta, &h, &hl, &off)) return -1;
+    uint8_t *b = realloc(h, hl + off ? hl + off : 1);
+    if (!b) {
+        free(h);
+        return -1;
+    }
+    uint8_t *p = b + hl;
     for (size_t i = 0; i < n; i++) {
         if (t[i].data) {
             memcpy(p, t[i].data, t[i].nbytes);
@@ -119,12 +134,28 @@ int srv_st_build(const srv_tensor *t, size_t n, const char *const *meta_kv, size
         }
     }
     *out = b;
-    *out_len = total;
+    *out_len = hl + off;
     return 0;
 }
 
 int srv_npy_build(const char *descr, const int64_t *shape, int ndim, const void *data, size_t nbytes, uint8_t **out,
                   size_t *out_len) {
+    uint8_t *h;
+    size_t hl;
+    if (srv_npy_header(descr, shape, ndim, nbytes, &h, &hl)) return -1;
+    uint8_t *b = realloc(h, hl + nbytes);
+    if (!b) {
+        free(h);
+        return -1;
+    }
+    memcpy(b + hl, data, nbytes);
+    *out = b;
+    *out_len = hl + nbytes;
+    return 0;
+}
+
+int srv_npy_header(const char *descr, const int64_t *shape, int ndim, size_t nbytes, uint8_t **out, size_t *out_len) {
+    (void)nbytes;
     char dict[256];
     int k = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int i = 0; i < ndim && k > 0 && (size_t)k < sizeof dict; i++)
@@ -133,7 +164,7 @@ int srv_npy_build(const char *descr, const int64_t *shape, int ndim, const void 
     if (k > 0 && (size_t)k < sizeof dict) k += snprintf(dict + k, sizeof dict - (size_t)k, "), }");
     if (k <= 0 || (size_t)k >= sizeof dict - 1) return -1;
     size_t hl = (10 + (size_t)k + 1 + 63) / 64 * 64 - 10; /* magic(6) ver(2) len(2); dict + pad + '\n' */
-    size_t total = 10 + hl + nbytes;
+    size_t total = 10 + hl;
     uint8_t *b = malloc(total);
     if (!b) return -1;
     memcpy(b, "\x93NUMPY\x01\x00", 8);
@@ -142,7 +173,6 @@ int srv_npy_build(const char *descr, const int64_t *shape, int ndim, const void 
     memcpy(b + 10, dict, (size_t)k);
     memset(b + 10 + k, ' ', hl - (size_t)k - 1);
     b[10 + hl - 1] = '\n';
-    memcpy(b + 10 + hl, data, nbytes);
     *out = b;
     *out_len = total;
     return 0;
