@@ -702,7 +702,7 @@ int main(void) {
                 snprintf(dict, sizeof dict, "%.*s", (int)(hl < 255 ? hl : 255), (char *)npy + 10);
                 char want[160];
                 if (w) {
-                    snprintf(want, sizeof want, "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 3), }");
+                    snprintf(want, sizeof want, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }");
                     CHECK(!strncmp(dict, want, strlen(want)) && dl - 10 - hl == 24);
                     const int64_t *gr = (const int64_t *)(npy + 10 + hl);
                     CHECK((size_t)(gr[0] * gr[1] * gr[2] / 4) == ri[1].tokens);

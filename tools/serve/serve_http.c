@@ -377,10 +377,14 @@ static enum MHD_Result finish_encode(server *sv, struct MHD_Connection *c, conn_
         uint8_t *a = NULL, *b = NULL;
         size_t al = 0, bl = 0;
         int64_t shape[2] = {(int64_t)res[0].n_tokens, (int64_t)res[0].out_cols};
-        int64_t g[3] = {res[0].grid.t, res[0].grid.h, res[0].grid.w}, gshape[2] = {1, 3};
+        /* The grid is int64 [3], not [1, 3]: vLLM's chat parser stacks the grids of a message's image_embeds parts
+         * into [images, 3] (image_grid_thw is a batched field of Qwen2-VL/Qwen3-VL's field config; vLLM's own
+         * test_parse_chat_messages_multiple_dict_image_embeds sends one [3] grid per part), so a [1, 3] grid
+         * would reach the model as [1, 1, 3]. */
+        int64_t g[3] = {res[0].grid.t, res[0].grid.h, res[0].grid.w}, gshape[1] = {3};
         char *sa = NULL, *sb = NULL, *js = NULL;
         if (!srv_npy_build(npy_descr(req->opts.dtype), shape, 2, res[0].out, res[0].out_bytes, &a, &al) &&
-            !srv_npy_build("<i8", gshape, 2, g, sizeof g, &b, &bl) && (sa = srv_b64_encode(a, al, NULL)) &&
+            !srv_npy_build("<i8", gshape, 1, g, sizeof g, &b, &bl) && (sa = srv_b64_encode(a, al, NULL)) &&
             (sb = srv_b64_encode(b, bl, NULL))) {
             cJSON *o = cJSON_CreateObject(), *ie = o ? cJSON_AddObjectToObject(o, "image_embeds") : NULL;
             if (ie) {
