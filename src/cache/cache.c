@@ -540,6 +540,10 @@ static qvl_status put_file(qvl_cache *c, const char *key, const char *dt, int nd
              (unsigned long)pthread_self(), (unsigned long)ts.tv_nsec);
     qvl_status s = QVL_OK;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 && errno == ENOENT) { /* tmp/ removed since open (a cleaned-out root): made again */
+        snprintf(dir, sizeof dir, "%s/tmp", c->root);
+        if (mkdir_p(dir) == 0) fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    }
     if (fd < 0) {
         s = err_fail(err, QVL_ERR_IO, "cannot create cache temporary %s: %s", tmp, strerror(errno));
     } else {
