@@ -149,7 +149,8 @@ qvl_status cache_entry_parse(const uint8_t *file, size_t len, const char *key, q
     size_t elems = 1;
     for (int i = 0; i < e->ndim; i++) {
         uint64_t v;
-        if (!json_u64(cJSON_GetArrayItem(sh, i), (uint64_t)1 << 40, &v) || size_mul_overflow(elems, (size_t)v, &elems)) {
+        if (!json_u64(cJSON_GetArrayItem(sh, i), (uint64_t)1 << 40, &v) ||
+            size_mul_overflow(elems, (size_t)v, &elems)) {
             err_fail(err, QVL_ERR_FORMAT, "entry shape: dimension %d is not a whole number below 2^40", i);
             goto done;
         }
@@ -171,8 +172,11 @@ qvl_status cache_entry_parse(const uint8_t *file, size_t len, const char *key, q
     snprintf(e->dtype, sizeof e->dtype, "%s", dt->valuestring);
     e->data = data + b;
     e->nbytes = (size_t)(end - b);
-    if (e->ndim == 3) e->n_planes = (size_t)e->shape[0], e->n_tokens = (size_t)e->shape[1], e->cols = (size_t)e->shape[2];
-    else e->n_planes = 1, e->n_tokens = (size_t)e->shape[0], e->cols = (size_t)e->shape[1];
+    /* the one shape rule (qvl_cache_put): one plane is [tokens, cols], more are [planes, tokens, cols] */
+    const int three = e->ndim == 3;
+    e->n_planes = three ? (size_t)e->shape[0] : 1;
+    e->n_tokens = (size_t)e->shape[three];
+    e->cols = (size_t)e->shape[three + 1];
     copy_meta(meta, "fingerprint", e->fingerprint, sizeof e->fingerprint);
     copy_meta(meta, "qvl_version", e->qvl_version, sizeof e->qvl_version);
     copy_meta(meta, "xxh3_128", e->xxh3_128, sizeof e->xxh3_128);
@@ -274,8 +278,8 @@ qvl_status qvl_cache_open(const char *root, const qvl_cache_params *params, qvl_
     qvl_cache_params_init(&p, sizeof p);
     if (params) {
         if (params->struct_size < sizeof(size_t) || params->struct_size > 4096)
-            return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_cache_params.struct_size %zu is wrong (qvl_cache_params_init)",
-                            params->struct_size);
+            return err_fail(err, QVL_ERR_INVALID_ARG,
+                            "qvl_cache_params.struct_size %zu is wrong (qvl_cache_params_init)", params->struct_size);
         memcpy(&p, params, params->struct_size < sizeof p ? params->struct_size : sizeof p);
     }
     qvl_cache *c = calloc(1, sizeof *c);
@@ -591,7 +595,10 @@ qvl_status qvl_cache_put(qvl_cache *c, const char *key, qvl_dtype dtype, const v
     err_clear(err);
     if (!c) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_cache_put: NULL cache");
     TRY(check_key(key, err));
-    const char *dt = dtype == QVL_DTYPE_F32 ? "F32" : dtype == QVL_DTYPE_F16 ? "F16" : dtype == QVL_DTYPE_BF16 ? "BF16" : NULL;
+    const char *dt = dtype == QVL_DTYPE_F32    ? "F32"
+                     : dtype == QVL_DTYPE_F16  ? "F16"
+                     : dtype == QVL_DTYPE_BF16 ? "BF16"
+                                               : NULL;
     if (!dt) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_cache_put: dtype %d is not F32, F16 or BF16", (int)dtype);
     if (!fingerprint) fingerprint = "";
     if (strlen(fingerprint) > 64)
@@ -605,8 +612,9 @@ qvl_status qvl_cache_put(qvl_cache *c, const char *key, qvl_dtype dtype, const v
         size_mul_overflow(n_planes, n_tokens, &nbytes) || size_mul_overflow(nbytes, cols, &nbytes) ||
         size_mul_overflow(nbytes, dtype == QVL_DTYPE_F32 ? 4 : 2, &nbytes) ||
         nbytes > CACHE_ENTRY_MAX_BYTES - CACHE_HEADER_MAX_BYTES)
-        return err_fail(err, QVL_ERR_LIMIT, "qvl_cache_put: a [%zu, %zu, %zu] %s matrix overflows or exceeds an entry's "
-                                            "%" PRIu64 " bytes", n_planes, n_tokens, cols, dt, CACHE_ENTRY_MAX_BYTES);
+        return err_fail(err, QVL_ERR_LIMIT,
+                        "qvl_cache_put: a [%zu, %zu, %zu] %s matrix overflows or exceeds an entry's %" PRIu64 " bytes",
+                        n_planes, n_tokens, cols, dt, CACHE_ENTRY_MAX_BYTES);
     if (!data && nbytes) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_cache_put: NULL data");
     /* The one shape rule of every entry: one plane is [tokens, O], more are [planes, tokens, O]. */
     int64_t shape[3] = {(int64_t)n_planes, (int64_t)n_tokens, (int64_t)cols};

@@ -148,7 +148,8 @@ static void old_entries(const char *tmp) {
             /* the data bytes, exactly; the header but for the version string and the creation time */
             CHECK(n - 8 - ho == n2 - 8 - hn && memcmp(old + 8 + ho, now + 8 + hn, n - 8 - ho) == 0);
             old[8 + ho - 1] = now[8 + hn - 1] = 0; /* a pad space: the headers as strings */
-            const char *a = strstr((char *)old + 8, "\"qvl_version\":\""), *b = strstr((char *)now + 8, "\"qvl_version\":\"");
+            const char *a = strstr((char *)old + 8, "\"qvl_version\":\"");
+            const char *b = strstr((char *)now + 8, "\"qvl_version\":\"");
             const char *xa = strstr((char *)old + 8, ",\"xxh3_128\""), *xb = strstr((char *)now + 8, ",\"xxh3_128\"");
             CHECK(a && b && xa && xb && a - (char *)old == b - (char *)now);
             if (a && b && xa && xb) {

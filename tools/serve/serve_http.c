@@ -422,7 +422,8 @@ static enum MHD_Result handle_cache(server *sv, struct MHD_Connection *c, conn_c
     }
     qvl_cache_entry ent;
     if (qvl_cache_get(cache, key, &ent, NULL) != QVL_OK || ent.result != QVL_CACHE_HIT) {
-        srv_err_set(&e, 404, -1, ent.result == QVL_CACHE_CORRUPT ? "the entry was corrupt and is deleted" : "no such entry");
+        srv_err_set(&e, 404, -1,
+                    ent.result == QVL_CACHE_CORRUPT ? "the entry was corrupt and is deleted" : "no such entry");
         return send_err(sv, cc, c, &e);
     }
     return send_ok(sv, cc, c, "application/x-safetensors", ent.file, ent.file_bytes);
