@@ -393,7 +393,7 @@ QVL_API qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, q
  * Files: reading pixel rows and writing float32 outputs (used by the qvl CLI; src/io/files.c)
  * ------------------------------------------------------------------------------------------------------------- */
 
-/* Free memory returned by the qvl_read_* functions. NULL is a no-op. */
+/* Free memory returned by the qvl_read_* functions and qvl_cache_get (an entry's file). NULL is a no-op. */
 QVL_API void qvl_free(void *p);
 
 /* Read preprocessed pixel rows from `path`, chosen by content:
