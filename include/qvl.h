@@ -393,7 +393,7 @@ QVL_API qvl_status qvl_synth_write(const qvl_synth_params *p, const char *dir, q
  * Files: reading pixel rows and writing float32 outputs (used by the qvl CLI; src/io/files.c)
  * ------------------------------------------------------------------------------------------------------------- */
 
-/* Free memory returned by the qvl_read_* functions. NULL is a no-op. */
+/* Free memory returned by the qvl_read_* functions and qvl_cache_get (an entry's file). NULL is a no-op. */
 QVL_API void qvl_free(void *p);
 
 /* Read preprocessed pixel rows from `path`, chosen by content:
@@ -780,6 +780,95 @@ QVL_API qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *plan, void *const *ou
 #define QVL_KEY_HEX 65 /* 64 hex digits and a NUL */
 QVL_API qvl_status qvl_item_key(const qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params,
                                 uint8_t digest[QVL_KEY_BYTES], char hex[QVL_KEY_HEX], qvl_error *err);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Embedding cache: content-addressed entries on disk, shared by processes (src/cache/cache.c). The one
+ * implementation behind `qvl serve --cache`, `qvl cache`, `qvl encode --cache` and the Python binding.
+ *   root/objects/ab/<key>.safetensors  one entry per key (ab: its first two hex digits): "ec_cache", the item's
+ *                                      output matrix (first, at the 64-byte data start: the tensor vLLM's
+ *                                      shared-storage encoder-cache connector loads), then "grid_thw" I64 [1, 3]
+ *                                      (not 8-byte aligned when the matrix's bytes are not a multiple of 8);
+ *                                      __metadata__: qvl_entry "1", key, fingerprint, qvl_version, created (Unix
+ *                                      seconds), xxh3_128 (XXH3-128 of every data byte, 32 hex digits, high half first)
+ *   root/tmp/                          temporaries, written whole then renamed into objects/ (atomic: a writer
+ *                                      killed mid-write leaves only a temporary, never a torn entry)
+ *   root/gc/lock                       flock()ed by a collector; root/vllm-ec/<key>/encoder_cache.safetensors:
+ *                                      optional hard links in vLLM's shared_storage_path layout
+ * Reads take no lock: every read verifies the checksum, and an entry that fails it (or does not parse: its header
+ * is untrusted input) is deleted and counts as corrupt and a miss. A hit older than an hour has its mtime
+ * refreshed; eviction (qvl_cache_gc, or a put over the budget) is least recently used by mtime, down to 90 % of
+ * the budget, and skips an entry touched since its scan. Keys are qvl_item_key's 64 lowercase hex digits (another
+ * string is QVL_ERR_INVALID_ARG). A handle is thread-safe; processes share a root through the file system only. */
+typedef struct qvl_cache qvl_cache;
+typedef struct qvl_cache_params {
+    size_t struct_size;
+    uint64_t max_bytes; /* size budget of the entries' bytes; a put over it collects. 0 (default): unbounded */
+    int vllm_links;     /* nonzero: put also links root/vllm-ec/<key>/encoder_cache.safetensors. Default 0 */
+} qvl_cache_params;
+QVL_API void qvl_cache_params_init(qvl_cache_params *p, size_t struct_size);
+/* Open a cache root, creating its directories and CACHEDIR.TAG; scans objects/ once for the bytes and entries. */
+QVL_API qvl_status qvl_cache_open(const char *root, const qvl_cache_params *params, qvl_cache **out, qvl_error *err);
+/* NULL is a no-op. */
+QVL_API void qvl_cache_close(qvl_cache *c);
+
+/* A lookup's result (qvl_cache_entry.result). */
+enum { QVL_CACHE_MISS = 0, QVL_CACHE_HIT = 1, QVL_CACHE_CORRUPT = 2 /* a miss: the entry failed and is deleted */ };
+typedef struct qvl_cache_entry {
+    int result;          /* QVL_CACHE_HIT, _MISS or _CORRUPT; the rest is set on a hit only (else zero) */
+    void *file;          /* the whole entry file, malloc'd, owned by the caller: qvl_free(file) */
+    size_t file_bytes;
+    const void *data;    /* the ec_cache matrix, inside file (little-endian; "BF16" as bit patterns) */
+    size_t nbytes;
+    char dtype[8];       /* "F32", "F16" or "BF16" */
+    int ndim;            /* 2: [tokens, cols] (one plane); 3: [planes, tokens, cols] */
+    int64_t shape[3];
+    size_t n_planes, n_tokens, cols; /* the shape by the rule of qvl_cache_put */
+    qvl_grid grid;
+    int64_t created;
+    char fingerprint[65], qvl_version[32], xxh3_128[33];
+} qvl_cache_entry;
+/* Look `key` up and verify it (an output struct: *_sized, as above). OK with entry->result MISS (no such entry,
+ * or unreadable), CORRUPT, or HIT with the file in entry->file for the caller (zero-copy: data points into it).
+ * Errors: a bad key, or a size short of `file` (INVALID_ARG); no memory for the file (NOMEM, the entry is left). */
+QVL_API qvl_status qvl_cache_get_sized(qvl_cache *c, const char *key, qvl_cache_entry *entry, size_t size,
+                                       qvl_error *err);
+static inline qvl_status qvl_cache_get(qvl_cache *c, const char *key, qvl_cache_entry *entry, qvl_error *err) {
+    return qvl_cache_get_sized(c, key, entry, sizeof *entry, err);
+}
+/* Store an output matrix under `key` (replacing an entry already there). Its shape, by the one rule every
+ * writer follows: one plane is [n_tokens, cols], more are [n_planes, n_tokens, cols]; data holds
+ * n_planes * n_tokens * cols values of dtype (F32, F16 or BF16), little-endian. fingerprint (at most 64 chars;
+ * NULL: "") names the weights. Written to root/tmp and renamed into place; runs a collection when the handle's
+ * budget is exceeded (a collection another process holds is skipped). */
+QVL_API qvl_status qvl_cache_put(qvl_cache *c, const char *key, qvl_dtype dtype, const void *data, size_t n_planes,
+                                 size_t n_tokens, size_t cols, qvl_grid grid, const char *fingerprint, qvl_error *err);
+/* 1 when an entry file exists for key (not verified), with its size in *size (may be NULL); else 0. */
+QVL_API int qvl_cache_exists(qvl_cache *c, const char *key, uint64_t *size);
+/* Open key's entry file read-only (not verified: for serving its bytes as they are) into *fd, the caller's to
+ * close, and its size into *size (may be NULL). No entry: QVL_ERR_IO naming the file, *fd = -1. */
+QVL_API qvl_status qvl_cache_open_fd(qvl_cache *c, const char *key, int *fd, uint64_t *size, qvl_error *err);
+/* Evict least recently used entries down to target bytes (0: 90 % of the budget; with no budget, nothing),
+ * removing their vllm-ec links, and temporaries over an hour old. Another collector holding root/gc/lock:
+ * QVL_ERR_IO saying so. The outputs may be NULL. */
+QVL_API qvl_status qvl_cache_gc(qvl_cache *c, uint64_t target, uint64_t *evicted_bytes, size_t *evicted_entries,
+                                qvl_error *err);
+/* Read and verify every entry; corrupt ones are deleted. The outputs may be NULL. */
+QVL_API qvl_status qvl_cache_verify(qvl_cache *c, size_t *ok, size_t *corrupt, qvl_error *err);
+/* Link every entry as dir/<key>/encoder_cache.safetensors (hard links, else symbolic): vLLM's shared-storage
+ * encoder-cache layout. *count: the entries linked; a failure is QVL_ERR_IO naming the first that failed. */
+QVL_API qvl_status qvl_cache_export_vllm(qvl_cache *c, const char *dir, size_t *count, qvl_error *err);
+/* The handle's counters, kept in memory: lookups (a corrupt entry counts in misses too), evictions, and the
+ * entries' bytes and count, scanned at open and by each collection and updated by this handle's puts, corrupt
+ * reads and evictions in between (another process's writes show after the next collection). */
+typedef struct qvl_cache_stats {
+    uint64_t hits, misses, corrupt, puts, put_errors;
+    uint64_t bytes, entries;
+    uint64_t evictions, evicted_bytes;
+} qvl_cache_stats;
+QVL_API void qvl_cache_get_stats_sized(qvl_cache *c, qvl_cache_stats *out, size_t size);
+static inline void qvl_cache_get_stats(qvl_cache *c, qvl_cache_stats *out) {
+    qvl_cache_get_stats_sized(c, out, sizeof *out);
+}
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,12 @@ int cli_bad_option(const char *cmd, int c, char **argv);
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 int cli_parse_u64(const char *s, uint64_t *out);
 
+/* A size: bytes, or with a K, M, G or T suffix (powers of 1024; "KiB", "MB", ... read the same). 0 on success,
+ * -1 otherwise (no digits, another suffix, overflow). */
+int cli_parse_size(const char *s, uint64_t *out);
+/* `qvl cache` (tools/cli_cache.c). */
+int cmd_cache(int argc, char **argv);
+
 /* --limit NAME=N (`qvl encode`, `qvl serve`): N ≥ 1 into the qvl_limits field NAME (max_image_pixels, ...,
  * max_call_patches). 0 on success, -1 for an unknown name or a bad value. */
 int cli_parse_limit(const char *s, qvl_limits *l);
@@ -60,7 +66,7 @@ typedef struct media_opts {
     int n_inputs;
     int preprocess_only;
     int quiet;
-    const char *cache_dir; /* --cache DIR (builds with the server), or NULL */
+    const char *cache_dir; /* --cache DIR, or NULL */
     qvl_load_params load;
     qvl_ctx_params ctx;
     qvl_preprocess_params pp;

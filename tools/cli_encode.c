@@ -41,7 +41,7 @@ static const char encode_help[] =
     "      --alpha MODE       transparent images: white (default: composited onto white, as transformers'\n"
     "                         processors do with PIL images) or drop (alpha dropped, as load_image does)\n"
     "      --preprocess-only  write \"item{i}.pixel_values\" and grids instead of encoding\n"
-    "      --cache DIR        look each input up in the embedding cache of qvl serve (DIR), and store what is\n"
+    "      --cache DIR        look each input up in the embedding cache DIR (qvl serve's), and store what is\n"
     "                         encoded there (entries keyed as qvl serve keys layout=split dtype=f32)\n"
     "  -q, --quiet            no progress lines on stderr and no report on stdout\n"
     "\n"
@@ -281,12 +281,8 @@ int cmd_encode(int argc, char **argv) {
             if (cli_parse_isa(optarg, &mo.load.isa)) return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
             break;
         case OPT_CACHE:
-#if QVL_WITH_SERVER
             mo.cache_dir = optarg;
             break;
-#else
-            return cli_usage("--cache: this qvl was built without the cache (it comes with qvl serve)");
-#endif
         case OPT_PRECISION:
             if (cli_parse_precision(optarg, &mo.load.precision))
                 return cli_usage("--precision: '%s' is not f32, bf16 or auto", optarg);

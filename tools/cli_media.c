@@ -9,9 +9,6 @@
 #include <string.h>
 
 #include "cli.h"
-#if QVL_WITH_SERVER
-#include "serve/serve.h"
-#endif
 
 /* Preprocessing settings: defaults, then the model's json files, then the command line. */
 static int resolve_settings(media_opts *o) {
@@ -139,16 +136,13 @@ int encode_media(media_opts *o) {
         qvl_model_free(m);
         return rc;
     }
-#if QVL_WITH_SERVER
-    srv_cache *cache = NULL;
+    qvl_cache *cache = NULL;
     char fp[33] = "";
     if (o->cache_dir && ctx) {
-        char msg[512];
-        cache = srv_cache_open(o->cache_dir, 0, msg, sizeof msg);
-        if (!cache) fprintf(stderr, "qvl: warning: --cache: %s; encoding without it\n", msg);
+        if (qvl_cache_open(o->cache_dir, NULL, &cache, &err) != QVL_OK)
+            fprintf(stderr, "qvl: warning: --cache: %s; encoding without it\n", err.message);
         qvl_model_fingerprint(m, NULL, fp, NULL);
     }
-#endif
     qvl_plan_params pl;
     qvl_plan_params_default(&pl);
     pl.limits = o->ctx.limits; /* the ctx has them too; a plan without a model (--preprocess-only) needs them */
@@ -172,30 +166,25 @@ int encode_media(media_opts *o) {
         void *buf = NULL;
         char fail_msg[1200] = "";
         int hit = 0;
-#if QVL_WITH_SERVER
         char ckey[QVL_KEY_HEX];
-        srv_entry ent;
-        memset(&ent, 0, sizeof ent);
         int have_key = cache && qvl_item_key(ctx, &it, &pl, NULL, ckey, NULL) == QVL_OK;
         if (have_key) {
-            int corrupt;
-            /* split planes as the server stores them: [planes, tokens, O], or [tokens, O] for one plane */
-            hit = srv_cache_get(cache, ckey, &ent, &corrupt) && strcmp(ent.dtype, "F32") == 0 &&
-                  ((ent.ndim == 3 && (size_t)ent.shape[2] == O) || (ent.ndim == 2 && (size_t)ent.shape[1] == O)) &&
-                  (buf = malloc(ent.nbytes ? ent.nbytes : 1)) != NULL;
+            qvl_cache_entry ent;
+            /* split planes as every writer stores them (qvl_cache_put): the entry's planes, tokens and cols */
+            hit = qvl_cache_get(cache, ckey, &ent, NULL) == QVL_OK && ent.result == QVL_CACHE_HIT &&
+                  strcmp(ent.dtype, "F32") == 0 && ent.cols == O && (buf = malloc(ent.nbytes ? ent.nbytes : 1)) != NULL;
             if (hit) { /* the entry stands for the encode */
                 memcpy(buf, ent.data, ent.nbytes);
                 info.status = QVL_OK;
                 info.message = "";
                 info.kind = "cached";
                 info.grid = ent.grid;
-                info.n_tokens = (size_t)ent.shape[ent.ndim == 3 ? 1 : 0];
-                info.n_planes = ent.ndim == 3 ? (size_t)ent.shape[0] : 1;
+                info.n_tokens = ent.n_tokens;
+                info.n_planes = ent.n_planes;
                 info.n_rows = info.n_tokens * 4;
             }
-            srv_entry_free(&ent);
+            qvl_free(ent.file);
         }
-#endif
         if (hit) {
         } else if (qvl_plan_create(ctx, &it, 1, &pl, &plan, &err) != QVL_OK) {
             info.status = err.status;
@@ -213,16 +202,10 @@ int encode_media(media_opts *o) {
             } else {
                 qvl_plan_encode(ctx, plan, &buf, &err);
                 qvl_plan_item(plan, 0, &info); /* its status and encode time, either way */
-#if QVL_WITH_SERVER
-                if (have_key && info.status == QVL_OK) {
-                    int64_t shape3[3] = {(int64_t)info.n_planes, (int64_t)info.n_tokens, (int64_t)O};
-                    const int ndim = info.n_planes > 1 ? 3 : 2; /* as the server: one plane is [tokens, O] */
-                    uint64_t ev;
-                    if (srv_cache_put(cache, ckey, "F32", ndim, ndim == 3 ? shape3 : shape3 + 1, buf, info.out_bytes,
-                                      info.grid, fp, &ev))
-                        fprintf(stderr, "qvl: warning: %s: could not store it in the cache\n", path);
-                }
-#endif
+                if (have_key && info.status == QVL_OK &&
+                    qvl_cache_put(cache, ckey, QVL_DTYPE_F32, buf, info.n_planes, info.n_tokens, O, info.grid, fp,
+                                  &err) != QVL_OK)
+                    fprintf(stderr, "qvl: warning: %s: could not store it in the cache: %s\n", path, err.message);
             }
         }
         const int ok = info.status == QVL_OK;
@@ -304,9 +287,7 @@ int encode_media(media_opts *o) {
         if (n_ok < o->n_inputs) rc = CLI_EXIT_PARTIAL;
     }
     free(grids);
-#if QVL_WITH_SERVER
-    srv_cache_close(cache);
-#endif
+    qvl_cache_close(cache);
     qvl_ctx_free(ctx);
     qvl_model_free(m);
     return rc;

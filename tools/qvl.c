@@ -358,8 +358,8 @@ static const char main_help[] =
     "  synth    write a deterministic synthetic checkpoint\n"
 #if QVL_WITH_SERVER
     "  serve    an HTTP encoder server (continuous batching, embedding cache, vLLM image_embeds)\n"
-    "  cache    inspect, collect, verify or export the embedding cache\n"
 #endif
+    "  cache    inspect, collect, verify or export the embedding cache\n"
     "\n"
     "Options:\n"
     "  -h, --help      show this help ('qvl COMMAND --help' for a command's options)\n"
@@ -384,11 +384,11 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "encode") == 0) return cmd_encode(argc - 1, argv + 1);
     if (strcmp(cmd, "synth") == 0) return cmd_synth(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "cache") == 0) return cmd_cache(argc - 1, argv + 1);
 #if QVL_WITH_SERVER
     if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 1, argv + 1);
-    if (strcmp(cmd, "cache") == 0) return cmd_cache(argc - 1, argv + 1);
 #else
-    if (strcmp(cmd, "serve") == 0 || strcmp(cmd, "cache") == 0)
+    if (strcmp(cmd, "serve") == 0)
         return cli_fail("this qvl was built without the server (libmicrohttpd not found, or QVL_SERVER=OFF)");
 #endif
     if (cmd[0] == '-') return cli_usage("unknown option '%s' (see 'qvl --help')", cmd);

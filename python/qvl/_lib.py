@@ -251,6 +251,40 @@ class SynthParams(Structure):
     ]
 
 
+class CacheParams(Structure):
+    _fields_ = [("struct_size", c_size_t), ("max_bytes", c_uint64), ("vllm_links", c_int)]
+
+
+# qvl_cache_entry.result
+CACHE_MISS, CACHE_HIT, CACHE_CORRUPT = 0, 1, 2
+
+
+class CacheRecord(Structure):  # qvl_cache_entry
+    _fields_ = [
+        ("result", c_int),
+        ("file", c_void_p),
+        ("file_bytes", c_size_t),
+        ("data", c_void_p),
+        ("nbytes", c_size_t),
+        ("dtype", c_char * 8),
+        ("ndim", c_int),
+        ("shape", c_int64 * 3),
+        ("n_planes", c_size_t),
+        ("n_tokens", c_size_t),
+        ("cols", c_size_t),
+        ("grid", Grid),
+        ("created", c_int64),
+        ("fingerprint", c_char * 65),
+        ("qvl_version", c_char * 32),
+        ("xxh3_128", c_char * 33),
+    ]
+
+
+class CacheStats(Structure):
+    _fields_ = [(n, c_uint64) for n in ("hits", "misses", "corrupt", "puts", "put_errors", "bytes", "entries",
+                                         "evictions", "evicted_bytes")]
+
+
 STRUCTS = {
     "qvl_error": Error,
     "qvl_model_info": ModelInfo,
@@ -266,6 +300,9 @@ STRUCTS = {
     "qvl_plan_params": PlanParams,
     "qvl_item_info": ItemInfo,
     "qvl_synth_params": SynthParams,
+    "qvl_cache_params": CacheParams,
+    "qvl_cache_entry": CacheRecord,
+    "qvl_cache_stats": CacheStats,
 }
 
 _status = c_int
@@ -319,6 +356,20 @@ _SIGNATURES = {
     "qvl_st_writer_data": (_status, [c_void_p, c_void_p, c_size_t, _err]),
     "qvl_st_writer_finish": (_status, [c_void_p, _err]),
     "qvl_st_writer_abort": (None, [c_void_p]),
+    "qvl_free": (None, [c_void_p]),
+    "qvl_cache_params_init": (None, [POINTER(CacheParams), c_size_t]),
+    "qvl_cache_open": (_status, [c_char_p, POINTER(CacheParams), POINTER(c_void_p), _err]),
+    "qvl_cache_close": (None, [c_void_p]),
+    "qvl_cache_get_sized": (_status, [c_void_p, c_char_p, POINTER(CacheRecord), c_size_t, _err]),
+    "qvl_cache_put": (
+        _status,
+        [c_void_p, c_char_p, c_int, c_void_p, c_size_t, c_size_t, c_size_t, Grid, c_char_p, _err],
+    ),
+    "qvl_cache_exists": (c_int, [c_void_p, c_char_p, POINTER(c_uint64)]),
+    "qvl_cache_gc": (_status, [c_void_p, c_uint64, POINTER(c_uint64), POINTER(c_size_t), _err]),
+    "qvl_cache_verify": (_status, [c_void_p, POINTER(c_size_t), POINTER(c_size_t), _err]),
+    "qvl_cache_export_vllm": (_status, [c_void_p, c_char_p, POINTER(c_size_t), _err]),
+    "qvl_cache_get_stats_sized": (None, [c_void_p, POINTER(CacheStats), c_size_t]),
 }
 
 SONAME = "libqvl.so.1"
@@ -365,6 +416,7 @@ def init(struct_type: type[Structure]) -> Structure:
         Item: lib.qvl_item_init,
         PlanParams: lib.qvl_plan_params_init,
         SynthParams: lib.qvl_synth_params_init,
+        CacheParams: lib.qvl_cache_params_init,
     }[struct_type]
     fn(ctypes.byref(s), ctypes.sizeof(s))
     return s

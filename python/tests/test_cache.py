@@ -1,17 +1,21 @@
-"""The binding's cache is the server's (tools/serve/serve_cache.c): entries the binding writes pass `qvl cache
-verify` and are hits for `qvl encode --cache`; entries `qvl encode --cache` writes are hits for the binding, bit
-for bit; a damaged entry is a miss and is deleted."""
+"""The binding's cache is the server's (libqvl's qvl_cache_*, through ctypes): entries the binding writes pass `qvl
+cache verify` and are hits for `qvl encode --cache`; entries `qvl encode --cache` writes are hits for the binding,
+bit for bit; entries of qvl 1.0.0 read back; a damaged entry is a miss and is deleted; the handle's counters."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+
+import numpy as np
+import pytest
 
 import qvl
 from qvl import cache as qcache
 
-from conftest import PHOTO, data, read_safetensors
+from conftest import PHOTO, SRC, data, read_safetensors
 
 OTHER = data("tests/data/photos/chelsea.png")
 
@@ -115,6 +119,7 @@ def test_server_shares_the_cache(model_dir: str, qvl_bin: str, tmp_path) -> None
     """`qvl serve --cache` answers a request from the binding's entry, and the binding hits the server's."""
     import signal
     import time
+    import urllib.error
     import urllib.request
 
     root = tmp_path / "cache"
@@ -130,6 +135,13 @@ def test_server_shares_the_cache(model_dir: str, qvl_bin: str, tmp_path) -> None
             assert srv.poll() is None and time.monotonic() < deadline, open(tmp_path / "serve.log").read()
             time.sleep(0.05)
         base = f"http://127.0.0.1:{int(port_file.read_text())}"
+        while True:  # the port file is written once listening; /health/ready says 503 until the model is loaded
+            try:
+                with urllib.request.urlopen(f"{base}/health/ready", timeout=10):
+                    break
+            except urllib.error.HTTPError:
+                assert srv.poll() is None and time.monotonic() < deadline, open(tmp_path / "serve.log").read()
+                time.sleep(0.05)
 
         def post(path: str, query: str) -> tuple[dict[str, str], bytes]:
             body = open(path, "rb").read()
@@ -159,3 +171,51 @@ def test_server_shares_the_cache(model_dir: str, qvl_bin: str, tmp_path) -> None
     [h2] = e.encode([OTHER], dtype="float16", layout="split")
     [ref] = qvl.Encoder(model_dir, threads=1).encode([OTHER], dtype="float16", layout="split")
     assert h2.cached and h2.key == key and h2.embeds.tobytes() == ref.embeds.tobytes()
+
+
+def test_old_entries_read_back(tmp_path) -> None:
+    """Entries written by qvl 1.0.0's server code (tests/fixtures/cache) are hits, with the matrix the file holds."""
+    root = tmp_path / "cache"
+    fixtures = sorted((SRC / "tests" / "fixtures" / "cache").glob("*.safetensors"))
+    assert len(fixtures) == 2
+    for f in fixtures:
+        key = f.stem
+        os.makedirs(root / "objects" / key[:2], exist_ok=True)
+        shutil.copy(f, qcache.entry_path(root, key))
+        t, meta = read_safetensors(f)
+        ent = qcache.get_entry(root, key)
+        assert ent is not None and ent.dtype == "F32" and ent.meta["qvl_version"] == "1.0.0"
+        assert ent.meta["key"] == key and ent.meta["fingerprint"] == meta["fingerprint"]
+        assert ent.data.tobytes() == t["ec_cache"].tobytes() and ent.data.shape == t["ec_cache"].shape
+        assert ent.grid_thw == tuple(int(v) for v in t["grid_thw"][0])
+
+
+def test_cache_handle(tmp_path) -> None:
+    """qcache.Cache: exact counters, one plane stored 2-D, a flipped byte deleted, verify, gc, export."""
+    root = tmp_path / "c"
+    keys = [f"{i:02x}" * 32 for i in range(3)]
+    with qcache.Cache(root) as c:
+        m = np.arange(2 * 5 * 4, dtype=np.float32).reshape(2, 5, 4)
+        c.put(keys[0], m, "F32", (1, 2, 10), "fp")
+        c.put(keys[1], m[:1], "BF16", (1, 2, 10), "fp")  # one plane: [tokens, cols]
+        assert c.get(keys[2]) is None
+        e0, e1 = c.get(keys[0]), c.get(keys[1])
+        assert e0.data.shape == (2, 5, 4) and e0.data.tobytes() == m.tobytes() and e0.grid_thw == (1, 2, 10)
+        assert e1.data.shape == (5, 4) and e1.dtype == "BF16" and e1.meta["fingerprint"] == "fp"
+        size = sum(os.path.getsize(qcache.entry_path(root, k)) for k in keys[:2])
+        s = c.stats()
+        assert (s["hits"], s["misses"], s["corrupt"], s["puts"], s["entries"], s["bytes"]) == (2, 1, 0, 2, 2, size)
+        with pytest.raises(ValueError, match="hex"):
+            c.put("nope", m, "F32", (1, 2, 10), "fp")
+        p = qcache.entry_path(root, keys[1])
+        raw = bytearray(open(p, "rb").read())
+        raw[-30] ^= 1
+        open(p, "wb").write(raw)
+        assert c.get(keys[1]) is None and not os.path.exists(p)
+        s = c.stats()
+        assert (s["corrupt"], s["misses"], s["entries"]) == (1, 2, 1)
+        assert c.verify() == (1, 0)
+        assert c.export_vllm(tmp_path / "ex") == 1
+        assert os.path.isfile(tmp_path / "ex" / keys[0] / "encoder_cache.safetensors")
+        assert c.gc(1) == (1, os.path.getsize(tmp_path / "ex" / keys[0] / "encoder_cache.safetensors"))
+        assert not c.exists(keys[0]) and c.stats()["evictions"] == 1 and c.stats()["entries"] == 0

@@ -1,9 +1,8 @@
-/* serve.h — `qvl serve`, an HTTP encoder server on top of libqvl's public API (qvl.h), and `qvl cache`.
+/* serve.h — `qvl serve`, an HTTP encoder server on top of libqvl's public API (qvl.h).
  * Not part of the library: a program of its own files, one concern each:
  *   serve_parse.c    request parsing: options, JSON bodies, data URLs, base64 (no HTTP, no model: fuzzed)
  *   serve_out.c      response bodies: safetensors and .npy in memory, the vLLM content part, error JSON
  *   serve_batch.c    admission, the decode/preprocess workers, the continuous batcher, single flight
- *   serve_cache.c    the content-addressed on-disk cache (objects/ab/<key>.safetensors), its GC, `qvl cache`
  *   serve_metrics.c  counters and histograms, Prometheus text
  *   serve_http.c     libmicrohttpd (epoll, suspended connections): routes, auth, limits, drain on SIGTERM; `qvl serve` */
 #ifndef QVL_SERVE_H
@@ -155,7 +154,7 @@ typedef struct srv_metrics {
     uint64_t requests[SRV_EP_N][SRV_CODE_N];
     srv_hist latency, queue_wait, encode, batch_items, batch_patches;
     uint64_t items_encoded, patches_encoded, tokens_out, batches;
-    uint64_t cache_hit, cache_miss, cache_corrupt, cache_evicted_bytes, cache_write_errors, single_flight_joins;
+    uint64_t single_flight_joins;
     uint64_t rejected_queue_full, rejected_not_ready, rejected_deadline;
     double start_time;
 } srv_metrics;
@@ -165,53 +164,13 @@ void srv_metrics_request(srv_metrics *m, int endpoint, int http, double seconds)
 void srv_hist_add(srv_metrics *m, srv_hist *h, double v);
 /* Prometheus text 0.0.4 (gauges passed in). */
 typedef struct srv_gauges {
-    size_t queue_items, queue_patches, inflight, cache_bytes, cache_entries;
+    size_t queue_items, queue_patches, inflight;
+    qvl_cache_stats cache; /* the cache's counters (zero without one) */
     const char *fingerprint, *family, *isa;
     int ready, draining;
 } srv_gauges;
 void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *out);
 
-/* ---- cache ---- */
-typedef struct srv_cache srv_cache;
-/* Open (create) a cache root with a size budget in bytes (0: unbounded). NULL with a message on failure. */
-srv_cache *srv_cache_open(const char *root, uint64_t max_bytes, char *msg, size_t msg_cap);
-void srv_cache_close(srv_cache *c);
-/* An entry as read (verified): the malloc'd file, the ec_cache tensor and the grid in it. */
-typedef struct srv_entry {
-    uint8_t *file;
-    size_t file_len;
-    const uint8_t *data;  /* ec_cache bytes */
-    size_t nbytes;
-    char dtype[8];
-    int ndim;
-    int64_t shape[3];
-    qvl_grid grid;
-} srv_entry;
-void srv_entry_free(srv_entry *e);
-/* Look a key up: 1 hit (verified, mtime touched when old), 0 miss (absent, or corrupt: deleted, *corrupt = 1). */
-int srv_cache_get(srv_cache *c, const char *key, srv_entry *out, int *corrupt);
-/* 1 if an entry file exists (no verification): HEAD. Its size in *size. */
-int srv_cache_exists(srv_cache *c, const char *key, uint64_t *size);
-/* The entry file opened read-only (no verification), or -1. */
-int srv_cache_open_fd(srv_cache *c, const char *key);
-/* Store an item's output: temp file in root/tmp, then rename into objects/; 0 or -1. Also the vllm-ec link when
- * the cache was opened with links on. May run GC when over budget. */
-int srv_cache_put(srv_cache *c, const char *key, const char *dtype, int ndim, const int64_t *shape, const void *data,
-                  size_t nbytes, qvl_grid grid, const char *fingerprint, uint64_t *evicted_bytes);
-void srv_cache_set_vllm_links(srv_cache *c, int on);
-/* GC to `target` bytes (0: 90 % of the budget) under root/gc/lock; -1 when another GC holds the lock. */
-int srv_cache_gc(srv_cache *c, uint64_t target, uint64_t *evicted_bytes, size_t *evicted_entries);
-/* Totals by scanning objects/. */
-void srv_cache_scan(srv_cache *c, uint64_t *bytes, size_t *entries);
-/* Every entry verified: corrupt ones deleted; counts out. */
-void srv_cache_verify(srv_cache *c, size_t *ok, size_t *bad);
-/* Hard links (else copies) root/vllm-ec layout into dir/<key>/encoder_cache.safetensors; the count. */
-int srv_cache_export_vllm(srv_cache *c, const char *dir, size_t *n);
-const char *srv_cache_root(const srv_cache *c);
-/* Parse "10G", "512M", "1000000" into bytes (K/M/G/T, powers of 1024). 0 or -1. */
-int srv_parse_size(const char *s, uint64_t *out);
-
 int cmd_serve(int argc, char **argv);
-int cmd_cache(int argc, char **argv);
 
 #endif

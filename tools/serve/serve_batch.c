@@ -44,7 +44,7 @@ struct srv_job {
     size_t n_rows, n_tokens, out_cols, n_planes, out_bytes;
     size_t est_patches;   /* admitted, not yet in the encoder queue: its patches as estimated from the header */
     void *out;
-    uint8_t *entry_file;  /* a cache hit's file (out points into it) */
+    void *entry_file;     /* a cache hit's file (out points into it; qvl_free) */
     int cached;
     int http;
     char message[512];
@@ -62,7 +62,7 @@ struct srv_state {
     qvl_video_params vp;
     qvl_decode_params dp;
     char *prep_json;
-    srv_cache *cache;
+    qvl_cache *cache;
     srv_metrics metrics;
 
     pthread_mutex_t mu;
@@ -114,7 +114,7 @@ static void job_free(srv_job *j) {
     free(j->path);
     free(j->data);
     qvl_plan_free(j->pre);
-    if (j->entry_file) free(j->entry_file);
+    if (j->entry_file) qvl_free(j->entry_file);
     else free(j->out);
     free(j);
 }
@@ -350,18 +350,9 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
     /* Cache writes after the waiters were woken, off their latency (the jobs are immutable now). */
     for (size_t i = 0; s->cache && ok && i < n; i++) {
         if (!ok[i]) continue;
-        srv_job *j = jobs[i];
-        int64_t shape[3];
-        int ndim;
-        if (j->n_planes > 1) ndim = 3, shape[0] = (int64_t)j->n_planes, shape[1] = (int64_t)j->n_tokens,
-                             shape[2] = (int64_t)j->out_cols;
-        else ndim = 2, shape[0] = (int64_t)j->n_tokens, shape[1] = (int64_t)j->out_cols;
-        uint64_t ev = 0;
-        int r = srv_cache_put(s->cache, j->key, srv_dtype_st(j->spec.dtype), ndim, shape, j->out, j->out_bytes,
-                              j->grid, s->fingerprint, &ev);
-        pthread_mutex_lock(&s->mu);
-        MET(s, (s->metrics.cache_write_errors += r != 0, s->metrics.cache_evicted_bytes += ev));
-        pthread_mutex_unlock(&s->mu);
+        srv_job *j = jobs[i]; /* a failed write counts in the cache's put_errors (/metrics) */
+        qvl_cache_put(s->cache, j->key, j->spec.dtype, j->out, j->n_planes, j->n_tokens, j->out_cols, j->grid,
+                      s->fingerprint, NULL);
     }
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < n; i++) job_unref(s, jobs[i]);
@@ -570,24 +561,19 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
             goto fail;
         }
         if (s->cache) {
-            srv_entry ent;
-            int corrupt = 0;
-            int hit = srv_cache_get(s->cache, j->key, &ent, &corrupt);
-            MET(s, (s->metrics.cache_hit += hit != 0, s->metrics.cache_miss += !hit,
-                    s->metrics.cache_corrupt += !hit && corrupt));
+            qvl_cache_entry ent; /* counted in the cache's own hits / misses / corrupt (/metrics) */
+            int hit = qvl_cache_get(s->cache, j->key, &ent, NULL) == QVL_OK && ent.result == QVL_CACHE_HIT;
             if (hit && strcmp(ent.dtype, srv_dtype_st(opts->dtype)) == 0) {
                 j->entry_file = ent.file;
                 j->out = (void *)ent.data;
                 j->out_bytes = ent.nbytes;
                 j->grid = ent.grid;
-                if (ent.ndim == 3) j->n_planes = (size_t)ent.shape[0], j->n_tokens = (size_t)ent.shape[1],
-                                   j->out_cols = (size_t)ent.shape[2];
-                else j->n_planes = 1, j->n_tokens = (size_t)ent.shape[0], j->out_cols = (size_t)ent.shape[1];
+                j->n_planes = ent.n_planes, j->n_tokens = ent.n_tokens, j->out_cols = ent.cols;
                 j->cached = 1;
                 j->http = 200;
                 continue;
             }
-            if (hit) srv_entry_free(&ent);
+            if (hit) qvl_free(ent.file);
         }
     }
     /* Misses: join an identical item in flight, or queue for a worker. The queue bounds count what is admitted and
@@ -885,9 +871,15 @@ int srv_load(srv_state *s, char *msg, size_t cap) {
     s->vp.max_pixels = cfg->lim.max_pixels;
     s->prep_json = prep_json(s);
     if (cfg->cache_dir) {
-        s->cache = srv_cache_open(cfg->cache_dir, cfg->cache_size, msg, cap);
-        if (!s->cache) return -1;
-        srv_cache_set_vllm_links(s->cache, cfg->vllm_links);
+        qvl_cache_params cpar;
+        qvl_cache_params_init(&cpar, sizeof cpar);
+        cpar.max_bytes = cfg->cache_size;
+        cpar.vllm_links = cfg->vllm_links;
+        qvl_error cerr;
+        if (qvl_cache_open(cfg->cache_dir, &cpar, &s->cache, &cerr) != QVL_OK) {
+            snprintf(msg, cap, "%s", cerr.message);
+            return -1;
+        }
     }
     if (warm_up(s, msg, cap)) return -1;
     s->n_workers = cfg->workers > 0 ? cfg->workers : 2;
@@ -944,7 +936,7 @@ void srv_stop(srv_state *s) {
     pthread_mutex_unlock(&s->mu);
     if (s->batcher_started) pthread_join(s->batcher, NULL);
     free(s->workers);
-    srv_cache_close(s->cache);
+    qvl_cache_close(s->cache);
     free(s->prep_json);
     qvl_ctx_free(s->ctx);
     qvl_model_free(s->model);
@@ -984,15 +976,11 @@ void srv_gauges_of(srv_state *s, srv_gauges *g) {
     g->fingerprint = loaded ? s->fingerprint : "";
     g->family = loaded ? s->info.model_type : "";
     g->isa = loaded ? qvl_isa_name(s->info.isa) : "";
-    if (loaded && s->cache) {
-        uint64_t b;
-        srv_cache_scan(s->cache, &b, &g->cache_entries);
-        g->cache_bytes = (size_t)b;
-    }
+    if (loaded && s->cache) qvl_cache_get_stats(s->cache, &g->cache); /* counters in memory: no directory scan */
 }
 
 srv_metrics *srv_metrics_of(srv_state *s) { return &s->metrics; }
-srv_cache *srv_cache_of(srv_state *s) { return s->cache; }
+qvl_cache *srv_cache_of(srv_state *s) { return s->cache; }
 const char *srv_prep_json(srv_state *s) { return s->prep_json ? s->prep_json : "{}"; }
 const char *srv_fingerprint(srv_state *s) { return s->fingerprint; }
 const srv_limits *srv_limits_of(srv_state *s) { return &s->cfg.lim; }

@@ -74,7 +74,7 @@ int srv_ready(srv_state *s);
 int srv_draining(srv_state *s);
 void srv_gauges_of(srv_state *s, srv_gauges *g);
 srv_metrics *srv_metrics_of(srv_state *s);
-srv_cache *srv_cache_of(srv_state *s);
+qvl_cache *srv_cache_of(srv_state *s);
 /* /info as JSON (malloc'd). */
 char *srv_info_json(srv_state *s);
 /* The resolved preprocessing as canonical JSON (owned by s). */

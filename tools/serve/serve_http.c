@@ -1,5 +1,5 @@
 /* serve_http.c — `qvl serve`: the HTTP layer on libmicrohttpd (routes, auth, body limits, responses) and the
- * process around it (options, signals, drain); `qvl cache`.
+ * process around it (options, signals, drain).
  *
  * libmicrohttpd polls every connection with epoll on a few internal threads (--http-threads, at most
  * --max-connections connections; at the limit it stops accepting, and a new connection waits in the listen backlog
@@ -506,7 +506,7 @@ static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_
 static enum MHD_Result handle_cache(server *sv, struct MHD_Connection *c, conn_ctx *cc, const char *key, int head) {
     srv_err e;
     memset(&e, 0, sizeof e);
-    srv_cache *cache = srv_cache_of(sv->st);
+    qvl_cache *cache = srv_cache_of(sv->st);
     if (!cache) {
         srv_err_set(&e, 404, -1, "the server runs without a cache (--cache DIR)");
         return send_err(sv, cc, c, &e);
@@ -517,13 +517,14 @@ static enum MHD_Result handle_cache(server *sv, struct MHD_Connection *c, conn_c
     }
     if (head) {
         uint64_t size = 0;
-        if (!srv_cache_exists(cache, key, &size)) {
+        if (!qvl_cache_exists(cache, key, &size)) {
             srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 404, 0);
             return send_text(c, 404, "application/json", "");
         }
         srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 200, 0);
         /* The file's descriptor, so that Content-Length is its size (a HEAD answer sends no body). */
-        int fd = srv_cache_open_fd(cache, key);
+        int fd = -1;
+        qvl_cache_open_fd(cache, key, &fd, NULL, NULL);
         struct MHD_Response *r = fd >= 0 ? MHD_create_response_from_fd((size_t)size, fd)
                                          : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (!r) {
@@ -538,15 +539,18 @@ static enum MHD_Result handle_cache(server *sv, struct MHD_Connection *c, conn_c
         MHD_destroy_response(r);
         return ret;
     }
-    srv_entry ent;
-    int corrupt = 0;
-    if (!srv_cache_get(cache, key, &ent, &corrupt)) {
-        srv_err_set(&e, 404, -1, corrupt ? "the entry was corrupt and is deleted" : "no such entry");
+    qvl_cache_entry ent;
+    qvl_error err;
+    if (qvl_cache_get(cache, key, &ent, &err) != QVL_OK) { /* not a miss: out of memory, or an unreadable file */
+        srv_err_set(&e, 500, -1, "reading the cache entry: %s", err.message);
         return send_err(sv, cc, c, &e);
     }
-    uint8_t *f = ent.file;
-    ent.file = NULL;
-    return send_ok(sv, cc, c, "application/x-safetensors", f, ent.file_len);
+    if (ent.result != QVL_CACHE_HIT) {
+        srv_err_set(&e, 404, -1,
+                    ent.result == QVL_CACHE_CORRUPT ? "the entry was corrupt and is deleted" : "no such entry");
+        return send_err(sv, cc, c, &e);
+    }
+    return send_ok(sv, cc, c, "application/x-safetensors", ent.file, ent.file_bytes);
 }
 
 static int auth_ok(server *sv, struct MHD_Connection *c) {
@@ -785,7 +789,7 @@ int cmd_serve(int argc, char **argv) {
         case O_PORT_FILE: port_file = optarg; break;
         case O_CACHE: cfg.cache_dir = optarg; break;
         case O_CACHE_SIZE:
-            if (srv_parse_size(optarg, &cfg.cache_size)) return cli_usage("--cache-size: a size like 10G");
+            if (cli_parse_size(optarg, &cfg.cache_size)) return cli_usage("--cache-size: a size like 10G");
             break;
         case O_VLLM_LINKS: cfg.vllm_links = 1; break;
         case O_API_KEY: api_key = optarg; break;
@@ -806,7 +810,7 @@ int cmd_serve(int argc, char **argv) {
             break;
         case O_MAX_BODY: case O_MAX_ITEMS: case O_MAX_PIXELS: case O_MAX_ITEM_PATCHES: case O_MAX_BATCH_PATCHES:
         case O_MAX_BATCH_ITEMS: case O_MAX_QUEUE_PATCHES: case O_MAX_QUEUE_ITEMS:
-            if (srv_parse_size(optarg, &u) || u == 0 || u > ((uint64_t)1 << 40))
+            if (cli_parse_size(optarg, &u) || u == 0 || u > ((uint64_t)1 << 40))
                 return cli_usage("%s: a positive number", argv[optind - 1]);
             if (c == O_MAX_BODY) cfg.lim.max_body_bytes = (size_t)u, cfg.lim.max_item_bytes = (size_t)u;
             else if (c == O_MAX_ITEMS) cfg.lim.max_items = (size_t)u;
@@ -958,61 +962,4 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_destroy(&sv.mu);
     fprintf(stderr, "qvl serve: stopped\n");
     return 0;
-}
-
-/* ---- qvl cache ---- */
-
-static const char cache_help[] =
-    "usage: qvl cache stat ROOT | gc ROOT [--size SIZE] | verify ROOT | export-vllm ROOT DIR\n"
-    "The content-addressed embedding cache of qvl serve and qvl encode --cache:\n"
-    "  stat         entries and bytes\n"
-    "  gc           evict least recently used entries down to SIZE (default: 90 %% of 10G)\n"
-    "  verify       check every entry's checksum, deleting the corrupt ones (exit 1 if any)\n"
-    "  export-vllm  DIR/<key>/encoder_cache.safetensors links, vLLM's shared-storage encoder-cache layout\n";
-
-int cmd_cache(int argc, char **argv) {
-    if (argc < 3 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(cache_help, argc < 3 && !(argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
-                              ? stderr : stdout);
-        return argc < 3 && !(argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) ? CLI_EXIT_USAGE : 0;
-    }
-    const char *sub = argv[1], *root = argv[2];
-    uint64_t size = (uint64_t)10 << 30;
-    int target_given = 0;
-    if (strcmp(sub, "gc") == 0 && argc == 5 && strcmp(argv[3], "--size") == 0) {
-        if (srv_parse_size(argv[4], &size)) return cli_usage("--size: a size like 10G");
-        target_given = 1;
-    } else if (!(strcmp(sub, "export-vllm") == 0 ? argc == 4 : argc == 3)) {
-        return cli_usage("see 'qvl cache --help'");
-    }
-    struct stat st;
-    if (stat(root, &st) || !S_ISDIR(st.st_mode)) return cli_fail("%s is not a cache directory", root);
-    char msg[512];
-    srv_cache *c = srv_cache_open(root, size, msg, sizeof msg);
-    if (!c) return cli_fail("%s", msg);
-    int rc = 0;
-    if (strcmp(sub, "stat") == 0) {
-        uint64_t b;
-        size_t n;
-        srv_cache_scan(c, &b, &n);
-        printf("entries %zu\nbytes %llu\n", n, (unsigned long long)b);
-    } else if (strcmp(sub, "gc") == 0) {
-        uint64_t ev;
-        size_t n;
-        if (srv_cache_gc(c, target_given ? size : 0, &ev, &n)) rc = cli_fail("another gc holds %s/gc/lock", root);
-        else printf("evicted %zu entries, %llu bytes\n", n, (unsigned long long)ev);
-    } else if (strcmp(sub, "verify") == 0) {
-        size_t ok, bad;
-        srv_cache_verify(c, &ok, &bad);
-        printf("ok %zu\ncorrupt %zu (deleted)\n", ok, bad);
-        if (bad) rc = CLI_EXIT_FAIL;
-    } else if (strcmp(sub, "export-vllm") == 0) {
-        size_t n;
-        if (srv_cache_export_vllm(c, argv[3], &n)) rc = cli_fail("some entries could not be linked into %s", argv[3]);
-        printf("exported %zu entries to %s\n", n, argv[3]);
-    } else {
-        rc = cli_usage("unknown cache command '%s' (see 'qvl cache --help')", sub);
-    }
-    srv_cache_close(c);
-    return rc;
 }

@@ -118,12 +118,15 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *o) {
     srv_buf_printf(o, "# HELP qvl_cache_lookups_total cache lookups by result\n# TYPE qvl_cache_lookups_total counter\n"
                       "qvl_cache_lookups_total{result=\"hit\"} %llu\nqvl_cache_lookups_total{result=\"miss\"} %llu\n"
                       "qvl_cache_lookups_total{result=\"corrupt\"} %llu\n",
-                   (unsigned long long)s.cache_hit, (unsigned long long)s.cache_miss,
-                   (unsigned long long)s.cache_corrupt);
-    gauge(o, "qvl_cache_bytes", "bytes of cache entries", (double)g->cache_bytes);
-    gauge(o, "qvl_cache_entries", "cache entries", (double)g->cache_entries);
-    counter(o, "qvl_cache_evicted_bytes_total", "bytes evicted by GC", s.cache_evicted_bytes);
-    counter(o, "qvl_cache_write_errors_total", "cache writes that failed", s.cache_write_errors);
+                   (unsigned long long)g->cache.hits, (unsigned long long)g->cache.misses,
+                   (unsigned long long)g->cache.corrupt);
+    /* The cache's own counters, kept by libqvl as it goes (bytes and entries: scanned at open and by each
+     * collection, tallied by this server's writes in between), so a scrape never scans the directory. */
+    gauge(o, "qvl_cache_bytes", "bytes of cache entries", (double)g->cache.bytes);
+    gauge(o, "qvl_cache_entries", "cache entries", (double)g->cache.entries);
+    counter(o, "qvl_cache_evictions_total", "entries evicted by GC", g->cache.evictions);
+    counter(o, "qvl_cache_evicted_bytes_total", "bytes evicted by GC", g->cache.evicted_bytes);
+    counter(o, "qvl_cache_write_errors_total", "cache writes that failed", g->cache.put_errors);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +

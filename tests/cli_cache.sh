@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# cli_cache.sh — `qvl cache` in every build (the cache is libqvl's, not the server's): stat, verify, gc and
+# export-vllm over entries written by qvl 1.0.0 (tests/fixtures/cache), a flipped byte caught and deleted, sizes
+# and usage errors. Environment: QVL_BIN, QVL_SOURCE_DIR. Needs only bash and coreutils.
+set -u
+
+QVL=${QVL_BIN:-${QVL_BUILD_DIR:-build}/qvl}
+if [[ ! -x $QVL ]]; then
+    echo "cli_cache.sh: qvl binary not found (QVL_BIN=$QVL)" >&2
+    exit 1
+fi
+T_PREFIX=qvl-cli-cache
+# shellcheck source=shlib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/shlib.bash"
+SRC=${QVL_SOURCE_DIR:-.}
+
+fill() { # fill ROOT: the two fixture entries in objects/
+    local f k
+    for f in "$SRC"/tests/fixtures/cache/*.safetensors; do
+        k=$(basename "$f" .safetensors)
+        mkdir -p "$1/objects/${k:0:2}"
+        cp "$f" "$1/objects/${k:0:2}/$k.safetensors"
+    done
+}
+C=$T/c
+mkdir -p "$C"
+fill "$C"
+total=$(cat "$SRC"/tests/fixtures/cache/*.safetensors | wc -c)
+expect 0 "help" "$QVL" cache --help
+has "help lists the commands" "$T/out" 'export-vllm'
+expect 0 "stat" "$QVL" cache stat "$C"
+has "stat: entries" "$T/out" '^entries 2$'
+has "stat: bytes" "$T/out" "^bytes $total\$"
+expect 0 "verify" "$QVL" cache verify "$C"
+has "verify: both whole" "$T/out" '^ok 2$'
+expect 0 "export-vllm" "$QVL" cache export-vllm "$C" "$T/ex"
+has "export: count" "$T/out" '^exported 2 entries'
+n=$(find "$T/ex" -name encoder_cache.safetensors | wc -l)
+if [[ $n -eq 2 ]]; then ok; else bad "export: $n links, want 2"; fi
+expect 0 "gc within budget" "$QVL" cache gc "$C" --size 1G
+has "gc: nothing evicted" "$T/out" '^evicted 0 entries, 0 bytes$'
+# a flipped byte in the matrix: caught, deleted, exit 1
+f=$(ls "$C"/objects/*/*.safetensors | head -1)
+printf '\x7f' | dd of="$f" bs=1 seek=$(($(wc -c <"$f") - 40)) conv=notrunc status=none
+expect 1 "verify a damaged entry" "$QVL" cache verify "$C"
+has "verify: one corrupt" "$T/out" '^corrupt 1 \(deleted\)$'
+if [[ ! -e $f ]]; then ok; else bad "the damaged entry is still there"; fi
+expect 0 "gc to 1 byte" "$QVL" cache gc "$C" --size 1
+has "gc: the rest evicted" "$T/out" '^evicted 1 entries, [0-9]+ bytes$'
+expect 0 "stat empty" "$QVL" cache stat "$C"
+has "stat: empty" "$T/out" '^entries 0$'
+expect 0 "gc size with a suffix" "$QVL" cache gc "$C" --size 512KiB
+# usage errors
+expect 2 "no root" "$QVL" cache stat
+expect 2 "bad size" "$QVL" cache gc "$C" --size 1X
+expect 2 "negative size" "$QVL" cache gc "$C" --size -1
+expect 2 "unknown command" "$QVL" cache frob "$C"
+expect 1 "not a directory" "$QVL" cache stat "$T/nope"
+has "names the path" "$T/err" 'nope is not a cache directory'
+
+echo "cli_cache.sh: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
