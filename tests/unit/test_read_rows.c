@@ -23,13 +23,7 @@
 
 static char g_dir[4096];
 
-static const char *tpath(const char *name) {
-    static char buf[4][4096 + 256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+static const char *tpath(const char *name) { return tu_path(g_dir, name); }
 
 static long peak_kib(void) {
     struct rusage ru;

@@ -1,6 +1,5 @@
 /* test_synth.c — the safetensors writer (round trip through the reader), the .npy reader/writer, the public file
  * helpers, and synthetic checkpoints: tensor sets per layout, identical values across layouts, byte determinism. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,25 +14,10 @@
 
 static char tmp[512];
 
-static const char *tpath(const char *name) {
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
+static const char *tpath(const char *name) { return tu_path(tmp, name); }
 
 /* 1 if the test directory holds no dot-file: no temporary was left behind. */
-static int no_temporaries(void) {
-    DIR *d = opendir(tmp);
-    if (!d) return 0;
-    int none = 1;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) none = 0;
-    closedir(d);
-    return none;
-}
+static int no_temporaries(void) { return tu_dotfiles(tmp) == 0; }
 
 static int same_bytes(const char *a, const char *b) {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
@@ -58,13 +42,6 @@ static const char *cat(char *buf, size_t n, const char *a, const char *b) {
 static int exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    fwrite(p, 1, n, f);
-    fclose(f);
 }
 
 static void test_st_roundtrip(void) {
@@ -150,7 +127,7 @@ static void make_npy(const char *path, int major, const char *dict, const void *
     memset(buf + pre + dl, ' ', total - pre - dl - 1);
     buf[total - 1] = '\n';
     memcpy(buf + total, data, n);
-    write_bytes(path, buf, total + n);
+    tu_write_file(path, buf, total + n);
 }
 
 static void test_npy(void) {
@@ -222,11 +199,11 @@ static void test_npy(void) {
         CHECK(npy_parse_f32(tb, tn - 4, "mem.npy", NULL, &d, &r, &c, &err) == QVL_OK && r == 1 && c == 2);
         free(d);
     }
-    write_bytes(tpath("short.npy"), "\x93NUM", 4);
+    tu_write_file(tpath("short.npy"), "\x93NUM", 4);
     err_clear(&err);
     CHECK(npy_read_f32(tpath("short.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_FORMAT);
     /* A header length past the end of the file. */
-    write_bytes(tpath("hl.npy"), "\x93NUMPY\x01\x00\xff\xff{}", 12);
+    tu_write_file(tpath("hl.npy"), "\x93NUMPY\x01\x00\xff\xff{}", 12);
     err_clear(&err);
     CHECK(npy_read_f32(tpath("hl.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_FORMAT);
 }
