@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     err_clear(&err);
     float *x = NULL;
     size_t rows = 0, cols = 0;
-    qvl_status s = npy_parse_f32(data, size, "fuzz", &x, &rows, &cols, &err);
+    qvl_status s = npy_parse_f32(data, size, "fuzz", NULL, &x, &rows, &cols, &err);
     if (s != QVL_OK) {
         if (x != NULL || err.status != s || err.message[0] == '\0') abort();
         return 0;

@@ -35,6 +35,7 @@ files_for() {
         config) echo src/io/config.c src/io/jsonutil.c ;;
         preproc) echo src/image/preproc_config.c src/io/jsonutil.c ;;
         npy) echo src/io/npy.c ;;
+        rows) echo src/io/files.c src/io/npy.c src/io/safetensors.c ;;
         safetensors) echo src/io/safetensors.c ;;
         decode) echo src/image/decode.c src/image/decode_bmp.c src/image/decode_gif.c src/image/decode_jpeg.c \
                      src/image/decode_png.c src/image/decode_webp.c ;;

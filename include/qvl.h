@@ -402,9 +402,18 @@ QVL_API void qvl_free(void *p);
  *                 "grid_thw" [n, 3] (I64 or I32, each value in 1..INT32_MAX)
  * On success *rows is a malloc'd [*n_rows, *row_len] float32 array and *grids (when `grids` is not NULL) a malloc'd
  * array of *n_grids grids or NULL when there are none; free both with qvl_free. `grids` and `n_grids` may be NULL to
- * ignore grid_thw. On failure the outputs are NULL/0 and nothing leaks. Grids are not checked against the rows. */
+ * ignore grid_thw. On failure the outputs are NULL/0 and nothing leaks. Grids are not checked against the rows.
+ * The file is untrusted input, read under the default qvl_limits (as qvl_read_rows_limited with NULL). */
 QVL_API qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len, qvl_grid **grids,
                          size_t *n_grids, qvl_error *err);
+/* qvl_read_rows under `limits` (NULL: the defaults), each checked before what it bounds is read or allocated: the
+ * file's size against max_input_bytes (before a byte is read), the rows the header claims (.npy shape[0],
+ * pixel_values' first dimension) against max_call_patches (before the rows are allocated, and before a truncated
+ * file is found short), and, when grids are asked for, each grid_thw entry's t·h·w against max_item_patches and
+ * their sum against max_call_patches. A limit exceeded gives QVL_ERR_LIMIT with a message naming the limit, the
+ * value and how to raise it. A .npy header dict longer than 65535 bytes is refused (QVL_ERR_FORMAT). */
+QVL_API qvl_status qvl_read_rows_limited(const char *path, const qvl_limits *limits, float **rows, size_t *n_rows,
+                                         size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err);
 
 /* A safetensors file written piece by piece, so that a producer holds only what it is writing: tensors in order,
  * each declared (name, dtype, shape) and then given its bytes in any number of pieces; metadata at any time. The

@@ -11,9 +11,9 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 
-# The arm64 libraries qvl links (the same list as scripts/deps.sh, for the target).
+# The arm64 libraries qvl links (the same list as scripts/deps.sh, for the target), libmicrohttpd for qvl serve.
 pkgs=(libcjson-dev libxxhash-dev nettle-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev libavformat-dev
-      libavcodec-dev libavutil-dev libswscale-dev)
+      libavcodec-dev libavutil-dev libswscale-dev libmicrohttpd-dev)
 need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v make >/dev/null || need+=(make)
@@ -31,10 +31,12 @@ if ((${#need[@]})); then
 fi
 
 cmake -S . -B "$BUILD" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
-  -DQVL_WERROR=ON >/dev/null
+  -DQVL_WERROR=ON -DQVL_SERVER=ON >/dev/null
 cmake --build "$BUILD" -j"$JOBS"
 # Every test runs, the CLI's through the emulator too (tests.cmake: QVL_BIN is a qemu wrapper); install.sh checks
-# the installed tree only (its consumers are built natively). Left out:
+# the installed tree only (its consumers are built natively). The server is required (QVL_SERVER=ON), so its tests
+# (test_serve, test_serve_cache, fuzz_serve_request_replay, cli_media's --cache case) run here too; test_serve
+# takes about 5 minutes under qemu, within its timeout. Left out:
 #   test_video  compares decoded frames byte for byte with PyAV's on x86; arm64 FFmpeg's swscale converts YUV to RGB
 #               with its NEON code, which differs by up to 3 levels on most pixels (its sampling and frame-image
 #               checks pass; cli_media still decodes videos end to end).

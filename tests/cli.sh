@@ -201,6 +201,13 @@ expect 2 "encode grid over a lowered limit" "$QVL" encode --model "$T/hf" --pixe
 has "lowered limit" "$T/err" "16 patch rows.*max_item_patches = 8"
 expect 0 "encode under a raised limit" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 \
     --limit max_call_patches=16 -o "$T/lim.npy"
+# The --pixels file is under the limits too: its size before it is read, its header's rows before they are allocated.
+expect 1 "pixels over max_input_bytes" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 \
+    --limit max_input_bytes=1000 -o "$T/e.npy"
+has "pixels file size names the limit" "$T/err" "px16.npy: 98432 bytes, more than the 1000 allowed.*--limit max_input_bytes=N"
+expect 1 "pixels rows over max_call_patches" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" \
+    --limit max_call_patches=8 -o "$T/e.npy"
+has "pixels rows name the limit" "$T/err" "claims 16 pixel rows.*max_call_patches = 8"
 expect 2 "bad --limit name" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 --limit max_bogus=1 -o "$T/e.npy"
 one_line_error "bad --limit name"
 expect 2 "--limit 0" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 --limit max_jpeg_scans=0 -o "$T/e.npy"

@@ -128,7 +128,7 @@ endif()
 # Regressions, one per fix: every N among the calls made under the function named (--at: ASan builds only).
 if(QVL_SANITIZE AND NOT QVL_FUZZ)
   qvl_fault_test(sniff --path pipeline --class read --at sniff_image)
-  qvl_fault_test(read_rows_read --path read_rows --class read --at qvl_read_rows)
+  qvl_fault_test(read_rows_read --path read_rows --class read --at read_rows)
   qvl_fault_test(open_nomem --path read_rows --class alloc --at fu_open_regular)
   qvl_fault_test(tmp_nomem --path write_npy --class alloc --at fu_tmp_open)
   qvl_fault_test(st_writer_nomem --path st_writer --class alloc --at qvl_st_writer_open)

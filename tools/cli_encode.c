@@ -343,7 +343,9 @@ int cmd_encode(int argc, char **argv) {
     qvl_model_info in;
     qvl_model_get_info(m, &in);
 
-    if (qvl_read_rows(pixels_path, &rows, &n_rows, &row_len, &file_grids, &n_file_grids, &err) != QVL_OK) {
+    /* under --limit; the file's grid_thw is neither read nor checked when --grid replaces it */
+    if (qvl_read_rows_limited(pixels_path, &lim, &rows, &n_rows, &row_len, n_cli_grids ? NULL : &file_grids,
+                              n_cli_grids ? NULL : &n_file_grids, &err) != QVL_OK) {
         rc = cli_fail("%s", err.message);
         goto done;
     }

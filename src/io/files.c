@@ -1,5 +1,6 @@
-/* files.c — the public file helpers of qvl.h ("Files"): pixel rows in from .npy or safetensors, float32 outputs
- * out to .npy or safetensors. Thin wrappers over io/npy.c and io/safetensors.h. */
+/* files.c — the public file helpers of qvl.h ("Files"): pixel rows in from .npy or safetensors (under the
+ * caller's qvl_limits), float32 outputs out to .npy or safetensors. Thin wrappers over io/npy.c and
+ * io/safetensors.h. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -7,6 +8,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/limits.h"
+#include "io/files.h"
 #include "io/fileutil.h"
 #include "cpu/ops.h"
 #include "io/npy.h"
@@ -34,7 +37,11 @@ static qvl_status tensor_to_f32(const st_tensor *t, float *dst, size_t n, const 
     }
 }
 
-static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
+/* grid_thw, when present, into a malloc'd array (*grids, *n_grids; untouched when absent), each value in
+ * 1..INT32_MAX, each grid's t·h·w within lim->max_item_patches and their sum within lim->max_call_patches. The
+ * array is at most a twelfth of the file's bytes, which max_input_bytes bounds. */
+static qvl_status read_grids(const st_file *f, const char *path, const qvl_limits *lim, qvl_grid **grids,
+                             size_t *n_grids, qvl_error *err) {
     const st_tensor *g = st_find(f, "grid_thw");
     if (!g) return QVL_OK;
     if (g->dtype != ST_I64 && g->dtype != ST_I32)
@@ -51,6 +58,7 @@ static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grid
     qvl_grid *out = calloc(n, sizeof *out);
     if (!out) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     const unsigned char *p = g->data;
+    uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         int64_t v[3];
         for (int k = 0; k < 3; k++) {
@@ -67,6 +75,24 @@ static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grid
                                 i, k, (long long)v[k], INT32_MAX);
             }
         }
+        uint64_t rows;
+        if (__builtin_mul_overflow((uint64_t)v[0], (uint64_t)v[1], &rows) ||
+            __builtin_mul_overflow(rows, (uint64_t)v[2], &rows))
+            rows = UINT64_MAX;
+        if (rows > lim->max_item_patches) {
+            free(out);
+            return limit_fail(err, "max_item_patches", lim->max_item_patches,
+                              "%s: grid_thw[%zu] (t=%lld, h=%lld, w=%lld) is %llu patch rows, more than the %llu "
+                              "allowed per item", path, i, (long long)v[0], (long long)v[1], (long long)v[2],
+                              (unsigned long long)rows, (unsigned long long)lim->max_item_patches);
+        }
+        total += rows; /* each ≤ max_item_patches: the sum is checked as it grows */
+        if (total > lim->max_call_patches) {
+            free(out);
+            return limit_fail(err, "max_call_patches", lim->max_call_patches,
+                              "%s: grid_thw[0..%zu] are %llu patch rows, more than the %llu allowed in one call", path,
+                              i, (unsigned long long)total, (unsigned long long)lim->max_call_patches);
+        }
         out[i] = (qvl_grid){(int32_t)v[0], (int32_t)v[1], (int32_t)v[2]};
     }
     *grids = out;
@@ -74,72 +100,128 @@ static qvl_status read_grids(const st_file *f, const char *path, qvl_grid **grid
     return QVL_OK;
 }
 
-static qvl_status read_safetensors_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len,
-                                        qvl_grid **grids, size_t *n_grids, qvl_error *err) {
-    st_file *f = NULL;
-    TRY(st_open(path, &f, err));
-    qvl_status s = QVL_OK;
-    float *out = NULL;
+/* pixel_values and grid_thw of a validated safetensors file (mapped or in memory), every size checked against
+ * *lim before the rows are allocated. Outputs set only on success. */
+static qvl_status st_rows(const st_file *f, const char *path, const qvl_limits *lim, float **rows, size_t *n_rows,
+                          size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
     const st_tensor *t = st_find(f, "pixel_values");
-    if (!t) {
-        s = err_fail(err, QVL_ERR_SHAPE, "%s: no tensor \"pixel_values\"", path);
-        goto done;
-    }
-    if (t->ndim != 2) {
-        s = err_fail(err, QVL_ERR_SHAPE, "%s: pixel_values has %d dimensions (want 2)", path, t->ndim);
-        goto done;
-    }
+    if (!t) return err_fail(err, QVL_ERR_SHAPE, "%s: no tensor \"pixel_values\"", path);
+    if (t->ndim != 2)
+        return err_fail(err, QVL_ERR_SHAPE, "%s: pixel_values has %d dimensions (want 2)", path, t->ndim);
     size_t r = (size_t)t->shape[0], c = (size_t)t->shape[1], n;
-    if (size_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float)) {
-        s = err_fail(err, QVL_ERR_LIMIT, "%s: pixel_values [%zu, %zu] size overflows", path, r, c);
-        goto done;
-    }
-    out = malloc(n ? n * sizeof(float) : 1);
+    if ((uint64_t)r > lim->max_call_patches)
+        return limit_fail(err, "max_call_patches", lim->max_call_patches,
+                          "%s: pixel_values has %zu rows, more than the %llu allowed in one call", path, r,
+                          (unsigned long long)lim->max_call_patches);
+    if (size_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float))
+        return err_fail(err, QVL_ERR_LIMIT, "%s: pixel_values [%zu, %zu] size overflows", path, r, c);
+    qvl_grid *g = NULL;
+    size_t ng = 0;
+    if (grids) TRY(read_grids(f, path, lim, &g, &ng, err));
+    float *out = malloc(n ? n * sizeof(float) : 1);
     if (!out) {
-        s = err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
-        goto done;
+        free(g);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
     }
-    if ((s = tensor_to_f32(t, out, n, path, err)) != QVL_OK) goto done;
-    if (grids && (s = read_grids(f, path, grids, n_grids, err)) != QVL_OK) goto done;
+    qvl_status s = tensor_to_f32(t, out, n, path, err);
+    if (s != QVL_OK) {
+        free(out);
+        free(g);
+        return s;
+    }
     *rows = out;
-    out = NULL;
     *n_rows = r;
     *row_len = c;
-done:
-    free(out);
-    st_close(f);
-    return s;
+    if (grids) {
+        *grids = g;
+        *n_grids = ng;
+    }
+    return QVL_OK;
 }
 
-qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len, qvl_grid **grids,
-                         size_t *n_grids, qvl_error *err) {
-    err_clear(err);
-    if (!path || !rows || !n_rows || !row_len || (grids && !n_grids))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_read_rows: %s is NULL",
-                        !path ? "path" : !rows ? "rows" : !n_rows ? "n_rows" : !row_len ? "row_len" : "n_grids");
+/* The arguments and outputs every entry point checks and clears the same way. */
+static qvl_status rows_args(const char *fn, const char *src_name, const void *src, float **rows, size_t *n_rows,
+                            size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
+    if (!src || !rows || !n_rows || !row_len || (grids && !n_grids))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: %s is NULL", fn,
+                        !src ? src_name : !rows ? "rows" : !n_rows ? "n_rows" : !row_len ? "row_len" : "n_grids");
     *rows = NULL;
     *n_rows = *row_len = 0;
     if (grids) {
         *grids = NULL;
         *n_grids = 0;
     }
+    return QVL_OK;
+}
+
+/* Chosen by content, never by name: a .npy starts with \x93NUMPY, a safetensors file with its 8-byte header
+ * length and then the header's '{' (the format requires it). *npy: 1 for .npy, 0 for safetensors. */
+static qvl_status sniff_rows(const unsigned char *magic, size_t got, const char *path, int *npy, qvl_error *err) {
+    *npy = got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0;
+    if (!*npy && (got < 9 || magic[8] != '{'))
+        return err_fail(err, QVL_ERR_FORMAT, "%s: neither a .npy (magic \\x93NUMPY) nor a safetensors file (8-byte "
+                        "header length, then '{'): %s", path, got < 9 ? "the file is too short" :
+                        "its first bytes match neither");
+    return QVL_OK;
+}
+
+qvl_status rows_parse(const void *buf, size_t len, const char *label, const qvl_limits *limits, float **rows,
+                      size_t *n_rows, size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
+    err_clear(err);
+    TRY(rows_args("rows_parse", "buf", buf, rows, n_rows, row_len, grids, n_grids, err));
+    qvl_limits lim;
+    TRY(limits_take(&lim, limits, "rows_parse limits", err));
+    if (len > lim.max_input_bytes)
+        return limit_fail(err, "max_input_bytes", lim.max_input_bytes, "%s: %zu bytes, more than the %llu allowed",
+                          label, len, (unsigned long long)lim.max_input_bytes);
+    int npy;
+    TRY(sniff_rows(buf, len, label, &npy, err));
+    if (npy) return npy_parse_f32(buf, len, label, &lim, rows, n_rows, row_len, err);
+    st_file *f = NULL;
+    TRY(st_parse(buf, len, label, &f, err));
+    qvl_status s = st_rows(f, label, &lim, rows, n_rows, row_len, grids, n_grids, err);
+    st_close(f);
+    return s;
+}
+
+static qvl_status read_rows(const char *fn, const char *path, const qvl_limits *limits, float **rows, size_t *n_rows,
+                            size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
+    err_clear(err);
+    TRY(rows_args(fn, "path", path, rows, n_rows, row_len, grids, n_grids, err));
+    qvl_limits lim;
+    TRY(limits_take(&lim, limits, fn, err));
     FILE *f;
     size_t fsize;
     TRY(fu_open_regular(path, &f, &fsize, err));
-    /* Chosen by content, never by name: a .npy starts with \x93NUMPY, a safetensors file with its 8-byte header
-     * length and then the header's '{' (the format requires it). */
+    if ((uint64_t)fsize > lim.max_input_bytes) { /* before a byte is read or mapped */
+        fclose(f);
+        return limit_fail(err, "max_input_bytes", lim.max_input_bytes, "%s: %zu bytes, more than the %llu allowed",
+                          path, fsize, (unsigned long long)lim.max_input_bytes);
+    }
     unsigned char magic[9] = {0};
     size_t got = fread(magic, 1, sizeof magic, f);
     int bad = ferror(f), e = errno;
     fclose(f);
     /* a read error is no evidence about the format */
     if (bad) return err_fail(err, QVL_ERR_IO, "%s: read error: %s", path, strerror(e));
-    if (got >= 6 && memcmp(magic, "\x93NUMPY", 6) == 0) return npy_read_f32(path, rows, n_rows, row_len, err);
-    if (got < sizeof magic || magic[8] != '{')
-        return err_fail(err, QVL_ERR_FORMAT, "%s: neither a .npy (magic \\x93NUMPY) nor a safetensors file (8-byte "
-                        "header length, then '{'): %s", path, got < sizeof magic ? "the file is too short" :
-                        "its first bytes match neither");
-    return read_safetensors_rows(path, rows, n_rows, row_len, grids, n_grids, err);
+    int npy;
+    TRY(sniff_rows(magic, got, path, &npy, err));
+    if (npy) return npy_read_f32(path, &lim, rows, n_rows, row_len, err);
+    st_file *sf = NULL;
+    TRY(st_open(path, &sf, err));
+    qvl_status s = st_rows(sf, path, &lim, rows, n_rows, row_len, grids, n_grids, err);
+    st_close(sf);
+    return s;
+}
+
+qvl_status qvl_read_rows_limited(const char *path, const qvl_limits *limits, float **rows, size_t *n_rows,
+                                 size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
+    return read_rows("qvl_read_rows_limited", path, limits, rows, n_rows, row_len, grids, n_grids, err);
+}
+
+qvl_status qvl_read_rows(const char *path, float **rows, size_t *n_rows, size_t *row_len, qvl_grid **grids,
+                         size_t *n_grids, qvl_error *err) {
+    return read_rows("qvl_read_rows", path, NULL, rows, n_rows, row_len, grids, n_grids, err);
 }
 
 qvl_status qvl_write_npy(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err) {

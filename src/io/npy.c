@@ -11,10 +11,14 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "cpu/ops.h"
 #include "io/fileutil.h"
 
 #define NPY_MAX_DIMS 32
+/* The header dict's length: NumPy writes a few hundred bytes and np.load refuses more than 10000 by default; a
+ * version 2.0/3.0 length field can claim 4 GiB, which is refused before anything is allocated for it. */
+#define NPY_MAX_HEADER 65535u
 
 typedef struct npy_header {
     int elem;        /* 2, 4 or 8: f16, f32, f64 */
@@ -92,6 +96,9 @@ static qvl_status parse_header(const unsigned char *buf, size_t len, const char 
     } else {
         return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: .npy format version %d.%d", label, major, buf[7]);
     }
+    if (hlen > NPY_MAX_HEADER)
+        return err_fail(err, QVL_ERR_FORMAT, "%s: .npy header of %zu bytes is over the %u allowed (NumPy writes a "
+                        "few hundred)", label, hlen, NPY_MAX_HEADER);
     if (hlen > len - pre)
         return err_fail(err, QVL_ERR_FORMAT, "%s: .npy header of %zu bytes exceeds the file", label, hlen);
     h->data_off = pre + hlen;
@@ -148,10 +155,16 @@ malformed:
                     "'fortran_order': ..., 'shape': (...)})", label, (size_t)(c.p - (const char *)buf - pre), hlen);
 }
 
-/* Rows and columns of the header's shape, with the element count bounded by the bytes present. */
-static qvl_status header_dims(const npy_header *h, size_t avail, const char *label, size_t *rows, size_t *cols,
-                              qvl_error *err) {
+/* Rows and columns of the header's shape, the rows within lim->max_call_patches (when `lim` is given: checked
+ * first, so a claim over the limit is refused as such even from a truncated file) and the element count bounded
+ * by the bytes present. */
+static qvl_status header_dims(const npy_header *h, size_t avail, const char *label, const qvl_limits *lim,
+                              size_t *rows, size_t *cols, qvl_error *err) {
     uint64_t r = h->ndim == 1 ? 1 : h->shape[0], c = 1;
+    if (lim && r > lim->max_call_patches)
+        return limit_fail(err, "max_call_patches", lim->max_call_patches,
+                          "%s: the .npy header claims %llu pixel rows, more than the %llu allowed in one call", label,
+                          (unsigned long long)r, (unsigned long long)lim->max_call_patches);
     for (int d = h->ndim == 1 ? 0 : 1; d < h->ndim; d++)
         if (__builtin_mul_overflow(c, h->shape[d], &c))
             return err_fail(err, QVL_ERR_LIMIT, "%s: .npy array size overflows", label);
@@ -183,16 +196,25 @@ static void convert(const unsigned char *src, int elem, float *dst, size_t n) {
     }
 }
 
-qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, float **data, size_t *rows, size_t *cols,
-                         qvl_error *err) {
+/* The size of a whole input against lim->max_input_bytes. */
+static qvl_status input_bytes(uint64_t size, const char *label, const qvl_limits *lim, qvl_error *err) {
+    if (lim && size > lim->max_input_bytes)
+        return limit_fail(err, "max_input_bytes", lim->max_input_bytes, "%s: %llu bytes, more than the %llu allowed",
+                          label, (unsigned long long)size, (unsigned long long)lim->max_input_bytes);
+    return QVL_OK;
+}
+
+qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, const qvl_limits *lim, float **data,
+                         size_t *rows, size_t *cols, qvl_error *err) {
     if (!buf || !data || !rows || !cols)
         return err_fail(err, QVL_ERR_INVALID_ARG, "npy_parse_f32: %s is NULL",
                         !buf ? "buf" : !data ? "data" : !rows ? "rows" : "cols");
     *data = NULL;
     npy_header h;
     size_t r, c;
+    TRY(input_bytes(len, label, lim, err));
     TRY(parse_header(buf, len, label, &h, err));
-    TRY(header_dims(&h, len - h.data_off, label, &r, &c, err));
+    TRY(header_dims(&h, len - h.data_off, label, lim, &r, &c, err));
     size_t n = r * c; /* checked in header_dims */
     float *out = malloc(n ? n * sizeof(float) : 1);
     if (!out) return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", label, n);
@@ -203,7 +225,8 @@ qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, float *
     return QVL_OK;
 }
 
-qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *cols, qvl_error *err) {
+qvl_status npy_read_f32(const char *path, const qvl_limits *lim, float **data, size_t *rows, size_t *cols,
+                        qvl_error *err) {
     if (!path || !data || !rows || !cols)
         return err_fail(err, QVL_ERR_INVALID_ARG, "npy_read_f32: %s is NULL",
                         !path ? "path" : !data ? "data" : !rows ? "rows" : "cols");
@@ -211,7 +234,12 @@ qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *co
     FILE *f;
     size_t size;
     TRY(fu_open_regular(path, &f, &size, err));
-    /* Read the header first (at most 12 + 4 GiB by format, bounded by the file), then the data straight into the
+    if (input_bytes(size, path, lim, err) != QVL_OK) {
+        fclose(f);
+        return QVL_ERR_LIMIT;
+    }
+    /* Read the header first (at most 12 + NPY_MAX_HEADER bytes: a longer claim is refused by parse_header from
+     * the first 12 bytes alone, before anything is allocated for it), then the data straight into the
      * float array when it is already float32, so a large file is held once. */
     unsigned char pre[12];
     size_t got = fread(pre, 1, size < 12 ? size : 12, f);
@@ -226,6 +254,7 @@ qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *co
     else if (got >= 10)
         hdr_total = 10 + ((size_t)pre[8] | (size_t)pre[9] << 8);
     if (hdr_total > size) hdr_total = size;
+    if (hdr_total > 12 + NPY_MAX_HEADER) hdr_total = got; /* parse_header refuses the claim in these bytes */
     unsigned char *hbuf = malloc(hdr_total ? hdr_total : 1);
     if (!hbuf) {
         fclose(f);
@@ -240,7 +269,7 @@ qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *co
     npy_header h;
     size_t r, c;
     if ((s = parse_header(hbuf, hdr_total, path, &h, err)) != QVL_OK) goto done;
-    if ((s = header_dims(&h, size - h.data_off, path, &r, &c, err)) != QVL_OK) goto done;
+    if ((s = header_dims(&h, size - h.data_off, path, lim, &r, &c, err)) != QVL_OK) goto done;
     size_t n = r * c;
     float *out = malloc(n ? n * sizeof(float) : 1);
     if (!out) {

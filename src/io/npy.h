@@ -13,12 +13,15 @@
 #include "qvl.h"
 
 /* Read `path` into a malloc'd [rows, cols] float32 array (*data, freed by the caller with free()). On failure
- * *data is NULL and nothing leaks. */
-qvl_status npy_read_f32(const char *path, float **data, size_t *rows, size_t *cols, qvl_error *err);
+ * *data is NULL and nothing leaks. With `lim` (NULL: no limits), the file's size is checked against
+ * lim->max_input_bytes before it is read and the header's rows against lim->max_call_patches before anything
+ * else is allocated (QVL_ERR_LIMIT naming the limit). */
+qvl_status npy_read_f32(const char *path, const qvl_limits *lim, float **data, size_t *rows, size_t *cols,
+                        qvl_error *err);
 
 /* Same, from a buffer in memory (`label` names it in errors). */
-qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, float **data, size_t *rows, size_t *cols,
-                         qvl_error *err);
+qvl_status npy_parse_f32(const void *buf, size_t len, const char *label, const qvl_limits *lim, float **data,
+                         size_t *rows, size_t *cols, qvl_error *err);
 
 /* Write [rows, cols] float32 `data` (row-major) as a .npy file. */
 qvl_status npy_write_f32(const char *path, const float *data, size_t rows, size_t cols, qvl_error *err);

@@ -15,14 +15,7 @@
 static char g_root[256];
 
 static void write_bytes(const char *dir, const char *name, const char *bytes, size_t n) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    CHECK(f != NULL);
-    if (f) {
-        CHECK(fwrite(bytes, 1, n, f) == n);
-        fclose(f);
-    }
+    CHECK(tu_write_file(tu_path(dir, name), bytes, n));
 }
 
 static void write_text(const char *dir, const char *name, const char *text) { write_bytes(dir, name, text, strlen(text)); }

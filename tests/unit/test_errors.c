@@ -18,36 +18,7 @@
 static char tmp[512];
 static int n_bad, n_accepted, n_nomsg;
 
-static const char *tpath(const char *name) {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
-
-static int write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return 0;
-    int ok = fwrite(p, 1, n, f) == n;
-    return fclose(f) == 0 && ok;
-}
-
-static void *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *buf = malloc(len > 0 ? (size_t)len : 1);
-    if (buf && len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *n = len > 0 ? (size_t)len : 0;
-    return buf;
-}
+static const char *tpath(const char *name) { return tu_path(tmp, name); }
 
 /* Sorted regular files of a directory (NULL-terminated; free with free_list). */
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -167,7 +138,7 @@ static void either(const char *what, qvl_status s, const qvl_error *e, const cha
 
 static void image_bytes(const char *path) {
     size_t n;
-    void *b = read_all(path, &n);
+    void *b = tu_read_file(path, &n);
     CHECK(b != NULL);
     if (!b) return;
     qvl_decode_params dp;
@@ -238,12 +209,12 @@ static void test_corpus_rows(const char *corpus, const char *ext) {
     CHECK(files && n > 0);
     for (size_t i = 0; files && files[i]; i++) {
         size_t len;
-        void *b = read_all(files[i], &len);
+        void *b = tu_read_file(files[i], &len);
         CHECK(b != NULL);
         char name[300];
         snprintf(name, sizeof name, "%s_%s%s", corpus, strrchr(files[i], '/') + 1, ext);
         const char *p = tpath(name);
-        CHECK(b && write_bytes(p, b, len));
+        CHECK(b && tu_write_file(p, b, len));
         rows_file(files[i], p, strncmp(strrchr(files[i], '/') + 1, "bad_", 4) == 0);
         free(b);
     }
@@ -271,7 +242,7 @@ static const char *model_dir_with(const char *sub, const char *name, const void 
     snprintf(p, sizeof p, "%s/video_preprocessor_config.json", d);
     remove(p);
     snprintf(p, sizeof p, "%s/%s", d, name);
-    CHECK(write_bytes(p, text, len));
+    CHECK(tu_write_file(p, text, len));
     return d;
 }
 
@@ -295,7 +266,7 @@ static void test_corpus_config(void) {
     CHECK(files && n > 0);
     for (size_t i = 0; files && files[i]; i++) {
         size_t len;
-        void *b = read_all(files[i], &len);
+        void *b = tu_read_file(files[i], &len);
         CHECK(b != NULL);
         if (!b) continue;
         /* As config.json: no weights beside it, so even a valid config fails, naming the directory. */
@@ -494,18 +465,18 @@ static void test_npy_edges(void) {
         size_t n = npy_bytes(buf, sizeof buf, c[i].major, c[i].dict, c[i].data);
         CHECK(n > 0);
         const char *p = tpath("edge.npy");
-        CHECK(write_bytes(p, buf, n));
+        CHECK(tu_write_file(p, buf, n));
         rows_file(c[i].dict, p, c[i].bad);
     }
     /* A header length past the end of the file, the magic alone, an empty file, a directory, a missing file. */
     size_t n = npy_bytes(buf, sizeof buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24);
     buf[8] = 0xff;
     buf[9] = 0x7f;
-    CHECK(write_bytes(tpath("hlen.npy"), buf, n));
+    CHECK(tu_write_file(tpath("hlen.npy"), buf, n));
     rows_file("npy header length past the end", tpath("hlen.npy"), 1);
-    CHECK(write_bytes(tpath("magic.npy"), "\x93NUMPY", 6));
+    CHECK(tu_write_file(tpath("magic.npy"), "\x93NUMPY", 6));
     rows_file("npy magic alone", tpath("magic.npy"), 1);
-    CHECK(write_bytes(tpath("empty.npy"), "", 0));
+    CHECK(tu_write_file(tpath("empty.npy"), "", 0));
     rows_file("empty file", tpath("empty.npy"), 1);
     mkdir(tpath("adir.npy"), 0777);
     rows_file("a directory", tpath("adir.npy"), 1);
@@ -520,7 +491,7 @@ static void write_st(const char *path, const char *json, size_t data_bytes, unsi
     for (int k = 0; k < 8; k++) b[k] = (unsigned char)((uint64_t)hl >> (8 * k));
     memcpy(b + 8, json, hl);
     memset(b + 8 + hl, fill, data_bytes);
-    CHECK(write_bytes(path, b, n));
+    CHECK(tu_write_file(path, b, n));
     free(b);
 }
 
@@ -851,7 +822,7 @@ static void test_files_api(void) {
     static const char damaged[] = "\x93NUMPX\x01\x00\x76\x00{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
     const char *dn[2] = {tpath("damaged.bin"), tpath("damaged.npy")};
     for (int i = 0; i < 2; i++) {
-        CHECK(write_bytes(dn[i], damaged, sizeof damaged - 1));
+        CHECK(tu_write_file(dn[i], damaged, sizeof damaged - 1));
         expect_fail("qvl_read_rows bad magic", qvl_read_rows(dn[i], &rows, &nr, &rl, &g, &ng, dirty(&err)), &err,
                     dn[i], "neither a .npy (magic \\x93NUMPY) nor a safetensors file");
     }
@@ -1062,7 +1033,7 @@ static void test_synth_api(const char *model_dir) {
     }
     /* A directory path that is a file. */
     const char *file = tpath("afile");
-    CHECK(write_bytes(file, "x", 1));
+    CHECK(tu_write_file(file, "x", 1));
     expect_fail("qvl_synth_write onto a file", qvl_synth_write(&sp, file, dirty(&err)), &err, file, NULL);
 }
 

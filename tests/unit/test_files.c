@@ -3,7 +3,6 @@
  * file it writes goes through a unique temporary beside the destination, refuses a destination that is not a
  * regular file and leaves nothing behind when it fails. Each case that could hang runs in a child under alarm(10),
  * so a regression fails instead of blocking the suite. */
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,25 +18,7 @@
 
 static char g_root[256];
 
-static const char *tpath(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_root, name);
-    return buf[k];
-}
-
-/* The entries of `dir` other than "." and ".." whose names start with '.': leftover temporaries. */
-static int dotfiles(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    closedir(d);
-    return n;
-}
+static const char *tpath(const char *name) { return tu_path(g_root, name); }
 
 /* Run `fn(arg)` in a child under alarm(10); the child writes the error message to a pipe. Returns the message
  * ("" when the call succeeded; "TIMEOUT" when it blocked). */
@@ -114,15 +95,6 @@ static void fails_fast(const char *label, opener fn, const char *path, const cha
     if (!good) printf("  %s: got '%s', want a message with '%s' and '%s'\n", label, m, name, what);
 }
 
-static void synth(const char *dir, qvl_synth_layout layout) {
-    qvl_synth_params p;
-    qvl_synth_params_default(&p);
-    p.preset = "tiny";
-    p.layout = layout;
-    qvl_error err;
-    CHECK(qvl_synth_write(&p, dir, &err) == QVL_OK);
-}
-
 /* Replace dir/name by a FIFO (or a directory). */
 static void plant(const char *dir, const char *name, int as_dir) {
     char p[600];
@@ -134,37 +106,37 @@ static void plant(const char *dir, const char *name, int as_dir) {
 static void test_fifo_inputs(void) {
     char d[600];
     snprintf(d, sizeof d, "%s/m_config", g_root);
-    synth(d, QVL_LAYOUT_HF);
+    tu_synth(d, "tiny", 0, QVL_LAYOUT_HF);
     plant(d, "config.json", 0);
     fails_fast("config.json FIFO", op_model, d, "config.json", "FIFO");
 
     snprintf(d, sizeof d, "%s/m_single", g_root);
-    synth(d, QVL_LAYOUT_HF);
+    tu_synth(d, "tiny", 0, QVL_LAYOUT_HF);
     plant(d, "model.safetensors", 0);
     fails_fast("model.safetensors FIFO", op_model, d, "model.safetensors", "FIFO");
 
     snprintf(d, sizeof d, "%s/m_dir", g_root);
-    synth(d, QVL_LAYOUT_HF);
+    tu_synth(d, "tiny", 0, QVL_LAYOUT_HF);
     plant(d, "model.safetensors", 1);
     fails_fast("model.safetensors directory", op_model, d, "model.safetensors", "a directory");
 
     snprintf(d, sizeof d, "%s/m_sidecar", g_root);
-    synth(d, QVL_LAYOUT_SIDECAR);
+    tu_synth(d, "tiny", 0, QVL_LAYOUT_SIDECAR);
     plant(d, "optiq/optiq_vision.safetensors", 0);
     fails_fast("sidecar FIFO", op_model, d, "optiq_vision.safetensors", "FIFO");
 
     snprintf(d, sizeof d, "%s/m_index", g_root);
-    synth(d, QVL_LAYOUT_SHARDED);
+    tu_synth(d, "tiny", 0, QVL_LAYOUT_SHARDED);
     plant(d, "model.safetensors.index.json", 0);
     fails_fast("index FIFO", op_model, d, "model.safetensors.index.json", "FIFO");
 
     snprintf(d, sizeof d, "%s/m_shard", g_root);
-    synth(d, QVL_LAYOUT_SHARDED);
+    tu_synth(d, "tiny", 0, QVL_LAYOUT_SHARDED);
     plant(d, "model-00001-of-00003.safetensors", 0);
     fails_fast("shard FIFO", op_model, d, "model-00001-of-00003.safetensors", "FIFO");
 
     snprintf(d, sizeof d, "%s/m_preproc", g_root);
-    synth(d, QVL_LAYOUT_HF);
+    tu_synth(d, "tiny", 0, QVL_LAYOUT_HF);
     plant(d, "preprocessor_config.json", 0);
     fails_fast("preprocessor_config.json FIFO", op_preproc, d, "preprocessor_config.json", "FIFO");
 
@@ -230,7 +202,7 @@ static void test_writes(void) {
         CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
         CHECK(lstat(lnk, &st) == 0 && S_ISLNK(st.st_mode));
         CHECK(lstat(dev, &st) == 0 && S_ISLNK(st.st_mode));
-        CHECK(dotfiles(d) == 0);
+        CHECK(tu_dotfiles(d) == 0);
 
         /* a symlink planted at the old "<path>.tmp" name is not followed: its target keeps its bytes */
         snprintf(file, sizeof file, "%s/o%d", d, i);
@@ -240,7 +212,7 @@ static void test_writes(void) {
         CHECK(file_is(victim, "keep"));
         CHECK(lstat(file, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0644);
         CHECK(unlink(planted) == 0);
-        CHECK(dotfiles(d) == 0);
+        CHECK(tu_dotfiles(d) == 0);
     }
     /* a failed write (a directory that does not exist) leaves nothing */
     qvl_error err;
@@ -249,9 +221,9 @@ static void test_writes(void) {
     fu_tmpfile t;
     CHECK(fu_tmp_open(&t, tpath("out/failed"), &err) == QVL_OK);
     fu_tmp_write(&t, "x", 1);
-    CHECK(dotfiles(d) == 1);
+    CHECK(tu_dotfiles(d) == 1);
     CHECK(fu_tmp_finish(&t, QVL_ERR_FORMAT, 0, &err) == QVL_ERR_FORMAT);
-    CHECK(dotfiles(d) == 0 && access(tpath("out/failed"), F_OK) != 0);
+    CHECK(tu_dotfiles(d) == 0 && access(tpath("out/failed"), F_OK) != 0);
 }
 
 int main(void) {

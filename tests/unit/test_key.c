@@ -12,18 +12,6 @@
 static qvl_model *g_m, *g_m2;
 static qvl_ctx *g_c, *g_c_lin;
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len);
-    *n = fread(b, 1, (size_t)len, f);
-    fclose(f);
-    return b;
-}
-
 static void key_of(qvl_ctx *c, const qvl_item *it, const qvl_plan_params *pp, char hex[QVL_KEY_HEX]) {
     qvl_error err;
     uint8_t d[QVL_KEY_BYTES];
@@ -33,25 +21,13 @@ static void key_of(qvl_ctx *c, const qvl_item *it, const qvl_plan_params *pp, ch
     CHECK(strlen(hex) == 64);
 }
 
-static qvl_model *synth_load(const char *dir, uint64_t seed) {
-    qvl_synth_params sp;
-    qvl_synth_params_default(&sp);
-    sp.preset = "tiny";
-    sp.seed = seed;
-    qvl_error err;
-    CHECK(qvl_synth_write(&sp, dir, &err) == QVL_OK);
-    qvl_model *m = NULL;
-    CHECK(qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
-    return m;
-}
-
 int main(void) {
     char tmp[1024], d1[1100], d2[1100], photo[1024];
     tu_tmpdir(tmp, sizeof tmp);
     snprintf(d1, sizeof d1, "%s/m1", tmp);
     snprintf(d2, sizeof d2, "%s/m2", tmp);
-    g_m = synth_load(d1, 1);
-    g_m2 = synth_load(d2, 2);
+    g_m = tu_synth_load(d1, 1);
+    g_m2 = tu_synth_load(d2, 2);
     if (!g_m || !g_m2) return tu_finish("test_key");
     qvl_error err;
     qvl_ctx_params cp;
@@ -67,7 +43,7 @@ int main(void) {
     /* PATH and ENCODED of the same bytes */
     tu_source_path("tests/data/photos/rocket.jpg", photo, sizeof photo);
     size_t n = 0;
-    unsigned char *bytes = read_all(photo, &n);
+    unsigned char *bytes = tu_read_file(photo, &n);
     CHECK(bytes && n > 1000);
     char k_path[QVL_KEY_HEX], k_enc[QVL_KEY_HEX], k[QVL_KEY_HEX];
     qvl_item it;

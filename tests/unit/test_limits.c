@@ -53,11 +53,7 @@ static long peak_kib(void) {
 
 static void put_file(const char *dir, const char *name, const uint8_t *d, size_t n, char *path, size_t cap) {
     snprintf(path, cap, "%s/%s", dir, name);
-    FILE *fp = fopen(path, "wb");
-    CHECK(fp != NULL);
-    if (!fp) return;
-    CHECK(fwrite(d, 1, n, fp) == n);
-    CHECK(fclose(fp) == 0);
+    CHECK(tu_write_file(path, d, n));
 }
 
 /* Write `name`, load it with max_pixels (0: the default), and check the status, that the message names the file

@@ -40,15 +40,6 @@ static char g_dir[1024], g_dir2[1024];
 static qvl_model *g_m, *g_m2;
 static qvl_model_info g_in;
 
-static void synth(const char *dir, uint64_t seed) {
-    qvl_synth_params sp;
-    qvl_synth_params_default(&sp);
-    sp.preset = "tiny";
-    sp.seed = seed;
-    qvl_error err;
-    CHECK(qvl_synth_write(&sp, dir, &err) == QVL_OK);
-}
-
 static qvl_ctx *new_ctx(qvl_model *m, int threads) {
     qvl_ctx_params cp;
     qvl_ctx_params_default(&cp);
@@ -72,25 +63,13 @@ static float *reference(qvl_ctx *c, const float *rows, qvl_grid g) {
 
 static const char *photo(char *buf, size_t n) { return tu_source_path("tests/data/photos/rocket.jpg", buf, n); }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len);
-    *n = fread(b, 1, (size_t)len, f);
-    fclose(f);
-    return b;
-}
-
 /* Items of every kind, good and bad, encoded together; each ok item equals qvl_encode of its rows. */
 static void test_kinds(void) {
     qvl_ctx *c = new_ctx(g_m, 2);
     char p1[1024], p2[1024];
     photo(p1, sizeof p1);
     size_t png_n = 0;
-    unsigned char *png = read_all(tu_source_path("tests/data/photos/chelsea.png", p2, sizeof p2), &png_n);
+    unsigned char *png = tu_read_file(tu_source_path("tests/data/photos/chelsea.png", p2, sizeof p2), &png_n);
     CHECK(png != NULL);
     qvl_image img = {0};
     qvl_error err;
@@ -472,8 +451,8 @@ int main(void) {
     tu_tmpdir(root, sizeof root);
     snprintf(g_dir, sizeof g_dir, "%s/a", root);
     snprintf(g_dir2, sizeof g_dir2, "%s/b", root);
-    synth(g_dir, 1);
-    synth(g_dir2, 2);
+    tu_synth(g_dir, "tiny", 1, QVL_LAYOUT_HF);
+    tu_synth(g_dir2, "tiny", 2, QVL_LAYOUT_HF);
     qvl_error err;
     CHECK(qvl_model_load(g_dir, NULL, &g_m, &err) == QVL_OK);
     CHECK(qvl_model_load(g_dir2, NULL, &g_m2, &err) == QVL_OK);

@@ -2,7 +2,6 @@
  * library's own reader); a header that outgrows its reserved region; sticky errors and abort leave the destination
  * as it was and no temporary behind; special files refused; a symlink at the destination is replaced, its target
  * untouched. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,38 +14,15 @@
 
 static char tmp[900];
 
-static const char *at(const char *name) {
-    static char b[16][1024];
-    static int k;
-    k = (k + 1) % 16;
-    snprintf(b[k], sizeof b[k], "%s/%s", tmp, name);
-    return b[k];
-}
+static const char *at(const char *name) { return tu_path(tmp, name); }
 
-/* Files in tmp whose names start with '.' (the writer's temporaries). */
-static int temporaries(void) {
-    DIR *d = opendir(tmp);
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
-    if (d) closedir(d);
-    return n;
-}
-
-static void write_text(const char *path, const char *s) {
-    FILE *f = fopen(path, "wb");
-    fputs(s, f);
-    fclose(f);
-}
-
+/* 1 if the file holds exactly the string s. */
 static int file_is(const char *path, const char *s) {
-    char buf[256] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    return n == strlen(s) && memcmp(buf, s, n) == 0;
+    size_t n;
+    char *b = tu_read_file(path, &n);
+    int same = b && n == strlen(s) && memcmp(b, s, n) == 0;
+    free(b);
+    return same;
 }
 
 /* Two tensors in pieces, metadata before and after; `reserve` for the header. */
@@ -71,7 +47,7 @@ static void roundtrip(size_t reserve, int n_meta) {
         CHECK(qvl_st_writer_meta(w, k, v, &err) == QVL_OK);
     }
     CHECK(qvl_st_writer_finish(w, &err) == QVL_OK && err.status == QVL_OK);
-    CHECK(temporaries() == 0);
+    CHECK(tu_dotfiles(tmp) == 0);
     st_file *f = NULL;
     CHECK(st_open(path, &f, &err) == QVL_OK);
     if (!f) return;
@@ -91,7 +67,7 @@ static void roundtrip(size_t reserve, int n_meta) {
 
 static void test_errors_sticky(void) {
     const char *path = at("keep.safetensors");
-    write_text(path, "old contents");
+    CHECK(tu_write_file(path, "old contents", strlen("old contents")));
     qvl_st_writer *w = NULL;
     qvl_error err;
     CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
@@ -103,13 +79,13 @@ static void test_errors_sticky(void) {
     /* sticky: the next call returns the same error */
     CHECK(qvl_st_writer_meta(w, "k", "v", &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "expects 16 more"));
     CHECK(qvl_st_writer_finish(w, &err) == QVL_ERR_INVALID_ARG);
-    CHECK(file_is(path, "old contents") && temporaries() == 0);
+    CHECK(file_is(path, "old contents") && tu_dotfiles(tmp) == 0);
     /* a short tensor at finish */
     CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
     CHECK(qvl_st_writer_tensor(w, "x", "F32", shape, 1, &err) == QVL_OK);
     CHECK(qvl_st_writer_data(w, x, 8, &err) == QVL_OK);
     CHECK(qvl_st_writer_finish(w, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "8 bytes short"));
-    CHECK(file_is(path, "old contents") && temporaries() == 0);
+    CHECK(file_is(path, "old contents") && tu_dotfiles(tmp) == 0);
     /* bad names and dtypes */
     CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
     CHECK(qvl_st_writer_tensor(w, "x", "F33", shape, 1, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "F33"));
@@ -128,7 +104,7 @@ static void test_errors_sticky(void) {
     CHECK(qvl_st_writer_data(w, x, 16, &err) == QVL_OK);
     qvl_st_writer_abort(w);
     qvl_st_writer_abort(NULL);
-    CHECK(file_is(path, "old contents") && temporaries() == 0);
+    CHECK(file_is(path, "old contents") && tu_dotfiles(tmp) == 0);
 }
 
 static void test_destinations(void) {
@@ -145,13 +121,13 @@ static void test_destinations(void) {
     const char *lf = at("link_fifo"), *target = at("target.txt"), *lk = at("link.safetensors");
     CHECK(symlink(fifo, lf) == 0);
     CHECK(qvl_st_writer_open(lf, 0, &w, &err) == QVL_ERR_INVALID_ARG);
-    write_text(target, "target");
+    CHECK(tu_write_file(target, "target", strlen("target")));
     CHECK(symlink(target, lk) == 0);
     CHECK(qvl_st_writer_open(lk, 0, &w, &err) == QVL_OK);
     CHECK(qvl_st_writer_finish(w, &err) == QVL_OK);
     struct stat sb;
     CHECK(lstat(lk, &sb) == 0 && S_ISREG(sb.st_mode) && file_is(target, "target"));
-    CHECK(temporaries() == 0);
+    CHECK(tu_dotfiles(tmp) == 0);
 }
 
 int main(void) {

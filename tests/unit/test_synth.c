@@ -1,6 +1,5 @@
 /* test_synth.c — the safetensors writer (round trip through the reader), the .npy reader/writer, the public file
  * helpers, and synthetic checkpoints: tensor sets per layout, identical values across layouts, byte determinism. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,25 +14,10 @@
 
 static char tmp[512];
 
-static const char *tpath(const char *name) {
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp, name);
-    return buf[k];
-}
+static const char *tpath(const char *name) { return tu_path(tmp, name); }
 
 /* 1 if the test directory holds no dot-file: no temporary was left behind. */
-static int no_temporaries(void) {
-    DIR *d = opendir(tmp);
-    if (!d) return 0;
-    int none = 1;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) none = 0;
-    closedir(d);
-    return none;
-}
+static int no_temporaries(void) { return tu_dotfiles(tmp) == 0; }
 
 static int same_bytes(const char *a, const char *b) {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
@@ -58,13 +42,6 @@ static const char *cat(char *buf, size_t n, const char *a, const char *b) {
 static int exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
-}
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    fwrite(p, 1, n, f);
-    fclose(f);
 }
 
 static void test_st_roundtrip(void) {
@@ -150,7 +127,7 @@ static void make_npy(const char *path, int major, const char *dict, const void *
     memset(buf + pre + dl, ' ', total - pre - dl - 1);
     buf[total - 1] = '\n';
     memcpy(buf + total, data, n);
-    write_bytes(path, buf, total + n);
+    tu_write_file(path, buf, total + n);
 }
 
 static void test_npy(void) {
@@ -161,7 +138,7 @@ static void test_npy(void) {
     CHECK(npy_write_f32(tpath("a.npy"), a, 3, 5, &err) == QVL_OK);
     float *d = NULL;
     size_t r = 0, c = 0;
-    CHECK(npy_read_f32(tpath("a.npy"), &d, &r, &c, &err) == QVL_OK);
+    CHECK(npy_read_f32(tpath("a.npy"), NULL, &d, &r, &c, &err) == QVL_OK);
     CHECK(r == 3 && c == 5 && d && memcmp(d, a, sizeof a) == 0);
     free(d);
     FILE *f = fopen(tpath("a.npy"), "rb");
@@ -174,40 +151,40 @@ static void test_npy(void) {
     double f8[6] = {1.5, -2, 3, 4, 5, 6e10};
     make_npy(tpath("f8.npy"), 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2, 3), }", f8, sizeof f8);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("f8.npy"), &d, &r, &c, &err) == QVL_OK);
+    CHECK(npy_read_f32(tpath("f8.npy"), NULL, &d, &r, &c, &err) == QVL_OK);
     CHECK(r == 1 && c == 6 && d && d[0] == 1.5f && d[1] == -2.0f && d[5] == (float)6e10);
     free(d);
 
     uint16_t f2[3] = {0x3c00, 0xc000, 0x3800}; /* 1, -2, 0.5 */
     make_npy(tpath("f2.npy"), 3, "{\"shape\": (3,), \"fortran_order\": False, \"descr\": \"<f2\"}", f2, sizeof f2);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("f2.npy"), &d, &r, &c, &err) == QVL_OK);
+    CHECK(npy_read_f32(tpath("f2.npy"), NULL, &d, &r, &c, &err) == QVL_OK);
     CHECK(r == 1 && c == 3 && d && d[0] == 1.0f && d[1] == -2.0f && d[2] == 0.5f);
     free(d);
 
     make_npy(tpath("fo.npy"), 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 2), }", a, 8);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("fo.npy"), &d, &r, &c, &err) == QVL_ERR_UNSUPPORTED && d == NULL);
+    CHECK(npy_read_f32(tpath("fo.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_UNSUPPORTED && d == NULL);
     make_npy(tpath("tr.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }", a, 60);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("tr.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT && d == NULL);
+    CHECK(npy_read_f32(tpath("tr.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_FORMAT && d == NULL);
     make_npy(tpath("big.npy"), 1,
              "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", a, 4);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("big.npy"), &d, &r, &c, &err) == QVL_ERR_LIMIT && d == NULL);
+    CHECK(npy_read_f32(tpath("big.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_LIMIT && d == NULL);
     make_npy(tpath("i4.npy"), 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (1,), }", a, 4);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("i4.npy"), &d, &r, &c, &err) == QVL_ERR_UNSUPPORTED);
+    CHECK(npy_read_f32(tpath("i4.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_UNSUPPORTED);
     make_npy(tpath("0d.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", a, 4);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("0d.npy"), &d, &r, &c, &err) == QVL_ERR_SHAPE);
+    CHECK(npy_read_f32(tpath("0d.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_SHAPE);
     make_npy(tpath("junk.npy"), 1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1,), }", a, 4);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("junk.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT);
+    CHECK(npy_read_f32(tpath("junk.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_FORMAT);
     /* Bytes after the data are refused, not ignored: expected and actual sizes named. */
     make_npy(tpath("trail.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2), }", a, 12);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("trail.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT && d == NULL);
+    CHECK(npy_read_f32(tpath("trail.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_FORMAT && d == NULL);
     CHECK(strstr(err.message, "trail.npy") && strstr(err.message, "8 bytes") && strstr(err.message, "12"));
     printf("  trailing bytes: %s\n", err.message);
     {
@@ -216,19 +193,19 @@ static void test_npy(void) {
         size_t tn = tf ? fread(tb, 1, sizeof tb, tf) : 0;
         if (tf) fclose(tf);
         err_clear(&err);
-        CHECK(npy_parse_f32(tb, tn, "mem.npy", &d, &r, &c, &err) == QVL_ERR_FORMAT && d == NULL);
+        CHECK(npy_parse_f32(tb, tn, "mem.npy", NULL, &d, &r, &c, &err) == QVL_ERR_FORMAT && d == NULL);
         CHECK(strstr(err.message, "mem.npy") && strstr(err.message, "8 bytes") && strstr(err.message, "12"));
         err_clear(&err);
-        CHECK(npy_parse_f32(tb, tn - 4, "mem.npy", &d, &r, &c, &err) == QVL_OK && r == 1 && c == 2);
+        CHECK(npy_parse_f32(tb, tn - 4, "mem.npy", NULL, &d, &r, &c, &err) == QVL_OK && r == 1 && c == 2);
         free(d);
     }
-    write_bytes(tpath("short.npy"), "\x93NUM", 4);
+    tu_write_file(tpath("short.npy"), "\x93NUM", 4);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("short.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT);
+    CHECK(npy_read_f32(tpath("short.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_FORMAT);
     /* A header length past the end of the file. */
-    write_bytes(tpath("hl.npy"), "\x93NUMPY\x01\x00\xff\xff{}", 12);
+    tu_write_file(tpath("hl.npy"), "\x93NUMPY\x01\x00\xff\xff{}", 12);
     err_clear(&err);
-    CHECK(npy_read_f32(tpath("hl.npy"), &d, &r, &c, &err) == QVL_ERR_FORMAT);
+    CHECK(npy_read_f32(tpath("hl.npy"), NULL, &d, &r, &c, &err) == QVL_ERR_FORMAT);
 }
 
 static void test_files(void) {

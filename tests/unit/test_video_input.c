@@ -22,32 +22,7 @@
 
 static char g_tmp[1024];
 
-static const char *tpath(const char *name) {
-    static char buf[4][1200];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmp, name);
-    return buf[k];
-}
-
-static void *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    *n = 0;
-    if (!f) return NULL;
-    size_t cap = 1 << 16;
-    unsigned char *b = malloc(cap);
-    size_t k;
-    while (b && (k = fread(b + *n, 1, cap - *n, f)) > 0) {
-        *n += k;
-        if (*n == cap) {
-            unsigned char *nb = realloc(b, cap *= 2);
-            if (!nb) free(b);
-            b = nb;
-        }
-    }
-    fclose(f);
-    return b;
-}
+static const char *tpath(const char *name) { return tu_path(g_tmp, name); }
 
 static int write_file(const char *path, const void *d, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -81,7 +56,7 @@ static char *capture_end(capture *c) {
     }
     if (c->fd >= 0) close(c->fd);
     size_t n;
-    char *b = read_all(c->path, &n);
+    char *b = tu_read_file(c->path, &n);
     char *s = malloc(n + 1);
     if (s) {
         if (n) memcpy(s, b, n);
@@ -112,7 +87,7 @@ static void test_memory(void) {
         snprintf(rel, sizeof rel, "tests/data/video/%s", clips[i]);
         tu_source_path(rel, path, sizeof path);
         size_t n;
-        void *bytes = read_all(path, &n);
+        void *bytes = tu_read_file(path, &n);
         CHECK(bytes != NULL);
         for (int nf = 0; bytes && nf <= 6; nf += 6) {
             qvl_video_params p;
@@ -154,7 +129,7 @@ static void test_references(void) {
     char src[1024], seg[1200];
     tu_source_path("tests/data/video/video_testsrc_30.mp4", src, sizeof src);
     size_t n;
-    void *clip = read_all(src, &n);
+    void *clip = tu_read_file(src, &n);
     snprintf(seg, sizeof seg, "%s", tpath("seg.mp4"));
     CHECK(clip && write_file(seg, clip, n));
     free(clip);
@@ -226,7 +201,7 @@ static void test_references(void) {
     if (got > 0) fprintf(stderr, "  %s was opened or read (%zd bytes of inotify events)\n", seg, got);
     /* the watch works: our own read of it is seen */
     size_t k;
-    free(read_all(seg, &k));
+    free(tu_read_file(seg, &k));
     CHECK(ino < 0 || read(ino, ev, sizeof ev) > 0);
     if (ino >= 0) printf("%s: not opened or read while the playlists were refused (inotify)\n", seg);
     if (ino >= 0) close(ino);
@@ -300,7 +275,7 @@ static void test_codecs_and_items(void) {
     char mp4[1024];
     tu_source_path("tests/data/video/video_testsrc_30.mp4", mp4, sizeof mp4);
     size_t n;
-    void *bytes = read_all(mp4, &n);
+    void *bytes = tu_read_file(mp4, &n);
     qvl_item it[2];
     qvl_item_default(&it[0]);
     it[0].kind = QVL_ITEM_PATH;
@@ -337,7 +312,7 @@ static void test_log(void) {
         char path[1024];
         tu_source_path(bad[i].file, path, sizeof path);
         size_t n;
-        void *bytes = read_all(path, &n);
+        void *bytes = tu_read_file(path, &n);
         qvl_video v;
         qvl_error err, em;
         capture cap;

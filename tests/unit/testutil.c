@@ -1,6 +1,7 @@
 /* testutil.c — see testutil.h. */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/pool.h"
+#include "qvl.h"
 
 int tu_failures = 0;
 int tu_checks = 0;
@@ -84,6 +86,78 @@ int tu_rmtree(const char *dir) {
     char cmd[4200];
     if (snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir) >= (int)sizeof cmd) return 0;
     return system(cmd) == 0;
+}
+
+const char *tu_path(const char *dir, const char *name) {
+    static char buf[16][4096 + 256];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+void *tu_read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0, k;
+    unsigned char *b = malloc(cap);
+    while (b && (k = fread(b + len, 1, cap - len, f)) > 0) {
+        len += k;
+        if (len == cap) {
+            unsigned char *nb = realloc(b, cap *= 2);
+            if (!nb) free(b);
+            b = nb;
+        }
+    }
+    if (b && ferror(f)) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) *n = len;
+    return b;
+}
+
+int tu_write_file(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    int ok = fwrite(p, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+int tu_dotfiles(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    closedir(d);
+    return n;
+}
+
+int tu_synth(const char *dir, const char *preset, uint64_t seed, qvl_synth_layout layout) {
+    qvl_synth_params p;
+    qvl_synth_params_default(&p);
+    p.preset = preset;
+    p.seed = seed;
+    p.layout = layout;
+    qvl_error err;
+    qvl_status s = qvl_synth_write(&p, dir, &err);
+    CHECK(s == QVL_OK);
+    if (s != QVL_OK) fprintf(stderr, "tu_synth %s: %s\n", dir, err.message);
+    return s == QVL_OK;
+}
+
+qvl_model *tu_synth_load(const char *dir, uint64_t seed) {
+    tu_synth(dir, "tiny", seed, QVL_LAYOUT_HF);
+    qvl_model *m = NULL;
+    qvl_error err;
+    qvl_status s = qvl_model_load(dir, NULL, &m, &err);
+    CHECK(s == QVL_OK);
+    if (s != QVL_OK) fprintf(stderr, "tu_synth_load %s: %s\n", dir, err.message);
+    return m;
 }
 
 float tu_frand(uint32_t *state) {

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qvl.h"
+
 extern int tu_failures;
 extern int tu_checks;
 
@@ -31,6 +33,22 @@ struct thread_pool *tu_pool(int n);
 double tu_now(void);
 /* Remove a directory tree (rm -rf); 1 on success. */
 int tu_rmtree(const char *dir);
+/* Files in a test's temp directory:
+ *   tu_path       dir/name in one of 16 rotating static buffers (so a few may be used at once)
+ *   tu_read_file  the whole file (any kind: it reads to EOF), malloc'd (non-NULL when empty), its size in *n; NULL
+ *                 when it cannot be opened or read; free with free()
+ *   tu_write_file n bytes to path (created or truncated); 1 on success
+ *   tu_dotfiles   the entries of dir other than "." and ".." whose names start with '.' (leftover temporaries);
+ *                 -1 when dir cannot be opened */
+const char *tu_path(const char *dir, const char *name);
+void *tu_read_file(const char *path, size_t *n);
+int tu_write_file(const char *path, const void *p, size_t n);
+int tu_dotfiles(const char *dir);
+/* The synthetic checkpoint `preset` (with `seed` and `layout`, other params the defaults) written into dir by
+ * qvl_synth_write, as a CHECK; 1 on success, else the message is printed. tu_synth_load: "tiny" with `seed`
+ * (QVL_LAYOUT_HF), then qvl_model_load (both CHECKs); the model, or NULL. */
+int tu_synth(const char *dir, const char *preset, uint64_t seed, qvl_synth_layout layout);
+qvl_model *tu_synth_load(const char *dir, uint64_t seed);
 /* Deterministic generators shared by the tests: an LCG uniform in [-1, 1) over *state, and splitmix64. */
 float tu_frand(uint32_t *state);
 uint64_t tu_splitmix64(uint64_t x);
