@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # serve_bench.sh — qvl serve's throughput and latency on loopback against `qvl encode` on the same images
 # (docs/PERFORMANCE.md, "qvl serve"). Usage: bench/serve_bench.sh BUILD_DIR MODEL_DIR [SIZES] [CLIENTS] [REQUESTS]
-# SIZES default "224 448", CLIENTS "1 4 16", REQUESTS 32; SERVE_ARGS: extra qvl serve options (--timeout-ms ...).
+# SIZES default "224 448", CLIENTS "1 4 16", REQUESTS 32; SERVE_ARGS: extra qvl serve options (--timeout-ms ...);
+# HIT_FILE: an image file whose cache hits are timed too (uploading it instead of a noise BMP).
 # Starts and stops its own server on a free port.
 set -euo pipefail
 B=$(cd "$1" && pwd); M=$2; SIZES=${3:-"224 448"}; CLIENTS=${4:-"1 4 16"}; N=${5:-32}
@@ -36,6 +37,10 @@ for s in $SIZES; do
   start --cache "$T/cache"
   "$T/serve_load" --port "$P" --clients 1 --requests 1 --size "$s" --same >/dev/null
   echo -n "cache hits: "; "$T/serve_load" --port "$P" --clients 1 --requests 200 --size "$s" --same --pid "$SP"
+  if [[ -n ${HIT_FILE:-} ]]; then # the same hits with a real photograph as the upload (e.g. a 448² JPEG)
+    "$T/serve_load" --port "$P" --clients 1 --requests 1 --file "$HIT_FILE" >/dev/null
+    echo -n "cache hits, $HIT_FILE: "; "$T/serve_load" --port "$P" --clients 1 --requests 200 --file "$HIT_FILE" --pid "$SP"
+  fi
   kill -TERM $SP; wait $SP || true
   rm -rf "$T/cache"
 done

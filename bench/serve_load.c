@@ -5,7 +5,10 @@
  * and an X-Qvl-Key header; a request that fails is counted and printed.
  *   cc -O2 -pthread bench/serve_load.c -o serve_load
  *   ./serve_load --port P --clients 4 --requests 64 --size 448 [--same] [--pid SERVER_PID] [--write-dir D]
- * --write-dir D writes the images as D/img{i}.bmp and exits (for `qvl encode` on the same images). */
+ * --write-dir D writes the images as D/img{i}.bmp and exits (for `qvl encode` on the same images).
+ * --file PATH sends that file every time instead (Content-Type from its extension: .jpg/.jpeg, .png, else BMP),
+ * e.g. a photograph for cache hits with a realistic upload. Each client thread keeps one receive buffer across its
+ * requests, so the timed part is the request and the answer, not the client's own buffer growth. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -19,6 +22,12 @@
 #include <unistd.h>
 
 static int port = 8080, clients = 1, requests = 16, side = 224, same = 0;
+static const uint8_t *file_body; /* --file: sent by every request */
+static size_t file_len;
+static const char *content_type = "image/bmp";
+static uint8_t **bodies; /* the requests' images, made before the clock starts (the client should not compete with
+                            the server for the CPUs while it is timed) */
+static size_t *body_len;
 static int next_req;
 static double *lat;
 static int failures;
@@ -55,7 +64,7 @@ static uint8_t *make_bmp(int w, uint32_t seed, size_t *len) {
     return b;
 }
 
-static int one(const uint8_t *body, size_t n) {
+static int one(const uint8_t *body, size_t n, char **bufp, size_t *capp) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct timeval tv = {600, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -69,15 +78,19 @@ static int one(const uint8_t *body, size_t n) {
     }
     char h[256];
     int k = snprintf(h, sizeof h, "POST /v1/encode HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                     "Content-Type: image/bmp\r\nContent-Length: %zu\r\n\r\n", n);
+                     "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n", content_type, n);
     if (send(fd, h, (size_t)k, MSG_NOSIGNAL) != k || send(fd, body, n, MSG_NOSIGNAL) != (ssize_t)n) {
         close(fd);
         return -1;
     }
-    size_t cap = 1 << 20, len = 0;
-    char *buf = malloc(cap);
+    size_t cap = *capp, len = 0;
+    char *buf = *bufp;
     for (;;) {
-        if (len + 65536 > cap) buf = realloc(buf, cap *= 2);
+        if (len + 65536 > cap) {
+            char *nb = realloc(buf, cap = cap ? cap * 2 : 1 << 20);
+            if (!nb) break;
+            *bufp = buf = nb, *capp = cap;
+        }
         ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
         if (r <= 0) break;
         len += (size_t)r;
@@ -88,28 +101,34 @@ static int one(const uint8_t *body, size_t n) {
     char *cl = strstr(buf, "Content-Length: "), *end = strstr(buf, "\r\n\r\n");
     if (ok && cl && end) ok = (size_t)strtoull(cl + 16, NULL, 10) == len - (size_t)(end + 4 - buf);
     if (!ok) fprintf(stderr, "serve_load: bad answer: %.200s\n", buf);
-    free(buf);
     return ok ? 0 : -1;
 }
 
 static void *client(void *arg) {
     (void)arg;
+    char *buf = NULL;
+    size_t cap = 0;
     for (;;) {
         pthread_mutex_lock(&mu);
         int i = next_req < requests ? next_req++ : -1;
         pthread_mutex_unlock(&mu);
         if (i < 0) break;
-        size_t n;
-        uint8_t *img = make_bmp(side, same ? 1 : (uint32_t)i + 1000, &n);
+        const int k = same ? 0 : i;
+        uint8_t *own = NULL;
+        size_t n = file_len;
+        const uint8_t *img = file_body  ? file_body
+                             : bodies[0] ? (n = body_len[k], bodies[k])
+                                         : (own = make_bmp(side, (uint32_t)k + 1000, &n));
         double t0 = now();
-        int r = one(img, n);
+        int r = one(img, n, &buf, &cap);
         double dt = now() - t0;
-        free(img);
+        free(own);
         pthread_mutex_lock(&mu);
         lat[i] = dt;
         failures += r != 0;
         pthread_mutex_unlock(&mu);
     }
+    free(buf);
     return NULL;
 }
 
@@ -141,6 +160,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--pid")) pid = atoi(v), i++;
         else if (!strcmp(a, "--write-dir")) write_dir = v, i++;
         else if (!strcmp(a, "--same")) same = 1;
+        else if (!strcmp(a, "--file")) {
+            FILE *f = v ? fopen(v, "rb") : NULL;
+            uint8_t *b = NULL;
+            long l = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+            if (l > 0 && !fseek(f, 0, SEEK_SET) && (b = malloc((size_t)l)) && fread(b, 1, (size_t)l, f) == (size_t)l)
+                file_body = b, file_len = (size_t)l;
+            if (f) fclose(f);
+            if (!file_body) {
+                fprintf(stderr, "serve_load: cannot read --file %s\n", v ? v : "(missing)");
+                return 2;
+            }
+            const char *x = strrchr(v, '.');
+            content_type = x && (!strcmp(x, ".jpg") || !strcmp(x, ".jpeg")) ? "image/jpeg"
+                           : x && !strcmp(x, ".png")                         ? "image/png"
+                                                                             : "image/bmp";
+            same = 1, i++;
+        }
         else {
             fprintf(stderr, "serve_load: unknown argument %s\n", a);
             return 2;
@@ -164,6 +200,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     lat = calloc((size_t)requests, sizeof *lat);
+    /* made up front unless they would take over 1 GiB; then each client makes its own as it goes */
+    const double one_bmp = 54.0 + ((double)side * 3 + 3) * side;
+    const int n_bodies = file_body ? 0 : same ? 1 : one_bmp * requests <= (double)(1u << 30) ? requests : 0;
+    bodies = calloc((size_t)n_bodies + 1, sizeof *bodies);
+    body_len = calloc((size_t)n_bodies + 1, sizeof *body_len);
+    for (int i = 0; i < n_bodies; i++) bodies[i] = make_bmp(side, same ? 1 : (uint32_t)i + 1000, &body_len[i]);
     long rss0 = pid ? rss_kib(pid) : -1;
     pthread_t th[256];
     double t0 = now();
@@ -172,9 +214,12 @@ int main(int argc, char **argv) {
     double wall = now() - t0;
     long rss1 = pid ? rss_kib(pid) : -1;
     qsort(lat, (size_t)requests, sizeof *lat, cmp);
-    printf("size %d clients %d requests %d: %.2f img/s, p50 %.1f ms, p99 %.1f ms, failures %d, rss %ld -> %ld KiB\n",
-           side, clients, requests, requests / wall, lat[requests / 2] * 1e3,
+    if (file_body) printf("file %s (%zu bytes) ", content_type, file_len);
+    else printf("size %d ", side);
+    printf("clients %d requests %d: %.2f img/s, p50 %.1f ms, p99 %.1f ms, failures %d, rss %ld -> %ld KiB\n",
+           clients, requests, requests / wall, lat[requests / 2] * 1e3,
            lat[(size_t)((requests - 1) * 0.99)] * 1e3, failures, rss0, rss1);
-    free(lat);
+    for (int i = 0; i < n_bodies; i++) free(bodies[i]);
+    free(bodies), free(body_len), free(lat);
     return failures ? 1 : 0;
 }
