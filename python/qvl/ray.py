@@ -196,7 +196,11 @@ class EncoderActor:
         name = f"part-{uuid.uuid4().hex}.parquet"
         tmp = os.path.join(self.stage, f".{name}.tmp")
         os.makedirs(self.stage, exist_ok=True)
-        pq.write_table(t, tmp)
+        # No dictionary and no min/max statistics for the embeddings column: each value is a whole item's matrix
+        # (megabytes), never repeated, and hashing and comparing them took 2/3 of a batch's write (209 against
+        # 61 ms for 8 items of 196 x 8192 float32, pyarrow 26); the small columns keep both.
+        small = [c for c in t.column_names if c != "embeds"]
+        pq.write_table(t, tmp, use_dictionary=small, write_statistics=small)
         os.replace(tmp, os.path.join(self.stage, name))
         return t.select(["path", "error"])
 
