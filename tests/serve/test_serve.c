@@ -989,6 +989,32 @@ int main(void) {
         if (p3 > 0) CHECK(stop_server(p3) == 0);
     }
 
+    /* --precision bf16: /info and the answer's metadata say so, and the cache key differs from f32's (the key
+     * holds the precision). The portable bf16 kernels run where the CPU has no AVX512-BF16. */
+    {
+        char *exb[] = {"--precision", "bf16"};
+        pid_t pb = start_server(tmp, model, exb, 2);
+        CHECK(pb > 0 && http("GET", "/info", auth, NULL, 0, &r) == 0 && r.status == 200 && r.body &&
+              strstr((const char *)r.body, "\"precision\":\"bf16\""));
+        resp_free(&r);
+        size_t n;
+        uint8_t *b = read_file(paths[0], &n);
+        char key[80] = "";
+        CHECK(pb > 0 && post("/v1/encode", types[0], b, n, &r) == 0 && r.status == 200 &&
+              header(&r, "X-Qvl-Key", key, sizeof key) && ri[0].key && strcmp(key, ri[0].key) != 0);
+        st_file *f = NULL;
+        if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+            const char *pm = st_meta(f, "precision");
+            CHECK(pm && !strcmp(pm, "bf16"));
+            st_close(f);
+        } else {
+            CHECK(!"bf16 response parses as safetensors");
+        }
+        resp_free(&r);
+        free(b);
+        if (pb > 0) CHECK(stop_server(pb) == 0);
+    }
+
     /* Idle wait: one worker, a batch budget that fits all, and up to 5 s of waiting while items are still being
      * preprocessed: three small images of one request make one batch of three. */
     {

@@ -851,6 +851,7 @@ int srv_load(srv_state *s, char *msg, size_t cap) {
     qvl_load_params lp;
     qvl_load_params_default(&lp);
     lp.isa = cfg->isa;
+    lp.precision = cfg->precision;
     qvl_ctx_params cp;
     qvl_ctx_params_default(&cp);
     cp.n_threads = cfg->threads;
@@ -987,6 +988,8 @@ const srv_limits *srv_limits_of(srv_state *s) { return &s->cfg.lim; }
 int srv_n_deepstack(srv_state *s) { return s->info.n_deepstack; }
 int srv_out_hidden(srv_state *s) { return s->info.out_hidden; }
 
+const char *srv_precision(srv_state *s) { return qvl_precision_name(s->info.precision); }
+
 char *srv_info_json(srv_state *s) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
@@ -1005,7 +1008,7 @@ char *srv_info_json(srv_state *s) {
     cJSON_AddNumberToObject(o, "row_len", m->row_len);
     cJSON_AddStringToObject(o, "weight_dtype", qvl_dtype_name(m->weight_dtype));
     cJSON_AddStringToObject(o, "kernels", qvl_isa_name(m->isa));
-    cJSON_AddStringToObject(o, "precision", "f32");
+    cJSON_AddStringToObject(o, "precision", srv_precision(s));
     cJSON_AddNumberToObject(o, "threads", qvl_ctx_threads(s->ctx));
     cJSON_AddNumberToObject(o, "workers", s->n_workers);
     cJSON *pp = cJSON_Parse(srv_prep_json(s));

@@ -27,6 +27,7 @@ typedef struct srv_config {
     int threads;               /* encoder ctx threads (0: all) */
     int workers;               /* decode/preprocess threads */
     qvl_isa isa;
+    qvl_precision precision;   /* f32 (0, the default), bf16 or auto (qvl_load_params.precision) */
     srv_limits lim;
     qvl_limits qlim;           /* the library's limits: the ctx's ceiling and every plan's (srv_load) */
 } srv_config;
@@ -82,6 +83,8 @@ const char *srv_prep_json(srv_state *s);
 const char *srv_fingerprint(srv_state *s);
 const srv_limits *srv_limits_of(srv_state *s);
 int srv_n_deepstack(srv_state *s);
+/* The arithmetic the loaded model runs ("f32" or "bf16": --precision auto resolved), for /info and answers. */
+const char *srv_precision(srv_state *s);
 int srv_out_hidden(srv_state *s);
 
 /* Monotonic seconds. */

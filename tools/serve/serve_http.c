@@ -264,7 +264,7 @@ static int build_safetensors(server *sv, const srv_request_items *req, const srv
     snprintf(ver, sizeof ver, "%s", qvl_version());
     snprintf(nds, sizeof nds, "%d", req->opts.deepstack ? srv_n_deepstack(sv->st) : 0);
     const char *fixed[] = {"producer", "qvl serve", "qvl_version", ver, "fingerprint", srv_fingerprint(sv->st),
-                           "preprocessing", srv_prep_json(sv->st), "precision", "f32",
+                           "preprocessing", srv_prep_json(sv->st), "precision", srv_precision(sv->st),
                            "dtype", srv_dtype_opt(req->opts.dtype),
                            "layout", req->opts.layout == QVL_OUTPUT_SPLIT ? "split" : "concat",
                            "n_deepstack", nds};
@@ -727,7 +727,10 @@ static const char serve_help[] =
     "  --threads N              encoder threads (default: every CPU)\n"
     "  --workers N              decode/preprocess threads (default 2)\n"
     "  --isa auto|avx2|avx512   kernel set\n"
-    "  --max-connections N      open connections (default 1024; more are refused); --connections N is the same\n"
+    "  --precision P            f32 (default), bf16 (bf16 GEMM and attention operands, f32 accumulation) or auto\n"
+    "                           (bf16 where the CPU has bf16 kernels); in /info, every answer and the cache keys\n"
+    "  --max-connections N      open connections (default 1024; more wait in the listen backlog); --connections N\n"
+    "                           is the same\n"
     "  --http-threads N         threads polling the connections (epoll; default 4); encodes wait on none of them\n"
     "  --limit NAME=N           set one of the library's resource limits (repeatable; docs/SECURITY.md):\n"
     "                           max_image_pixels, max_canvas_pixels, max_input_bytes, max_png_chunk_bytes,\n"
@@ -745,7 +748,7 @@ static volatile sig_atomic_t got_signal;
 
 int cmd_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_CACHE, O_CACHE_SIZE, O_VLLM_LINKS, O_API_KEY, O_ALLOWED, O_THREADS,
-           O_WORKERS, O_ISA, O_CONN, O_MAX_BODY, O_MAX_ITEMS, O_MAX_PIXELS, O_MAX_ITEM_PATCHES, O_MAX_BATCH_PATCHES,
+           O_WORKERS, O_ISA, O_PRECISION, O_CONN, O_MAX_BODY, O_MAX_ITEMS, O_MAX_PIXELS, O_MAX_ITEM_PATCHES, O_MAX_BATCH_PATCHES,
            O_MAX_BATCH_ITEMS, O_MAX_QUEUE_PATCHES, O_MAX_QUEUE_ITEMS, O_MAX_WAIT, O_TIMEOUT, O_DRAIN, O_LIMIT,
            O_HTTP_THREADS, O_HELP };
     static const struct option opts[] = {
@@ -755,6 +758,7 @@ int cmd_serve(int argc, char **argv) {
         {"vllm-links", no_argument, NULL, O_VLLM_LINKS}, {"api-key", required_argument, NULL, O_API_KEY},
         {"allowed-media-path", required_argument, NULL, O_ALLOWED}, {"threads", required_argument, NULL, O_THREADS},
         {"workers", required_argument, NULL, O_WORKERS}, {"isa", required_argument, NULL, O_ISA},
+        {"precision", required_argument, NULL, O_PRECISION},
         {"connections", required_argument, NULL, O_CONN}, {"max-connections", required_argument, NULL, O_CONN},
         {"http-threads", required_argument, NULL, O_HTTP_THREADS}, {"max-body", required_argument, NULL, O_MAX_BODY},
         {"max-items", required_argument, NULL, O_MAX_ITEMS}, {"max-pixels", required_argument, NULL, O_MAX_PIXELS},
@@ -802,6 +806,10 @@ int cmd_serve(int argc, char **argv) {
             cfg.workers = (int)v;
             break;
         case O_ISA: if (cli_parse_isa(optarg, &cfg.isa)) return cli_usage("--isa: auto, avx2 or avx512"); break;
+        case O_PRECISION:
+            if (cli_parse_precision(optarg, &cfg.precision))
+                return cli_usage("--precision: '%s' is not f32, bf16 or auto", optarg);
+            break;
         case O_CONN:
             if (cli_parse_long(optarg, 1, 100000, &conns)) return cli_usage("--max-connections: 1..100000");
             break;
