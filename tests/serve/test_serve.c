@@ -79,11 +79,11 @@ static const char *header(const resp *r, const char *name, char *buf, size_t cap
     return NULL;
 }
 
-static int http(const char *method, const char *path, const char *extra, const void *body, size_t blen, resp *r) {
-    memset(r, 0, sizeof *r);
+/* A loopback connection to the server under test, with send and receive timeouts of timeout_s; -1 on failure. */
+static int connect_to_server(int timeout_s) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
-    struct timeval tv = {120, 0};
+    struct timeval tv = {timeout_s, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     struct sockaddr_in a;
@@ -95,6 +95,13 @@ static int http(const char *method, const char *path, const char *extra, const v
         close(fd);
         return -1;
     }
+    return fd;
+}
+
+static int http(const char *method, const char *path, const char *extra, const void *body, size_t blen, resp *r) {
+    memset(r, 0, sizeof *r);
+    int fd = connect_to_server(120);
+    if (fd < 0) return -1;
     char hdr[2048];
     int k = snprintf(hdr, sizeof hdr, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s", method, path,
                      extra ? extra : "", body || !strcmp(method, "POST") ? "" : "\r\n");
@@ -146,19 +153,6 @@ static int post(const char *path, const char *type, const void *body, size_t n, 
     char extra[256];
     snprintf(extra, sizeof extra, "%sContent-Type: %s\r\n", auth, type);
     return http("POST", path, extra, body, n, r);
-}
-
-static uint8_t *read_file(const char *path, size_t *n) {
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    return b;
 }
 
 /* The error type of a JSON error body. */
@@ -438,23 +432,7 @@ static uint8_t *make_bmp(int w, int h, unsigned seed, size_t *len) {
     return b;
 }
 
-static int sock_connect(void) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {60, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)g_port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
+static int sock_connect(void) { return connect_to_server(60); }
 
 /* A whole POST (Connection: close) on fd; 0 or -1. */
 static int sock_post(int fd, const char *path, const char *type, const void *body, size_t n) {
@@ -604,7 +582,7 @@ int main(void) {
     const char *types[] = {"image/png", "image/jpeg", "image/jpeg", "video/mp4"};
     for (int i = 0; i < n_files; i++) {
         size_t n;
-        uint8_t *b = read_file(paths[i], &n);
+        uint8_t *b = tu_read_file(paths[i], &n);
         CHECK(post("/v1/encode", types[i], b, n, &r) == 0 && r.status == 200 && r.complete);
         st_file *f = NULL;
         if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
@@ -663,7 +641,7 @@ int main(void) {
 
     /* A base64 data URL, and a second request for the same image: a cache hit with the same bytes. */
     size_t n0 = 0;
-    uint8_t *img0 = read_file(paths[1], &n0);
+    uint8_t *img0 = tu_read_file(paths[1], &n0);
     {
         char *b64 = malloc(BASE64_ENCODE_RAW_LENGTH(n0) + 1);
         base64_encode_raw(b64, n0, img0);
@@ -741,7 +719,7 @@ int main(void) {
             char ep[900];
             snprintf(ep, sizeof ep, "%s/cache/objects/%.2s/%s.safetensors", tmp, u->valuestring, u->valuestring);
             size_t en;
-            uint8_t *eb = read_file(ep, &en);
+            uint8_t *eb = tu_read_file(ep, &en);
             CHECK(eb && en > 200);
             if (eb) {
                 eb[en - 100] ^= 0x10;
@@ -798,7 +776,7 @@ int main(void) {
         char huge[600];
         tu_source_path("tests/data/bad/huge.png", huge, sizeof huge);
         size_t hn = 0;
-        uint8_t *hb = read_file(huge, &hn); /* a header claiming more pixels than the decode limit */
+        uint8_t *hb = tu_read_file(huge, &hn); /* a header claiming more pixels than the decode limit */
         CHECK(hb && post("/v1/encode", "image/png", hb, hn, &r) == 0 && err_is(&r, 413, "too_large"));
         resp_free(&r);
         free(hb);
@@ -829,7 +807,7 @@ int main(void) {
     {
         /* 503: a deadline that passes before the encode finishes (the largest image, 1 ms); Retry-After set */
         size_t n;
-        uint8_t *b = read_file(paths[2], &n);
+        uint8_t *b = tu_read_file(paths[2], &n);
         CHECK(post("/v1/encode?timeout_ms=1&dtype=f16", "image/jpeg", b, n, &r) == 0 && err_is(&r, 503, "unavailable"));
         CHECK(header(&r, "Retry-After", hv, sizeof hv) != NULL);
         resp_free(&r);
@@ -850,7 +828,7 @@ int main(void) {
     for (int i = 0; i < N_LOAD_IMAGES; i++) {
         char p[600];
         tu_source_path(load_files[i], p, sizeof p);
-        load_img[i] = read_file(p, &load_len[i]);
+        load_img[i] = tu_read_file(p, &load_len[i]);
         /* its key, from a first request */
         CHECK(post("/v1/encode", "image/png", load_img[i], load_len[i], &r) == 0 && r.status == 200 &&
               header(&r, "X-Qvl-Key", load_key[i], sizeof load_key[i]));
@@ -927,7 +905,7 @@ int main(void) {
         snprintf(cmd, sizeof cmd, "'%s' cache stat '%s/cache' > '%s'", bin, tmp, out3);
         CHECK(system(cmd) == 0);
         size_t n;
-        char *o = (char *)read_file(out3, &n);
+        char *o = (char *)tu_read_file(out3, &n);
         long entries = -1;
         CHECK(o && sscanf(o, "entries %ld", &entries) == 1 && entries >= n_files);
         free(o);
@@ -943,7 +921,7 @@ int main(void) {
         snprintf(cmd, sizeof cmd, "'%s' cache gc '%s/cache' --size 1 > '%s' && '%s' cache stat '%s/cache' > '%s'", bin,
                  tmp, out3, bin, tmp, out3);
         CHECK(system(cmd) == 0);
-        o = (char *)read_file(out3, &n);
+        o = (char *)tu_read_file(out3, &n);
         CHECK(o && sscanf(o, "entries %ld", &entries) == 1 && entries == 0);
         free(o);
     }
@@ -998,7 +976,7 @@ int main(void) {
               strstr((const char *)r.body, "\"precision\":\"bf16\""));
         resp_free(&r);
         size_t n;
-        uint8_t *b = read_file(paths[0], &n);
+        uint8_t *b = tu_read_file(paths[0], &n);
         char key[80] = "";
         CHECK(pb > 0 && post("/v1/encode", types[0], b, n, &r) == 0 && r.status == 200 &&
               header(&r, "X-Qvl-Key", key, sizeof key) && ri[0].key && strcmp(key, ri[0].key) != 0);
@@ -1052,7 +1030,7 @@ int main(void) {
         pid_t p2 = start_server(tmp, model, ex2, 4);
         CHECK(p2 > 0);
         size_t n;
-        uint8_t *b = read_file(paths[2], &n);
+        uint8_t *b = tu_read_file(paths[2], &n);
         int full = 0, other = 0;
         for (int round = 0; p2 > 0 && round < 5 && !full; round++) {
             pthread_t bt[8];
@@ -1092,7 +1070,7 @@ int main(void) {
         pid_t p5 = start_server(tmp, model, ex5, 4);
         CHECK(p5 > 0);
         size_t n;
-        uint8_t *b = read_file(paths[0], &n); /* chelsea.png: 451x300 */
+        uint8_t *b = tu_read_file(paths[0], &n); /* chelsea.png: 451x300 */
         CHECK(p5 > 0 && post("/v1/encode", "image/png", b, n, &r) == 0 && err_is(&r, 413, "too_large") &&
               body_names(&r, "max_image_pixels"));
         resp_free(&r);
@@ -1109,7 +1087,7 @@ int main(void) {
         free(b64);
         free(b);
         if (QVL_WITH_VIDEO) {
-            b = read_file(paths[3], &n);
+            b = tu_read_file(paths[3], &n);
             CHECK(p5 > 0 && post("/v1/encode", "video/mp4", b, n, &r) == 0 && err_is(&r, 413, "too_large") &&
                   body_names(&r, "max_video_frames"));
             resp_free(&r);
@@ -1128,7 +1106,7 @@ int main(void) {
         /* a small image is under the limit: still 200 */
         char small[600];
         tu_source_path("tests/data/images/bmp_24.bmp", small, sizeof small);
-        b = read_file(small, &n);
+        b = tu_read_file(small, &n);
         CHECK(p5 > 0 && post("/v1/encode", "image/bmp", b, n, &r) == 0 && r.status == 200);
         resp_free(&r);
         free(b);

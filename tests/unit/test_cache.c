@@ -70,22 +70,6 @@ static size_t count_dir(const char *dir) {
     return n;
 }
 
-static uint8_t *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 static void write_file(const char *path, const uint8_t *b, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return;
@@ -119,7 +103,7 @@ static void old_entries(const char *tmp) {
     for (int k = 0; k < 2; k++) {
         snprintf(p, sizeof p, "tests/fixtures/cache/%s.safetensors", keys[k]);
         size_t n;
-        uint8_t *old = slurp(tu_source_path(p, src, sizeof src), &n);
+        uint8_t *old = tu_read_file(tu_source_path(p, src, sizeof src), &n);
         CHECK(old != NULL);
         if (!old) continue;
         snprintf(p, sizeof p, "%s/objects/%.2s", root, keys[k]);
@@ -140,7 +124,7 @@ static void old_entries(const char *tmp) {
                             &err) == QVL_OK);
         snprintf(p, sizeof p, "%s/objects/%.2s/%s.safetensors", root2, keys[k], keys[k]);
         size_t n2;
-        uint8_t *now = slurp(p, &n2);
+        uint8_t *now = tu_read_file(p, &n2);
         CHECK(now != NULL && n2 >= 8);
         if (now && n2 >= 8) {
             uint64_t ho = 0, hn = 0;

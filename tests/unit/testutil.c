@@ -102,9 +102,9 @@ void *tu_read_file(const char *path, size_t *n) {
     if (!f) return NULL;
     size_t cap = 1 << 16, len = 0, k;
     unsigned char *b = malloc(cap);
-    while (b && (k = fread(b + len, 1, cap - len, f)) > 0) {
+    while (b && (k = fread(b + len, 1, cap - 1 - len, f)) > 0) { /* one byte kept for the NUL */
         len += k;
-        if (len == cap) {
+        if (len == cap - 1) {
             unsigned char *nb = realloc(b, cap *= 2);
             if (!nb) free(b);
             b = nb;
@@ -115,7 +115,7 @@ void *tu_read_file(const char *path, size_t *n) {
         b = NULL;
     }
     fclose(f);
-    if (b) *n = len;
+    if (b) b[len] = 0, *n = len;
     return b;
 }
 

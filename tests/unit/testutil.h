@@ -35,8 +35,9 @@ double tu_now(void);
 int tu_rmtree(const char *dir);
 /* Files in a test's temp directory:
  *   tu_path       dir/name in one of 16 rotating static buffers (so a few may be used at once)
- *   tu_read_file  the whole file (any kind: it reads to EOF), malloc'd (non-NULL when empty), its size in *n; NULL
- *                 when it cannot be opened or read; free with free()
+ *   tu_read_file  the whole file (any kind: it reads to EOF), malloc'd (non-NULL when empty) and followed by a NUL
+ *                 byte (not counted: text can be parsed as a string), its size in *n; NULL when it cannot be opened
+ *                 or read; free with free()
  *   tu_write_file n bytes to path (created or truncated); 1 on success
  *   tu_dotfiles   the entries of dir other than "." and ".." whose names start with '.' (leftover temporaries);
  *                 -1 when dir cannot be opened */
