@@ -199,12 +199,16 @@ typedef struct qvl_model_info {
     char bf16_backend[24];            /* the bf16 backend this CPU would run (precision bf16 or auto), "" if none */
 } qvl_model_info;
 
-/* CPU kernel sets. AUTO: the widest this CPU runs (AVX-512, else AVX2+FMA, else portable C). AVX2 and AVX512 force
- * that set (benchmarks, tests, or a machine where the narrower one runs faster); they give the same GEMM bits,
- * and the whole tower agrees between them to float32 rounding (attention sums in a different order). */
-typedef enum qvl_isa { QVL_ISA_AUTO = 0, QVL_ISA_AVX2 = 2, QVL_ISA_AVX512 = 3 } qvl_isa;
+/* CPU kernel sets. AUTO: the widest this CPU runs (AVX-512, else AVX2+FMA, else portable C; for bf16 precision AMX
+ * tiles, else AVX512-BF16). AVX2 and AVX512 force that set (benchmarks, tests, or a machine where the narrower one
+ * runs faster); they give the same GEMM bits, and the whole tower agrees between them to float32 rounding
+ * (attention sums in a different order). With bf16 precision AVX512 forces the AVX512-BF16 kernels even where AMX
+ * exists. AMX forces the AMX-BF16 tile kernels (bf16 or auto precision only; f32 is refused, as is a CPU or OS
+ * without usable AMX, with the reason). */
+typedef enum qvl_isa { QVL_ISA_AUTO = 0, QVL_ISA_AVX2 = 2, QVL_ISA_AVX512 = 3, QVL_ISA_AMX = 4 } qvl_isa;
 
-/* The name of a kernel set: "auto", "portable", "avx2", "avx512" (portable is what AUTO picks without AVX2). */
+/* The name of a kernel set: "auto", "portable", "avx2", "avx512", "amx" (portable is what AUTO picks without
+ * AVX2). */
 QVL_API const char *qvl_isa_name(int isa);
 
 /* Arithmetic of the tower's GEMMs and attention. F32: today's path (float32 throughout), bit-identical to earlier

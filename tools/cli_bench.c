@@ -14,7 +14,7 @@
 
 static const char bench_help[] =
     "Usage: qvl bench --model DIR [--sizes 224,448,896,1344] [--video FRAMESxSIDE] [--batch NxSIDE] [--threads N]\n"
-    "                 [--repeat N] [--isa auto|avx2|avx512] [--precision f32|bf16|auto]\n"
+    "                 [--repeat N] [--isa auto|avx2|avx512|amx] [--precision f32|bf16|auto]\n"
     "\n"
     "Time qvl_encode on synthetic pixel rows (deterministic) at each square image size, a video and a batch of\n"
     "images in one call. Reports the median of --repeat runs after one warm-up, the per-phase breakdown, achieved\n"
@@ -27,7 +27,7 @@ static const char bench_help[] =
     "      --batch N x S    N images of S x S pixels in one call (default 8x224; 0x0 to skip)\n"
     "  -t, --threads N      worker threads (default 0: all cores)\n"
     "  -r, --repeat N       timed runs per case (default 3)\n"
-    "      --isa SET        kernel set: auto (default: the widest this CPU runs), avx2, avx512; the peak is\n"
+    "      --isa SET        kernel set: auto (default: the widest this CPU runs), avx2, avx512, amx; the peak is\n"
     "                       measured with the vector width of the set in use\n"
     "      --precision P    f32 (default), bf16 or auto (bf16 where the CPU has bf16 kernels); %peak stays\n"
     "                       relative to the f32 FMA peak\n"
@@ -144,7 +144,7 @@ int cmd_bench(int argc, char **argv) {
         case 't': if (cli_parse_long(optarg, 0, QVL_MAX_THREADS, &threads)) return cli_usage("--threads: '%s' is not in 0..%d", optarg, QVL_MAX_THREADS); break;
         case 'r': if (cli_parse_long(optarg, 1, 1000, &repeat)) return cli_usage("--repeat: '%s' is not in 1..1000", optarg); break;
         case 'i':
-            if (cli_parse_isa(optarg, &lp.isa)) return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
+            if (cli_parse_isa(optarg, &lp.isa)) return cli_usage("--isa: '%s' is not auto, avx2, avx512 or amx", optarg);
             break;
         case 'P':
             if (cli_parse_precision(optarg, &lp.precision))

@@ -60,7 +60,8 @@ static const char encode_help[] =
     "  -o, --output OUT       output file (.npy or .safetensors)\n"
     "      --stages           also write every stage tap (safetensors output only)\n"
     "  -t, --threads N        worker threads (default 0: all cores)\n"
-    "      --isa SET          CPU kernels: auto (default: the widest this CPU runs), avx2 or avx512\n"
+    "      --isa SET          CPU kernels: auto (default: the widest this CPU runs), avx2, avx512\n"
+    "                         or amx (bf16 on AMX tiles; with --precision bf16, avx512 forces AVX512-BF16)\n"
     "      --precision P      f32 (default), bf16 (GEMM and attention operands in bf16, f32 accumulation; needs\n"
     "                         AVX512-BF16 to be fast) or auto (bf16 where the CPU has bf16 kernels)\n"
     "      --pos-mode MODE    position-embedding interpolation: closed (default) or linspace\n"
@@ -278,7 +279,7 @@ int cmd_encode(int argc, char **argv) {
             else return cli_usage("--alpha: '%s' is not white or drop", optarg);
             break;
         case OPT_ISA:
-            if (cli_parse_isa(optarg, &mo.load.isa)) return cli_usage("--isa: '%s' is not auto, avx2 or avx512", optarg);
+            if (cli_parse_isa(optarg, &mo.load.isa)) return cli_usage("--isa: '%s' is not auto, avx2, avx512 or amx", optarg);
             break;
         case OPT_CACHE:
             mo.cache_dir = optarg;

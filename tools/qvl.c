@@ -58,6 +58,7 @@ int cli_parse_isa(const char *s, qvl_isa *out) {
     if (strcmp(s, "auto") == 0) *out = QVL_ISA_AUTO;
     else if (strcmp(s, "avx2") == 0) *out = QVL_ISA_AVX2;
     else if (strcmp(s, "avx512") == 0) *out = QVL_ISA_AVX512;
+    else if (strcmp(s, "amx") == 0) *out = QVL_ISA_AMX;
     else return -1;
     return 0;
 }

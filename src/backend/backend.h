@@ -9,9 +9,9 @@
  *   - layernorm: row-wise, statistics in double (see the cpu implementation).
  * Every operation threads over the pool it is given and its result does not depend on the thread count.
  *
- * The backends are entries of one table (backend_cpu.c): f32 portable, f32 AVX2, f32 AVX-512, and bf16 on
- * AVX512-BF16 (VDPBF16PS) and its portable reference. An AMX bf16 set, a NEON or a CUDA backend is a new entry and
- * touches no caller. Private to the library. */
+ * The backends are entries of one table (backend_cpu.c): f32 portable, f32 AVX2, f32 AVX-512, bf16 on AMX tiles,
+ * bf16 on AVX512-BF16 (VDPBF16PS) and its portable reference, and (tests only) the AMX set over a C model of the
+ * tile instructions. A NEON or a CUDA backend is a new entry and touches no caller. Private to the library. */
 #ifndef QVL_BACKEND_BACKEND_H
 #define QVL_BACKEND_BACKEND_H
 
@@ -34,6 +34,7 @@ typedef struct be_weight {
     qvl_dtype dtype; /* panel element type: QVL_DTYPE_F32 or QVL_DTYPE_BF16 */
     unsigned order;  /* element order of bf16 panels (cpu/gemm.h, gemm_bf16_order) */
     be_arith arith;
+    int kp_panel;    /* bf16 panels: pair steps stored per 16-column panel ((K + 1) / 2, or padded to whole tiles) */
     const void *data;
 } be_weight;
 
@@ -68,15 +69,22 @@ struct backend {
     void (*layernorm)(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
                       const float *b, float eps, thread_pool *pool);
     int kernel; /* the backend's own kernel-set index (private to its implementation) */
+    int set;    /* its bf16 kernel set (private to its implementation) */
+    int test_only; /* a model of other hardware (the emulated AMX set): tests only, never selected */
 };
 
 /* The backend for a kernel-set request and a precision into *out (AUTO resolved for this CPU: AVX-512, else
- * AVX2, else portable; auto precision: bf16 where AVX512-BF16 exists, else f32; bf16 without AVX512-BF16: the
- * portable bf16 set, correct but slow). QVL_ERR_UNSUPPORTED when this CPU lacks what was asked,
- * QVL_ERR_INVALID_ARG for unknown values. */
+ * AVX2, else portable; auto precision: bf16 where AMX or AVX512-BF16 exists, else f32; bf16 on AMX where the
+ * AMX set is usable (cpu_amx_usable() and its start-up check), else AVX512-BF16, else the portable bf16 set,
+ * correct but slow). QVL_ISA_AMX: bf16 on AMX (precision f32 is refused: AMX has no f32 arithmetic);
+ * QVL_ISA_AVX512 with bf16: the AVX512-BF16 set even where AMX exists. QVL_ERR_UNSUPPORTED when this CPU lacks
+ * what was asked, QVL_ERR_INVALID_ARG for unknown values. */
 qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **out, qvl_error *err);
 /* The bf16 backend auto or bf16 would choose on this CPU, or NULL (none: bf16 precision is refused). */
 const backend *backend_bf16_available(void);
+/* The AMX set's state on this CPU for `qvl info`: cpu_amx_describe's phrase, or why its start-up check (one small
+ * GEMM against the definition, run once per process) failed. Sets *usable. */
+const char *backend_amx_status(int *usable);
 /* Every backend of the table (tests): *n entries; some may not run on this CPU (backend_runs). */
 const backend *const *backend_table(size_t *n);
 int backend_runs(const backend *be);

@@ -6,6 +6,10 @@
 #if QVL_WITH_X86
 #include <cpuid.h>
 #endif
+#if QVL_WITH_X86 && defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static int detect(void) {
 #if QVL_WITH_X86 && defined(__GNUC__)
@@ -52,4 +56,44 @@ int cpu_has_avx512bf16(void) {
         atomic_store_explicit(&has, h, memory_order_relaxed);
     }
     return h == 2;
+}
+
+static cpu_amx detect_amx(void) {
+#if QVL_WITH_X86 && defined(__GNUC__) && defined(__x86_64__)
+    /* CPUID leaf 7 sub-leaf 0 EDX: bit 22 AMX-BF16, bit 24 AMX-TILE; leaf 1 ECX bit 27: OSXSAVE (XGETBV). */
+    unsigned a, b, c, d;
+    if (!cpu_has_avx512bf16() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return CPU_AMX_ABSENT;
+    if (!(d & (1u << 22)) || !(d & (1u << 24))) return CPU_AMX_ABSENT;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return CPU_AMX_NO_OS;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & (3u << 17)) != (3u << 17)) return CPU_AMX_NO_OS;
+#if defined(__linux__)
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): without it the first tile instruction is SIGILL. */
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return CPU_AMX_REFUSED;
+#endif
+    return CPU_AMX_USABLE;
+#else
+    return CPU_AMX_ABSENT;
+#endif
+}
+
+cpu_amx cpu_amx_state(void) {
+    static _Atomic int state; /* 0: not asked yet; the request is idempotent, so a race only asks twice */
+    int s = atomic_load_explicit(&state, memory_order_acquire);
+    if (s == 0) {
+        s = (int)detect_amx();
+        atomic_store_explicit(&state, s, memory_order_release);
+    }
+    return (cpu_amx)s;
+}
+
+const char *cpu_amx_describe(cpu_amx s) {
+    switch (s) {
+    case CPU_AMX_USABLE: return "usable (tile data permission granted)";
+    case CPU_AMX_NO_OS: return "present, but the OS does not enable the tile state (XCR0)";
+    case CPU_AMX_REFUSED: return "present, but Linux refused the tile data permission (arch_prctl; kernel < 5.16?)";
+    default: return "absent";
+    }
 }

@@ -4,6 +4,9 @@
  * outputs are those of gemm_run_isa / attn_run_isa with that set. bf16 entries (gemm_bf16.c, attention_bf16.c)
  * run the block and merger GEMMs and attention in bf16 arithmetic and the f32 linears (the patch embedding) on
  * the f32 kernels of the same CPU. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -43,18 +46,17 @@ static void f32_attention(const backend *be, const be_attn *a, void *ws, thread_
     attn_run_isa(&at, ws, pool, (attn_isa)be->kernel);
 }
 
-/* bf16 entries: bf16-arithmetic weights through the bf16 GEMM, f32 ones through the f32 kernels. */
+/* bf16 entries: bf16-arithmetic weights through the bf16 GEMM of the entry's set, f32 ones through the f32
+ * kernels. Every bf16 entry packs the tile-padded panels (gemm_amx_pack), which every set reads. */
 static size_t bf16_pack_size(int N, int K, qvl_dtype dtype, be_arith ar) {
-    return ar == BE_ARITH_BF16 ? gemm_bf16_pack_size(N, K) : f32_pack_size(N, K, dtype, ar);
+    return ar == BE_ARITH_BF16 ? gemm_amx_pack_size(N, K) : f32_pack_size(N, K, dtype, ar);
 }
 
 static int bf16_pack(const backend *be, be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N,
                      int K, be_arith ar, thread_pool *pool) {
-    if (ar == BE_ARITH_BF16) return gemm_bf16_pack(out, buf, B, dtype, ldb, N, K, pool);
+    if (ar == BE_ARITH_BF16) return gemm_amx_pack(out, buf, B, dtype, ldb, N, K, pool);
     return f32_pack(be, out, buf, B, dtype, ldb, N, K, ar, pool);
 }
-
-static int bf16_set(const backend *be) { return be->kernel == GEMM_ISA_AVX512 ? BF16_SET_AVX512BF16 : BF16_SET_PORTABLE; }
 
 static void bf16_linear(const backend *be, const be_weight *w, const float *A, size_t lda, int M, const float *bias,
                         float *C, size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool) {
@@ -62,12 +64,20 @@ static void bf16_linear(const backend *be, const be_weight *w, const float *A, s
         f32_linear(be, w, A, lda, M, bias, C, ldc, accumulate, act, ws, pool);
         return;
     }
-    gemm_bf16_run(bf16_set(be), w, A, lda, M, bias, C, ldc, accumulate, act, ws, pool);
+    switch (be->set) {
+#if QVL_WITH_X86
+    case BF16_SET_AMX: gemm_amx_run(w, A, lda, M, bias, C, ldc, accumulate, act, ws, pool); return;
+#endif
+    case BF16_SET_AMX_EMULATED: gemm_amx_run_emulated(w, A, lda, M, bias, C, ldc, accumulate, act, ws, pool); return;
+    default: gemm_bf16_run(be->set, w, A, lda, M, bias, C, ldc, accumulate, act, ws, pool); return;
+    }
 }
 
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
 static size_t bf16_linear_ws(int n_threads) {
-    const size_t a = gemm_workspace_size(n_threads), b = gemm_bf16_workspace_size(n_threads);
-    return a > b ? a : b;
+    return max3(gemm_workspace_size(n_threads), gemm_bf16_workspace_size(n_threads),
+                gemm_amx_workspace_size_emulated(n_threads)); /* both AMX builds have the same layout */
 }
 
 static size_t bf16_attention_ws(int head_dim, int n_threads) { return attn_bf16_workspace_size(head_dim, n_threads); }
@@ -76,7 +86,9 @@ static void bf16_attention(const backend *be, const be_attn *a, void *ws, thread
     attn_args at = {.q = a->q, .k = a->k, .v = a->v, .ldq = a->ldq, .ldk = a->ldk, .ldv = a->ldv, .out = a->out,
                     .ldo = a->ldo, .n_heads = a->n_heads, .head_dim = a->head_dim, .cu = a->cu, .n_seg = a->n_seg,
                     .scale = a->scale};
-    attn_bf16_run(bf16_set(be), &at, ws, pool);
+    /* The AMX sets' attention is the AVX512-BF16 one (the emulated set's the portable one, same bits). */
+    const int set = be->set == BF16_SET_AMX ? BF16_SET_AVX512BF16 : be->set == BF16_SET_AMX_EMULATED ? BF16_SET_PORTABLE : be->set;
+    attn_bf16_run(set, &at, ws, pool);
 }
 
 /* Rows of an M block of the f32 AVX-512 GEMM (3 of its 14-row tiles; 7 of the 6-row tiles of the other sets) and
@@ -87,24 +99,31 @@ enum { ROW_ALIGN = 42 };
     {.name = nm, .isa = isa_, .precision = QVL_PRECISION_F32, .m_align = ROW_ALIGN, .pack_size = f32_pack_size,     \
      .pack = f32_pack, .linear_ws = gemm_workspace_size, .linear = f32_linear, .attention_ws = attn_workspace_size, \
      .attention = f32_attention, .layernorm = op_layernorm, .kernel = isa_}
-#define BF16_ENTRY(nm, isa_)                                                                                         \
+/* isa_: the qvl_isa reported; kern_: the f32 kernels of its f32 parts; set_: its bf16 kernel set. */
+#define BF16_ENTRY(nm, isa_, kern_, set_, test_)                                                                     \
     {.name = nm, .isa = isa_, .precision = QVL_PRECISION_BF16, .m_align = ROW_ALIGN, .pack_size = bf16_pack_size,   \
      .pack = bf16_pack, .linear_ws = bf16_linear_ws, .linear = bf16_linear, .attention_ws = bf16_attention_ws,      \
-     .attention = bf16_attention, .layernorm = op_layernorm, .kernel = isa_}
+     .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_}
 
 static const backend be_portable = F32_ENTRY("portable", GEMM_ISA_SCALAR);
-static const backend be_portable_bf16 = BF16_ENTRY("portable-bf16", GEMM_ISA_SCALAR);
+static const backend be_portable_bf16 =
+    BF16_ENTRY("portable-bf16", GEMM_ISA_SCALAR, GEMM_ISA_SCALAR, BF16_SET_PORTABLE, 0);
+/* The AMX GEMM over the C model of the tile instructions (amx_emulated.c), f32 parts portable: tests only. */
+static const backend be_amx_emulated =
+    BF16_ENTRY("amx-emulated", GEMM_ISA_SCALAR, GEMM_ISA_SCALAR, BF16_SET_AMX_EMULATED, 1);
 #if QVL_WITH_X86
 static const backend be_avx2 = F32_ENTRY("avx2", GEMM_ISA_AVX2);
 static const backend be_avx512 = F32_ENTRY("avx512", GEMM_ISA_AVX512);
 /* f32 parts (the patch embedding) on the AVX-512 f32 kernels: every AVX512-BF16 CPU has AVX-512 F/BW/DQ/VL. */
-static const backend be_avx512bf16 = BF16_ENTRY("avx512bf16", GEMM_ISA_AVX512);
+static const backend be_avx512bf16 =
+    BF16_ENTRY("avx512bf16", GEMM_ISA_AVX512, GEMM_ISA_AVX512, BF16_SET_AVX512BF16, 0);
+static const backend be_amx = BF16_ENTRY("amx", QVL_ISA_AMX, GEMM_ISA_AVX512, BF16_SET_AMX, 0);
 #endif
 
 static const backend *const table[] = {
-    &be_portable, &be_portable_bf16,
+    &be_portable, &be_portable_bf16, &be_amx_emulated,
 #if QVL_WITH_X86
-    &be_avx2, &be_avx512, &be_avx512bf16,
+    &be_avx2, &be_avx512, &be_avx512bf16, &be_amx,
 #endif
 };
 
@@ -113,14 +132,69 @@ const backend *const *backend_table(size_t *n) {
     return table;
 }
 
+#if QVL_WITH_X86
+/* The AMX set's start-up check: a 40 x 48 x 80 GEMM (two K tiles, partial row and column tiles, GELU and
+ * accumulate) on the tiles against the definition, bit for bit. 1 when it agrees, 0 when not (the set is then
+ * not used and `qvl info` says so), run once per process. */
+static int amx_check(void) {
+    enum { CM = 40, CN = 48, CK = 80 };
+    float A[CM * CK], B[CN * CK], bias[CN], c1[CM * CN], c2[CM * CN];
+    void *packed = aligned_alloc(64, gemm_amx_pack_size(CN, CK)), *ws = malloc(gemm_amx_workspace_size(1));
+    int ok = 0;
+    uint32_t st = 12345u;
+    for (int i = 0; i < CM * CK; i++) A[i] = (float)((int)((st = st * 1664525u + 1013904223u) >> 9) % 4001 - 2000) / 997.0f;
+    for (int i = 0; i < CN * CK; i++) B[i] = (float)((int)((st = st * 1664525u + 1013904223u) >> 9) % 4001 - 2000) / 1499.0f;
+    for (int i = 0; i < CN; i++) bias[i] = (float)i / 7.0f - 3.0f;
+    for (int i = 0; i < CM * CN; i++) c1[i] = c2[i] = (float)(i % 5) * 0.5f;
+    be_weight w;
+    if (packed && ws && gemm_amx_pack(&w, packed, B, QVL_DTYPE_F32, CK, CN, CK, NULL) == 0) {
+        gemm_amx_run(&w, A, CK, CM, bias, c1, CN, 1, BE_ACT_GELU_TANH, ws, NULL);
+        gemm_amx_ref(&w, A, CK, CM, bias, c2, CN, 1, BE_ACT_GELU_TANH);
+        ok = memcmp(c1, c2, sizeof c1) == 0;
+    }
+    free(packed);
+    free(ws);
+    return ok;
+}
+#endif
+
+/* 0 unknown, 1 not usable, 2 usable: the AMX set on this CPU (cpu_amx_usable() and amx_check()). */
+static int amx_ok(int *checked_bad) {
+    *checked_bad = 0;
+#if QVL_WITH_X86
+    static _Atomic int state; /* 0 not asked; 1 no AMX; 2 check failed; 3 usable. Asking twice is harmless. */
+    int s = atomic_load_explicit(&state, memory_order_acquire);
+    if (s == 0) {
+        s = !cpu_amx_usable() ? 1 : amx_check() ? 3 : 2;
+        atomic_store_explicit(&state, s, memory_order_release);
+    }
+    *checked_bad = s == 2;
+    return s == 3;
+#else
+    return 0;
+#endif
+}
+
+const char *backend_amx_status(int *usable) {
+    int bad;
+    *usable = amx_ok(&bad);
+    if (bad) return "present and enabled, but its start-up check differed from the definition: not used";
+    return cpu_amx_describe(cpu_amx_state());
+}
+
 int backend_runs(const backend *be) {
+    int bad;
     if (!be) return 0;
-    if (be->precision == QVL_PRECISION_BF16 && be->kernel == GEMM_ISA_AVX512) return cpu_has_avx512bf16();
+    if (be->test_only) return 1;
+    if (be->precision == QVL_PRECISION_BF16 && be->set == BF16_SET_AMX) return amx_ok(&bad);
+    if (be->precision == QVL_PRECISION_BF16 && be->set == BF16_SET_AVX512BF16) return cpu_has_avx512bf16();
     return be->kernel <= cpu_level();
 }
 
 const backend *backend_bf16_available(void) {
 #if QVL_WITH_X86
+    int bad;
+    if (amx_ok(&bad)) return &be_amx;
     if (cpu_has_avx512bf16()) return &be_avx512bf16;
 #endif
     return NULL;
@@ -136,7 +210,7 @@ static const backend *f32_for(int isa) {
 }
 
 qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **out, qvl_error *err) {
-    int want;
+    int want, bad;
     *out = NULL;
     switch (isa) {
     case QVL_ISA_AUTO: want = cpu_level(); break;
@@ -149,15 +223,32 @@ qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **
             return err_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: this CPU has no AVX-512 (F, BW, DQ, VL)");
         want = GEMM_ISA_AVX512;
         break;
+    case QVL_ISA_AMX:
+        if (precision == QVL_PRECISION_F32)
+            return err_fail(err, QVL_ERR_UNSUPPORTED,
+                            "qvl_model_load: the amx kernel set computes in bf16 (precision bf16 or auto), not f32");
+        if (!amx_ok(&bad)) {
+            const char *why = backend_amx_status(&bad);
+            return err_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: no AMX kernels on this CPU: AMX-BF16 %s", why);
+        }
+        if (precision != QVL_PRECISION_BF16 && precision != QVL_PRECISION_AUTO)
+            return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown precision %d", (int)precision);
+#if QVL_WITH_X86
+        *out = &be_amx;
+#endif
+        return QVL_OK;
     default: return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown isa %d", (int)isa);
     }
-    const backend *bf = backend_bf16_available();
-    const int bf_fits = bf && (isa == QVL_ISA_AUTO || (int)isa == bf->isa);
+    /* The bf16 set for the request: AUTO the best this CPU has; AVX512 the AVX512-BF16 set even where AMX exists. */
+    const backend *bf = isa == QVL_ISA_AUTO ? backend_bf16_available() : NULL;
+#if QVL_WITH_X86
+    if (isa == QVL_ISA_AVX512 && cpu_has_avx512bf16()) bf = &be_avx512bf16;
+#endif
     switch (precision) {
     case QVL_PRECISION_F32: *out = f32_for(want); return QVL_OK;
-    case QVL_PRECISION_AUTO: *out = bf_fits ? bf : f32_for(want); return QVL_OK;
+    case QVL_PRECISION_AUTO: *out = bf ? bf : f32_for(want); return QVL_OK;
     case QVL_PRECISION_BF16:
-        if (bf_fits) *out = bf;
+        if (bf) *out = bf;
         else if (isa == QVL_ISA_AUTO) *out = &be_portable_bf16; /* correct, slow: the portable reference arithmetic */
         else
             return err_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: no bf16 kernels for the %s kernel set on this CPU",

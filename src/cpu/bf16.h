@@ -27,7 +27,7 @@
 #include "cpu/vmath_coef.h"
 
 /* Kernel sets of the bf16 drivers. */
-enum { BF16_SET_PORTABLE = 0, BF16_SET_AVX512BF16 = 1 };
+enum { BF16_SET_PORTABLE = 0, BF16_SET_AVX512BF16 = 1, BF16_SET_AMX = 2, BF16_SET_AMX_EMULATED = 3 };
 
 static inline float bf16_daz(float x) { return fabsf(x) < 1.17549435e-38f ? copysignf(0.0f, x) : x; }
 /* One pair step of the chain (see above), on values already rounded to bf16. */
@@ -86,6 +86,8 @@ int gemm_bf16_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, si
 size_t gemm_bf16_workspace_size(int n_threads);
 void gemm_bf16_run(int set, const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
                    size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool);
+/* The epilogue of one row of n results t (modified): + bias, GELU, then stored to or added into c. */
+void gemm_bf16_epilogue_row(float *t, const float *bias, int n, be_act act, float *c, int accumulate);
 /* The definition, element by element (tests): no blocking, no workspace, one thread. */
 void gemm_bf16_ref(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
                    int accumulate, be_act act);
@@ -102,6 +104,27 @@ typedef void (*gemm_bf16_pack_a_fn)(const float *a, size_t lda, int mr, int kp, 
 void gemm_bf16_ukr_avx512bf16(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c,
                               size_t ldc, int first);
 void gemm_bf16_pack_a_avx512bf16(const float *a, size_t lda, int mr, int kp, int kvalid, uint32_t *ap);
+
+/* ---- GEMM on AMX tiles (gemm_amx.c) ----
+ * Its arithmetic is TDPBF16PS's (amx_tile.h), which orders the same bf16 products differently from the chain
+ * above: per element, k runs in tiles of 32 (16 pairs, zero past K); within a tile the even and the odd products
+ * each form an f32 chain from 0 (fma, daz/ftz each step), and the element becomes c = c + (even + odd), tile
+ * after tile from c = 0; then the f32 epilogue as above. Weights are the pair panels above with the pair steps of
+ * each panel padded to whole tiles (w->kp_panel a multiple of 16), so the AVX512-BF16 set reads them as well. */
+size_t gemm_amx_pack_size(int N, int K);
+int gemm_amx_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                  thread_pool *pool);
+size_t gemm_amx_workspace_size(int n_threads);
+size_t gemm_amx_workspace_size_emulated(int n_threads);
+/* On the instructions: only after cpu_amx_usable(). The _emulated twin runs the same kernel over the C model of
+ * the instructions (amx_emulated.c) on any CPU, bit for bit what the definition says: tests only (slow). */
+void gemm_amx_run(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
+                  int accumulate, be_act act, void *ws, thread_pool *pool);
+void gemm_amx_run_emulated(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
+                           size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool);
+/* The definition, element by element (tests). */
+void gemm_amx_ref(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
+                  int accumulate, be_act act);
 
 /* ---- attention ---- */
 size_t attn_bf16_workspace_size(int head_dim, int n_threads);

@@ -31,11 +31,16 @@ size_t gemm_bf16_workspace_size(int n_threads) {
     return (size_t)n_threads * BF16_THREAD_BYTES + 64;
 }
 
-size_t gemm_bf16_pack_size(int N, int K) {
+/* Pair steps stored per panel: (K + 1) / 2, or for the AMX GEMM padded to whole 16-pair tiles. */
+static int kp_panel(int K, int amx) { return amx ? (K + 31) / 32 * 16 : (K + 1) / 2; }
+
+static size_t pack_size(int N, int K, int amx) {
     if (N <= 0 || K <= 0) return 0;
-    const size_t bytes = (size_t)(N + BF16_NR - 1) / BF16_NR * BF16_NR * (size_t)((K + 1) / 2) * 4;
+    const size_t bytes = (size_t)(N + BF16_NR - 1) / BF16_NR * BF16_NR * (size_t)kp_panel(K, amx) * 4;
     return (bytes + 63) & ~(size_t)63;
 }
+size_t gemm_bf16_pack_size(int N, int K) { return pack_size(N, K, 0); }
+size_t gemm_amx_pack_size(int N, int K) { return pack_size(N, K, 1); }
 
 /* Element (j, k) of B as bf16 bits: bf16 as stored, f32 / f16 rounded to nearest even. */
 static uint16_t b_bf16(const unsigned char *B, qvl_dtype dt, size_t ldb, size_t j, size_t k) {
@@ -58,19 +63,19 @@ typedef struct bpack_job {
     const unsigned char *B;
     qvl_dtype dt;
     size_t ldb;
-    int N, K;
+    int N, K, kpp;
     uint32_t *buf;
 } bpack_job;
 
 static void bpack_panel(void *ctx, long p, int thread) {
     (void)thread;
     const bpack_job *j = ctx;
-    const int KP = (j->K + 1) / 2, j0 = (int)p * BF16_NR;
-    uint32_t *d = j->buf + (size_t)p * KP * BF16_NR;
-    for (int q = 0; q < KP; q++)
+    const int j0 = (int)p * BF16_NR;
+    uint32_t *d = j->buf + (size_t)p * j->kpp * BF16_NR;
+    for (int q = 0; q < j->kpp; q++)
         for (int c = 0; c < BF16_NR; c++) {
             uint32_t lo = 0, hi = 0;
-            if (j0 + c < j->N) {
+            if (j0 + c < j->N && 2 * q < j->K) {
                 lo = b_bf16(j->B, j->dt, j->ldb, (size_t)(j0 + c), (size_t)(2 * q));
                 if (2 * q + 1 < j->K) hi = b_bf16(j->B, j->dt, j->ldb, (size_t)(j0 + c), (size_t)(2 * q + 1));
             }
@@ -78,18 +83,29 @@ static void bpack_panel(void *ctx, long p, int thread) {
         }
 }
 
-int gemm_bf16_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
-                   thread_pool *pool) {
+static int pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K, int amx,
+                thread_pool *pool) {
     if (!out || !buf || !B || N <= 0 || K <= 0 || ldb < (size_t)K || ((uintptr_t)buf & 63)) return -1;
-    bpack_job j = {B, dtype, ldb, N, K, buf};
+    bpack_job j = {B, dtype, ldb, N, K, kp_panel(K, amx), buf};
     pool_run(pool, (N + BF16_NR - 1) / BF16_NR, bpack_panel, &j);
     out->N = N;
     out->K = K;
     out->dtype = QVL_DTYPE_BF16;
     out->order = 0;
     out->arith = BE_ARITH_BF16;
+    out->kp_panel = j.kpp;
     out->data = buf;
     return 0;
+}
+
+int gemm_bf16_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                   thread_pool *pool) {
+    return pack(out, buf, B, dtype, ldb, N, K, 0, pool);
+}
+
+int gemm_amx_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                  thread_pool *pool) {
+    return pack(out, buf, B, dtype, ldb, N, K, 1, pool);
 }
 
 /* ---- portable micro-tile and A packer ---- */
@@ -124,7 +140,7 @@ static void pack_a_portable(const float *a, size_t lda, int mr, int kp, int kval
 
 /* ---- epilogue (the f32 GEMM's operations in its order: + bias, GELU, then store or add) ---- */
 
-static void epilogue_row(float *t, const float *bias, int n, be_act act, float *c, int accumulate) {
+void gemm_bf16_epilogue_row(float *t, const float *bias, int n, be_act act, float *c, int accumulate) {
     if (bias)
         for (int j = 0; j < n; j++) t[j] = t[j] + bias[j];
     if (act == BE_ACT_GELU_TANH) op_gelu_tanh(t, (size_t)n);
@@ -169,14 +185,14 @@ static void bgemm_task(void *ctx, long it, int thread) {
             j->pack_a(j->A + (size_t)(i0 + ir) * j->lda + 2 * (size_t)q0, j->lda, mc - ir < BF16_MR ? mc - ir : BF16_MR,
                       kp, w->K - 2 * q0, ap + (size_t)ir * kp);
         for (int jr = 0; jr < nc; jr += 2 * BF16_NR) {
-            const uint32_t *b0 = panels + ((size_t)(j0 + jr) / BF16_NR * KP + (size_t)q0) * BF16_NR;
-            const uint32_t *b1 = nc - jr > BF16_NR ? b0 + (size_t)KP * BF16_NR : NULL;
+            const uint32_t *b0 = panels + ((size_t)(j0 + jr) / BF16_NR * w->kp_panel + (size_t)q0) * BF16_NR;
+            const uint32_t *b1 = nc - jr > BF16_NR ? b0 + (size_t)w->kp_panel * BF16_NR : NULL;
             for (int ir = 0; ir < mc; ir += BF16_MR)
                 j->ukr(kp, ap + (size_t)ir * kp, b0, b1, cb + (size_t)ir * BF16_NC + jr, BF16_NC, q0 == 0);
         }
     }
     for (int i = 0; i < mc; i++)
-        epilogue_row(cb + (size_t)i * BF16_NC, j->bias ? j->bias + j0 : NULL, nc, j->act,
+        gemm_bf16_epilogue_row(cb + (size_t)i * BF16_NC, j->bias ? j->bias + j0 : NULL, nc, j->act,
                      j->C + (size_t)(i0 + i) * j->ldc + j0, j->accumulate);
 }
 
@@ -204,7 +220,7 @@ void gemm_bf16_ref(const be_weight *w, const float *A, size_t lda, int M, const 
     for (int i = 0; i < M; i++)
         for (int n = 0; n < w->N; n++) {
             const float *a = A + (size_t)i * lda;
-            const uint32_t *b = panels + (size_t)(n / BF16_NR) * KP * BF16_NR + (size_t)(n % BF16_NR);
+            const uint32_t *b = panels + (size_t)(n / BF16_NR) * w->kp_panel * BF16_NR + (size_t)(n % BF16_NR);
             float acc = 0.0f;
             for (int q = 0; q < KP; q++) {
                 const float x0 = bf16_float(bf16_round(a[2 * q]));
@@ -212,6 +228,31 @@ void gemm_bf16_ref(const be_weight *w, const float *A, size_t lda, int M, const 
                 const uint32_t y = b[(size_t)q * BF16_NR];
                 acc = bf16_pair(acc, x0, bf16_float((uint16_t)y), x1, bf16_float((uint16_t)(y >> 16)));
             }
-            epilogue_row(&acc, bias ? bias + n : NULL, 1, act, C + (size_t)i * ldc + n, accumulate);
+            gemm_bf16_epilogue_row(&acc, bias ? bias + n : NULL, 1, act, C + (size_t)i * ldc + n, accumulate);
+        }
+}
+
+void gemm_amx_ref(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
+                  int accumulate, be_act act) {
+    const int KB = (w->K + 31) / 32;
+    const uint32_t *panels = w->data;
+    for (int i = 0; i < M; i++)
+        for (int n = 0; n < w->N; n++) {
+            const float *a = A + (size_t)i * lda;
+            const uint32_t *b = panels + (size_t)(n / BF16_NR) * w->kp_panel * BF16_NR + (size_t)(n % BF16_NR);
+            float acc = 0.0f;
+            for (int t = 0; t < KB; t++) {
+                float te = 0.0f, to = 0.0f;
+                for (int p = 0; p < 16; p++) {
+                    const int k = 32 * t + 2 * p;
+                    const float x0 = k < w->K ? bf16_float(bf16_round(a[k])) : 0.0f;
+                    const float x1 = k + 1 < w->K ? bf16_float(bf16_round(a[k + 1])) : 0.0f;
+                    const uint32_t y = b[(size_t)(16 * t + p) * BF16_NR];
+                    te = bf16_daz(fmaf(bf16_daz(x0), bf16_daz(bf16_float((uint16_t)y)), te));
+                    to = bf16_daz(fmaf(bf16_daz(x1), bf16_daz(bf16_float((uint16_t)(y >> 16))), to));
+                }
+                acc = bf16_daz(bf16_daz(acc) + bf16_daz(te + to));
+            }
+            gemm_bf16_epilogue_row(&acc, bias ? bias + n : NULL, 1, act, C + (size_t)i * ldc + n, accumulate);
         }
 }

@@ -234,6 +234,7 @@ const char *qvl_isa_name(int isa) {
     case 1: return "portable";
     case QVL_ISA_AVX2: return "avx2";
     case QVL_ISA_AVX512: return "avx512";
+    case QVL_ISA_AMX: return "amx";
     default: return "unknown";
     }
 }

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "core/cpu.h"
+#include "core/error.h"
 #include "cpu/attention.h"
 #include "cpu/bf16.h"
 #include "cpu/gemm.h"
@@ -28,7 +29,9 @@ static void check_entry(const backend *be, const float *A, const float *B, const
         CHECK(w.arith == (be_arith)ar);
         for (int i = 0; i < M * N; i++) c1[i] = c2[i] = (float)(i % 7) * 0.25f;
         be->linear(be, &w, A, K, M, bias, c1, N, 1, BE_ACT_GELU_TANH, ws, tu_pool(2));
-        if (ar == BE_ARITH_BF16) {
+        if (ar == BE_ARITH_BF16 && (be->set == BF16_SET_AMX || be->set == BF16_SET_AMX_EMULATED)) {
+            gemm_amx_ref(&w, A, K, M, bias, c2, N, 1, BE_ACT_GELU_TANH);
+        } else if (ar == BE_ARITH_BF16) {
             gemm_bf16_ref(&w, A, K, M, bias, c2, N, 1, BE_ACT_GELU_TANH);
         } else {
             gemm_packed pk;
@@ -106,6 +109,27 @@ int main(void) {
         CHECK(backend_select(QVL_ISA_AVX512, QVL_PRECISION_BF16, &be, &err) == QVL_OK && be &&
               strcmp(be->name, "avx512bf16") == 0);
     }
+    /* AMX: bf16 only; refused with the reason where it is not usable; auto picks it where it is. */
+    int amx = 0;
+    const char *why = backend_amx_status(&amx);
+    printf("AMX-BF16 here: %s\n", why);
+    err_clear(&err);
+    CHECK(backend_select(QVL_ISA_AMX, QVL_PRECISION_F32, &be, &err) == QVL_ERR_UNSUPPORTED && !be &&
+          strstr(err.message, "bf16"));
+    CHECK(backend_select(QVL_ISA_AMX, (qvl_precision)7, &be, &err) != QVL_OK && !be);
+    if (amx) {
+        CHECK(backend_select(QVL_ISA_AMX, QVL_PRECISION_BF16, &be, &err) == QVL_OK && be && strcmp(be->name, "amx") == 0);
+        CHECK(backend_select(QVL_ISA_AUTO, QVL_PRECISION_AUTO, &be, &err) == QVL_OK && be && strcmp(be->name, "amx") == 0);
+    } else {
+        err_clear(&err);
+        CHECK(backend_select(QVL_ISA_AMX, QVL_PRECISION_BF16, &be, &err) == QVL_ERR_UNSUPPORTED && !be &&
+              strstr(err.message, "AMX"));
+    }
+    /* no request selects a test-only entry */
+    const qvl_isa isas[] = {QVL_ISA_AUTO, QVL_ISA_AVX2, QVL_ISA_AVX512, QVL_ISA_AMX};
+    for (size_t i = 0; i < 4; i++)
+        for (int p = 0; p <= 2; p++)
+            if (backend_select(isas[i], (qvl_precision)p, &be, &err) == QVL_OK) CHECK(be && !be->test_only);
     free(A), free(B), free(bias), free(qkv);
     return tu_finish("test_backend");
 }

@@ -726,7 +726,7 @@ static const char serve_help[] =
     "  --allowed-media-path D   serve JSON 'path' items under D only (off by default)\n"
     "  --threads N              encoder threads (default: every CPU)\n"
     "  --workers N              decode/preprocess threads (default 2)\n"
-    "  --isa auto|avx2|avx512   kernel set\n"
+    "  --isa auto|avx2|avx512|amx  kernel set\n"
     "  --precision P            f32 (default), bf16 (bf16 GEMM and attention operands, f32 accumulation) or auto\n"
     "                           (bf16 where the CPU has bf16 kernels); in /info, every answer and the cache keys\n"
     "  --max-connections N      open connections (default 1024; more wait in the listen backlog); --connections N\n"
@@ -805,7 +805,7 @@ int cmd_serve(int argc, char **argv) {
         case O_WORKERS: if (cli_parse_long(optarg, 1, 256, &v)) return cli_usage("--workers: 1..256");
             cfg.workers = (int)v;
             break;
-        case O_ISA: if (cli_parse_isa(optarg, &cfg.isa)) return cli_usage("--isa: auto, avx2 or avx512"); break;
+        case O_ISA: if (cli_parse_isa(optarg, &cfg.isa)) return cli_usage("--isa: auto, avx2, avx512 or amx"); break;
         case O_PRECISION:
             if (cli_parse_precision(optarg, &cfg.precision))
                 return cli_usage("--precision: '%s' is not f32, bf16 or auto", optarg);

@@ -1,0 +1,207 @@
+/* gemm_amx.c — the AMX-BF16 GEMM of precision bf16 on AMX CPUs: C[M, N] (=|+=) act(A · Wᵀ + bias) with W packed by
+ * gemm_amx_pack (bf16 pair panels, pair steps padded to whole tiles), A rounded to bf16 while it is packed into
+ * tiles, TDPBF16PS on a 2 x 2 block of 16 x 16 f32 accumulator tiles, and the f32 epilogue of the bf16 GEMM.
+ * The arithmetic is TDPBF16PS's (amx_tile.h, bf16.h: gemm_amx_ref is the definition).
+ *
+ * Built twice: as the instructions (this file, x86-64 with AVX-512 for the A packer; called only after
+ * cpu_amx_usable()) and over the C model of the instructions (amx_emulated.c includes this file with
+ * QVL_AMX_EMULATE; the functions are then gemm_amx_*_emulated and the packer portable).
+ *
+ * Driver: items are (M block of up to AMX_MC rows, N block of up to AMX_NC columns), handed out dynamically to
+ * the pool's threads. Per item, K runs in chunks of AMX_KC tiles (32 k each): the chunk of A's rows is rounded
+ * and packed into 16 x 32 bf16 tiles (1 KiB each, zero past M and K); for each 32-column pair of weight panels
+ * and each 32-row pair of A tiles, the four accumulators are loaded from (or, in the first chunk, zeroed into) a
+ * per-thread f32 block Cb, run over the chunk's K tiles and stored back. After the last chunk the epilogue runs
+ * once per element. Loading and storing an accumulator is exact, so every element is one TDPBF16PS chain over
+ * its K tiles in order whatever the chunking or thread count: results are bit-identical for any thread count and
+ * equal to gemm_amx_ref. Each item loads the tile configuration and releases the tiles when done. */
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu/amx_tile.h"
+#include "cpu/bf16.h"
+
+#if !QVL_AMX_EMULATE
+#include <immintrin.h>
+#endif
+
+enum {
+    AMX_MC = 64,  /* rows per M block (4 A row tiles) */
+    AMX_NC = 256, /* columns per N block (Cb's row stride) */
+    AMX_KC = 12,  /* K tiles per chunk: the A chunk is 64 x 384 bf16 = 48 KiB, a panel pair's 24 KiB */
+    AMX_KT = 32,  /* k per tile (16 pairs) */
+};
+
+/* Tile registers: accumulators C[r][c] for row tile r and column tile c of the 2 x 2 block, A row tiles, B tiles. */
+#define TC00 0
+#define TC01 1
+#define TC10 2
+#define TC11 3
+#define TA0 4
+#define TA1 5
+#define TB0 6
+#define TB1 7
+
+#define AMX_AP_BYTES ((size_t)AMX_MC * AMX_KC * AMX_KT * 2)
+#define AMX_CB_BYTES ((size_t)AMX_MC * AMX_NC * 4)
+#define AMX_THREAD_BYTES (AMX_AP_BYTES + AMX_CB_BYTES)
+
+size_t AMX_NAME(gemm_amx_workspace_size)(int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    return (size_t)n_threads * AMX_THREAD_BYTES + 64;
+}
+
+/* Rows [0, mr) of A (stride lda), k in [k0, k0 + 32·kt) clipped to K, rounded to bf16 into kt tiles per 16-row
+ * group: tile (g, t) at ap + (g·kt + t)·512 elements, row r of it 32 bf16 (k0 + 32t ...). Zero past mr and K. */
+#if QVL_AMX_EMULATE
+static void pack_a(const float *a, size_t lda, int mr, int k0, int K, int kt, uint16_t *ap) {
+    const int groups = (mr + 15) / 16;
+    for (int g = 0; g < groups; g++)
+        for (int t = 0; t < kt; t++) {
+            uint16_t *tile = ap + ((size_t)g * kt + t) * 512;
+            for (int r = 0; r < 16; r++) {
+                const int i = 16 * g + r;
+                for (int c = 0; c < AMX_KT; c++) {
+                    const int k = k0 + AMX_KT * t + c;
+                    tile[r * AMX_KT + c] = i < mr && k < K ? bf16_round(a[(size_t)i * lda + (size_t)k]) : 0;
+                }
+            }
+        }
+}
+#else
+/* 16 floats → 16 bf16 bits (bf16_round's rule lane-wise: NaN quiet, else nearest even) in 16 words. */
+static inline __m256i round16(__m512 f) {
+    const __m512i u = _mm512_castps_si512(f);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+    const __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, qn));
+}
+
+static void pack_a(const float *a, size_t lda, int mr, int k0, int K, int kt, uint16_t *ap) {
+    const int groups = (mr + 15) / 16;
+    for (int g = 0; g < groups; g++)
+        for (int r = 0; r < 16; r++) {
+            const int i = 16 * g + r;
+            const float *ai = i < mr ? a + (size_t)i * lda : a; /* rows past mr: all lanes masked off */
+            for (int t = 0; t < kt; t++) {
+                uint16_t *row = ap + ((size_t)g * kt + t) * 512 + (size_t)r * AMX_KT;
+                const int k = k0 + AMX_KT * t, left = i < mr ? K - k : 0;
+                const int n0 = left < 0 ? 0 : left > 16 ? 16 : left, n1 = left - 16 < 0 ? 0 : left - 16 > 16 ? 16 : left - 16;
+                const __m512 lo = _mm512_maskz_loadu_ps((__mmask16)((1u << n0) - 1u), ai + (n0 ? k : 0));
+                const __m512 hi = _mm512_maskz_loadu_ps((__mmask16)((1u << n1) - 1u), ai + (n1 ? k + 16 : 0));
+                _mm256_storeu_si256((__m256i *)(void *)row, round16(lo));
+                _mm256_storeu_si256((__m256i *)(void *)(row + 16), round16(hi));
+            }
+        }
+}
+#endif
+
+typedef struct amx_job {
+    const be_weight *w;
+    const float *A;
+    size_t lda;
+    int M;
+    const float *bias;
+    float *C;
+    size_t ldc;
+    int accumulate;
+    be_act act;
+    int nb_m;
+    unsigned char *ws;
+} amx_job;
+
+/* One 32 x 32 block (or its 16-row / 16-column part, two_r / two_c = 0) over kt K tiles: accumulators from cb
+ * (first: zero), A tiles a0 (a1) of kt tiles each, B tiles b0 (b1) at 1 KiB per K tile, back into cb. */
+static void block(int kt, const uint16_t *a0, const uint16_t *a1, const uint32_t *b0, const uint32_t *b1, float *cb,
+                  int first, int two_r, int two_c) {
+    const size_t ldcb = (size_t)AMX_NC * 4, s = 64;
+    float *c10 = cb + (size_t)16 * AMX_NC;
+    if (first) {
+        AMX_ZERO(TC00);
+        if (two_c) AMX_ZERO(TC01);
+        if (two_r) AMX_ZERO(TC10);
+        if (two_r && two_c) AMX_ZERO(TC11);
+    } else {
+        AMX_LOADD(TC00, cb, ldcb);
+        if (two_c) AMX_LOADD(TC01, cb + 16, ldcb);
+        if (two_r) AMX_LOADD(TC10, c10, ldcb);
+        if (two_r && two_c) AMX_LOADD(TC11, c10 + 16, ldcb);
+    }
+    if (two_r && two_c) {
+        for (int t = 0; t < kt; t++) {
+            AMX_LOADD(TA0, a0 + (size_t)t * 512, s);
+            AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
+            AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
+            AMX_DPBF16PS(TC00, TA0, TB0);
+            AMX_DPBF16PS(TC01, TA0, TB1);
+            AMX_LOADD(TA1, a1 + (size_t)t * 512, s);
+            AMX_DPBF16PS(TC10, TA1, TB0);
+            AMX_DPBF16PS(TC11, TA1, TB1);
+        }
+    } else {
+        for (int t = 0; t < kt; t++) {
+            AMX_LOADD(TA0, a0 + (size_t)t * 512, s);
+            AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
+            AMX_DPBF16PS(TC00, TA0, TB0);
+            if (two_c) {
+                AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
+                AMX_DPBF16PS(TC01, TA0, TB1);
+            }
+            if (two_r) {
+                AMX_LOADD(TA1, a1 + (size_t)t * 512, s);
+                AMX_DPBF16PS(TC10, TA1, TB0);
+            }
+        }
+    }
+    AMX_STORED(TC00, cb, ldcb);
+    if (two_c) AMX_STORED(TC01, cb + 16, ldcb);
+    if (two_r) AMX_STORED(TC10, c10, ldcb);
+    if (two_r && two_c) AMX_STORED(TC11, c10 + 16, ldcb);
+}
+
+static void amx_task(void *ctx, long it, int thread) {
+    const amx_job *j = ctx;
+    const be_weight *w = j->w;
+    const int i0 = (int)(it % j->nb_m) * AMX_MC, mc = j->M - i0 < AMX_MC ? j->M - i0 : AMX_MC;
+    const int j0 = (int)(it / j->nb_m) * AMX_NC, nc = w->N - j0 < AMX_NC ? w->N - j0 : AMX_NC;
+    const int KB = (w->K + AMX_KT - 1) / AMX_KT;
+    unsigned char *ws = j->ws + (size_t)thread * AMX_THREAD_BYTES;
+    uint16_t *ap = (uint16_t *)(void *)ws;
+    float *cb = (float *)(void *)(ws + AMX_AP_BYTES);
+    const uint32_t *panels = w->data;
+    const size_t panel = (size_t)w->kp_panel * 16; /* dwords per 16-column panel */
+
+    amx_tilecfg cfg;
+    const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    const uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+    amx_tilecfg_set(&cfg, 8, rows, colsb);
+    AMX_LOADCONFIG(&cfg);
+    for (int t0 = 0; t0 < KB; t0 += AMX_KC) {
+        const int kt = KB - t0 < AMX_KC ? KB - t0 : AMX_KC;
+        pack_a(j->A + (size_t)i0 * j->lda, j->lda, mc, AMX_KT * t0, w->K, kt, ap);
+        for (int jr = 0; jr < nc; jr += 32) {
+            const uint32_t *b0 = panels + (size_t)(j0 + jr) / 16 * panel + (size_t)t0 * 256;
+            const int two_c = nc - jr > 16;
+            for (int ir = 0; ir < mc; ir += 32) {
+                const uint16_t *a0 = ap + (size_t)(ir / 16) * kt * 512;
+                block(kt, a0, a0 + (size_t)kt * 512, b0, b0 + panel, cb + (size_t)ir * AMX_NC + jr, t0 == 0,
+                      mc - ir > 16, two_c);
+            }
+        }
+    }
+    AMX_RELEASE();
+    for (int i = 0; i < mc; i++)
+        gemm_bf16_epilogue_row(cb + (size_t)i * AMX_NC, j->bias ? j->bias + j0 : NULL, nc, j->act,
+                               j->C + (size_t)(i0 + i) * j->ldc + j0, j->accumulate);
+}
+
+void AMX_NAME(gemm_amx_run)(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
+                            size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool) {
+    if (M <= 0 || w->N <= 0) return;
+    amx_job j = {w, A, lda, M, bias, C, ldc, accumulate, act, (M + AMX_MC - 1) / AMX_MC,
+                 (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63)};
+    /* M-block-major within an N block, so items running close in time share B panels. */
+    pool_run(pool, (long)j.nb_m * ((w->N + AMX_NC - 1) / AMX_NC), amx_task, &j);
+}

@@ -1,0 +1,169 @@
+/* test_amx.c — the AMX-BF16 GEMM (src/cpu/gemm_amx.c) against its element-by-element definition (gemm_amx_ref,
+ * TDPBF16PS's arithmetic), bit for bit, on sizes at and around every edge of its blocking (m: 16-row tiles,
+ * 32-row blocks, 64-row M blocks; n: 16-column panels, 32-column pairs, 256-column N blocks; k: odd, one pair,
+ * 32-element tiles, 384-element chunks), bf16 / f16 / f32 weights, every epilogue, outputs NaN-poisoned and
+ * ending at a guard page, 1 and 2 threads.
+ *
+ * Everywhere: the kernel over the C model of the tile instructions (amx_emulated.c), which checks the shapes and
+ * configuration the CPU would fault on, and which the definition is checked against independently (the model
+ * works on tiles, the definition element by element). The definition is checked against f32 within bf16
+ * rounding, and the AVX512-BF16 set is checked to read the tile-padded panels. Where AMX is usable the same
+ * cases run on the instructions too, from this (Release or sanitizer) build; elsewhere the test says that the
+ * hardware half did not run, and exits 77 (skipped) after the emulated half passes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/convert.h"
+#include "core/cpu.h"
+#include "cpu/bf16.h"
+#include "testutil.h"
+
+static int hw; /* the AMX set is usable here (CPU, OS permission and the start-up check) */
+
+static void fill(float *x, size_t n, uint32_t *st, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = tu_frand(st) * scale;
+}
+
+static int all_written(const float *c, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (isnan(c[i])) return 0;
+    return 1;
+}
+
+typedef void (*run_fn)(const be_weight *, const float *, size_t, int, const float *, float *, size_t, int, be_act,
+                       void *, thread_pool *);
+
+static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act, int accumulate) {
+    uint32_t st = (uint32_t)(M * 7919 + N * 31 + K);
+    const size_t lda = (size_t)K + (size_t)(M % 3); /* a row stride past K on some cases */
+    float *A = malloc((size_t)M * lda * sizeof(float)), *Bf = malloc((size_t)N * K * sizeof(float));
+    float *bias = malloc((size_t)N * sizeof(float)), *C0 = malloc((size_t)M * N * sizeof(float));
+    uint16_t *Bh = malloc((size_t)N * K * 2);
+    fill(A, (size_t)M * lda, &st, 1.0f);
+    fill(Bf, (size_t)N * K, &st, 0.2f);
+    fill(bias, (size_t)N, &st, 0.5f);
+    fill(C0, (size_t)M * N, &st, 1.0f);
+    for (size_t i = 0; i < (size_t)N * K; i++) Bh[i] = dt == QVL_DTYPE_F16 ? op_f32_to_f16(Bf[i]) : op_f32_to_bf16(Bf[i]);
+    const void *B = dt == QVL_DTYPE_F32 ? (const void *)Bf : (const void *)Bh;
+    void *buf = aligned_alloc(64, gemm_amx_pack_size(N, K));
+    be_weight w;
+    CHECK(gemm_amx_pack(&w, buf, B, dt, (size_t)K, N, K, NULL) == 0);
+    CHECK(w.kp_panel % 16 == 0 && w.kp_panel >= (K + 1) / 2);
+    const size_t cn = (size_t)M * N;
+    float *ref = malloc(cn * sizeof(float));
+    if (accumulate) memcpy(ref, C0, cn * sizeof(float));
+    else for (size_t i = 0; i < cn; i++) ref[i] = NAN;
+    gemm_amx_ref(&w, A, lda, M, bias_on ? bias : NULL, ref, (size_t)N, accumulate, act);
+    CHECK(all_written(ref, cn));
+    /* the definition against f64 products of the same bf16 values (bf16 rounding of A: ~2^-9 relative) */
+    if (!accumulate && act == BE_ACT_NONE && !bias_on) {
+        double num = 0, den = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double s = 0;
+                for (int k = 0; k < K; k++) {
+                    const float b = dt == QVL_DTYPE_F32 ? Bf[(size_t)j * K + k]
+                                    : dt == QVL_DTYPE_F16 ? op_f16_to_f32(Bh[(size_t)j * K + k])
+                                                          : op_bf16_to_f32(Bh[(size_t)j * K + k]);
+                    s += (double)A[(size_t)i * lda + k] * op_bf16_to_f32(op_f32_to_bf16(b));
+                }
+                const double d = ref[(size_t)i * N + j] - s;
+                num += d * d, den += s * s;
+            }
+        CHECK(den == 0 || sqrt(num / den) < 1e-2);
+    }
+    void *ws = malloc(gemm_amx_workspace_size_emulated(2));
+    float *C = tu_guarded_alloc(cn * sizeof(float));
+    char what[128];
+    struct { const char *name; run_fn run; int on; } sets[] = {
+        {"emulated", gemm_amx_run_emulated, 1},
+#if QVL_WITH_X86
+        {"amx", gemm_amx_run, hw},
+#endif
+    };
+    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        if (!sets[s].on) continue;
+        for (int nt = 1; nt <= 2; nt++) {
+            if (accumulate) memcpy(C, C0, cn * sizeof(float));
+            else for (size_t i = 0; i < cn; i++) C[i] = NAN;
+            sets[s].run(&w, A, lda, M, bias_on ? bias : NULL, C, (size_t)N, accumulate, act, ws, tu_pool(nt));
+            snprintf(what, sizeof what, "amx gemm m%d n%d k%d dt %d act %d acc %d (%s, %d threads)", M, N, K, (int)dt,
+                     (int)act, accumulate, sets[s].name, nt);
+            CHECK(tu_same_bytes((const unsigned char *)C, (const unsigned char *)ref, cn * sizeof(float), what));
+        }
+    }
+    /* The VDPBF16PS sets read the tile-padded panels as their own (their definition, gemm_bf16_ref). */
+    if (M <= 43) {
+        void *bws = malloc(gemm_bf16_workspace_size(1));
+        float *r2 = malloc(cn * sizeof(float));
+        for (int set = 0; set <= (cpu_has_avx512bf16() ? 1 : 0); set++) {
+            memcpy(C, C0, cn * sizeof(float));
+            memcpy(r2, C0, cn * sizeof(float));
+            gemm_bf16_run(set, &w, A, lda, M, bias_on ? bias : NULL, C, (size_t)N, 1, act, bws, NULL);
+            gemm_bf16_ref(&w, A, lda, M, bias_on ? bias : NULL, r2, (size_t)N, 1, act);
+            snprintf(what, sizeof what, "bf16 set %d on tile-padded panels m%d n%d k%d", set, M, N, K);
+            CHECK(tu_same_bytes((const unsigned char *)C, (const unsigned char *)r2, cn * sizeof(float), what));
+        }
+        free(r2), free(bws);
+    }
+    tu_guarded_free(C);
+    free(ws), free(ref), free(buf), free(Bh), free(A), free(Bf), free(bias), free(C0);
+}
+
+/* The two arithmetics differ only in order: on the same operands they agree to f32 rounding, and a case built
+ * so the orders differ shows the AMX one (even and odd products in separate chains per 32-k tile). */
+static void order_case(void) {
+    enum { K = 64 };
+    float A[K], B[K];
+    for (int k = 0; k < K; k++) {
+        A[k] = 1.0f;
+        B[k] = 0.0f;
+    }
+    B[0] = 16777216.0f, B[2] = 1.0f, B[1] = 1.0f, B[3] = -16777216.0f;
+    void *buf = aligned_alloc(64, gemm_amx_pack_size(1, K));
+    be_weight w;
+    CHECK(gemm_amx_pack(&w, buf, B, QVL_DTYPE_F32, K, 1, K, NULL) == 0);
+    float amx = NAN, vdp = NAN;
+    gemm_amx_ref(&w, A, K, 1, NULL, &amx, 1, 0, BE_ACT_NONE);
+    gemm_bf16_ref(&w, A, K, 1, NULL, &vdp, 1, 0, BE_ACT_NONE);
+    /* AMX: even = 2^24 + 1 → 2^24; odd = 1 - 2^24 → -(2^24 - 1) exactly; sum = 1.
+     * VDPBF16PS chain: +B[1] (1), +B[0] (2^24 + 1 → 2^24), +B[3] (0), +B[2] (1): 1 as well; then a case where the
+     * chain loses what the split keeps: */
+    CHECK(amx == 1.0f && vdp == 1.0f);
+    B[0] = 16777216.0f, B[1] = -16777216.0f, B[2] = 1.0f, B[3] = 0.0f, B[4] = 1.0f;
+    CHECK(gemm_amx_pack(&w, buf, B, QVL_DTYPE_F32, K, 1, K, NULL) == 0);
+    gemm_amx_ref(&w, A, K, 1, NULL, &amx, 1, 0, BE_ACT_NONE);
+    gemm_bf16_ref(&w, A, K, 1, NULL, &vdp, 1, 0, BE_ACT_NONE);
+    /* AMX: even = 2^24 + 1 + 1 → 2^24 (each +1 lost); odd = -2^24; sum 0. Chain: -2^24 + 2^24 = 0, +0, +1, +1 = 2. */
+    CHECK(amx == 0.0f && vdp == 2.0f);
+    free(buf);
+}
+
+int main(void) {
+    int usable = 0;
+    const char *status = backend_amx_status(&usable);
+    hw = usable;
+    printf("test_amx: AMX-BF16 on this CPU: %s\n", status);
+    order_case();
+    static const int ms[] = {1, 15, 16, 17, 33, 64, 65, 97};
+    static const int ns[] = {1, 16, 17, 32, 33, 257};
+    static const int ks[] = {1, 2, 31, 32, 33, 384, 385};
+    int c = 0;
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
+            for (size_t k = 0; k < sizeof ks / sizeof *ks; k++, c++)
+                gemm_case(ms[i], ns[j], ks[k], c % 3 == 0 ? QVL_DTYPE_F32 : c % 3 == 1 ? QVL_DTYPE_BF16 : QVL_DTYPE_F16,
+                          c % 2 == 0, (be_act)(c % 3), c % 4 == 1);
+    gemm_case(130, 300, 800, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1); /* three K chunks, two N blocks, three M blocks */
+    gemm_case(40, 96, 4304, QVL_DTYPE_BF16, 1, BE_ACT_NONE, 1);        /* the 27B fc2's K (not a tile multiple) */
+    if (!hw && tu_failures == 0) {
+        printf("test_amx: the AMX kernel passes over the C model of the tile instructions; AMX is not usable here "
+               "(%s), so the instructions themselves were not run (skipped)\n", status);
+        tu_finish("test_amx");
+        return TU_SKIP;
+    }
+    return tu_finish("test_amx");
+}
