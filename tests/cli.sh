@@ -162,7 +162,18 @@ expect 0 "encode --precision auto" "$QVL" encode --model "$T/hf" --pixels "$T/px
 expect 2 "encode --precision bogus" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/pa.npy" --precision fp8
 one_line_error "encode --precision bogus"
 expect 0 "info bf16 kernels" "$QVL" info --model "$T/hf"
-out_has "info bf16 kernels" "^bf16 kernels: +(avx512bf16|none)"
+out_has "info bf16 kernels" "^bf16 kernels: +(amx|avx512bf16|none)"
+out_has "info amx" "^amx: +(usable|absent|present)"
+# --isa amx: bf16 on AMX tiles where usable; refused with the reason elsewhere, and always for f32
+if grep -q '^amx: *usable' "$T/out"; then amx_here=1; else amx_here=0; fi
+expect 1 "encode --isa amx --precision f32" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/pa.npy" --isa amx --precision f32
+one_line_error "encode --isa amx --precision f32"
+if [[ $amx_here == 1 ]]; then
+    expect 0 "encode --isa amx" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/pamx.npy" --isa amx --precision bf16
+else
+    expect 1 "encode --isa amx (no AMX here)" "$QVL" encode --model "$T/hf" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/pamx.npy" --isa amx --precision bf16
+    one_line_error "encode --isa amx (no AMX here)"
+fi
 expect 0 "encode mlx layout" "$QVL" encode --model "$T/sidecar" --pixels "$T/px16.npy" --grid 1,4,4 -o "$T/outs.npy"
 if cmp -s "$T/out.npy" "$T/outs.npy"; then ok; else bad "encode: sidecar (MLX) output differs from hf"; fi
 

@@ -230,6 +230,7 @@ static int cmd_info(int argc, char **argv) {
     printf("dtype:         %s\n", qvl_dtype_name(in.weight_dtype));
     printf("kernels:       %s\n", qvl_isa_name(in.isa));
     printf("bf16 kernels:  %s\n", in.bf16_backend[0] ? in.bf16_backend : "none (--precision bf16 runs the portable reference)");
+    printf("amx:           %s\n", in.amx);
     printf("source:        %s (%d file%s)\n", source_name(in.source), in.n_files, in.n_files == 1 ? "" : "s");
     printf("prefix:        %s\n", in.prefix);
     printf("conv_layout:   %s\n", in.conv_layout_mlx ? "mlx" : "hf");

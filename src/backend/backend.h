@@ -61,9 +61,11 @@ struct backend {
     /* Pack B [N, K] (row stride ldb, stored dtype, may be unaligned) into buf; 0, or -1 for a bad shape. */
     int (*pack)(const backend *be, be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
                 be_arith ar, thread_pool *pool);
-    size_t (*linear_ws)(int n_threads);
+    /* Workspace bytes of linear() on n_threads threads for weights with K <= max_k. */
+    size_t (*linear_ws)(int n_threads, int max_k);
+    /* ws: linear_ws(pool_size(pool), max_k) bytes with w->K <= max_k. */
     void (*linear)(const backend *be, const be_weight *w, const float *A, size_t lda, int M, const float *bias,
-                   float *C, size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool);
+                   float *C, size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
     size_t (*attention_ws)(int head_dim, int n_threads);
     void (*attention)(const backend *be, const be_attn *a, void *ws, thread_pool *pool);
     void (*layernorm)(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,

@@ -31,8 +31,14 @@ static int f32_pack(const backend *be, be_weight *out, void *buf, const void *B,
     return gemm_pack_b_isa(out, buf, B, dtype, ldb, N, K, GEMM_PANEL_AUTO, pool, f32_isa(be));
 }
 
+static size_t f32_linear_ws(int n_threads, int max_k) {
+    (void)max_k;
+    return gemm_workspace_size(n_threads);
+}
+
 static void f32_linear(const backend *be, const be_weight *w, const float *A, size_t lda, int M, const float *bias,
-                       float *C, size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool) {
+                       float *C, size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool) {
+    (void)max_k;
     gemm_args g = {.M = M, .N = w->N, .K = w->K, .A = A, .lda = lda, .B = w->data, .b_dtype = w->dtype,
                    .ldb = (size_t)w->K, .bias = bias, .C = C, .ldc = ldc, .accumulate = accumulate,
                    .epilogue = (gemm_epilogue)act, .Bp = w};
@@ -59,25 +65,25 @@ static int bf16_pack(const backend *be, be_weight *out, void *buf, const void *B
 }
 
 static void bf16_linear(const backend *be, const be_weight *w, const float *A, size_t lda, int M, const float *bias,
-                        float *C, size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool) {
+                        float *C, size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool) {
     if (w->arith != BE_ARITH_BF16) {
-        f32_linear(be, w, A, lda, M, bias, C, ldc, accumulate, act, ws, pool);
+        f32_linear(be, w, A, lda, M, bias, C, ldc, accumulate, act, ws, max_k, pool);
         return;
     }
     switch (be->set) {
 #if QVL_WITH_X86
-    case BF16_SET_AMX: gemm_amx_run(w, A, lda, M, bias, C, ldc, accumulate, act, ws, pool); return;
+    case BF16_SET_AMX: gemm_amx_run(w, A, lda, M, bias, C, ldc, accumulate, act, ws, max_k, pool); return;
 #endif
-    case BF16_SET_AMX_EMULATED: gemm_amx_run_emulated(w, A, lda, M, bias, C, ldc, accumulate, act, ws, pool); return;
+    case BF16_SET_AMX_EMULATED: gemm_amx_run_emulated(w, A, lda, M, bias, C, ldc, accumulate, act, ws, max_k, pool); return;
     default: gemm_bf16_run(be->set, w, A, lda, M, bias, C, ldc, accumulate, act, ws, pool); return;
     }
 }
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-static size_t bf16_linear_ws(int n_threads) {
+static size_t bf16_linear_ws(int n_threads, int max_k) {
     return max3(gemm_workspace_size(n_threads), gemm_bf16_workspace_size(n_threads),
-                gemm_amx_workspace_size_emulated(n_threads)); /* both AMX builds have the same layout */
+                gemm_amx_workspace_size_emulated(n_threads, max_k)); /* both AMX builds have the same layout */
 }
 
 static size_t bf16_attention_ws(int head_dim, int n_threads) { return attn_bf16_workspace_size(head_dim, n_threads); }
@@ -97,11 +103,13 @@ enum { ROW_ALIGN = 42 };
 
 #define F32_ENTRY(nm, isa_)                                                                                          \
     {.name = nm, .isa = isa_, .precision = QVL_PRECISION_F32, .m_align = ROW_ALIGN, .pack_size = f32_pack_size,     \
-     .pack = f32_pack, .linear_ws = gemm_workspace_size, .linear = f32_linear, .attention_ws = attn_workspace_size, \
+     .pack = f32_pack, .linear_ws = f32_linear_ws, .linear = f32_linear, .attention_ws = attn_workspace_size, \
      .attention = f32_attention, .layernorm = op_layernorm, .kernel = isa_}
 /* isa_: the qvl_isa reported; kern_: the f32 kernels of its f32 parts; set_: its bf16 kernel set. */
 #define BF16_ENTRY(nm, isa_, kern_, set_, test_)                                                                     \
-    {.name = nm, .isa = isa_, .precision = QVL_PRECISION_BF16, .m_align = ROW_ALIGN, .pack_size = bf16_pack_size,   \
+    {.name = nm, .isa = isa_, .precision = QVL_PRECISION_BF16,                                                       \
+     .m_align = set_ == BF16_SET_AMX || set_ == BF16_SET_AMX_EMULATED ? BF16_AMX_MC : ROW_ALIGN,                     \
+     .pack_size = bf16_pack_size,                                                                                    \
      .pack = bf16_pack, .linear_ws = bf16_linear_ws, .linear = bf16_linear, .attention_ws = bf16_attention_ws,      \
      .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_}
 
@@ -139,7 +147,7 @@ const backend *const *backend_table(size_t *n) {
 static int amx_check(void) {
     enum { CM = 40, CN = 48, CK = 80 };
     float A[CM * CK], B[CN * CK], bias[CN], c1[CM * CN], c2[CM * CN];
-    void *packed = aligned_alloc(64, gemm_amx_pack_size(CN, CK)), *ws = malloc(gemm_amx_workspace_size(1));
+    void *packed = aligned_alloc(64, gemm_amx_pack_size(CN, CK)), *ws = malloc(gemm_amx_workspace_size(1, CK));
     int ok = 0;
     uint32_t st = 12345u;
     for (int i = 0; i < CM * CK; i++) A[i] = (float)((int)((st = st * 1664525u + 1013904223u) >> 9) % 4001 - 2000) / 997.0f;
@@ -148,7 +156,7 @@ static int amx_check(void) {
     for (int i = 0; i < CM * CN; i++) c1[i] = c2[i] = (float)(i % 5) * 0.5f;
     be_weight w;
     if (packed && ws && gemm_amx_pack(&w, packed, B, QVL_DTYPE_F32, CK, CN, CK, NULL) == 0) {
-        gemm_amx_run(&w, A, CK, CM, bias, c1, CN, 1, BE_ACT_GELU_TANH, ws, NULL);
+        gemm_amx_run(&w, A, CK, CM, bias, c1, CN, 1, BE_ACT_GELU_TANH, ws, CK, NULL);
         gemm_amx_ref(&w, A, CK, CM, bias, c2, CN, 1, BE_ACT_GELU_TANH);
         ok = memcmp(c1, c2, sizeof c1) == 0;
     }

@@ -111,17 +111,19 @@ void gemm_bf16_pack_a_avx512bf16(const float *a, size_t lda, int mr, int kp, int
  * each form an f32 chain from 0 (fma, daz/ftz each step), and the element becomes c = c + (even + odd), tile
  * after tile from c = 0; then the f32 epilogue as above. Weights are the pair panels above with the pair steps of
  * each panel padded to whole tiles (w->kp_panel a multiple of 16), so the AVX512-BF16 set reads them as well. */
+enum { BF16_AMX_MC = 128 }; /* rows per M block of the AMX GEMM (the AMX entries' m_align) */
 size_t gemm_amx_pack_size(int N, int K);
 int gemm_amx_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
                   thread_pool *pool);
-size_t gemm_amx_workspace_size(int n_threads);
-size_t gemm_amx_workspace_size_emulated(int n_threads);
+/* Workspace for calls on weights with K <= max_k. */
+size_t gemm_amx_workspace_size(int n_threads, int max_k);
+size_t gemm_amx_workspace_size_emulated(int n_threads, int max_k);
 /* On the instructions: only after cpu_amx_usable(). The _emulated twin runs the same kernel over the C model of
  * the instructions (amx_emulated.c) on any CPU, bit for bit what the definition says: tests only (slow). */
 void gemm_amx_run(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
-                  int accumulate, be_act act, void *ws, thread_pool *pool);
+                  int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
 void gemm_amx_run_emulated(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
-                           size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool);
+                           size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
 /* The definition, element by element (tests). */
 void gemm_amx_ref(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
                   int accumulate, be_act act);

@@ -7,14 +7,15 @@
  * cpu_amx_usable()) and over the C model of the instructions (amx_emulated.c includes this file with
  * QVL_AMX_EMULATE; the functions are then gemm_amx_*_emulated and the packer portable).
  *
- * Driver: items are (M block of up to AMX_MC rows, N block of up to AMX_NC columns), handed out dynamically to
- * the pool's threads. Per item, K runs in chunks of AMX_KC tiles (32 k each): the chunk of A's rows is rounded
- * and packed into 16 x 32 bf16 tiles (1 KiB each, zero past M and K); for each 32-column pair of weight panels
- * and each 32-row pair of A tiles, the four accumulators are loaded from (or, in the first chunk, zeroed into) a
- * per-thread f32 block Cb, run over the chunk's K tiles and stored back. After the last chunk the epilogue runs
- * once per element. Loading and storing an accumulator is exact, so every element is one TDPBF16PS chain over
- * its K tiles in order whatever the chunking or thread count: results are bit-identical for any thread count and
- * equal to gemm_amx_ref. Each item loads the tile configuration and releases the tiles when done. */
+ * Driver: items are (M block of up to AMX_MC rows, N block of a 32-column multiple), handed out dynamically to the
+ * pool's threads; N is split only as far as needed to give every thread two items. Per item, the block's rows of
+ * A are rounded and packed once, whole K, into 16 x 32 bf16 tiles (1 KiB each, zero past M and K; in the
+ * per-thread workspace, sized for the model's widest K); then for each 32-column pair of weight panels (read in
+ * place) and each 32-row pair of A tiles, the four accumulators run over all of K and are stored to a 4 KiB
+ * scratch from which the epilogue writes C. The A block stays in L2 while the panel pair is reused by every row
+ * pair. Every element is one TDPBF16PS chain over its K tiles in order, whatever the blocking or thread count:
+ * results are bit-identical for any thread count and equal to gemm_amx_ref. Each item loads the tile
+ * configuration and releases the tiles when done. */
 #include <stdint.h>
 #include <string.h>
 
@@ -26,10 +27,8 @@
 #endif
 
 enum {
-    AMX_MC = 64,  /* rows per M block (4 A row tiles) */
-    AMX_NC = 256, /* columns per N block (Cb's row stride) */
-    AMX_KC = 12,  /* K tiles per chunk: the A chunk is 64 x 384 bf16 = 48 KiB, a panel pair's 24 KiB */
-    AMX_KT = 32,  /* k per tile (16 pairs) */
+    AMX_MC = BF16_AMX_MC, /* rows per M block (8 A row tiles; with K = 4608 a 1.2 MB A block, L2-resident) */
+    AMX_KT = 32,          /* k per tile (16 pairs) */
 };
 
 /* Tile registers: accumulators C[r][c] for row tile r and column tile c of the 2 x 2 block, A row tiles, B tiles. */
@@ -42,13 +41,17 @@ enum {
 #define TB0 6
 #define TB1 7
 
-#define AMX_AP_BYTES ((size_t)AMX_MC * AMX_KC * AMX_KT * 2)
-#define AMX_CB_BYTES ((size_t)AMX_MC * AMX_NC * 4)
-#define AMX_THREAD_BYTES (AMX_AP_BYTES + AMX_CB_BYTES)
+#define AMX_SCRATCH_BYTES ((size_t)32 * 32 * 4)
 
-size_t AMX_NAME(gemm_amx_workspace_size)(int n_threads) {
+/* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16) and the 32 x 32 f32 epilogue scratch. */
+static size_t thread_bytes(int max_k) {
+    const size_t kp = (size_t)((max_k > 0 ? max_k : 1) + AMX_KT - 1) / AMX_KT * AMX_KT;
+    return (size_t)AMX_MC * kp * 2 + AMX_SCRATCH_BYTES;
+}
+
+size_t AMX_NAME(gemm_amx_workspace_size)(int n_threads, int max_k) {
     if (n_threads < 1) n_threads = 1;
-    return (size_t)n_threads * AMX_THREAD_BYTES + 64;
+    return (size_t)n_threads * thread_bytes(max_k) + 64;
 }
 
 /* Rows [0, mr) of A (stride lda), k in [k0, k0 + 32·kt) clipped to K, rounded to bf16 into kt tiles per 16-row
@@ -108,28 +111,22 @@ typedef struct amx_job {
     size_t ldc;
     int accumulate;
     be_act act;
-    int nb_m;
+    int nb_m, nc;
+    size_t thread_bytes;
     unsigned char *ws;
 } amx_job;
 
-/* One 32 x 32 block (or its 16-row / 16-column part, two_r / two_c = 0) over kt K tiles: accumulators from cb
- * (first: zero), A tiles a0 (a1) of kt tiles each, B tiles b0 (b1) at 1 KiB per K tile, back into cb. */
-static void block(int kt, const uint16_t *a0, const uint16_t *a1, const uint32_t *b0, const uint32_t *b1, float *cb,
-                  int first, int two_r, int two_c) {
-    const size_t ldcb = (size_t)AMX_NC * 4, s = 64;
-    float *c10 = cb + (size_t)16 * AMX_NC;
-    if (first) {
-        AMX_ZERO(TC00);
-        if (two_c) AMX_ZERO(TC01);
-        if (two_r) AMX_ZERO(TC10);
-        if (two_r && two_c) AMX_ZERO(TC11);
-    } else {
-        AMX_LOADD(TC00, cb, ldcb);
-        if (two_c) AMX_LOADD(TC01, cb + 16, ldcb);
-        if (two_r) AMX_LOADD(TC10, c10, ldcb);
-        if (two_r && two_c) AMX_LOADD(TC11, c10 + 16, ldcb);
-    }
+/* One 32 x 32 block (or its 16-row / 16-column part: two_r / two_c = 0) over kt K tiles: accumulators from zero,
+ * A tiles a0 (a1) of kt tiles each, B tiles b0 (b1) at 1 KiB per K tile, stored to cs (32 x 32, row stride 32). */
+static void block(int kt, const uint16_t *a0, const uint16_t *a1, const uint32_t *b0, const uint32_t *b1, float *cs,
+                  int two_r, int two_c) {
+    const size_t ldcs = 32 * 4, s = 64;
+    float *c10 = cs + 16 * 32;
+    AMX_ZERO(TC00);
     if (two_r && two_c) {
+        AMX_ZERO(TC01);
+        AMX_ZERO(TC10);
+        AMX_ZERO(TC11);
         for (int t = 0; t < kt; t++) {
             AMX_LOADD(TA0, a0 + (size_t)t * 512, s);
             AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
@@ -140,68 +137,76 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, const uint32_t
             AMX_DPBF16PS(TC10, TA1, TB0);
             AMX_DPBF16PS(TC11, TA1, TB1);
         }
-    } else {
-        for (int t = 0; t < kt; t++) {
-            AMX_LOADD(TA0, a0 + (size_t)t * 512, s);
-            AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
-            AMX_DPBF16PS(TC00, TA0, TB0);
-            if (two_c) {
-                AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
-                AMX_DPBF16PS(TC01, TA0, TB1);
-            }
-            if (two_r) {
-                AMX_LOADD(TA1, a1 + (size_t)t * 512, s);
-                AMX_DPBF16PS(TC10, TA1, TB0);
-            }
+        AMX_STORED(TC00, cs, ldcs);
+        AMX_STORED(TC01, cs + 16, ldcs);
+        AMX_STORED(TC10, c10, ldcs);
+        AMX_STORED(TC11, c10 + 16, ldcs);
+        return;
+    }
+    if (two_c) AMX_ZERO(TC01);
+    if (two_r) AMX_ZERO(TC10);
+    for (int t = 0; t < kt; t++) {
+        AMX_LOADD(TA0, a0 + (size_t)t * 512, s);
+        AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
+        AMX_DPBF16PS(TC00, TA0, TB0);
+        if (two_c) {
+            AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
+            AMX_DPBF16PS(TC01, TA0, TB1);
+        }
+        if (two_r) {
+            AMX_LOADD(TA1, a1 + (size_t)t * 512, s);
+            AMX_DPBF16PS(TC10, TA1, TB0);
         }
     }
-    AMX_STORED(TC00, cb, ldcb);
-    if (two_c) AMX_STORED(TC01, cb + 16, ldcb);
-    if (two_r) AMX_STORED(TC10, c10, ldcb);
-    if (two_r && two_c) AMX_STORED(TC11, c10 + 16, ldcb);
+    AMX_STORED(TC00, cs, ldcs);
+    if (two_c) AMX_STORED(TC01, cs + 16, ldcs);
+    if (two_r) AMX_STORED(TC10, c10, ldcs);
 }
 
 static void amx_task(void *ctx, long it, int thread) {
     const amx_job *j = ctx;
     const be_weight *w = j->w;
     const int i0 = (int)(it % j->nb_m) * AMX_MC, mc = j->M - i0 < AMX_MC ? j->M - i0 : AMX_MC;
-    const int j0 = (int)(it / j->nb_m) * AMX_NC, nc = w->N - j0 < AMX_NC ? w->N - j0 : AMX_NC;
+    const int j0 = (int)(it / j->nb_m) * j->nc, nc = w->N - j0 < j->nc ? w->N - j0 : j->nc;
     const int KB = (w->K + AMX_KT - 1) / AMX_KT;
-    unsigned char *ws = j->ws + (size_t)thread * AMX_THREAD_BYTES;
+    unsigned char *ws = j->ws + (size_t)thread * j->thread_bytes;
     uint16_t *ap = (uint16_t *)(void *)ws;
-    float *cb = (float *)(void *)(ws + AMX_AP_BYTES);
+    float *cs = (float *)(void *)(ws + j->thread_bytes - AMX_SCRATCH_BYTES);
     const uint32_t *panels = w->data;
     const size_t panel = (size_t)w->kp_panel * 16; /* dwords per 16-column panel */
 
+    pack_a(j->A + (size_t)i0 * j->lda, j->lda, mc, 0, w->K, KB, ap);
     amx_tilecfg cfg;
     const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
     const uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
     amx_tilecfg_set(&cfg, 8, rows, colsb);
     AMX_LOADCONFIG(&cfg);
-    for (int t0 = 0; t0 < KB; t0 += AMX_KC) {
-        const int kt = KB - t0 < AMX_KC ? KB - t0 : AMX_KC;
-        pack_a(j->A + (size_t)i0 * j->lda, j->lda, mc, AMX_KT * t0, w->K, kt, ap);
-        for (int jr = 0; jr < nc; jr += 32) {
-            const uint32_t *b0 = panels + (size_t)(j0 + jr) / 16 * panel + (size_t)t0 * 256;
-            const int two_c = nc - jr > 16;
-            for (int ir = 0; ir < mc; ir += 32) {
-                const uint16_t *a0 = ap + (size_t)(ir / 16) * kt * 512;
-                block(kt, a0, a0 + (size_t)kt * 512, b0, b0 + panel, cb + (size_t)ir * AMX_NC + jr, t0 == 0,
-                      mc - ir > 16, two_c);
-            }
+    for (int jr = 0; jr < nc; jr += 32) {
+        const uint32_t *b0 = panels + (size_t)(j0 + jr) / 16 * panel;
+        const int ncols = nc - jr < 32 ? nc - jr : 32;
+        for (int ir = 0; ir < mc; ir += 32) {
+            const uint16_t *a0 = ap + (size_t)(ir / 16) * KB * 512;
+            const int nrows = mc - ir < 32 ? mc - ir : 32;
+            block(KB, a0, a0 + (size_t)KB * 512, b0, b0 + panel, cs, nrows > 16, ncols > 16);
+            for (int r = 0; r < nrows; r++)
+                gemm_bf16_epilogue_row(cs + (size_t)r * 32, j->bias ? j->bias + j0 + jr : NULL, ncols, j->act,
+                                       j->C + (size_t)(i0 + ir + r) * j->ldc + j0 + jr, j->accumulate);
         }
     }
     AMX_RELEASE();
-    for (int i = 0; i < mc; i++)
-        gemm_bf16_epilogue_row(cb + (size_t)i * AMX_NC, j->bias ? j->bias + j0 : NULL, nc, j->act,
-                               j->C + (size_t)(i0 + i) * j->ldc + j0, j->accumulate);
 }
 
 void AMX_NAME(gemm_amx_run)(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
-                            size_t ldc, int accumulate, be_act act, void *ws, thread_pool *pool) {
+                            size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool) {
     if (M <= 0 || w->N <= 0) return;
-    amx_job j = {w, A, lda, M, bias, C, ldc, accumulate, act, (M + AMX_MC - 1) / AMX_MC,
+    const int nb_m = (M + AMX_MC - 1) / AMX_MC, nt = pool_size(pool), n32 = (w->N + 31) / 32;
+    /* N blocks: as few as give every thread two items (each N block packs the A block again). */
+    int nb_n = (2 * nt + nb_m - 1) / nb_m;
+    if (nb_n < 1) nb_n = 1;
+    if (nb_n > n32) nb_n = n32;
+    const int nc = (n32 + nb_n - 1) / nb_n * 32;
+    amx_job j = {w, A, lda, M, bias, C, ldc, accumulate, act, nb_m, nc, thread_bytes(max_k),
                  (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63)};
     /* M-block-major within an N block, so items running close in time share B panels. */
-    pool_run(pool, (long)j.nb_m * ((w->N + AMX_NC - 1) / AMX_NC), amx_task, &j);
+    pool_run(pool, (long)nb_m * ((w->N + nc - 1) / nc), amx_task, &j);
 }

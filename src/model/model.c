@@ -53,6 +53,8 @@ static void fill_info(qvl_model *m) {
     snprintf(in->backend, sizeof in->backend, "%s", m->be->name);
     const backend *bf = backend_bf16_available();
     snprintf(in->bf16_backend, sizeof in->bf16_backend, "%s", bf ? bf->name : "");
+    int amx_usable;
+    snprintf(in->amx, sizeof in->amx, "%s", backend_amx_status(&amx_usable));
     in->n_files = m->n_files;
     in->n_tensors = m->n_bound;
     in->n_params = 0;

@@ -50,6 +50,7 @@ struct qvl_ctx {
     float *sin_t;
     float *stage;  /* [mlp_step(S/m²), O] merger output before conversion to a bf16/f16 sink (when cap_stage) */
     void *gemm_ws, *attn_ws, *taps;
+    int max_k;     /* widest K of the model's Linears (gemm_ws is sized for it) */
     int *cu;       /* [S/m² + 1]: segment boundaries (a segment has at least m² rows) */
     /* The grids whose position and rotary tables are in pos / cos_t / sin_t (built once per grid list); room for
      * S/m² grids, as many as S rows can hold. */
@@ -204,6 +205,23 @@ static size_t mlp_width(const qvl_model *m) {
     return w;
 }
 
+/* Widest K (input columns) of the model's Linears: what the GEMM workspace must hold. */
+static int widest_k(const qvl_model *m) {
+    int k = m->patch.w.cols;
+    const linear *ls[] = {&m->merger.fc1, &m->merger.fc2};
+    for (size_t i = 0; i < 2; i++) k = ls[i]->w.cols > k ? ls[i]->w.cols : k;
+    for (int d = 0; d < m->cfg.n_deepstack; d++) {
+        k = m->deepstack[d].fc1.w.cols > k ? m->deepstack[d].fc1.w.cols : k;
+        k = m->deepstack[d].fc2.w.cols > k ? m->deepstack[d].fc2.w.cols : k;
+    }
+    for (int b = 0; b < m->cfg.depth; b++) {
+        const block_w *bw = &m->blocks[b];
+        const linear *bl[] = {&bw->qkv, &bw->proj, &bw->fc1, &bw->fc2};
+        for (size_t i = 0; i < 4; i++) k = bl[i]->w.cols > k ? bl[i]->w.cols : k;
+    }
+    return k;
+}
+
 static void layout(qvl_ctx *c, carver *cv, size_t S, int stage) {
     const tower_config *k = &c->m->cfg;
     size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge;
@@ -215,7 +233,8 @@ static void layout(qvl_ctx *c, carver *cv, size_t S, int stage) {
     c->ds = carve(cv, k->n_deepstack > 0 ? (S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
     c->cos_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
     c->sin_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
-    c->gemm_ws = carve(cv, c->be->linear_ws(pool_size(c->pool)), 1);
+    c->max_k = widest_k(c->m);
+    c->gemm_ws = carve(cv, c->be->linear_ws(pool_size(c->pool), c->max_k), 1);
     c->attn_ws = carve(cv, c->be->attention_ws(k->head_dim, pool_size(c->pool)), 1);
     c->taps = carve(cv, TABLES_TAPS_BYTES, 1);
     c->stage = carve(cv, stage ? mlp_step(S / mm, (size_t)c->be->m_align) * (size_t)k->out_hidden : 0, sizeof(float));
@@ -370,7 +389,7 @@ static void tap(qvl_ctx *c, const char *name, const float *data, size_t rows, si
 
 static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, size_t M, float *C, size_t ldc,
                        int accumulate, be_act act) {
-    c->be->linear(c->be, &l->packed, A, lda, (int)M, l->b, C, ldc, accumulate, act, c->gemm_ws, c->pool);
+    c->be->linear(c->be, &l->packed, A, lda, (int)M, l->b, C, ldc, accumulate, act, c->gemm_ws, c->max_k, c->pool);
     c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
 }
 

@@ -20,7 +20,7 @@ enum { M = 45, N = 70, K = 133, S = 90, NH = 2, HD = 72 };
 
 static void check_entry(const backend *be, const float *A, const float *B, const float *bias, const float *qkv) {
     char what[96];
-    void *ws = malloc(be->linear_ws(2) > be->attention_ws(HD, 2) ? be->linear_ws(2) : be->attention_ws(HD, 2));
+    void *ws = malloc(be->linear_ws(2, K) > be->attention_ws(HD, 2) ? be->linear_ws(2, K) : be->attention_ws(HD, 2));
     float *c1 = malloc(M * N * sizeof(float)), *c2 = malloc(M * N * sizeof(float));
     for (int ar = 0; ar <= (be->precision == QVL_PRECISION_BF16); ar++) {
         be_weight w;
@@ -28,7 +28,7 @@ static void check_entry(const backend *be, const float *A, const float *B, const
         CHECK(be->pack(be, &w, buf, B, QVL_DTYPE_F32, K, N, K, (be_arith)ar, NULL) == 0);
         CHECK(w.arith == (be_arith)ar);
         for (int i = 0; i < M * N; i++) c1[i] = c2[i] = (float)(i % 7) * 0.25f;
-        be->linear(be, &w, A, K, M, bias, c1, N, 1, BE_ACT_GELU_TANH, ws, tu_pool(2));
+        be->linear(be, &w, A, K, M, bias, c1, N, 1, BE_ACT_GELU_TANH, ws, K, tu_pool(2));
         if (ar == BE_ARITH_BF16 && (be->set == BF16_SET_AMX || be->set == BF16_SET_AMX_EMULATED)) {
             gemm_amx_ref(&w, A, K, M, bias, c2, N, 1, BE_ACT_GELU_TANH);
         } else if (ar == BE_ARITH_BF16) {
