@@ -52,7 +52,7 @@ OUTPUT_CONCAT, OUTPUT_SPLIT = 0, 1
 # qvl_pos_mode
 POS_CLOSED_FORM, POS_LINSPACE = 0, 1
 # qvl_isa
-ISA_AUTO, ISA_AVX2, ISA_AVX512 = 0, 2, 3
+ISA_AUTO, ISA_AVX2, ISA_AVX512, ISA_AMX = 0, 2, 3, 4
 # qvl_resize_mode
 RESIZE_TORCHVISION, RESIZE_PIL, RESIZE_PIL_LEGACY = 0, 1, 2
 # qvl_alpha_mode
@@ -92,6 +92,7 @@ class ModelInfo(Structure):
         ("precision", c_int),
         ("backend", c_char * 24),
         ("bf16_backend", c_char * 24),
+        ("amx", c_char * 96),
     ]
 
 

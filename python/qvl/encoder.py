@@ -78,7 +78,7 @@ _DTYPES = {"float32": (_lib.DTYPE_F32, np.float32), "float16": (_lib.DTYPE_F16, 
            "bfloat16": (_lib.DTYPE_BF16, np.uint16)}
 _LAYOUTS = {"concat": _lib.OUTPUT_CONCAT, "split": _lib.OUTPUT_SPLIT}
 _RESIZE = {"torchvision": _lib.RESIZE_TORCHVISION, "pil": _lib.RESIZE_PIL, "pil-legacy": _lib.RESIZE_PIL_LEGACY}
-_ISA = {"auto": _lib.ISA_AUTO, "avx2": _lib.ISA_AVX2, "avx512": _lib.ISA_AVX512}
+_ISA = {"auto": _lib.ISA_AUTO, "avx2": _lib.ISA_AVX2, "avx512": _lib.ISA_AVX512, "amx": _lib.ISA_AMX}
 _POS = {"closed": _lib.POS_CLOSED_FORM, "linspace": _lib.POS_LINSPACE}
 
 
