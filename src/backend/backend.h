@@ -24,8 +24,12 @@
 typedef enum be_act { BE_ACT_NONE = 0, BE_ACT_GELU_TANH = 1, BE_ACT_GELU_ERF = 2 } be_act;
 
 /* Arithmetic of one packed weight's GEMM. F32: A and W widened to f32, f32 FMA chain. BF16: A rounded to bf16
- * (nearest even) while packing, W stored as bf16, bf16 products accumulated in f32. */
-typedef enum be_arith { BE_ARITH_F32 = 0, BE_ARITH_BF16 = 1 } be_arith;
+ * (nearest even) while packing, W stored as bf16, bf16 products accumulated in f32. BF16X2 (backends with
+ * `split`; only for weights stored as bf16, which it then multiplies exactly): A split into two bf16 terms,
+ * hi = bf16(a) and lo = bf16(a − hi), both multiplied by W and accumulated in f32 — a to 16 significant bits
+ * (about 2^-17 relative) instead of 8, at twice BF16's tile work: for the small GEMMs (patch embedding, mergers)
+ * that bf16 would cost fidelity and f32 would cost time on AMX. */
+typedef enum be_arith { BE_ARITH_F32 = 0, BE_ARITH_BF16 = 1, BE_ARITH_BF16X2 = 2 } be_arith;
 
 /* A weight [N, K] packed once at load into the backend's panel layout. The fields are the backend's to read;
  * callers keep the struct and the memory (backend_pack_size bytes, 64-byte aligned) alive while it is used. */
@@ -73,6 +77,7 @@ struct backend {
     int kernel; /* the backend's own kernel-set index (private to its implementation) */
     int set;    /* its bf16 kernel set (private to its implementation) */
     int test_only; /* a model of other hardware (the emulated AMX set): tests only, never selected */
+    int split;     /* it runs BE_ARITH_BF16X2 weights */
 };
 
 /* The backend for a kernel-set request and a precision into *out (AUTO resolved for this CPU: AVX-512, else

@@ -55,18 +55,23 @@ static void f32_attention(const backend *be, const be_attn *a, void *ws, thread_
 /* bf16 entries: bf16-arithmetic weights through the bf16 GEMM of the entry's set, f32 ones through the f32
  * kernels. Every bf16 entry packs the tile-padded panels (gemm_amx_pack), which every set reads. */
 static size_t bf16_pack_size(int N, int K, qvl_dtype dtype, be_arith ar) {
-    return ar == BE_ARITH_BF16 ? gemm_amx_pack_size(N, K) : f32_pack_size(N, K, dtype, ar);
+    return ar != BE_ARITH_F32 ? gemm_amx_pack_size(N, K) : f32_pack_size(N, K, dtype, ar);
 }
 
 static int bf16_pack(const backend *be, be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N,
                      int K, be_arith ar, thread_pool *pool) {
-    if (ar == BE_ARITH_BF16) return gemm_amx_pack(out, buf, B, dtype, ldb, N, K, pool);
+    if (ar == BE_ARITH_BF16X2 && !be->split) return -1;
+    if (ar != BE_ARITH_F32) {
+        if (gemm_amx_pack(out, buf, B, dtype, ldb, N, K, pool) != 0) return -1;
+        out->arith = ar;
+        return 0;
+    }
     return f32_pack(be, out, buf, B, dtype, ldb, N, K, ar, pool);
 }
 
 static void bf16_linear(const backend *be, const be_weight *w, const float *A, size_t lda, int M, const float *bias,
                         float *C, size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool) {
-    if (w->arith != BE_ARITH_BF16) {
+    if (w->arith == BE_ARITH_F32) {
         f32_linear(be, w, A, lda, M, bias, C, ldc, accumulate, act, ws, max_k, pool);
         return;
     }
@@ -111,7 +116,8 @@ enum { ROW_ALIGN = 42 };
      .m_align = set_ == BF16_SET_AMX || set_ == BF16_SET_AMX_EMULATED ? BF16_AMX_MC : ROW_ALIGN,                     \
      .pack_size = bf16_pack_size,                                                                                    \
      .pack = bf16_pack, .linear_ws = bf16_linear_ws, .linear = bf16_linear, .attention_ws = bf16_attention_ws,      \
-     .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_}
+     .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_,      \
+     .split = set_ == BF16_SET_AMX || set_ == BF16_SET_AMX_EMULATED}
 
 static const backend be_portable = F32_ENTRY("portable", GEMM_ISA_SCALAR);
 static const backend be_portable_bf16 =

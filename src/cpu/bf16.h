@@ -49,6 +49,13 @@ static inline float bf16_float(uint16_t h) {
     return f;
 }
 
+/* The low term of BF16X2's split of f (backend.h): bf16(f − hi) for hi = bf16_round(f), 0 where hi is not finite
+ * (f − hi is exact in f32 then). */
+static inline uint16_t bf16_round_lo(float f, uint16_t hi) {
+    if ((hi & 0x7f80u) == 0x7f80u) return 0;
+    return bf16_round(f - bf16_float(hi));
+}
+
 /* f32 → bf16 bits as VCVTNEPS2BF16 rounds (attention's operands): bf16_round, but a denormal becomes a zero of
  * its sign. */
 static inline uint16_t bf16_round_ftz(float f) {
@@ -124,7 +131,14 @@ void gemm_amx_run(const be_weight *w, const float *A, size_t lda, int M, const f
                   int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
 void gemm_amx_run_emulated(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
                            size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
-/* The definition, element by element (tests). */
+/* The A packer of the AMX GEMM: rows [0, mr) of A (row stride lda), k in [k0, k0 + 32·kt) clipped to K, into kt
+ * 16 x 32 bf16 tiles per 16-row group (ns = 2: each followed by its BF16X2 lo tile), zero past mr and K. The
+ * instruction build's is AVX-512 (callable on any AVX512-BF16 CPU, tests), the emulated build's portable C; the
+ * two give the same bits. */
+void gemm_amx_pack_a(const float *a, size_t lda, int mr, int k0, int K, int kt, int ns, uint16_t *ap);
+void gemm_amx_pack_a_emulated(const float *a, size_t lda, int mr, int k0, int K, int kt, int ns, uint16_t *ap);
+/* The definition, element by element (tests). For BF16X2 weights (w->arith) each K tile runs twice, its hi terms
+ * then its lo terms (bf16_round_lo), each a TDPBF16PS step as above. */
 void gemm_amx_ref(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
                   int accumulate, be_act act);
 

@@ -43,10 +43,11 @@ enum {
 
 #define AMX_SCRATCH_BYTES ((size_t)32 * 32 * 4)
 
-/* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16) and the 32 x 32 f32 epilogue scratch. */
+/* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16; twice that for BF16X2's two terms) and the
+ * 32 x 32 f32 epilogue scratch. */
 static size_t thread_bytes(int max_k) {
     const size_t kp = (size_t)((max_k > 0 ? max_k : 1) + AMX_KT - 1) / AMX_KT * AMX_KT;
-    return (size_t)AMX_MC * kp * 2 + AMX_SCRATCH_BYTES;
+    return 2 * (size_t)AMX_MC * kp * 2 + AMX_SCRATCH_BYTES;
 }
 
 size_t AMX_NAME(gemm_amx_workspace_size)(int n_threads, int max_k) {
@@ -55,47 +56,65 @@ size_t AMX_NAME(gemm_amx_workspace_size)(int n_threads, int max_k) {
 }
 
 /* Rows [0, mr) of A (stride lda), k in [k0, k0 + 32·kt) clipped to K, rounded to bf16 into kt tiles per 16-row
- * group: tile (g, t) at ap + (g·kt + t)·512 elements, row r of it 32 bf16 (k0 + 32t ...). Zero past mr and K. */
+ * group: with ns = 1, tile (g, t) at ap + (g·kt + t)·512 elements, row r of it 32 bf16 (k0 + 32t ...); with
+ * ns = 2 (BF16X2) the hi tile of (g, t) at ap + (2(g·kt + t))·512 and its lo tile right after it (lo = bf16(a −
+ * hi), 0 where hi is not finite). Zero past mr and K. */
 #if QVL_AMX_EMULATE
-static void pack_a(const float *a, size_t lda, int mr, int k0, int K, int kt, uint16_t *ap) {
+void AMX_NAME(gemm_amx_pack_a)(const float *a, size_t lda, int mr, int k0, int K, int kt, int ns, uint16_t *ap) {
     const int groups = (mr + 15) / 16;
     for (int g = 0; g < groups; g++)
         for (int t = 0; t < kt; t++) {
-            uint16_t *tile = ap + ((size_t)g * kt + t) * 512;
+            uint16_t *tile = ap + ((size_t)g * kt + t) * (size_t)ns * 512;
             for (int r = 0; r < 16; r++) {
                 const int i = 16 * g + r;
                 for (int c = 0; c < AMX_KT; c++) {
                     const int k = k0 + AMX_KT * t + c;
-                    tile[r * AMX_KT + c] = i < mr && k < K ? bf16_round(a[(size_t)i * lda + (size_t)k]) : 0;
+                    const float x = i < mr && k < K ? a[(size_t)i * lda + (size_t)k] : 0.0f;
+                    const uint16_t hi = bf16_round(x);
+                    tile[r * AMX_KT + c] = hi;
+                    if (ns == 2) tile[512 + r * AMX_KT + c] = bf16_round_lo(x, hi);
                 }
             }
         }
 }
 #else
-/* 16 floats → 16 bf16 bits (bf16_round's rule lane-wise: NaN quiet, else nearest even) in 16 words. */
-static inline __m256i round16(__m512 f) {
+/* 16 floats → 16 bf16 bits (bf16_round's rule lane-wise: NaN quiet, else nearest even), as dwords. */
+static inline __m512i round16(__m512 f) {
     const __m512i u = _mm512_castps_si512(f);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
     const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
     const __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, qn));
+    return _mm512_mask_mov_epi32(r, nan, qn);
 }
 
-static void pack_a(const float *a, size_t lda, int mr, int k0, int K, int kt, uint16_t *ap) {
+/* 16 floats → hi (bf16_round) into h[0..16) and, if l, lo (bf16_round_lo) into l[0..16). */
+static inline void split16(__m512 f, uint16_t *h, uint16_t *l) {
+    const __m512i hi = round16(f);
+    _mm256_storeu_si256((__m256i *)(void *)h, _mm512_cvtepi32_epi16(hi));
+    if (!l) return;
+    const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16));
+    /* lo = bf16(f - hi) where hi is finite (exponent not all ones), else 0 */
+    const __mmask16 fin = _mm512_cmp_epi32_mask(_mm512_and_si512(hi, _mm512_set1_epi32(0x7f80)),
+                                                _mm512_set1_epi32(0x7f80), _MM_CMPINT_NE);
+    const __m512i lo = _mm512_maskz_mov_epi32(fin, round16(_mm512_sub_ps(f, hf)));
+    _mm256_storeu_si256((__m256i *)(void *)l, _mm512_cvtepi32_epi16(lo));
+}
+
+void AMX_NAME(gemm_amx_pack_a)(const float *a, size_t lda, int mr, int k0, int K, int kt, int ns, uint16_t *ap) {
     const int groups = (mr + 15) / 16;
     for (int g = 0; g < groups; g++)
         for (int r = 0; r < 16; r++) {
             const int i = 16 * g + r;
             const float *ai = i < mr ? a + (size_t)i * lda : a; /* rows past mr: all lanes masked off */
             for (int t = 0; t < kt; t++) {
-                uint16_t *row = ap + ((size_t)g * kt + t) * 512 + (size_t)r * AMX_KT;
+                uint16_t *row = ap + ((size_t)g * kt + t) * (size_t)ns * 512 + (size_t)r * AMX_KT;
                 const int k = k0 + AMX_KT * t, left = i < mr ? K - k : 0;
                 const int n0 = left < 0 ? 0 : left > 16 ? 16 : left, n1 = left - 16 < 0 ? 0 : left - 16 > 16 ? 16 : left - 16;
                 const __m512 lo = _mm512_maskz_loadu_ps((__mmask16)((1u << n0) - 1u), ai + (n0 ? k : 0));
                 const __m512 hi = _mm512_maskz_loadu_ps((__mmask16)((1u << n1) - 1u), ai + (n1 ? k + 16 : 0));
-                _mm256_storeu_si256((__m256i *)(void *)row, round16(lo));
-                _mm256_storeu_si256((__m256i *)(void *)(row + 16), round16(hi));
+                split16(lo, row, ns == 2 ? row + 512 : NULL);
+                split16(hi, row + 16, ns == 2 ? row + 512 + 16 : NULL);
             }
         }
 }
@@ -117,9 +136,10 @@ typedef struct amx_job {
 } amx_job;
 
 /* One 32 x 32 block (or its 16-row / 16-column part: two_r / two_c = 0) over kt K tiles: accumulators from zero,
- * A tiles a0 (a1) of kt tiles each, B tiles b0 (b1) at 1 KiB per K tile, stored to cs (32 x 32, row stride 32). */
-static void block(int kt, const uint16_t *a0, const uint16_t *a1, const uint32_t *b0, const uint32_t *b1, float *cs,
-                  int two_r, int two_c) {
+ * A tiles a0 (a1), `as` elements from one K tile to the next (with split, each K tile's lo tile 512 elements after
+ * its hi tile, run right after it), B tiles b0 (b1) at 1 KiB per K tile, stored to cs (32 x 32, row stride 32). */
+static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int split, const uint32_t *b0,
+                  const uint32_t *b1, float *cs, int two_r, int two_c) {
     const size_t ldcs = 32 * 4, s = 64;
     float *c10 = cs + 16 * 32;
     AMX_ZERO(TC00);
@@ -128,14 +148,23 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, const uint32_t
         AMX_ZERO(TC10);
         AMX_ZERO(TC11);
         for (int t = 0; t < kt; t++) {
-            AMX_LOADD(TA0, a0 + (size_t)t * 512, s);
+            const uint16_t *x0 = a0 + (size_t)t * as, *x1 = a1 + (size_t)t * as;
+            AMX_LOADD(TA0, x0, s);
             AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
             AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
             AMX_DPBF16PS(TC00, TA0, TB0);
             AMX_DPBF16PS(TC01, TA0, TB1);
-            AMX_LOADD(TA1, a1 + (size_t)t * 512, s);
+            AMX_LOADD(TA1, x1, s);
             AMX_DPBF16PS(TC10, TA1, TB0);
             AMX_DPBF16PS(TC11, TA1, TB1);
+            if (split) {
+                AMX_LOADD(TA0, x0 + 512, s);
+                AMX_DPBF16PS(TC00, TA0, TB0);
+                AMX_DPBF16PS(TC01, TA0, TB1);
+                AMX_LOADD(TA1, x1 + 512, s);
+                AMX_DPBF16PS(TC10, TA1, TB0);
+                AMX_DPBF16PS(TC11, TA1, TB1);
+            }
         }
         AMX_STORED(TC00, cs, ldcs);
         AMX_STORED(TC01, cs + 16, ldcs);
@@ -145,19 +174,21 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, const uint32_t
     }
     if (two_c) AMX_ZERO(TC01);
     if (two_r) AMX_ZERO(TC10);
-    for (int t = 0; t < kt; t++) {
-        AMX_LOADD(TA0, a0 + (size_t)t * 512, s);
-        AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
-        AMX_DPBF16PS(TC00, TA0, TB0);
-        if (two_c) {
-            AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
-            AMX_DPBF16PS(TC01, TA0, TB1);
+    for (int t = 0; t < kt; t++)
+        for (int h = 0; h <= split; h++) {
+            const uint16_t *x0 = a0 + (size_t)t * as + (size_t)h * 512, *x1 = a1 + (size_t)t * as + (size_t)h * 512;
+            AMX_LOADD(TA0, x0, s);
+            AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
+            AMX_DPBF16PS(TC00, TA0, TB0);
+            if (two_c) {
+                AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
+                AMX_DPBF16PS(TC01, TA0, TB1);
+            }
+            if (two_r) {
+                AMX_LOADD(TA1, x1, s);
+                AMX_DPBF16PS(TC10, TA1, TB0);
+            }
         }
-        if (two_r) {
-            AMX_LOADD(TA1, a1 + (size_t)t * 512, s);
-            AMX_DPBF16PS(TC10, TA1, TB0);
-        }
-    }
     AMX_STORED(TC00, cs, ldcs);
     if (two_c) AMX_STORED(TC01, cs + 16, ldcs);
     if (two_r) AMX_STORED(TC10, c10, ldcs);
@@ -175,7 +206,8 @@ static void amx_task(void *ctx, long it, int thread) {
     const uint32_t *panels = w->data;
     const size_t panel = (size_t)w->kp_panel * 16; /* dwords per 16-column panel */
 
-    pack_a(j->A + (size_t)i0 * j->lda, j->lda, mc, 0, w->K, KB, ap);
+    const int split = w->arith == BE_ARITH_BF16X2, ns = 1 + split;
+    AMX_NAME(gemm_amx_pack_a)(j->A + (size_t)i0 * j->lda, j->lda, mc, 0, w->K, KB, ns, ap);
     amx_tilecfg cfg;
     const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
     const uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
@@ -185,9 +217,10 @@ static void amx_task(void *ctx, long it, int thread) {
         const uint32_t *b0 = panels + (size_t)(j0 + jr) / 16 * panel;
         const int ncols = nc - jr < 32 ? nc - jr : 32;
         for (int ir = 0; ir < mc; ir += 32) {
-            const uint16_t *a0 = ap + (size_t)(ir / 16) * KB * 512;
+            const uint16_t *a0 = ap + (size_t)(ir / 16) * KB * (size_t)ns * 512;
             const int nrows = mc - ir < 32 ? mc - ir : 32;
-            block(KB, a0, a0 + (size_t)KB * 512, b0, b0 + panel, cs, nrows > 16, ncols > 16);
+            block(KB, a0, a0 + (size_t)KB * (size_t)ns * 512, (size_t)ns * 512, split, b0, b0 + panel, cs, nrows > 16,
+                  ncols > 16);
             for (int r = 0; r < nrows; r++)
                 gemm_bf16_epilogue_row(cs + (size_t)r * 32, j->bias ? j->bias + j0 + jr : NULL, ncols, j->act,
                                        j->C + (size_t)(i0 + ir + r) * j->ldc + j0 + jr, j->accumulate);

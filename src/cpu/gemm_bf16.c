@@ -234,25 +234,30 @@ void gemm_bf16_ref(const be_weight *w, const float *A, size_t lda, int M, const 
 
 void gemm_amx_ref(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
                   int accumulate, be_act act) {
-    const int KB = (w->K + 31) / 32;
+    const int KB = (w->K + 31) / 32, split = w->arith == BE_ARITH_BF16X2;
     const uint32_t *panels = w->data;
     for (int i = 0; i < M; i++)
         for (int n = 0; n < w->N; n++) {
             const float *a = A + (size_t)i * lda;
             const uint32_t *b = panels + (size_t)(n / BF16_NR) * w->kp_panel * BF16_NR + (size_t)(n % BF16_NR);
             float acc = 0.0f;
-            for (int t = 0; t < KB; t++) {
-                float te = 0.0f, to = 0.0f;
-                for (int p = 0; p < 16; p++) {
-                    const int k = 32 * t + 2 * p;
-                    const float x0 = k < w->K ? bf16_float(bf16_round(a[k])) : 0.0f;
-                    const float x1 = k + 1 < w->K ? bf16_float(bf16_round(a[k + 1])) : 0.0f;
-                    const uint32_t y = b[(size_t)(16 * t + p) * BF16_NR];
-                    te = bf16_daz(fmaf(bf16_daz(x0), bf16_daz(bf16_float((uint16_t)y)), te));
-                    to = bf16_daz(fmaf(bf16_daz(x1), bf16_daz(bf16_float((uint16_t)(y >> 16))), to));
+            for (int t = 0; t < KB; t++)
+                for (int h = 0; h <= split; h++) {
+                    float te = 0.0f, to = 0.0f;
+                    for (int p = 0; p < 16; p++) {
+                        const int k = 32 * t + 2 * p;
+                        float x[2];
+                        for (int e = 0; e < 2; e++) {
+                            const float v = k + e < w->K ? a[k + e] : 0.0f;
+                            const uint16_t hi = bf16_round(v);
+                            x[e] = bf16_float(h ? bf16_round_lo(v, hi) : hi);
+                        }
+                        const uint32_t y = b[(size_t)(16 * t + p) * BF16_NR];
+                        te = bf16_daz(fmaf(bf16_daz(x[0]), bf16_daz(bf16_float((uint16_t)y)), te));
+                        to = bf16_daz(fmaf(bf16_daz(x[1]), bf16_daz(bf16_float((uint16_t)(y >> 16))), to));
+                    }
+                    acc = bf16_daz(bf16_daz(acc) + bf16_daz(te + to));
                 }
-                acc = bf16_daz(bf16_daz(acc) + bf16_daz(te + to));
-            }
             gemm_bf16_epilogue_row(&acc, bias ? bias + n : NULL, 1, act, C + (size_t)i * ldc + n, accumulate);
         }
 }

@@ -167,13 +167,17 @@ static qvl_status scan_small(const qvl_model *m, linear *const *ls, size_t n_ls,
  * Qwen3.5-27B tower). The patch embedding (0.4 %, on raw normalized pixels) and the mergers' fc1/fc2 (final and
  * DeepStack, 2.4 %) stay f32: measured at full depth (bench/bf16_fidelity.sh, 27 blocks at 448²), the merged
  * output's error against the fp32 oracle is 0.275 of transformers-bf16's with f32 mergers and 0.326 with bf16 ones
- * (docs/PARITY.md), and the encode takes about 2 % longer. */
+ * (docs/PARITY.md), and the encode takes about 2 % longer on AVX512-BF16. On AMX (backends with `split`) they
+ * run as BF16X2 instead where their weights are stored as bf16. */
 static be_arith arith_of(const qvl_model *m, const linear *l) {
-    if (m->be->precision != QVL_PRECISION_BF16 || l == &m->patch || l == &m->merger.fc1 || l == &m->merger.fc2)
-        return BE_ARITH_F32;
+    if (m->be->precision != QVL_PRECISION_BF16) return BE_ARITH_F32;
+    int small = l == &m->patch || l == &m->merger.fc1 || l == &m->merger.fc2;
     for (int d = 0; d < m->cfg.n_deepstack; d++)
-        if (l == &m->deepstack[d].fc1 || l == &m->deepstack[d].fc2) return BE_ARITH_F32;
-    return BE_ARITH_BF16;
+        if (l == &m->deepstack[d].fc1 || l == &m->deepstack[d].fc2) small = 1;
+    if (!small) return BE_ARITH_BF16;
+    /* On tiles (AMX) f32 would run at a fourteenth of the tile rate: split A into two bf16 terms instead, which
+     * multiplies bf16-stored weights exactly and A to 16 significant bits. Other weights stay f32. */
+    return m->be->split && l->w.dtype == QVL_DTYPE_BF16 ? BE_ARITH_BF16X2 : BE_ARITH_F32;
 }
 
 /* Pack every Linear's weight into GEMM panels once (bf16 stays bf16: the panels take the checkpoint's own bytes),

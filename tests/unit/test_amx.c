@@ -36,7 +36,7 @@ static int all_written(const float *c, size_t n) {
 typedef void (*run_fn)(const be_weight *, const float *, size_t, int, const float *, float *, size_t, int, be_act,
                        void *, int, thread_pool *);
 
-static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act, int accumulate) {
+static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act, int accumulate, int split) {
     uint32_t st = (uint32_t)(M * 7919 + N * 31 + K);
     const size_t lda = (size_t)K + (size_t)(M % 3); /* a row stride past K on some cases */
     float *A = malloc((size_t)M * lda * sizeof(float)), *Bf = malloc((size_t)N * K * sizeof(float));
@@ -52,6 +52,7 @@ static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act
     be_weight w;
     CHECK(gemm_amx_pack(&w, buf, B, dt, (size_t)K, N, K, NULL) == 0);
     CHECK(w.kp_panel % 16 == 0 && w.kp_panel >= (K + 1) / 2);
+    if (split) w.arith = BE_ARITH_BF16X2; /* the backends set it after packing (same panels) */
     const size_t cn = (size_t)M * N;
     float *ref = malloc(cn * sizeof(float));
     if (accumulate) memcpy(ref, C0, cn * sizeof(float));
@@ -73,7 +74,8 @@ static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act
                 const double d = ref[(size_t)i * N + j] - s;
                 num += d * d, den += s * s;
             }
-        CHECK(den == 0 || sqrt(num / den) < 1e-2);
+        /* bf16 A: ~2^-9 relative; BF16X2's A to 16 bits: ~2^-17 (checked well below bf16's) */
+        CHECK(den == 0 || sqrt(num / den) < (split ? 2e-5 : 1e-2));
     }
     void *ws = malloc(gemm_amx_workspace_size_emulated(2, K));
     float *C = tu_guarded_alloc(cn * sizeof(float));
@@ -90,13 +92,13 @@ static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act
             if (accumulate) memcpy(C, C0, cn * sizeof(float));
             else for (size_t i = 0; i < cn; i++) C[i] = NAN;
             sets[s].run(&w, A, lda, M, bias_on ? bias : NULL, C, (size_t)N, accumulate, act, ws, K, tu_pool(nt));
-            snprintf(what, sizeof what, "amx gemm m%d n%d k%d dt %d act %d acc %d (%s, %d threads)", M, N, K, (int)dt,
-                     (int)act, accumulate, sets[s].name, nt);
+            snprintf(what, sizeof what, "amx gemm m%d n%d k%d dt %d act %d acc %d split %d (%s, %d threads)", M, N, K,
+                     (int)dt, (int)act, accumulate, split, sets[s].name, nt);
             CHECK(tu_same_bytes((const unsigned char *)C, (const unsigned char *)ref, cn * sizeof(float), what));
         }
     }
     /* The VDPBF16PS sets read the tile-padded panels as their own (their definition, gemm_bf16_ref). */
-    if (M <= 43) {
+    if (M <= 43 && !split) {
         void *bws = malloc(gemm_bf16_workspace_size(1));
         float *r2 = malloc(cn * sizeof(float));
         for (int set = 0; set <= (cpu_has_avx512bf16() ? 1 : 0); set++) {
@@ -142,12 +144,83 @@ static void order_case(void) {
     free(buf);
 }
 
+/* BF16X2's split on values where it matters: exact for 16-bit significands (bf16 alone is not), NaN and
+ * infinities through hi with lo = 0, denormals read as zero as the tiles do. */
+static void split_specials(void) {
+    enum { K = 32 };
+    float A[4 * K], B[K];
+    for (int k = 0; k < K; k++) {
+        B[k] = k == 0 ? 1.0f : 0.0f; /* C[i] = A[i][0] */
+        for (int i = 0; i < 4; i++) A[i * K + k] = 0.0f;
+    }
+    A[0 * K] = 1.0f + 0x1.0p-12f;          /* needs 13 bits: bf16 drops it, the split keeps it */
+    A[1 * K] = -INFINITY;
+    A[2 * K] = NAN;
+    A[3 * K] = 3.0f * 0x1.0p-140f;         /* a denormal: read as zero by TDPBF16PS */
+    void *buf = aligned_alloc(64, gemm_amx_pack_size(1, K));
+    be_weight w;
+    CHECK(gemm_amx_pack(&w, buf, B, QVL_DTYPE_F32, K, 1, K, NULL) == 0);
+    w.arith = BE_ARITH_BF16X2;
+    float c[4], e[4];
+    gemm_amx_ref(&w, A, K, 4, NULL, c, 1, 0, BE_ACT_NONE);
+    CHECK(c[0] == 1.0f + 0x1.0p-12f && c[1] == -INFINITY && isnan(c[2]) && c[3] == 0.0f);
+    void *ws = malloc(gemm_amx_workspace_size_emulated(1, K));
+    gemm_amx_run_emulated(&w, A, K, 4, NULL, e, 1, 0, BE_ACT_NONE, ws, K, NULL);
+    CHECK(tu_same_bytes((const unsigned char *)e, (const unsigned char *)c, sizeof c, "split specials (emulated)"));
+#if QVL_WITH_X86
+    if (hw) {
+        gemm_amx_run(&w, A, K, 4, NULL, e, 1, 0, BE_ACT_NONE, ws, K, NULL);
+        CHECK(tu_same_bytes((const unsigned char *)e, (const unsigned char *)c, sizeof c, "split specials (amx)"));
+    }
+#endif
+    w.arith = BE_ARITH_BF16;
+    gemm_amx_ref(&w, A, K, 1, NULL, c, 1, 0, BE_ACT_NONE);
+    CHECK(c[0] == 1.0f);
+    free(ws), free(buf);
+}
+
+/* The instruction build's AVX-512 A packer (runs without AMX) against the portable one, bit for bit, on edge sizes
+ * and special values (NaN, infinities, denormals, values whose rounding carries). */
+static void packer_case(int mr, int K, int ns) {
+#if QVL_WITH_X86
+    const int kt = (K + 31) / 32, groups = (mr + 15) / 16;
+    const size_t lda = (size_t)K + 3, n = (size_t)groups * kt * ns * 512;
+    float *a = malloc((size_t)(mr > 0 ? mr : 1) * lda * sizeof(float));
+    uint32_t st = (uint32_t)(mr * 131 + K * 7 + ns);
+    for (size_t i = 0; i < (size_t)mr * lda; i++) {
+        const float v = tu_frand(&st) * 4.0f;
+        const int pick = (int)(i % 23);
+        a[i] = pick == 3 ? NAN : pick == 5 ? INFINITY : pick == 7 ? -INFINITY : pick == 11 ? 1e-40f
+             : pick == 13 ? 3.4e38f : pick == 17 ? 1.0f + 0x1.8p-8f : v;
+    }
+    uint16_t *p1 = malloc(n * 2), *p2 = malloc(n * 2);
+    memset(p1, 0xab, n * 2);
+    memset(p2, 0xcd, n * 2);
+    gemm_amx_pack_a(a, lda, mr, 0, K, kt, ns, p1);
+    gemm_amx_pack_a_emulated(a, lda, mr, 0, K, kt, ns, p2);
+    char what[80];
+    snprintf(what, sizeof what, "AVX-512 A packer m%d k%d ns %d", mr, K, ns);
+    CHECK(tu_same_bytes((const unsigned char *)p1, (const unsigned char *)p2, n * 2, what));
+    free(p1), free(p2), free(a);
+#else
+    (void)mr, (void)K, (void)ns;
+#endif
+}
+
 int main(void) {
     int usable = 0;
     const char *status = backend_amx_status(&usable);
     hw = usable;
     printf("test_amx: AMX-BF16 on this CPU: %s\n", status);
     order_case();
+    if (cpu_has_avx512bf16()) {
+        static const int pm[] = {1, 15, 16, 17, 33}, pk[] = {1, 15, 16, 17, 31, 32, 33, 100};
+        for (size_t i = 0; i < 5; i++)
+            for (size_t k = 0; k < 8; k++)
+                for (int ns = 1; ns <= 2; ns++) packer_case(pm[i], pk[k], ns);
+    } else {
+        printf("test_amx: no AVX512-BF16 here: the instruction build's A packer was not run\n");
+    }
     static const int ms[] = {1, 15, 16, 17, 33, 127, 129};
     static const int ns[] = {1, 16, 17, 32, 33, 257};
     static const int ks[] = {1, 2, 31, 32, 33, 384, 385};
@@ -156,10 +229,13 @@ int main(void) {
         for (size_t j = 0; j < sizeof ns / sizeof *ns; j++)
             for (size_t k = 0; k < sizeof ks / sizeof *ks; k++, c++)
                 gemm_case(ms[i], ns[j], ks[k], c % 3 == 0 ? QVL_DTYPE_F32 : c % 3 == 1 ? QVL_DTYPE_BF16 : QVL_DTYPE_F16,
-                          c % 2 == 0, (be_act)(c % 3), c % 4 == 1);
-    gemm_case(130, 300, 800, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1); /* two M blocks, a partial one of 2 rows */
-    gemm_case(300, 40, 64, QVL_DTYPE_F32, 0, BE_ACT_GELU_ERF, 0);      /* three M blocks, 8-column tail */
-    gemm_case(40, 96, 4304, QVL_DTYPE_BF16, 1, BE_ACT_NONE, 1);        /* the 27B fc2's K (not a tile multiple) */
+                          c % 2 == 0, (be_act)(c % 3), c % 4 == 1, c % 5 == 2);
+    gemm_case(130, 300, 800, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1, 0); /* two M blocks, a partial one of 2 rows */
+    gemm_case(130, 300, 800, QVL_DTYPE_BF16, 0, BE_ACT_NONE, 0, 1);
+    gemm_case(300, 40, 64, QVL_DTYPE_F32, 0, BE_ACT_GELU_ERF, 0, 0);      /* three M blocks, 8-column tail */
+    gemm_case(40, 96, 4304, QVL_DTYPE_BF16, 1, BE_ACT_NONE, 1, 0);        /* the 27B fc2's K (not a tile multiple) */
+    gemm_case(33, 70, 1536, QVL_DTYPE_BF16, 0, BE_ACT_NONE, 0, 1);        /* the patch embedding's K, split */
+    split_specials();
     if (!hw && tu_failures == 0) {
         printf("test_amx: the AMX kernel passes over the C model of the tile instructions; AMX is not usable here "
                "(%s), so the instructions themselves were not run (skipped)\n", status);
