@@ -78,7 +78,7 @@ static void *peak_thread(void *p) {
 /* The f32 FMA peak at the vector width of the kernel set the model was loaded for (`isa`, which the library
  * only resolves to a set this CPU runs): `threads` threads running the FMA loop at once; 0 below AVX2. */
 static double measure_peak(int threads, int isa) {
-    const int wide = isa == QVL_ISA_AVX512, lanes = wide ? 16 : 8;
+    const int wide = isa == QVL_ISA_AVX512 || isa == QVL_ISA_AMX, lanes = wide ? 16 : 8; /* AMX CPUs: AVX-512 */
     if (isa < QVL_ISA_AVX2) return 0;
     const long iters = 20000000;
     if (threads > 256) threads = 256;
@@ -206,7 +206,7 @@ int cmd_bench(int argc, char **argv) {
            "GFLOP/s (%s; measured again after each case, %%peak uses the mean around the case)\n"
            "precision: %s (backend %s)\n\n",
            model_dir, in.model_type, in.depth, in.hidden, qvl_dtype_name(in.weight_dtype), nt, qvl_isa_name(in.isa),
-           peak_before, in.isa == QVL_ISA_AVX512 ? "AVX-512" : "AVX2", qvl_precision_name(in.precision), in.backend);
+           peak_before, in.isa == QVL_ISA_AVX512 || in.isa == QVL_ISA_AMX ? "AVX-512" : "AVX2", qvl_precision_name(in.precision), in.backend);
     printf("%-16s %7s %7s %10s %9s %7s | %8s %8s %8s %8s %8s %8s\n", "case", "patches", "tokens", "time ms", "GFLOP/s",
            "%peak", "patch", "pos/rope", "gemm", "attn", "norm", "merger");
     int rc = 0;

@@ -87,8 +87,12 @@ static void bf16_linear(const backend *be, const be_weight *w, const float *A, s
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 static size_t bf16_linear_ws(int n_threads, int max_k) {
-    return max3(gemm_workspace_size(n_threads), gemm_bf16_workspace_size(n_threads),
-                gemm_amx_workspace_size_emulated(n_threads, max_k)); /* both AMX builds have the same layout */
+    (void)max_k;
+    return max3(gemm_workspace_size(n_threads), gemm_bf16_workspace_size(n_threads), 0);
+}
+
+static size_t amx_linear_ws(int n_threads, int max_k) { /* both AMX builds have the same layout */
+    return max3(gemm_workspace_size(n_threads), gemm_amx_workspace_size_emulated(n_threads, max_k), 0);
 }
 
 static size_t bf16_attention_ws(int head_dim, int n_threads) { return attn_bf16_workspace_size(head_dim, n_threads); }
@@ -111,13 +115,13 @@ enum { ROW_ALIGN = 42 };
      .pack = f32_pack, .linear_ws = f32_linear_ws, .linear = f32_linear, .attention_ws = attn_workspace_size, \
      .attention = f32_attention, .layernorm = op_layernorm, .kernel = isa_}
 /* isa_: the qvl_isa reported; kern_: the f32 kernels of its f32 parts; set_: its bf16 kernel set. */
+#define IS_AMX(set_) ((set_) == BF16_SET_AMX || (set_) == BF16_SET_AMX_EMULATED)
 #define BF16_ENTRY(nm, isa_, kern_, set_, test_)                                                                     \
-    {.name = nm, .isa = isa_, .precision = QVL_PRECISION_BF16,                                                       \
-     .m_align = set_ == BF16_SET_AMX || set_ == BF16_SET_AMX_EMULATED ? BF16_AMX_MC : ROW_ALIGN,                     \
-     .pack_size = bf16_pack_size,                                                                                    \
-     .pack = bf16_pack, .linear_ws = bf16_linear_ws, .linear = bf16_linear, .attention_ws = bf16_attention_ws,      \
+    {.name = nm, .isa = isa_, .precision = QVL_PRECISION_BF16, .m_align = IS_AMX(set_) ? BF16_AMX_MC : ROW_ALIGN,   \
+     .pack_size = bf16_pack_size, .pack = bf16_pack, .linear = bf16_linear,                                         \
+     .linear_ws = IS_AMX(set_) ? amx_linear_ws : bf16_linear_ws, .attention_ws = bf16_attention_ws,                 \
      .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_,      \
-     .split = set_ == BF16_SET_AMX || set_ == BF16_SET_AMX_EMULATED}
+     .split = IS_AMX(set_)}
 
 static const backend be_portable = F32_ENTRY("portable", GEMM_ISA_SCALAR);
 static const backend be_portable_bf16 =
