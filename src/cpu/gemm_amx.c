@@ -10,12 +10,14 @@
  * Driver: items are (M block of up to AMX_MC rows, N block of a 32-column multiple), handed out dynamically to the
  * pool's threads; N is split only as far as needed to give every thread two items. Per item, the block's rows of
  * A are rounded and packed once, whole K, into 16 x 32 bf16 tiles (1 KiB each, zero past M and K; in the
- * per-thread workspace, sized for the model's widest K); then for each 32-column pair of weight panels (read in
- * place) and each 32-row pair of A tiles, the four accumulators run over all of K and are stored to a 4 KiB
- * scratch from which the epilogue writes C. The A block stays in L2 while the panel pair is reused by every row
- * pair. Every element is one TDPBF16PS chain over its K tiles in order, whatever the blocking or thread count:
- * results are bit-identical for any thread count and equal to gemm_amx_ref. Each item loads the tile
- * configuration and releases the tiles when done. */
+ * per-thread workspace, sized for the model's widest K). Then for each 32-column pair of weight panels (read in
+ * place), K runs in chunks of AMX_KC tiles: the panel pair's chunk (16 KiB) is used by every 32-row pair of the
+ * block in turn, whose four accumulators are zeroed (first chunk) or loaded from the block's partial sums Cb
+ * (128 x 32 f32, 16 KiB), run over the chunk and stored back; after the last chunk the epilogue writes C from Cb.
+ * So the panel chunk and Cb stay in L1 and the A block in L2. Loading and storing an accumulator is exact: every
+ * element is one TDPBF16PS chain over its K tiles in order, whatever the blocking or thread count, so results
+ * are bit-identical for any thread count and equal to gemm_amx_ref. Each item loads the tile configuration and
+ * releases the tiles when done. (The chunk and block sizes are reasoned, not tuned: no AMX machine yet.) */
 #include <stdint.h>
 #include <string.h>
 
@@ -29,6 +31,7 @@
 enum {
     AMX_MC = BF16_AMX_MC, /* rows per M block (8 A row tiles; with K = 4608 a 1.2 MB A block, L2-resident) */
     AMX_KT = 32,          /* k per tile (16 pairs) */
+    AMX_KC = 8,           /* K tiles per chunk: a panel pair's chunk is 16 KiB, L1-resident while every row pair uses it */
 };
 
 /* Tile registers: accumulators C[r][c] for row tile r and column tile c of the 2 x 2 block, A row tiles, B tiles. */
@@ -41,7 +44,7 @@ enum {
 #define TB0 6
 #define TB1 7
 
-#define AMX_SCRATCH_BYTES ((size_t)32 * 32 * 4)
+#define AMX_SCRATCH_BYTES ((size_t)AMX_MC * 32 * 4) /* Cb: the M block's partial sums for one 32-column pair */
 
 /* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16; twice that for BF16X2's two terms) and the
  * 32 x 32 f32 epilogue scratch. */
@@ -135,18 +138,26 @@ typedef struct amx_job {
     unsigned char *ws;
 } amx_job;
 
-/* One 32 x 32 block (or its 16-row / 16-column part: two_r / two_c = 0) over kt K tiles: accumulators from zero,
- * A tiles a0 (a1), `as` elements from one K tile to the next (with split, each K tile's lo tile 512 elements after
- * its hi tile, run right after it), B tiles b0 (b1) at 1 KiB per K tile, stored to cs (32 x 32, row stride 32). */
+/* One 32 x 32 block (or its 16-row / 16-column part: two_r / two_c = 0) over kt K tiles: accumulators from zero
+ * (first) or loaded from cs (32 x 32, row stride 32), A tiles a0 (a1), `as` elements from one K tile to the next
+ * (with split, each K tile's lo tile 512 elements after its hi tile, run right after it), B tiles b0 (b1) at
+ * 1 KiB per K tile; the accumulators are stored back to cs. */
 static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int split, const uint32_t *b0,
-                  const uint32_t *b1, float *cs, int two_r, int two_c) {
+                  const uint32_t *b1, float *cs, int first, int two_r, int two_c) {
     const size_t ldcs = 32 * 4, s = 64;
     float *c10 = cs + 16 * 32;
-    AMX_ZERO(TC00);
+    if (first) {
+        AMX_ZERO(TC00);
+        if (two_c) AMX_ZERO(TC01);
+        if (two_r) AMX_ZERO(TC10);
+        if (two_r && two_c) AMX_ZERO(TC11);
+    } else {
+        AMX_LOADD(TC00, cs, ldcs);
+        if (two_c) AMX_LOADD(TC01, cs + 16, ldcs);
+        if (two_r) AMX_LOADD(TC10, c10, ldcs);
+        if (two_r && two_c) AMX_LOADD(TC11, c10 + 16, ldcs);
+    }
     if (two_r && two_c) {
-        AMX_ZERO(TC01);
-        AMX_ZERO(TC10);
-        AMX_ZERO(TC11);
         for (int t = 0; t < kt; t++) {
             const uint16_t *x0 = a0 + (size_t)t * as, *x1 = a1 + (size_t)t * as;
             AMX_LOADD(TA0, x0, s);
@@ -172,8 +183,6 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int
         AMX_STORED(TC11, c10 + 16, ldcs);
         return;
     }
-    if (two_c) AMX_ZERO(TC01);
-    if (two_r) AMX_ZERO(TC10);
     for (int t = 0; t < kt; t++)
         for (int h = 0; h <= split; h++) {
             const uint16_t *x0 = a0 + (size_t)t * as + (size_t)h * 512, *x1 = a1 + (size_t)t * as + (size_t)h * 512;
@@ -202,7 +211,7 @@ static void amx_task(void *ctx, long it, int thread) {
     const int KB = (w->K + AMX_KT - 1) / AMX_KT;
     unsigned char *ws = j->ws + (size_t)thread * j->thread_bytes;
     uint16_t *ap = (uint16_t *)(void *)ws;
-    float *cs = (float *)(void *)(ws + j->thread_bytes - AMX_SCRATCH_BYTES);
+    float *cb = (float *)(void *)(ws + j->thread_bytes - AMX_SCRATCH_BYTES);
     const uint32_t *panels = w->data;
     const size_t panel = (size_t)w->kp_panel * 16; /* dwords per 16-column panel */
 
@@ -216,15 +225,17 @@ static void amx_task(void *ctx, long it, int thread) {
     for (int jr = 0; jr < nc; jr += 32) {
         const uint32_t *b0 = panels + (size_t)(j0 + jr) / 16 * panel;
         const int ncols = nc - jr < 32 ? nc - jr : 32;
-        for (int ir = 0; ir < mc; ir += 32) {
-            const uint16_t *a0 = ap + (size_t)(ir / 16) * KB * (size_t)ns * 512;
-            const int nrows = mc - ir < 32 ? mc - ir : 32;
-            block(KB, a0, a0 + (size_t)KB * (size_t)ns * 512, (size_t)ns * 512, split, b0, b0 + panel, cs, nrows > 16,
-                  ncols > 16);
-            for (int r = 0; r < nrows; r++)
-                gemm_bf16_epilogue_row(cs + (size_t)r * 32, j->bias ? j->bias + j0 + jr : NULL, ncols, j->act,
-                                       j->C + (size_t)(i0 + ir + r) * j->ldc + j0 + jr, j->accumulate);
+        for (int t0 = 0; t0 < KB; t0 += AMX_KC) {
+            const int kt = KB - t0 < AMX_KC ? KB - t0 : AMX_KC;
+            for (int ir = 0; ir < mc; ir += 32) {
+                const uint16_t *a0 = ap + ((size_t)(ir / 16) * KB + (size_t)t0) * (size_t)ns * 512;
+                block(kt, a0, a0 + (size_t)KB * (size_t)ns * 512, (size_t)ns * 512, split, b0 + (size_t)t0 * 256,
+                      b0 + panel + (size_t)t0 * 256, cb + (size_t)ir * 32, t0 == 0, mc - ir > 16, ncols > 16);
+            }
         }
+        for (int r = 0; r < mc; r++)
+            gemm_bf16_epilogue_row(cb + (size_t)r * 32, j->bias ? j->bias + j0 + jr : NULL, ncols, j->act,
+                                   j->C + (size_t)(i0 + r) * j->ldc + j0 + jr, j->accumulate);
     }
     AMX_RELEASE();
 }
