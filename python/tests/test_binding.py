@@ -397,3 +397,13 @@ def test_precision_bf16(model_dir: str, enc: qvl.Encoder) -> None:
     d = np.linalg.norm(r16.embeds.astype(np.float64) - r32.embeds) / np.linalg.norm(r32.embeds.astype(np.float64))
     assert 0 < d < 0.05, d
     assert qvl.Encoder(model_dir, threads=1, precision="auto").precision in ("f32", "bf16")
+    # isa="amx": bf16 on AMX tiles where they are usable, else an error naming AMX; never f32
+    with pytest.raises(qvl.QvlError) as e:
+        qvl.Encoder(model_dir, threads=1, isa="amx", precision="f32")
+    assert "bf16" in e.value.message
+    try:
+        a = qvl.Encoder(model_dir, threads=1, isa="amx", precision="bf16")
+    except qvl.QvlError as e3:
+        assert "AMX" in e3.message and e3.status == _lib.ERR_UNSUPPORTED
+    else:
+        assert a.info.kernels == "amx" and a.precision == "bf16"
