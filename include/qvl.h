@@ -197,7 +197,11 @@ typedef struct qvl_model_info {
     int precision;                    /* arithmetic in use: QVL_PRECISION_F32 or QVL_PRECISION_BF16 */
     char backend[24];                 /* the compute backend the contexts run: "avx512", "avx512bf16", ... */
     char bf16_backend[24];            /* the bf16 backend this CPU would run (precision bf16 or auto), "" if none */
-    char amx[96];                     /* AMX-BF16 on this CPU and process: "usable (...)", "absent", or why not */
+    char amx[96];                     /* AMX-BF16 on this CPU and process: "usable (...)", "absent", or why not.
+                                         On an AMX CPU under Linux, finding out (here, or loading with precision
+                                         bf16 / auto or isa AMX; never an f32 load) requests the process's
+                                         tile-data permission once (arch_prctl), as oneDNN does on first use: the
+                                         process's signal frames then grow by the 8 KiB tile state */
 } qvl_model_info;
 
 /* CPU kernel sets. AUTO: the widest this CPU runs (AVX-512, else AVX2+FMA, else portable C; for bf16 precision AMX

@@ -258,7 +258,8 @@ qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **
     default: return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown isa %d", (int)isa);
     }
     /* The bf16 set for the request: AUTO the best this CPU has; AVX512 the AVX512-BF16 set even where AMX exists. */
-    const backend *bf = isa == QVL_ISA_AUTO ? backend_bf16_available() : NULL;
+    /* (Not asked for f32: on an AMX CPU the question requests the tile-data permission for the process.) */
+    const backend *bf = isa == QVL_ISA_AUTO && precision != QVL_PRECISION_F32 ? backend_bf16_available() : NULL;
 #if QVL_WITH_X86
     if (isa == QVL_ISA_AVX512 && cpu_has_avx512bf16()) bf = &be_avx512bf16;
 #endif
