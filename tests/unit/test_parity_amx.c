@@ -7,10 +7,10 @@
  * selects a test-only entry. Gates, the precision-bf16 gates of test_parity (gate 4, pu_bf16_gate): at every
  * block ‖ours − f32 oracle‖ / ‖f32 oracle‖ ≤ 1/2 of transformers-bf16's error at that stage; at the merged output
  * and every DeepStack feature ≤ 1/3 of it on full-depth towers (the tiny ones, wide_deep), ≤ 1/2 on truncated ones
- * (wide_single, w2b_deepstack); patch and pos
- * no worse than it. The same rows go through the VDPBF16PS arithmetic too ("avx512bf16", or "portable-bf16", the
- * same bits, on CPUs without AVX512-BF16), gated the same, and the table puts the two side by side; on a CPU where
- * the AMX set is usable, the "amx" entry (the instructions) is run and gated as well.
+ * (wide_single, w2b_deepstack); patch and pos no worse than it. The same rows go through the VDPBF16PS
+ * arithmetic too ("avx512bf16", or "portable-bf16", the same bits, on CPUs without AVX512-BF16), gated the same,
+ * and the table puts the two side by side; on a CPU where the AMX set is usable, the "amx" entry (the
+ * instructions) is run and gated as well.
  *
  * The emulated GEMM is scalar C (about 0.5 GFLOP/s per core on the development machine): all the committed
  * fixtures take about 45 s of CPU in Release, wide_deep (27 blocks of Qwen3.5-27B widths on 16 rows) more than
