@@ -268,7 +268,8 @@ void qvl_load_params_init(qvl_load_params *p, size_t struct_size) {
     params_init(p, struct_size, &d, sizeof d);
 }
 
-qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err) {
+qvl_status model_load_on(const char *dir, const qvl_load_params *params, const backend *on, qvl_model **out,
+                         qvl_error *err) {
     err_clear(err);
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: out is NULL");
     *out = NULL;
@@ -280,8 +281,8 @@ qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_mo
     if (lp.n_threads < 0 || lp.n_threads > QVL_MAX_THREADS)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: n_threads %d is outside 0..%d (0: one per CPU)",
                         lp.n_threads, QVL_MAX_THREADS);
-    const backend *be = NULL;
-    TRY(backend_select(lp.isa, lp.precision, &be, err));
+    const backend *be = on;
+    if (!be) TRY(backend_select(lp.isa, lp.precision, &be, err));
     qvl_model *m = calloc(1, sizeof *m);
     if (!m) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     m->be = be;
@@ -309,6 +310,10 @@ qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_mo
     fill_info(m);
     *out = m;
     return QVL_OK;
+}
+
+qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err) {
+    return model_load_on(dir, params, NULL, out, err);
 }
 
 void qvl_model_get_info_sized(const qvl_model *m, qvl_model_info *info, size_t size) {

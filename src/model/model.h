@@ -76,6 +76,12 @@ struct qvl_model {
     uint8_t fp[16];
 };
 
+/* qvl_model_load on backend entry `on` (one of backend_table's, test-only ones included: the tests load a model
+ * on "amx-emulated", which no request selects), the load params' isa and precision then unused; `on` NULL: the
+ * entry backend_select picks for them, which is qvl_model_load. */
+qvl_status model_load_on(const char *dir, const qvl_load_params *params, const backend *on, qvl_model **out,
+                         qvl_error *err);
+
 struct checkpoint;
 
 /* Bind every tower tensor of m->cfg from the checkpoint's table into `m`, and take its source and prefix into
