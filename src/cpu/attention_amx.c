@@ -15,14 +15,14 @@
  *   Oᵀ = Vᵀ·Pᵀ A: 16 head dims x 32 keys of V rounded to bf16 (V paired and transposed once per key tile, zero
  *              past hd and the keys); C: Oᵀ 16 head dims x 16 queries, loaded from and stored back to a
  *              per-thread f32 block [hd rounded to 16][ATTN_BQ_MAX] around the tile's 32-key steps.
- * Head dims: Sᵀ takes 32 per K tile, the last padded with zeros (64: 2 tiles; 72: 3, i.e. padded to 96, rather
- * than a second tile configuration for an 8-element tail: TDPBF16PS costs the same for any K); Oᵀ 16 per row
+ * Head dims: Sᵀ takes 32 per K tile, the last padded with zeros (64: 2 tiles; 72: 3, i.e. padded to 96: one
+ * tile configuration for every item, at the price of computing the scores as for 96 dims); Oᵀ 16 per row
  * tile (72: 5 tiles, the fifth's rows past 72 zero and never written out). Keys: a key tile is 1-3 steps of 32
  * (P = 0 and V = 0 past its keys), so every segment length works; Sᵀ runs 16-key blocks, two at a time.
  * Tiles (one configuration of eight 16 x 64-byte tiles, loaded per work item, released at its end):
  *   Sᵀ: 0, 1 score accumulators (two key blocks), 2, 3 K tiles, 4-7 the group's Qᵀ tiles (one per 32 head dims);
  *   Oᵀ: 0, 1 Oᵀ accumulators (two 16-dim blocks), 2, 3 Vᵀ tiles, 4-6 the group's P tiles (one per 32 keys).
- * Per 16-query group and 64-key tile at hd 64: 8 + 8 TDPBF16PS, 10 + 12 tile loads, 8 tile stores, 64 exp2 vectors.
+ * Per 16-query group and 64-key tile at hd 64: 8 + 8 TDPBF16PS, 10 + 14 tile loads, 8 tile stores, 64 exp2 vectors.
  * Every element is the same sequence of operations whichever thread runs its item: results are independent of
  * the thread count and equal attn_amx_ref.
  *
@@ -190,13 +190,19 @@ static void aa_layout_q(const float *q, size_t ldq, int nq, int hd, int ht, uint
 }
 
 /* One key tile's operands: K rows kr[j][d] (j < 16·nkb, d < 32·ht) and Vᵀ pairs vt[d][i] = (v_2i[d], v_2i+1[d])
- * (d < 16·hb, i < 16·nks), all rounded to bf16, zero past nkt keys and past hd. */
-static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv, int nkt, int hd, int ht, int hb,
-                         uint16_t *kr, uint32_t *vt) {
+ * (d < 16·hb, i < 16·nks), all rounded to bf16, zero past nkt keys and past hd. The K and V rows of the next
+ * `next` keys (right after this tile's) are prefetched towards L1: they are far apart in the qkv rows. */
+static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv, int nkt, int next, int hd, int ht,
+                         int hb, uint16_t *kr, uint32_t *vt) {
     const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32, kl = 32 * ht;
 #if AA_SIMD
     for (int j = 0; j < 16 * nkb; j++) {
         const float *kj = k + (size_t)j * ldk;
+        if (j < next)
+            for (int d = 0; d < hd; d += 16) {
+                _mm_prefetch((const char *)(k + (size_t)(nkt + j) * ldk + d), _MM_HINT_T0);
+                _mm_prefetch((const char *)(v + (size_t)(nkt + j) * ldv + d), _MM_HINT_T0);
+            }
         for (int d = 0; d < kl; d += 16) {
             const __m512 x = j < nkt ? aa_load(kj, d, hd) : _mm512_setzero_ps();
             _mm256_store_si256((__m256i *)(void *)(kr + (size_t)j * kl + d), (__m256i)_mm512_cvtneps_pbh(x));
@@ -215,6 +221,7 @@ static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv,
             for (int d = 0; d < 16; d++) _mm512_store_si512(vt + (size_t)(d0 + d) * AA_VT_LD + i0, r[d]);
         }
 #else
+    (void)next;
     for (int j = 0; j < 16 * nkb; j++)
         for (int d = 0; d < kl; d++)
             kr[(size_t)j * kl + d] = j < nkt && d < hd ? bf16_round_ftz(k[(size_t)j * ldk + d]) : 0;
@@ -253,10 +260,12 @@ static void aa_softmax(const float *s, int nkt, int nks, float c, float *m, floa
     for (int jp = npair; jp < 16 * nks; jp++) _mm512_store_si512(pt + (size_t)jp * 16, _mm512_setzero_si512());
     _mm512_store_ps(l, _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(l), alpha), _mm512_add_ps(te, to)));
     _mm512_store_ps(m, m_new);
-    for (int d = 0; d < 16 * hb; d++) {
-        float *od = ot + (size_t)d * ATTN_BQ_MAX;
-        _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), alpha));
-    }
+    /* o·α; skipped when every α is 1 (the running max held, the usual case past the first tiles): x·1 = x. */
+    if (_mm512_cmp_ps_mask(alpha, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ))
+        for (int d = 0; d < 16 * hb; d++) {
+            float *od = ot + (size_t)d * ATTN_BQ_MAX;
+            _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), alpha));
+        }
 #else
     for (int r = 0; r < 16; r++) {
         float mx = -INFINITY;
@@ -388,7 +397,8 @@ static void aa_block(const float *q, size_t ldq, const float *k, size_t ldk, con
     for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
         nkt = attn_key_tile(nk, j0);
         const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32;
-        aa_layout_kv(k + (size_t)j0 * ldk, ldk, v + (size_t)j0 * ldv, ldv, nkt, hd, ht, hb, w.kr, w.vt);
+        const int next = j0 + nkt < nk ? attn_key_tile(nk, j0 + nkt) : 0;
+        aa_layout_kv(k + (size_t)j0 * ldk, ldk, v + (size_t)j0 * ldv, ldv, nkt, next, hd, ht, hb, w.kr, w.vt);
         for (int g = 0; g < ng; g++) {
             aa_scores(w.qt + 16 * g, w.kr, ht, nkb, w.s);
             aa_softmax(w.s, nkt, nks, c, w.mrow + 16 * g, w.lrow + 16 * g, w.pt, w.ot + 16 * g, hb);
