@@ -421,6 +421,33 @@ void AA_NAME(attn_amx_run)(const attn_args *a, void *ws, thread_pool *pool) {
     attn_run_blocks(a, ws, pool, aa_block, (aa_floats(a->head_dim) + 15) & ~(size_t)15);
 }
 
+/* A start-up check of this build against the definition: two segments (37 rows: a partial query group; 100: two
+ * key tiles, the second 36 keys, i.e. a padded second 32-key step) of two heads of 72 (3 K tiles, 5 Oᵀ tiles), on
+ * the calling thread, bit for bit. 1 when it agrees, 0 when not or out of memory. */
+int AA_NAME(attn_amx_check)(void) {
+    enum { HD = 72, NH = 2, H = NH * HD, S = 137 };
+    const int cu[3] = {0, 37, S};
+    float *qkv = malloc((size_t)S * 3 * H * sizeof(float)), *o1 = malloc((size_t)S * H * sizeof(float));
+    float *o2 = malloc((size_t)S * H * sizeof(float));
+    void *ws = malloc(attn_amx_workspace_size(HD, 1));
+    int ok = 0;
+    if (qkv && o1 && o2 && ws) {
+        uint32_t st = 2463534242u;
+        for (size_t i = 0; i < (size_t)S * 3 * H; i++) {
+            st ^= st << 13, st ^= st >> 17, st ^= st << 5;
+            qkv[i] = (float)(int)(st % 4001u) / 1000.0f - 2.0f;
+        }
+        attn_args a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H, .out = o1,
+                       .ldo = H, .n_heads = NH, .head_dim = HD, .cu = cu, .n_seg = 2, .scale = 0.11785113f};
+        AA_NAME(attn_amx_run)(&a, ws, NULL);
+        a.out = o2;
+        attn_amx_ref(&a);
+        ok = memcmp(o1, o2, (size_t)S * H * sizeof(float)) == 0;
+    }
+    free(qkv), free(o1), free(o2), free(ws);
+    return ok;
+}
+
 #if QVL_AMX_EMULATE && !ATTN_AMX_SIMD
 /* Built once (the emulated build is in every build). */
 size_t attn_amx_workspace_size(int head_dim, int n_threads) {

@@ -177,5 +177,10 @@ void attn_amx_run_emulated(const attn_args *a, void *ws, thread_pool *pool);
 void attn_amx_run_emulated_simd(const attn_args *a, void *ws, thread_pool *pool);
 /* The definition: one query row at a time (tests; one thread, allocates). */
 void attn_amx_ref(const attn_args *a);
+/* A start-up check of each build against attn_amx_ref (a small fixed case on the calling thread; allocates): 1
+ * when it agrees bit for bit, 0 when not. The instruction build's only after cpu_amx_usable(). */
+int attn_amx_check(void);
+int attn_amx_check_emulated(void);
+int attn_amx_check_emulated_simd(void);
 
 #endif

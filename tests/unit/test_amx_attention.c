@@ -177,6 +177,12 @@ int main(void) {
         attn_case(segs[i], m, 64, big ? 1 : 2, i % 2 ? 3 : 0, !big);
         attn_case(segs[i], m, 72, big ? 1 : 2, i % 2 ? 0 : 5, !big);
     }
+    /* The start-up checks (for the backend's AMX check) agree in every build that runs here. */
+    CHECK(attn_amx_check_emulated() == 1);
+#if QVL_WITH_X86
+    if (simd) CHECK(attn_amx_check_emulated_simd() == 1);
+    if (hw) CHECK(attn_amx_check() == 1);
+#endif
     static const int more[] = {33, 17, 80};
     attn_case(more, 3, 2, 2, 1, 1);   /* one K tile, one Oᵀ tile */
     attn_case(more, 3, 40, 2, 0, 1);  /* two K tiles, three Oᵀ tiles */
