@@ -18,11 +18,14 @@
  * Head dims: Sᵀ takes 32 per K tile, the last padded with zeros (64: 2 tiles; 72: 3, i.e. padded to 96: one
  * tile configuration for every item, at the price of computing the scores as for 96 dims); Oᵀ 16 per row
  * tile (72: 5 tiles, the fifth's rows past 72 zero and never written out). Keys: a key tile is 1-3 steps of 32
- * (P = 0 and V = 0 past its keys), so every segment length works; Sᵀ runs 16-key blocks, two at a time.
- * Tiles (one configuration of eight 16 x 64-byte tiles, loaded per work item, released at its end):
- *   Sᵀ: 0, 1 score accumulators (two key blocks), 2, 3 K tiles, 4-7 the group's Qᵀ tiles (one per 32 head dims);
- *   Oᵀ: 0, 1 Oᵀ accumulators (two 16-dim blocks), 2, 3 Vᵀ tiles, 4-6 the group's P tiles (one per 32 keys).
- * Per 16-query group and 64-key tile at hd 64: 8 + 8 TDPBF16PS, 10 + 14 tile loads, 8 tile stores, 64 exp2 vectors.
+ * (P = 0 and V = 0 past its keys), so every segment length works.
+ * Tiles (one configuration of eight 16 x 64-byte tiles, loaded per work item, released at its end): both products
+ * in 2 x 2 blocks of accumulators, as the AMX GEMM: two query groups (32 queries) at a time, against two 16-key
+ * blocks (Sᵀ) or two 16-dim blocks (Oᵀ); tiles 0-3 the accumulators, 4-5 the K (Vᵀ) tiles, 6-7 the Qᵀ (P) tiles,
+ * so four independent TDPBF16PS chains and one tile load per TDPBF16PS. The next pair's Sᵀ is issued before this
+ * pair's softmax, so the tile unit and the vector units can work at the same time.
+ * Per pair of groups and 64-key tile at hd 64: 16 + 16 TDPBF16PS, 16 + 24 tile loads, 8 + 8 tile stores, and
+ * the softmax's 2 x 64 exp2 vectors (~15 AVX-512 operations per key and group: the expected bottleneck).
  * Every element is the same sequence of operations whichever thread runs its item: results are independent of
  * the thread count and equal attn_amx_ref.
  *
@@ -76,8 +79,8 @@ typedef struct aa_ws {
     uint32_t *qt; /* [16·ht][BQ_MAX] Qᵀ pairs (B tiles) */
     uint16_t *kr; /* [16·KB_MAX][32·ht] K rows in bf16 (A tiles) */
     uint32_t *vt; /* [16·hb][VT_LD] Vᵀ pairs of keys (A tiles) */
-    float *s;     /* [16·KB_MAX][16] scores of one group */
-    uint32_t *pt; /* [KP/2][16] P pairs of one group (B tiles) */
+    float *s;     /* [4][16·KB_MAX][16] scores of two pairs of groups */
+    uint32_t *pt; /* [2][KP/2][16] P pairs of a pair of groups (B tiles) */
     float *ot;    /* [16·hb][BQ_MAX] Oᵀ */
     float *mrow;  /* [BQ_MAX] running max (log2 domain) */
     float *lrow;  /* [BQ_MAX] running sum */
@@ -85,8 +88,8 @@ typedef struct aa_ws {
 
 static inline size_t aa_floats(int hd) {
     const size_t ht = ((size_t)hd + 31) / 32, hb = ((size_t)hd + 15) / 16;
-    return 16 * ht * ATTN_BQ_MAX + 16 * AA_KB_MAX * 16 * ht + 16 * hb * AA_VT_LD + 16 * AA_KB_MAX * 16 +
-           AA_KP / 2 * 16 + 16 * hb * ATTN_BQ_MAX + 2 * (size_t)ATTN_BQ_MAX;
+    return 16 * ht * ATTN_BQ_MAX + 16 * AA_KB_MAX * 16 * ht + 16 * hb * AA_VT_LD + 4 * 16 * AA_KB_MAX * 16 +
+           2 * AA_KP / 2 * 16 + 16 * hb * ATTN_BQ_MAX + 2 * (size_t)ATTN_BQ_MAX;
 }
 
 static aa_ws aa_carve(float *ws, int hd) {
@@ -96,8 +99,8 @@ static aa_ws aa_carve(float *ws, int hd) {
     w.kr = (uint16_t *)(void *)(w.qt + 16 * ht * ATTN_BQ_MAX);
     w.vt = (uint32_t *)(void *)(w.kr + 2 * 16 * AA_KB_MAX * 16 * ht);
     w.s = (float *)(void *)(w.vt + 16 * hb * AA_VT_LD);
-    w.pt = (uint32_t *)(void *)(w.s + 16 * AA_KB_MAX * 16);
-    w.ot = (float *)(void *)(w.pt + AA_KP / 2 * 16);
+    w.pt = (uint32_t *)(void *)(w.s + 4 * 16 * AA_KB_MAX * 16);
+    w.ot = (float *)(void *)(w.pt + 2 * AA_KP / 2 * 16);
     w.mrow = w.ot + 16 * hb * ATTN_BQ_MAX;
     w.lrow = w.mrow + ATTN_BQ_MAX;
     return w;
@@ -315,73 +318,87 @@ static void aa_output(const float *ot, const float *lrow, int nq, int hd, int hb
 
 /* ---- the tiles ---- */
 
-/* Sᵀ of one group: Qᵀ tiles (qg: the group's column of qt) against the nkb key blocks of kr, into s. */
-static void aa_scores(const uint32_t *qg, const uint16_t *kr, int ht, int nkb, float *s) {
+/* Tile registers of both products: accumulators C[r][c] for row tile r (key block / head-dim block) and column
+ * tile c (query group) of a 2 x 2 block, A row tiles (K / Vᵀ), B column tiles (Qᵀ / P). */
+#define AA_C00 0
+#define AA_C01 1
+#define AA_C10 2
+#define AA_C11 3
+#define AA_A0 4
+#define AA_A1 5
+#define AA_B0 6
+#define AA_B1 7
+
+/* Sᵀ of the groups at qg (and qg + 16 with two_g): the nkb 16-key blocks of kr against their Qᵀ tiles, into s0
+ * (and s1), two key blocks at a time. */
+static void aa_scores(const uint32_t *qg, int two_g, const uint16_t *kr, int ht, int nkb, float *s0, float *s1) {
     const size_t ldq = (size_t)ATTN_BQ_MAX * 4, ldk = (size_t)64 * ht, kblk = (size_t)16 * 32 * ht;
-    AMX_LOADD(4, qg, ldq);
-    if (ht > 1) AMX_LOADD(5, qg + (size_t)16 * ATTN_BQ_MAX, ldq);
-    if (ht > 2) AMX_LOADD(6, qg + (size_t)32 * ATTN_BQ_MAX, ldq);
-    if (ht > 3) AMX_LOADD(7, qg + (size_t)48 * ATTN_BQ_MAX, ldq);
     for (int kb = 0; kb < nkb; kb += 2) {
         const uint16_t *k0 = kr + (size_t)kb * kblk, *k1 = k0 + kblk;
-        const int two = kb + 1 < nkb;
-        AMX_ZERO(0);
-        if (two) AMX_ZERO(1);
-#define AA_S_STEP(t, TQ)                                                                                             \
-    do {                                                                                                             \
-        AMX_LOADD(2, k0 + 32 * (t), ldk);                                                                            \
-        AMX_DPBF16PS(0, 2, TQ);                                                                                      \
-        if (two) {                                                                                                   \
-            AMX_LOADD(3, k1 + 32 * (t), ldk);                                                                        \
-            AMX_DPBF16PS(1, 3, TQ);                                                                                  \
-        }                                                                                                            \
-    } while (0)
-        AA_S_STEP(0, 4);
-        if (ht > 1) AA_S_STEP(1, 5);
-        if (ht > 2) AA_S_STEP(2, 6);
-        if (ht > 3) AA_S_STEP(3, 7);
-#undef AA_S_STEP
-        AMX_STORED(0, s + (size_t)kb * 256, 64);
-        if (two) AMX_STORED(1, s + (size_t)(kb + 1) * 256, 64);
+        const int two_k = kb + 1 < nkb;
+        AMX_ZERO(AA_C00);
+        if (two_g) AMX_ZERO(AA_C01);
+        if (two_k) AMX_ZERO(AA_C10);
+        if (two_k && two_g) AMX_ZERO(AA_C11);
+        for (int t = 0; t < ht; t++) {
+            const uint32_t *q0 = qg + (size_t)t * 16 * ATTN_BQ_MAX;
+            AMX_LOADD(AA_B0, q0, ldq);
+            if (two_g) AMX_LOADD(AA_B1, q0 + 16, ldq);
+            AMX_LOADD(AA_A0, k0 + 32 * t, ldk);
+            AMX_DPBF16PS(AA_C00, AA_A0, AA_B0);
+            if (two_g) AMX_DPBF16PS(AA_C01, AA_A0, AA_B1);
+            if (two_k) {
+                AMX_LOADD(AA_A1, k1 + 32 * t, ldk);
+                AMX_DPBF16PS(AA_C10, AA_A1, AA_B0);
+                if (two_g) AMX_DPBF16PS(AA_C11, AA_A1, AA_B1);
+            }
+        }
+        AMX_STORED(AA_C00, s0 + (size_t)kb * 256, 64);
+        if (two_g) AMX_STORED(AA_C01, s1 + (size_t)kb * 256, 64);
+        if (two_k) AMX_STORED(AA_C10, s0 + (size_t)(kb + 1) * 256, 64);
+        if (two_k && two_g) AMX_STORED(AA_C11, s1 + (size_t)(kb + 1) * 256, 64);
     }
 }
 
-/* Oᵀ of one group (og: the group's column of ot, already scaled by α) += Vᵀ · P over the tile's nks key steps. */
-static void aa_pv(const uint32_t *pt, const uint32_t *vt, int hb, int nks, float *og) {
+/* Oᵀ of the groups at og (and og + 16 with two_g; already scaled by α) += Vᵀ · P (P tiles pt0, pt1) over the
+ * tile's nks key steps, two 16-dim blocks at a time. */
+static void aa_pv(const uint32_t *pt0, const uint32_t *pt1, int two_g, const uint32_t *vt, int hb, int nks,
+                  float *og) {
     const size_t ldo = (size_t)ATTN_BQ_MAX * 4, ldv = (size_t)AA_VT_LD * 4, vblk = (size_t)16 * AA_VT_LD;
-    AMX_LOADD(4, pt, 64);
-    if (nks > 1) AMX_LOADD(5, pt + 256, 64);
-    if (nks > 2) AMX_LOADD(6, pt + 512, 64);
     for (int db = 0; db < hb; db += 2) {
         const uint32_t *v0 = vt + (size_t)db * vblk, *v1 = v0 + vblk;
         float *o0 = og + (size_t)db * 16 * ATTN_BQ_MAX, *o1 = o0 + (size_t)16 * ATTN_BQ_MAX;
-        const int two = db + 1 < hb;
-        AMX_LOADD(0, o0, ldo);
-        if (two) AMX_LOADD(1, o1, ldo);
-#define AA_PV_STEP(ks, TP)                                                                                           \
-    do {                                                                                                             \
-        AMX_LOADD(2, v0 + 16 * (ks), ldv);                                                                           \
-        AMX_DPBF16PS(0, 2, TP);                                                                                      \
-        if (two) {                                                                                                   \
-            AMX_LOADD(3, v1 + 16 * (ks), ldv);                                                                       \
-            AMX_DPBF16PS(1, 3, TP);                                                                                  \
-        }                                                                                                            \
-    } while (0)
-        AA_PV_STEP(0, 4);
-        if (nks > 1) AA_PV_STEP(1, 5);
-        if (nks > 2) AA_PV_STEP(2, 6);
-#undef AA_PV_STEP
-        AMX_STORED(0, o0, ldo);
-        if (two) AMX_STORED(1, o1, ldo);
+        const int two_d = db + 1 < hb;
+        AMX_LOADD(AA_C00, o0, ldo);
+        if (two_g) AMX_LOADD(AA_C01, o0 + 16, ldo);
+        if (two_d) AMX_LOADD(AA_C10, o1, ldo);
+        if (two_d && two_g) AMX_LOADD(AA_C11, o1 + 16, ldo);
+        for (int ks = 0; ks < nks; ks++) {
+            AMX_LOADD(AA_B0, pt0 + (size_t)ks * 256, 64);
+            if (two_g) AMX_LOADD(AA_B1, pt1 + (size_t)ks * 256, 64);
+            AMX_LOADD(AA_A0, v0 + 16 * ks, ldv);
+            AMX_DPBF16PS(AA_C00, AA_A0, AA_B0);
+            if (two_g) AMX_DPBF16PS(AA_C01, AA_A0, AA_B1);
+            if (two_d) {
+                AMX_LOADD(AA_A1, v1 + 16 * ks, ldv);
+                AMX_DPBF16PS(AA_C10, AA_A1, AA_B0);
+                if (two_g) AMX_DPBF16PS(AA_C11, AA_A1, AA_B1);
+            }
+        }
+        AMX_STORED(AA_C00, o0, ldo);
+        if (two_g) AMX_STORED(AA_C01, o0 + 16, ldo);
+        if (two_d) AMX_STORED(AA_C10, o1, ldo);
+        if (two_d && two_g) AMX_STORED(AA_C11, o1 + 16, ldo);
     }
 }
 
 /* One work item (attn_block_fn's contract; hd even, hd <= 128; ws: aa_floats(hd) floats, 64-byte aligned). */
 static void aa_block(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
                      size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
-    const int ht = (hd + 31) / 32, hb = (hd + 15) / 16, ng = (nq + 15) / 16;
+    const int ht = (hd + 31) / 32, hb = (hd + 15) / 16, ng = (nq + 15) / 16, npp = (ng + 1) / 2;
     const aa_ws w = aa_carve(ws, hd);
     const float c = scale * 1.44269504088896341f; /* log2 domain */
+    const size_t sb = (size_t)16 * AA_KB_MAX * 16;  /* floats of one group's scores */
     aa_layout_q(q, ldq, nq, hd, ht, w.qt);
     for (int i = 0; i < 16 * ng; i++) {
         w.mrow[i] = -INFINITY;
@@ -399,10 +416,21 @@ static void aa_block(const float *q, size_t ldq, const float *k, size_t ldk, con
         const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32;
         const int next = j0 + nkt < nk ? attn_key_tile(nk, j0 + nkt) : 0;
         aa_layout_kv(k + (size_t)j0 * ldk, ldk, v + (size_t)j0 * ldv, ldv, nkt, next, hd, ht, hb, w.kr, w.vt);
-        for (int g = 0; g < ng; g++) {
-            aa_scores(w.qt + 16 * g, w.kr, ht, nkb, w.s);
-            aa_softmax(w.s, nkt, nks, c, w.mrow + 16 * g, w.lrow + 16 * g, w.pt, w.ot + 16 * g, hb);
-            aa_pv(w.pt, w.vt, hb, nks, w.ot + 16 * g);
+        /* Pairs of query groups; the next pair's scores (tiles) are issued before this pair's softmax (vector
+         * units), so the two can overlap. Score buffers: pair pp's at s + (pp % 2)·2·sb. */
+        aa_scores(w.qt, ng > 1, w.kr, ht, nkb, w.s, w.s + sb);
+        for (int pp = 0; pp < npp; pp++) {
+            const int g = 2 * pp, two_g = g + 1 < ng;
+            float *s0 = w.s + (size_t)(pp % 2) * 2 * sb;
+            if (pp + 1 < npp) {
+                float *n0 = w.s + (size_t)((pp + 1) % 2) * 2 * sb;
+                aa_scores(w.qt + 16 * (g + 2), g + 3 < ng, w.kr, ht, nkb, n0, n0 + sb);
+            }
+            aa_softmax(s0, nkt, nks, c, w.mrow + 16 * g, w.lrow + 16 * g, w.pt, w.ot + 16 * g, hb);
+            if (two_g)
+                aa_softmax(s0 + sb, nkt, nks, c, w.mrow + 16 * (g + 1), w.lrow + 16 * (g + 1), w.pt + AA_KP / 2 * 16,
+                           w.ot + 16 * (g + 1), hb);
+            aa_pv(w.pt, w.pt + AA_KP / 2 * 16, two_g, w.vt, hb, nks, w.ot + 16 * g);
         }
     }
     AMX_RELEASE();

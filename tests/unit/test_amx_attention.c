@@ -186,7 +186,7 @@ int main(void) {
     static const int more[] = {33, 17, 80};
     attn_case(more, 3, 2, 2, 1, 1);   /* one K tile, one Oᵀ tile */
     attn_case(more, 3, 40, 2, 0, 1);  /* two K tiles, three Oᵀ tiles */
-    attn_case(more, 3, 128, 2, 0, 1); /* four K tiles (tile registers 4-7), eight Oᵀ tiles */
+    attn_case(more, 3, 128, 2, 0, 1); /* four K tiles, eight Oᵀ tiles */
     attn_case(more, 3, 96, 1, 2, 1);  /* three full K tiles */
     attn_case(more, 3, 7, 2, 0, 1);   /* odd: the bf16 blocks */
     attn_case(more, 3, 130, 1, 0, 1); /* wider than the tiles take: the bf16 blocks */
