@@ -65,7 +65,6 @@
 #endif
 
 enum {
-    AA_HT_MAX = 4,        /* 32-dim K tiles of the scores (hd <= 128) */
     AA_KB_MAX = 5,        /* 16-key blocks of a key tile (ATTN_BK_MAX = 80) */
     AA_KP = 96,           /* keys of a key tile padded to whole 32-key steps */
     AA_VT_LD = AA_KP / 2, /* dwords per Vᵀ row */
@@ -89,7 +88,7 @@ typedef struct aa_ws {
 static inline size_t aa_floats(int hd) {
     const size_t ht = ((size_t)hd + 31) / 32, hb = ((size_t)hd + 15) / 16;
     return 16 * ht * ATTN_BQ_MAX + 16 * AA_KB_MAX * 16 * ht + 16 * hb * AA_VT_LD + 4 * 16 * AA_KB_MAX * 16 +
-           2 * AA_KP / 2 * 16 + 16 * hb * ATTN_BQ_MAX + 2 * (size_t)ATTN_BQ_MAX;
+           (size_t)AA_KP * 16 + 16 * hb * ATTN_BQ_MAX + 2 * (size_t)ATTN_BQ_MAX;
 }
 
 static aa_ws aa_carve(float *ws, int hd) {
@@ -100,7 +99,7 @@ static aa_ws aa_carve(float *ws, int hd) {
     w.vt = (uint32_t *)(void *)(w.kr + 2 * 16 * AA_KB_MAX * 16 * ht);
     w.s = (float *)(void *)(w.vt + 16 * hb * AA_VT_LD);
     w.pt = (uint32_t *)(void *)(w.s + 4 * 16 * AA_KB_MAX * 16);
-    w.ot = (float *)(void *)(w.pt + 2 * AA_KP / 2 * 16);
+    w.ot = (float *)(void *)(w.pt + (size_t)AA_KP * 16);
     w.mrow = w.ot + 16 * hb * ATTN_BQ_MAX;
     w.lrow = w.mrow + ATTN_BQ_MAX;
     return w;
