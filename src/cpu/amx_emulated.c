@@ -132,3 +132,4 @@ void amx_emu_dpbf16ps(int c, int a, int b) {
 
 /* The kernels, built over the model. */
 #include "cpu/gemm_amx.c"
+#include "cpu/attention_amx.c"

@@ -95,15 +95,24 @@ static size_t amx_linear_ws(int n_threads, int max_k) { /* both AMX builds have 
     return max3(gemm_workspace_size(n_threads), gemm_amx_workspace_size_emulated(n_threads, max_k), 0);
 }
 
-static size_t bf16_attention_ws(int head_dim, int n_threads) { return attn_bf16_workspace_size(head_dim, n_threads); }
+/* attn_amx_workspace_size covers both the AMX kernel's scratch and the bf16 blocks'. */
+static size_t bf16_attention_ws(int head_dim, int n_threads) {
+    const size_t a = attn_bf16_workspace_size(head_dim, n_threads), b = attn_amx_workspace_size(head_dim, n_threads);
+    return a > b ? a : b;
+}
 
 static void bf16_attention(const backend *be, const be_attn *a, void *ws, thread_pool *pool) {
     attn_args at = {.q = a->q, .k = a->k, .v = a->v, .ldq = a->ldq, .ldk = a->ldk, .ldv = a->ldv, .out = a->out,
                     .ldo = a->ldo, .n_heads = a->n_heads, .head_dim = a->head_dim, .cu = a->cu, .n_seg = a->n_seg,
                     .scale = a->scale};
-    /* The AMX sets' attention is the AVX512-BF16 one (the emulated set's the portable one, same bits). */
-    const int set = be->set == BF16_SET_AMX ? BF16_SET_AVX512BF16 : be->set == BF16_SET_AMX_EMULATED ? BF16_SET_PORTABLE : be->set;
-    attn_bf16_run(set, &at, ws, pool);
+    /* The AMX sets' attention is on the tiles (attn_amx_ref's arithmetic; the emulated set over the C model). */
+    switch (be->set) {
+#if QVL_WITH_X86
+    case BF16_SET_AMX: attn_amx_run(&at, ws, pool); return;
+#endif
+    case BF16_SET_AMX_EMULATED: attn_amx_run_emulated(&at, ws, pool); return;
+    default: attn_bf16_run(be->set, &at, ws, pool); return;
+    }
 }
 
 /* Rows of an M block of the f32 AVX-512 GEMM (3 of its 14-row tiles; 7 of the 6-row tiles of the other sets) and
@@ -152,7 +161,7 @@ const backend *const *backend_table(size_t *n) {
 
 #if QVL_WITH_X86
 /* The AMX set's start-up check: a 40 x 48 x 80 GEMM (two K tiles, partial row and column tiles, GELU and
- * accumulate) on the tiles against the definition, bit for bit. 1 when it agrees, 0 when not (the set is then
+ * accumulate) and a small attention (attn_amx_check) on the tiles against their definitions, bit for bit. 1 when it agrees, 0 when not (the set is then
  * not used and `qvl info` says so), run once per process. */
 static int amx_check(void) {
     enum { CM = 40, CN = 48, CK = 80 };
@@ -168,7 +177,7 @@ static int amx_check(void) {
     if (packed && ws && gemm_amx_pack(&w, packed, B, QVL_DTYPE_F32, CK, CN, CK, NULL) == 0) {
         gemm_amx_run(&w, A, CK, CM, bias, c1, CN, 1, BE_ACT_GELU_TANH, ws, CK, NULL);
         gemm_amx_ref(&w, A, CK, CM, bias, c2, CN, 1, BE_ACT_GELU_TANH);
-        ok = memcmp(c1, c2, sizeof c1) == 0;
+        ok = memcmp(c1, c2, sizeof c1) == 0 && attn_amx_check(); /* and the tile attention against its own */
     }
     free(packed);
     free(ws);

@@ -152,4 +152,35 @@ size_t attn_bf16_block_floats(int hd);
 void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                                 float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
 
+/* ---- attention on AMX tiles (attention_amx.c) ----
+ * Its arithmetic (attn_amx_ref is the definition) is the definition above with the two products in TDPBF16PS's
+ * order (amx_tile.h), as for the GEMM on AMX; the operand rounding (bf16_round_ftz of q, k, v and p), the key
+ * tiles (attn_key_tile), the tile max, m', α, p_j, the tile sum t, l = l·α + t, o = o·α and out = o / l are
+ * unchanged. Per query row and key tile:
+ *   score a_j: the head dim runs in tiles of 32 (16 pairs, zero past hd); per tile te = Σ q[2p]·k_j[2p] and
+ *     to = Σ q[2p+1]·k_j[2p+1], each an f32 chain from 0 in p order (te = ftz(fma(x, y, te))), and
+ *     a = ftz(daz(a) + ftz(te + to)), tile after tile from a = 0 (instead of the pair chain over the head dim);
+ *   o: after o = o·α, the tile's keys run in steps of 32 (16 key pairs; p = 0 and v = 0 past the tile's keys, so
+ *     the last step of a 65-80-key tile is padded, and a key tile is 1-3 steps); per step and head column d,
+ *     te = Σ p_2i·v_2i[d], to = Σ p_2i+1·v_2i+1[d] (chains from 0 in i order as above) and
+ *     o = ftz(daz(o) + ftz(te + to)) (instead of continuing the pair chain from o·α over the tile's key pairs).
+ * Other head dims (attn_amx_takes false) run the definition above: attn_amx_run uses the bf16 blocks and
+ * attn_amx_ref is attn_bf16_ref there. */
+static inline int attn_amx_takes(int head_dim) { return head_dim >= 2 && head_dim <= 128 && head_dim % 2 == 0; }
+/* Bytes of workspace for attn_amx_run (any build) with n_threads threads: also enough for attn_bf16_run. */
+size_t attn_amx_workspace_size(int head_dim, int n_threads);
+/* On the instructions: only after cpu_amx_usable() (x86). The _emulated twin runs the same kernel over the C model
+ * of the tile instructions, all portable C (any CPU; tests: slow); _emulated_simd the same with the instruction
+ * build's AVX-512 parts (x86, only after cpu_has_avx512bf16(); tests). All three give attn_amx_ref's bits. */
+void attn_amx_run(const attn_args *a, void *ws, thread_pool *pool);
+void attn_amx_run_emulated(const attn_args *a, void *ws, thread_pool *pool);
+void attn_amx_run_emulated_simd(const attn_args *a, void *ws, thread_pool *pool);
+/* The definition: one query row at a time (tests; one thread, allocates). */
+void attn_amx_ref(const attn_args *a);
+/* A start-up check of each build against attn_amx_ref (a small fixed case on the calling thread; allocates): 1
+ * when it agrees bit for bit, 0 when not. The instruction build's only after cpu_amx_usable(). */
+int attn_amx_check(void);
+int attn_amx_check_emulated(void);
+int attn_amx_check_emulated_simd(void);
+
 #endif

@@ -1,8 +1,8 @@
 /* test_backend.c — the compute-backend table (backend/backend.h): selection by kernel set and precision, and every
  * entry this CPU runs against the kernels it stands for. f32 entries must give exactly gemm_run_isa's and
  * attn_run_isa's bits for their set (the tower's f32 outputs depend on nothing else); bf16 entries exactly the
- * bf16 definitions (gemm_bf16_ref, attn_bf16_ref) for bf16-arithmetic weights, and the f32 GEMM of their f32
- * parts for f32 ones. */
+ * bf16 definitions (gemm_bf16_ref, attn_bf16_ref; gemm_amx_ref, attn_amx_ref for the AMX sets) for bf16-arithmetic
+ * weights, and the f32 GEMM of their f32 parts for f32 ones. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +55,9 @@ static void check_entry(const backend *be, const float *A, const float *B, const
     be->attention(be, &a, ws, tu_pool(2));
     attn_args at = {qkv, qkv + NH * HD, qkv + 2 * NH * HD, 3 * NH * HD, 3 * NH * HD, 3 * NH * HD, o2, NH * HD, NH, HD,
                     cu, 2, 1.0f / sqrtf((float)HD)};
-    if (be->precision == QVL_PRECISION_BF16) {
+    if (be->precision == QVL_PRECISION_BF16 && (be->set == BF16_SET_AMX || be->set == BF16_SET_AMX_EMULATED)) {
+        attn_amx_ref(&at);
+    } else if (be->precision == QVL_PRECISION_BF16) {
         attn_bf16_ref(&at);
     } else {
         void *aws = malloc(attn_workspace_size(HD, 1));

@@ -1,0 +1,563 @@
+/* attention_amx.c — attention in bf16 on AMX tiles (precision bf16 on AMX CPUs): one work item of attention.c's
+ * driver (a query tile of up to ATTN_BQ_MAX rows of one (segment, head) against all the segment's keys) with both
+ * products on tiles and the online softmax in f32 between them. The arithmetic is attn_amx_ref's (bf16.h).
+ *
+ * The products are computed transposed, so the softmax has 16 query rows in the vector lanes (vertical, as in the
+ * AVX512-BF16 block: no horizontal reductions, and the definition's sums in key order), and only V needs a
+ * transpose per key tile:
+ *   Sᵀ = K·Qᵀ  A: 16 keys x 32 head dims of K rounded to bf16, row-major (zero past hd and past the tile's keys);
+ *              B: Qᵀ pairs, 16 head-dim pairs x 16 queries (dword = q[2p] low, q[2p+1] high), made once per item;
+ *              C: 16 keys x 16 queries of f32 scores, stored to a per-thread block s [keys][16].
+ *   softmax    per key tile (attn_key_tile: 64 keys, or up to 80 for the last) and 16-query group, in f32 on
+ *              the vector lanes (AVX-512; portable C in the emulated build); P rounded to bf16 (bf16_round_ftz)
+ *              into B tiles of P pairs, 16 key pairs x 16 queries (dword = p[2i] low, p[2i+1] high), zero past
+ *              the tile's keys up to a whole 32-key step; Oᵀ's 16 columns of the group scaled by α in memory.
+ *   Oᵀ = Vᵀ·Pᵀ A: 16 head dims x 32 keys of V rounded to bf16 (V paired and transposed once per key tile, zero
+ *              past hd and the keys); C: Oᵀ 16 head dims x 16 queries, loaded from and stored back to a
+ *              per-thread f32 block [hd rounded to 16][ATTN_BQ_MAX] around the tile's 32-key steps.
+ * Head dims: Sᵀ takes 32 per K tile, the last padded with zeros (64: 2 tiles; 72: 3, i.e. padded to 96: one
+ * tile configuration for every item, at the price of computing the scores as for 96 dims); Oᵀ 16 per row
+ * tile (72: 5 tiles, the fifth's rows past 72 zero and never written out). Keys: a key tile is 1-3 steps of 32
+ * (P = 0 and V = 0 past its keys), so every segment length works.
+ * Tiles (one configuration of eight 16 x 64-byte tiles, loaded per work item, released at its end): both products
+ * in 2 x 2 blocks of accumulators, as the AMX GEMM: two query groups (32 queries) at a time, against two 16-key
+ * blocks (Sᵀ) or two 16-dim blocks (Oᵀ); tiles 0-3 the accumulators, 4-5 the K (Vᵀ) tiles, 6-7 the Qᵀ (P) tiles,
+ * so four independent TDPBF16PS chains and one tile load per TDPBF16PS. The next pair's Sᵀ is issued before this
+ * pair's softmax, so the tile unit and the vector units can work at the same time.
+ * Per pair of groups and 64-key tile at hd 64: 16 + 16 TDPBF16PS, 16 + 24 tile loads, 8 + 8 tile stores, and
+ * the softmax's 2 x 64 exp2 vectors (~15 AVX-512 operations per key and group: the expected bottleneck).
+ * Every element is the same sequence of operations whichever thread runs its item: results are independent of
+ * the thread count and equal attn_amx_ref.
+ *
+ * Head dims the tiles take: attn_amx_takes (even, up to 128); the others run the bf16 definition's block
+ * (attn_bf16_run), which attn_amx_ref then is.
+ *
+ * Built three times, the functions named by AA_NAME:
+ *   - the instructions (this file, x86-64, AVX-512 + BF16 for the layouts and the softmax): attn_amx_run, called
+ *     only after cpu_amx_usable();
+ *   - over the C model of the tile instructions (amx_emulated.c includes this file with QVL_AMX_EMULATE), all
+ *     portable C: attn_amx_run_emulated, any CPU (tests), and the definition attn_amx_ref;
+ *   - over the C model with the AVX-512 layouts and softmax of the instruction build (attention_simd_amx.c sets
+ *     ATTN_AMX_SIMD; x86): attn_amx_run_emulated_simd, so that everything but the tile instructions themselves
+ *     is tested bit for bit on any AVX512-BF16 CPU. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/amx_tile.h"
+#include "cpu/bf16.h"
+#include "cpu/kernels_avx2.h" /* the attention tiling (attn_key_tile, ATTN_BQ_MAX, ATTN_BK_MAX) */
+
+#ifndef ATTN_AMX_SIMD
+#define ATTN_AMX_SIMD 0
+#endif
+#if QVL_AMX_EMULATE && ATTN_AMX_SIMD
+#define AA_NAME(x) x##_emulated_simd
+#else
+#define AA_NAME(x) AMX_NAME(x)
+#endif
+/* The AVX-512 layouts and softmax: the instruction build and the _emulated_simd one. */
+#define AA_SIMD (!QVL_AMX_EMULATE || ATTN_AMX_SIMD)
+
+#if AA_SIMD
+#include <immintrin.h>
+#endif
+
+enum {
+    AA_KB_MAX = 5,        /* 16-key blocks of a key tile (ATTN_BK_MAX = 80) */
+    AA_KP = 96,           /* keys of a key tile padded to whole 32-key steps */
+    AA_VT_LD = AA_KP / 2, /* dwords per Vᵀ row */
+};
+_Static_assert((int)ATTN_BK_MAX <= (int)AA_KP && AA_KP % 32 == 0 && (int)ATTN_BK_MAX <= 16 * (int)AA_KB_MAX,
+               "key tile padding");
+_Static_assert(ATTN_BQ_MAX % 16 == 0, "query groups of 16");
+
+/* Per-thread scratch, in 32-bit words, each part a multiple of 16 (64 bytes): */
+typedef struct aa_ws {
+    uint32_t *qt; /* [16·ht][BQ_MAX] Qᵀ pairs (B tiles) */
+    uint16_t *kr; /* [16·KB_MAX][32·ht] K rows in bf16 (A tiles) */
+    uint32_t *vt; /* [16·hb][VT_LD] Vᵀ pairs of keys (A tiles) */
+    float *s;     /* [4][16·KB_MAX][16] scores of two pairs of groups */
+    uint32_t *pt; /* [2][KP/2][16] P pairs of a pair of groups (B tiles) */
+    float *ot;    /* [16·hb][BQ_MAX] Oᵀ */
+    float *mrow;  /* [BQ_MAX] running max (log2 domain) */
+    float *lrow;  /* [BQ_MAX] running sum */
+} aa_ws;
+
+static inline size_t aa_floats(int hd) {
+    const size_t ht = ((size_t)hd + 31) / 32, hb = ((size_t)hd + 15) / 16;
+    return 16 * ht * ATTN_BQ_MAX + 16 * AA_KB_MAX * 16 * ht + 16 * hb * AA_VT_LD + 4 * 16 * AA_KB_MAX * 16 +
+           (size_t)AA_KP * 16 + 16 * hb * ATTN_BQ_MAX + 2 * (size_t)ATTN_BQ_MAX;
+}
+
+static aa_ws aa_carve(float *ws, int hd) {
+    const size_t ht = ((size_t)hd + 31) / 32, hb = ((size_t)hd + 15) / 16;
+    aa_ws w;
+    w.qt = (uint32_t *)(void *)ws;
+    w.kr = (uint16_t *)(void *)(w.qt + 16 * ht * ATTN_BQ_MAX);
+    w.vt = (uint32_t *)(void *)(w.kr + 2 * 16 * AA_KB_MAX * 16 * ht);
+    w.s = (float *)(void *)(w.vt + 16 * hb * AA_VT_LD);
+    w.pt = (uint32_t *)(void *)(w.s + 4 * 16 * AA_KB_MAX * 16);
+    w.ot = (float *)(void *)(w.pt + (size_t)AA_KP * 16);
+    w.mrow = w.ot + 16 * hb * ATTN_BQ_MAX;
+    w.lrow = w.mrow + ATTN_BQ_MAX;
+    return w;
+}
+
+/* ---- the layouts and the softmax, in AVX-512 or portable C (the same bits) ---- */
+
+#if AA_SIMD
+static inline __mmask16 aa_first(int n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+/* row[d, d + 16) clipped to n elements (zero past n; the pointer is only formed below n). */
+static inline __m512 aa_load(const float *row, int d, int n) {
+    return d < n ? _mm512_maskz_loadu_ps(aa_first(n - d), row + d) : _mm512_setzero_ps();
+}
+/* 16 pair dwords (even[i] low, odd[i] high), each rounded by bf16_round_ftz (VCVTNE2PS2BF16, then an
+ * interleave of its two halves). */
+static inline __m512i aa_pairs(__m512 even, __m512 odd) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+/* 16 x 16 dwords transposed in registers: r[i] element j → r[j] element i. */
+static inline void aa_tr16(__m512i *r) {
+    __m512i a[16], b[16];
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* b[4i + c], lane L: column 4L + c of rows 4i .. 4i + 3 */
+        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i e0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44), e1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
+        const __m512i e2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+        const __m512i e3 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
+        r[c] = _mm512_shuffle_i32x4(e0, e2, 0x88);
+        r[4 + c] = _mm512_shuffle_i32x4(e0, e2, 0xdd);
+        r[8 + c] = _mm512_shuffle_i32x4(e1, e3, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(e1, e3, 0xdd);
+    }
+}
+/* bf16_exp2 lane-wise (the operations of attention_avx512bf16.c's exp2v, in the same order). */
+static inline __m512 aa_exp2(__m512 x) {
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(x, n);
+    __m512 y = _mm512_set1_ps(vm_exp2_p[0]);
+    for (int i = 1; i < 6; i++) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(vm_exp2_p[i]));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    return _mm512_castsi512_ps(
+        _mm512_maskz_add_epi32(ok, _mm512_castps_si512(y), _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23)));
+}
+#else
+static inline uint32_t aa_pair(float even, float odd) {
+    return (uint32_t)bf16_round_ftz(even) | (uint32_t)bf16_round_ftz(odd) << 16;
+}
+#endif
+
+/* Qᵀ pairs of the item's nq rows: qt[p][i] = (q_i[2p], q_i[2p + 1]), zero past hd and for rows nq .. 16·ng. */
+static void aa_layout_q(const float *q, size_t ldq, int nq, int hd, int ht, uint32_t *qt) {
+    const int ng = (nq + 15) / 16;
+#if AA_SIMD
+    for (int i0 = 0; i0 < 16 * ng; i0 += 16)
+        for (int p0 = 0; p0 < 16 * ht; p0 += 16) {
+            __m512i r[16];
+            for (int i = 0; i < 16; i++) {
+                if (i0 + i >= nq) {
+                    r[i] = _mm512_setzero_si512();
+                    continue;
+                }
+                const float *qi = q + (size_t)(i0 + i) * ldq;
+                r[i] = (__m512i)_mm512_cvtne2ps_pbh(aa_load(qi, 2 * p0 + 16, hd), aa_load(qi, 2 * p0, hd));
+            }
+            aa_tr16(r);
+            for (int p = 0; p < 16; p++) _mm512_store_si512(qt + (size_t)(p0 + p) * ATTN_BQ_MAX + i0, r[p]);
+        }
+#else
+    for (int p = 0; p < 16 * ht; p++)
+        for (int i = 0; i < 16 * ng; i++) {
+            const float *qi = q + (size_t)i * ldq;
+            const int ok = i < nq;
+            qt[(size_t)p * ATTN_BQ_MAX + i] =
+                aa_pair(ok && 2 * p < hd ? qi[2 * p] : 0.0f, ok && 2 * p + 1 < hd ? qi[2 * p + 1] : 0.0f);
+        }
+#endif
+}
+
+/* One key tile's operands: K rows kr[j][d] (j < 16·nkb, d < 32·ht) and Vᵀ pairs vt[d][i] = (v_2i[d], v_2i+1[d])
+ * (d < 16·hb, i < 16·nks), all rounded to bf16, zero past nkt keys and past hd. The K and V rows of the next
+ * `next` keys (right after this tile's) are prefetched towards L1: they are far apart in the qkv rows. */
+static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv, int nkt, int next, int hd, int ht,
+                         int hb, uint16_t *kr, uint32_t *vt) {
+    const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32, kl = 32 * ht;
+#if AA_SIMD
+    for (int j = 0; j < 16 * nkb; j++) {
+        const float *kj = k + (size_t)j * ldk;
+        if (j < next)
+            for (int d = 0; d < hd; d += 16) {
+                _mm_prefetch((const char *)(k + (size_t)(nkt + j) * ldk + d), _MM_HINT_T0);
+                _mm_prefetch((const char *)(v + (size_t)(nkt + j) * ldv + d), _MM_HINT_T0);
+            }
+        for (int d = 0; d < kl; d += 16) {
+            const __m512 x = j < nkt ? aa_load(kj, d, hd) : _mm512_setzero_ps();
+            _mm256_store_si256((__m256i *)(void *)(kr + (size_t)j * kl + d), (__m256i)_mm512_cvtneps_pbh(x));
+        }
+    }
+    for (int i0 = 0; i0 < 16 * nks; i0 += 16)
+        for (int d0 = 0; d0 < 16 * hb; d0 += 16) {
+            __m512i r[16];
+            for (int i = 0; i < 16; i++) {
+                const int j = 2 * (i0 + i);
+                const __m512 e = j < nkt ? aa_load(v + (size_t)j * ldv, d0, hd) : _mm512_setzero_ps();
+                const __m512 o = j + 1 < nkt ? aa_load(v + (size_t)(j + 1) * ldv, d0, hd) : _mm512_setzero_ps();
+                r[i] = aa_pairs(e, o);
+            }
+            aa_tr16(r);
+            for (int d = 0; d < 16; d++) _mm512_store_si512(vt + (size_t)(d0 + d) * AA_VT_LD + i0, r[d]);
+        }
+#else
+    (void)next;
+    for (int j = 0; j < 16 * nkb; j++)
+        for (int d = 0; d < kl; d++)
+            kr[(size_t)j * kl + d] = j < nkt && d < hd ? bf16_round_ftz(k[(size_t)j * ldk + d]) : 0;
+    for (int d = 0; d < 16 * hb; d++)
+        for (int i = 0; i < 16 * nks; i++) {
+            const int j = 2 * i;
+            vt[(size_t)d * AA_VT_LD + i] = aa_pair(j < nkt && d < hd ? v[(size_t)j * ldv + d] : 0.0f,
+                                                   j + 1 < nkt && d < hd ? v[(size_t)(j + 1) * ldv + d] : 0.0f);
+        }
+#endif
+}
+
+/* The online softmax step of one 16-query group over a key tile of nkt keys: scores s [keys][16] (raw chains),
+ * running max m and sum l [16] of the group, P pairs into pt [16·nks][16], Oᵀ columns ot (row stride BQ_MAX,
+ * 16·hb rows) scaled by α. c = scale·log2(e). */
+static void aa_softmax(const float *s, int nkt, int nks, float c, float *m, float *l, uint32_t *pt, float *ot,
+                       int hb) {
+    const int npair = (nkt + 1) / 2;
+#if AA_SIMD
+    const __m512 cv = _mm512_set1_ps(c), hi = _mm512_castsi512_ps(_mm512_set1_epi32((int)0xffff0000u));
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < nkt; j++) mx = _mm512_max_ps(mx, _mm512_load_ps(s + (size_t)j * 16));
+    const __m512 m_old = _mm512_load_ps(m), m_new = _mm512_max_ps(m_old, _mm512_mul_ps(mx, cv));
+    const __m512 alpha = aa_exp2(_mm512_sub_ps(m_old, m_new));
+    __m512 te = _mm512_setzero_ps(), to = _mm512_setzero_ps();
+    for (int jp = 0; jp < npair; jp++) {
+        const float *se = s + (size_t)(2 * jp) * 16;
+        const __m512 pe = aa_exp2(_mm512_fmsub_ps(_mm512_load_ps(se), cv, m_new));
+        const __m512 po =
+            2 * jp + 1 < nkt ? aa_exp2(_mm512_fmsub_ps(_mm512_load_ps(se + 16), cv, m_new)) : _mm512_setzero_ps();
+        const __m512i pr = aa_pairs(pe, po);
+        _mm512_store_si512(pt + (size_t)jp * 16, pr);
+        te = _mm512_add_ps(te, _mm512_castsi512_ps(_mm512_slli_epi32(pr, 16)));
+        to = _mm512_add_ps(to, _mm512_and_ps(_mm512_castsi512_ps(pr), hi));
+    }
+    for (int jp = npair; jp < 16 * nks; jp++) _mm512_store_si512(pt + (size_t)jp * 16, _mm512_setzero_si512());
+    _mm512_store_ps(l, _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(l), alpha), _mm512_add_ps(te, to)));
+    _mm512_store_ps(m, m_new);
+    /* o·α; skipped when every α is 1 (the running max held, the usual case past the first tiles): x·1 = x. */
+    if (_mm512_cmp_ps_mask(alpha, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ))
+        for (int d = 0; d < 16 * hb; d++) {
+            float *od = ot + (size_t)d * ATTN_BQ_MAX;
+            _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), alpha));
+        }
+#else
+    for (int r = 0; r < 16; r++) {
+        float mx = -INFINITY;
+        for (int j = 0; j < nkt; j++) {
+            const float x = s[(size_t)j * 16 + r];
+            mx = mx > x ? mx : x; /* MAXPS's choice, also for NaN */
+        }
+        const float mt = mx * c, m_new = m[r] > mt ? m[r] : mt, alpha = bf16_exp2(m[r] - m_new);
+        float te = 0.0f, to = 0.0f;
+        for (int jp = 0; jp < npair; jp++) {
+            const uint16_t pe = bf16_round_ftz(bf16_exp2(fmaf(s[(size_t)(2 * jp) * 16 + r], c, -m_new)));
+            const uint16_t po =
+                2 * jp + 1 < nkt ? bf16_round_ftz(bf16_exp2(fmaf(s[(size_t)(2 * jp + 1) * 16 + r], c, -m_new))) : 0;
+            pt[(size_t)jp * 16 + r] = (uint32_t)pe | (uint32_t)po << 16;
+            te = te + bf16_float(pe);
+            to = to + bf16_float(po);
+        }
+        for (int jp = npair; jp < 16 * nks; jp++) pt[(size_t)jp * 16 + r] = 0;
+        l[r] = l[r] * alpha + (te + to);
+        m[r] = m_new;
+        for (int d = 0; d < 16 * hb; d++) ot[(size_t)d * ATTN_BQ_MAX + r] *= alpha;
+    }
+#endif
+}
+
+/* out rows [0, nq), columns [0, hd) = Oᵀ / l. */
+static void aa_output(const float *ot, const float *lrow, int nq, int hd, int hb, float *out, size_t ldo) {
+#if AA_SIMD
+    for (int i0 = 0; i0 < nq; i0 += 16) {
+        const __m512 l = _mm512_load_ps(lrow + i0);
+        const int rows = nq - i0 < 16 ? nq - i0 : 16;
+        for (int d0 = 0; d0 < 16 * hb; d0 += 16) {
+            __m512i r[16];
+            for (int d = 0; d < 16; d++)
+                r[d] = _mm512_castps_si512(_mm512_div_ps(_mm512_load_ps(ot + (size_t)(d0 + d) * ATTN_BQ_MAX + i0), l));
+            aa_tr16(r);
+            const __mmask16 mk = aa_first(hd - d0);
+            for (int i = 0; i < rows; i++) _mm512_mask_storeu_epi32(out + (size_t)(i0 + i) * ldo + d0, mk, r[i]);
+        }
+    }
+#else
+    (void)hb;
+    for (int i = 0; i < nq; i++)
+        for (int d = 0; d < hd; d++) out[(size_t)i * ldo + d] = ot[(size_t)d * ATTN_BQ_MAX + i] / lrow[i];
+#endif
+}
+
+/* ---- the tiles ---- */
+
+/* Tile registers of both products: accumulators C[r][c] for row tile r (key block / head-dim block) and column
+ * tile c (query group) of a 2 x 2 block, A row tiles (K / Vᵀ), B column tiles (Qᵀ / P). */
+#define AA_C00 0
+#define AA_C01 1
+#define AA_C10 2
+#define AA_C11 3
+#define AA_A0 4
+#define AA_A1 5
+#define AA_B0 6
+#define AA_B1 7
+
+/* Sᵀ of the groups at qg (and qg + 16 with two_g): the nkb 16-key blocks of kr against their Qᵀ tiles, into s0
+ * (and s1), two key blocks at a time. */
+static void aa_scores(const uint32_t *qg, int two_g, const uint16_t *kr, int ht, int nkb, float *s0, float *s1) {
+    const size_t ldq = (size_t)ATTN_BQ_MAX * 4, ldk = (size_t)64 * ht, kblk = (size_t)16 * 32 * ht;
+    for (int kb = 0; kb < nkb; kb += 2) {
+        const uint16_t *k0 = kr + (size_t)kb * kblk, *k1 = k0 + kblk;
+        const int two_k = kb + 1 < nkb;
+        AMX_ZERO(AA_C00);
+        if (two_g) AMX_ZERO(AA_C01);
+        if (two_k) AMX_ZERO(AA_C10);
+        if (two_k && two_g) AMX_ZERO(AA_C11);
+        for (int t = 0; t < ht; t++) {
+            const uint32_t *q0 = qg + (size_t)t * 16 * ATTN_BQ_MAX;
+            AMX_LOADD(AA_B0, q0, ldq);
+            if (two_g) AMX_LOADD(AA_B1, q0 + 16, ldq);
+            AMX_LOADD(AA_A0, k0 + 32 * t, ldk);
+            AMX_DPBF16PS(AA_C00, AA_A0, AA_B0);
+            if (two_g) AMX_DPBF16PS(AA_C01, AA_A0, AA_B1);
+            if (two_k) {
+                AMX_LOADD(AA_A1, k1 + 32 * t, ldk);
+                AMX_DPBF16PS(AA_C10, AA_A1, AA_B0);
+                if (two_g) AMX_DPBF16PS(AA_C11, AA_A1, AA_B1);
+            }
+        }
+        AMX_STORED(AA_C00, s0 + (size_t)kb * 256, 64);
+        if (two_g) AMX_STORED(AA_C01, s1 + (size_t)kb * 256, 64);
+        if (two_k) AMX_STORED(AA_C10, s0 + (size_t)(kb + 1) * 256, 64);
+        if (two_k && two_g) AMX_STORED(AA_C11, s1 + (size_t)(kb + 1) * 256, 64);
+    }
+}
+
+/* Oᵀ of the groups at og (and og + 16 with two_g; already scaled by α) += Vᵀ · P (P tiles pt0, pt1) over the
+ * tile's nks key steps, two 16-dim blocks at a time. */
+static void aa_pv(const uint32_t *pt0, const uint32_t *pt1, int two_g, const uint32_t *vt, int hb, int nks,
+                  float *og) {
+    const size_t ldo = (size_t)ATTN_BQ_MAX * 4, ldv = (size_t)AA_VT_LD * 4, vblk = (size_t)16 * AA_VT_LD;
+    for (int db = 0; db < hb; db += 2) {
+        const uint32_t *v0 = vt + (size_t)db * vblk, *v1 = v0 + vblk;
+        float *o0 = og + (size_t)db * 16 * ATTN_BQ_MAX, *o1 = o0 + (size_t)16 * ATTN_BQ_MAX;
+        const int two_d = db + 1 < hb;
+        AMX_LOADD(AA_C00, o0, ldo);
+        if (two_g) AMX_LOADD(AA_C01, o0 + 16, ldo);
+        if (two_d) AMX_LOADD(AA_C10, o1, ldo);
+        if (two_d && two_g) AMX_LOADD(AA_C11, o1 + 16, ldo);
+        for (int ks = 0; ks < nks; ks++) {
+            AMX_LOADD(AA_B0, pt0 + (size_t)ks * 256, 64);
+            if (two_g) AMX_LOADD(AA_B1, pt1 + (size_t)ks * 256, 64);
+            AMX_LOADD(AA_A0, v0 + 16 * ks, ldv);
+            AMX_DPBF16PS(AA_C00, AA_A0, AA_B0);
+            if (two_g) AMX_DPBF16PS(AA_C01, AA_A0, AA_B1);
+            if (two_d) {
+                AMX_LOADD(AA_A1, v1 + 16 * ks, ldv);
+                AMX_DPBF16PS(AA_C10, AA_A1, AA_B0);
+                if (two_g) AMX_DPBF16PS(AA_C11, AA_A1, AA_B1);
+            }
+        }
+        AMX_STORED(AA_C00, o0, ldo);
+        if (two_g) AMX_STORED(AA_C01, o0 + 16, ldo);
+        if (two_d) AMX_STORED(AA_C10, o1, ldo);
+        if (two_d && two_g) AMX_STORED(AA_C11, o1 + 16, ldo);
+    }
+}
+
+/* One work item (attn_block_fn's contract; hd even, hd <= 128; ws: aa_floats(hd) floats, 64-byte aligned). */
+static void aa_block(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
+                     size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+    const int ht = (hd + 31) / 32, hb = (hd + 15) / 16, ng = (nq + 15) / 16, npp = (ng + 1) / 2;
+    const aa_ws w = aa_carve(ws, hd);
+    const float c = scale * 1.44269504088896341f; /* log2 domain */
+    const size_t sb = (size_t)16 * AA_KB_MAX * 16;  /* floats of one group's scores */
+    aa_layout_q(q, ldq, nq, hd, ht, w.qt);
+    for (int i = 0; i < 16 * ng; i++) {
+        w.mrow[i] = -INFINITY;
+        w.lrow[i] = 0.0f;
+    }
+    for (int d = 0; d < 16 * hb; d++) memset(w.ot + (size_t)d * ATTN_BQ_MAX, 0, (size_t)16 * ng * sizeof(float));
+
+    amx_tilecfg cfg;
+    const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    const uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+    amx_tilecfg_set(&cfg, 8, rows, colsb);
+    AMX_LOADCONFIG(&cfg);
+    for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
+        nkt = attn_key_tile(nk, j0);
+        const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32;
+        const int next = j0 + nkt < nk ? attn_key_tile(nk, j0 + nkt) : 0;
+        aa_layout_kv(k + (size_t)j0 * ldk, ldk, v + (size_t)j0 * ldv, ldv, nkt, next, hd, ht, hb, w.kr, w.vt);
+        /* Pairs of query groups; the next pair's scores (tiles) are issued before this pair's softmax (vector
+         * units), so the two can overlap. Score buffers: pair pp's at s + (pp % 2)·2·sb. */
+        aa_scores(w.qt, ng > 1, w.kr, ht, nkb, w.s, w.s + sb);
+        for (int pp = 0; pp < npp; pp++) {
+            const int g = 2 * pp, two_g = g + 1 < ng;
+            float *s0 = w.s + (size_t)(pp % 2) * 2 * sb;
+            if (pp + 1 < npp) {
+                float *n0 = w.s + (size_t)((pp + 1) % 2) * 2 * sb;
+                aa_scores(w.qt + 16 * (g + 2), g + 3 < ng, w.kr, ht, nkb, n0, n0 + sb);
+            }
+            aa_softmax(s0, nkt, nks, c, w.mrow + 16 * g, w.lrow + 16 * g, w.pt, w.ot + 16 * g, hb);
+            if (two_g)
+                aa_softmax(s0 + sb, nkt, nks, c, w.mrow + 16 * (g + 1), w.lrow + 16 * (g + 1), w.pt + AA_KP / 2 * 16,
+                           w.ot + 16 * (g + 1), hb);
+            aa_pv(w.pt, w.pt + AA_KP / 2 * 16, two_g, w.vt, hb, nks, w.ot + 16 * g);
+        }
+    }
+    AMX_RELEASE();
+    aa_output(w.ot, w.lrow, nq, hd, hb, out, ldo);
+}
+
+void AA_NAME(attn_amx_run)(const attn_args *a, void *ws, thread_pool *pool) {
+    if (!attn_amx_takes(a->head_dim)) {
+#if AA_SIMD
+        attn_bf16_run(BF16_SET_AVX512BF16, a, ws, pool); /* every AMX CPU has AVX512-BF16 */
+#else
+        attn_bf16_run(BF16_SET_PORTABLE, a, ws, pool);
+#endif
+        return;
+    }
+    attn_run_blocks(a, ws, pool, aa_block, (aa_floats(a->head_dim) + 15) & ~(size_t)15);
+}
+
+/* A start-up check of this build against the definition: two segments (37 rows: a partial query group; 100: two
+ * key tiles, the second 36 keys, i.e. a padded second 32-key step) of two heads of 72 (3 K tiles, 5 Oᵀ tiles), on
+ * the calling thread, bit for bit. 1 when it agrees, 0 when not or out of memory. */
+int AA_NAME(attn_amx_check)(void) {
+    enum { HD = 72, NH = 2, H = NH * HD, S = 137 };
+    const int cu[3] = {0, 37, S};
+    float *qkv = malloc((size_t)S * 3 * H * sizeof(float)), *o1 = malloc((size_t)S * H * sizeof(float));
+    float *o2 = malloc((size_t)S * H * sizeof(float));
+    void *ws = malloc(attn_amx_workspace_size(HD, 1));
+    int ok = 0;
+    if (qkv && o1 && o2 && ws) {
+        uint32_t st = 2463534242u;
+        for (size_t i = 0; i < (size_t)S * 3 * H; i++) {
+            st ^= st << 13, st ^= st >> 17, st ^= st << 5;
+            qkv[i] = (float)(int)(st % 4001u) / 1000.0f - 2.0f;
+        }
+        attn_args a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H, .out = o1,
+                       .ldo = H, .n_heads = NH, .head_dim = HD, .cu = cu, .n_seg = 2, .scale = 0.11785113f};
+        AA_NAME(attn_amx_run)(&a, ws, NULL);
+        a.out = o2;
+        attn_amx_ref(&a);
+        ok = memcmp(o1, o2, (size_t)S * H * sizeof(float)) == 0;
+    }
+    free(qkv), free(o1), free(o2), free(ws);
+    return ok;
+}
+
+#if QVL_AMX_EMULATE && !ATTN_AMX_SIMD
+/* Built once (the emulated build is in every build). */
+size_t attn_amx_workspace_size(int head_dim, int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    if (head_dim < 1) head_dim = 1;
+    size_t f = attn_bf16_block_floats(head_dim);
+    if (attn_amx_takes(head_dim) && aa_floats(head_dim) > f) f = aa_floats(head_dim);
+    return (size_t)n_threads * ((f + 15) & ~(size_t)15) * sizeof(float) + 64;
+}
+
+static inline float aa_rb(float x) { return bf16_float(bf16_round_ftz(x)); }
+
+/* The definition (bf16.h), one query row at a time. */
+void attn_amx_ref(const attn_args *a) {
+    const int hd = a->head_dim;
+    if (!attn_amx_takes(hd)) {
+        attn_bf16_ref(a);
+        return;
+    }
+    float *s = malloc(((size_t)ATTN_BK_MAX + (size_t)hd) * sizeof(float)), *o = s ? s + ATTN_BK_MAX : NULL;
+    if (!s) return; /* tests only: a failure shows as unwritten (NaN-poisoned) output */
+    const float c = a->scale * 1.44269504088896341f;
+    const int ht = (hd + 31) / 32;
+    for (int sg = 0; sg < a->n_seg; sg++) {
+        const int base = a->cu[sg], len = a->cu[sg + 1] - base;
+        for (int h = 0; h < a->n_heads; h++) {
+            const size_t col = (size_t)h * hd;
+            const float *K = a->k + (size_t)base * a->ldk + col, *V = a->v + (size_t)base * a->ldv + col;
+            for (int i = 0; i < len; i++) {
+                const float *qi = a->q + (size_t)(base + i) * a->ldq + col;
+                float m = -INFINITY, l = 0.0f;
+                for (int d = 0; d < hd; d++) o[d] = 0.0f;
+                for (int j0 = 0, nkt; j0 < len; j0 += nkt) {
+                    nkt = attn_key_tile(len, j0);
+                    float amax = -INFINITY;
+                    for (int j = 0; j < nkt; j++) { /* scores: TDPBF16PS over 32-dim tiles */
+                        const float *kj = K + (size_t)(j0 + j) * a->ldk;
+                        float acc = 0.0f;
+                        for (int t = 0; t < ht; t++) {
+                            float te = 0.0f, to = 0.0f;
+                            for (int p = 0; p < 16; p++) {
+                                const int d = 32 * t + 2 * p; /* hd even: d, d + 1 both in or both out */
+                                const float x0 = d < hd ? aa_rb(qi[d]) : 0.0f, y0 = d < hd ? aa_rb(kj[d]) : 0.0f;
+                                const float x1 = d < hd ? aa_rb(qi[d + 1]) : 0.0f;
+                                const float y1 = d < hd ? aa_rb(kj[d + 1]) : 0.0f;
+                                te = bf16_daz(fmaf(x0, y0, te)); /* past hd: zero products, as in the tiles */
+                                to = bf16_daz(fmaf(x1, y1, to));
+                            }
+                            acc = bf16_daz(bf16_daz(acc) + bf16_daz(te + to));
+                        }
+                        s[j] = acc;
+                        amax = amax > acc ? amax : acc;
+                    }
+                    const float mt = amax * c, m_new = m > mt ? m : mt, alpha = bf16_exp2(m - m_new);
+                    float te = 0.0f, to = 0.0f;
+                    for (int j = 0; j < nkt; j++) {
+                        s[j] = aa_rb(bf16_exp2(fmaf(s[j], c, -m_new)));
+                        if (j & 1) to = to + s[j];
+                        else te = te + s[j];
+                    }
+                    l = l * alpha + (te + to);
+                    m = m_new;
+                    for (int d = 0; d < hd; d++) { /* P·V: TDPBF16PS over 32-key steps */
+                        float acc = o[d] * alpha;
+                        for (int j1 = 0; j1 < nkt; j1 += 32) {
+                            float pe = 0.0f, po = 0.0f;
+                            for (int p = 0; p < 16; p++) {
+                                const int j = j1 + 2 * p;
+                                const float p0 = j < nkt ? s[j] : 0.0f, p1 = j + 1 < nkt ? s[j + 1] : 0.0f;
+                                const float v0 = j < nkt ? aa_rb(V[(size_t)(j0 + j) * a->ldv + d]) : 0.0f;
+                                const float v1 = j + 1 < nkt ? aa_rb(V[(size_t)(j0 + j + 1) * a->ldv + d]) : 0.0f;
+                                pe = bf16_daz(fmaf(p0, v0, pe));
+                                po = bf16_daz(fmaf(p1, v1, po));
+                            }
+                            acc = bf16_daz(bf16_daz(acc) + bf16_daz(pe + po));
+                        }
+                        o[d] = acc;
+                    }
+                }
+                for (int d = 0; d < hd; d++) a->out[(size_t)(base + i) * a->ldo + col + (size_t)d] = o[d] / l;
+            }
+        }
+    }
+    free(s);
+}
+#endif
