@@ -164,7 +164,7 @@ static qvl_status scan_small(const qvl_model *m, linear *const *ls, size_t n_ls,
 }
 
 /* Which Linears run in bf16 arithmetic under precision bf16: every block GEMM (97 % of the FLOPs of the 448²
- * Qwen3.5-27B tower). The patch embedding (0.4 %, on raw normalized pixels) and the mergers' fc1/fc2 (final and
+ * Qwen3.5-27B tower) but the fc2 of the blocks feeding the first DeepStack feature (below). The patch embedding (0.4 %, on raw normalized pixels) and the mergers' fc1/fc2 (final and
  * DeepStack, 2.4 %) stay f32: measured at full depth (bench/bf16_fidelity.sh, 27 blocks at 448²), the merged
  * output's error against the fp32 oracle is 0.275 of transformers-bf16's with f32 mergers and 0.326 with bf16 ones
  * (docs/PARITY.md), and the encode takes about 2 % longer on AVX512-BF16. On AMX (backends with `split`) they
@@ -174,6 +174,14 @@ static be_arith arith_of(const qvl_model *m, const linear *l) {
     int small = l == &m->patch || l == &m->merger.fc1 || l == &m->merger.fc2;
     for (int d = 0; d < m->cfg.n_deepstack; d++)
         if (l == &m->deepstack[d].fc1 || l == &m->deepstack[d].fc2) small = 1;
+    /* fc2 of the blocks up to the first DeepStack tap too: the first DeepStack feature is taken after a few
+     * blocks, where transformers' own bf16 error is still small, and bf16 fc2 operands (the GELU output) alone
+     * put it at 0.36 of that error at full depth (Qwen3-VL-2B, 64 rows); with these fc2 kept precise it is 0.27,
+     * and the later features and the merged output improve too (docs/PARITY.md). Costs a quarter of those
+     * blocks' bf16 time (6 of 24 blocks on the 2B). */
+    if (!small && m->cfg.n_deepstack > 0)
+        for (int b = 0; b <= m->cfg.deepstack_index[0] && b < m->cfg.depth; b++)
+            if (l == &m->blocks[b].fc2) small = 1;
     if (!small) return BE_ARITH_BF16;
     /* On tiles (AMX) f32 would run at a fourteenth of the tile rate: split A into two bf16 terms instead, which
      * multiplies bf16-stored weights exactly and A to 16 significant bits. Other weights stay f32. */
