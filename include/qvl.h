@@ -219,13 +219,15 @@ QVL_API const char *qvl_isa_name(int isa);
 /* Arithmetic of the tower's GEMMs and attention. F32: today's path (float32 throughout), bit-identical to earlier
  * versions. BF16: the operands of every block GEMM (qkv, proj, fc1, fc2) and of attention (Q·Kᵀ and P·V, P rounded
  * to bf16) rounded to bf16 (nearest even), products accumulated in f32; the residual stream, LayerNorm statistics,
- * softmax, GELU, rotary and position embedding stay f32, and so do the patch embedding and the mergers' linears.
+ * softmax, GELU, rotary and position embedding stay f32, and so do the patch embedding and the mergers' linears
+ * (on AMX: two bf16 terms of the activation, bf16-stored weights).
  * bf16 checkpoint weights are used as stored, f16/f32 ones rounded to bf16 once at load (only the bf16 copy is
  * kept). Runs on the AMX-BF16 tile kernels where AMX is usable (TDPBF16PS's summation order), else on the
  * AVX512-BF16 kernels (VDPBF16PS's order; the two differ at f32 rounding level); elsewhere (isa AUTO) on the
  * portable bf16 kernels (the AVX512-BF16 set's bits, much slower); with a forced isa and no bf16 kernels for it:
- * QVL_ERR_UNSUPPORTED. AUTO: BF16 where the CPU has AMX or AVX512-BF16 kernels, else F32. At full depth the bf16
- * tower is about 0.28 of transformers' own bf16 run's error away from the fp32 reference (docs/PARITY.md). */
+ * QVL_ERR_UNSUPPORTED. AUTO: BF16 where the CPU has AMX or AVX512-BF16 kernels, else F32. fc2 of the blocks up to
+ * the first DeepStack tap stays precise too (f32, or two bf16 terms on AMX). At full depth the bf16 tower is about
+ * 0.25-0.28 of transformers' own bf16 run's error away from the fp32 reference (docs/PARITY.md). */
 typedef enum qvl_precision { QVL_PRECISION_F32 = 0, QVL_PRECISION_BF16 = 1, QVL_PRECISION_AUTO = 2 } qvl_precision;
 
 /* "f32", "bf16", "auto" ("unknown" otherwise). */

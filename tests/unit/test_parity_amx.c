@@ -12,9 +12,9 @@
  * and the table puts the two side by side; on a CPU where the AMX set is usable, the "amx" entry (the
  * instructions) is run and gated as well.
  *
- * The emulated GEMM is scalar C (about 0.5 GFLOP/s per core on the development machine): all the committed
- * fixtures take about 45 s of CPU in Release, wide_deep (27 blocks of Qwen3.5-27B widths on 16 rows) more than
- * half. Under AddressSanitizer the model runs 2-3 times slower (all eight fixtures 3.5 minutes on that machine),
+ * The emulated kernels are scalar C: all the committed fixtures take about 16 s of CPU in Release (with the model's
+ * FMA inlined), wide_deep (27 blocks of Qwen3.5-27B widths on 16 rows) more than half. Under AddressSanitizer the
+ * model runs several times slower,
  * so a sanitizer build runs every fixture but wide_deep (speed only: the same code runs on wide_single's two
  * blocks of the same widths); QVL_PARITY_AMX_ALL=1 runs them all there too. Fixture paths on the command line run
  * just those. */
