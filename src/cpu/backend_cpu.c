@@ -135,7 +135,8 @@ enum { ROW_ALIGN = 42 };
 static const backend be_portable = F32_ENTRY("portable", GEMM_ISA_SCALAR);
 static const backend be_portable_bf16 =
     BF16_ENTRY("portable-bf16", GEMM_ISA_SCALAR, GEMM_ISA_SCALAR, BF16_SET_PORTABLE, 0);
-/* The AMX GEMM over the C model of the tile instructions (amx_emulated.c), f32 parts portable: tests only. */
+/* The AMX GEMM and attention over the C model of the tile instructions (amx_emulated.c), f32 parts portable: tests
+ * only. */
 static const backend be_amx_emulated =
     BF16_ENTRY("amx-emulated", GEMM_ISA_SCALAR, GEMM_ISA_SCALAR, BF16_SET_AMX_EMULATED, 1);
 #if QVL_WITH_X86
