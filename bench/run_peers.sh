@@ -325,7 +325,8 @@ print(v['out_hidden_size'] * (1 + len(v.get('deepstack_visual_indexes', []))))" 
     lcases=()
     for s in ${LLAMA_SIZES//,/ }; do lcases+=("image$s 1 1 $s"); done
     vf=${VIDEO%x*} vs=${VIDEO#*x} bn=${BATCH%x*} bs=${BATCH#*x}
-    [ "$vf" -ge 2 ] && [ $((vf % 2)) -eq 0 ] && lcases+=("video${VIDEO} $((vf / 2)) 2 $vs")
+    if [ "$vf" -ge 2 ] && [ $((vf % 2)) -eq 0 ]; then lcases+=("video${VIDEO} $((vf / 2)) 2 $vs")
+    elif [ "$vf" -gt 0 ]; then meta llama.cpp_video "video $VIDEO not run: llama.cpp encodes two frames a call"; fi
     [ "$bn" -ge 1 ] && lcases+=("batch${BATCH} $bn 1 $bs")
     for lc in ${LLAMA_CASES//,/ }; do
         t=${lc%%:*} fa=${lc#*:}
@@ -335,7 +336,10 @@ print(v['out_hidden_size'] * (1 + len(v.get('deepstack_visual_indexes', []))))" 
         if [ ! -s "$f" ]; then
             echo "converting $MODEL -> $f (convert_hf_to_gguf.py --mmproj --outtype $t)"
             PYTHONPATH="$src/gguf-py" "$PY" "$src/convert_hf_to_gguf.py" "$MODEL" --mmproj --outtype "$t" \
-                --outfile "$f.tmp" > "$WORK/convert-$t.log" 2>&1 || die "conversion failed: see $WORK/convert-$t.log"
+                --outfile "$f.tmp" > "$WORK/convert-$t.log" 2>&1 || {
+                meta "llama.cpp_mmproj_$t" "skipped: the conversion failed ($(tail -1 "$WORK/convert-$t.log"))"
+                continue
+            }
             mv "$f.tmp" "$f"
         fi
         meta "llama.cpp_mmproj_$t" "$f ($(du -m "$f" | cut -f1) MiB)"
