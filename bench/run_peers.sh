@@ -43,7 +43,9 @@
 #   --llama DIR        a llama.cpp build directory with bin/libmtmd.so (also --llama-cpp; default $LLAMA_CPP_BUILD)
 #   --llama-sizes LIST image sides for llama.cpp (default: --sizes); its video and batch cases follow --video, --batch
 #   --llama-cases LIST llama.cpp runs as MMPROJTYPE:FLASHATTN, types f32 f16 bf16 q8_0, flash attention 1 or 0
-#                      (default f32:0,f16:0,bf16:0,q8_0:0)
+#                      (default: every type with flash attention on, what mtmd's "auto" picks on the CPU, then off:
+#                      f32:1,f16:1,bf16:1,q8_0:1,f32:0,f16:0,bf16:0,q8_0:0; pick the best at 448² first, then pass
+#                      only that one for the large cases)
 #   --llama-profile 0|1  the per-phase run of llama.cpp (default 1: one more encode per case, not in the median)
 #   --llama-mmproj-dir DIR  use DIR/<model dir name>-TYPE.gguf as the mmproj files (made with the command above)
 #   --blas-cores LIST  OpenBLAS kernels: auto (its own detection) and/or OPENBLAS_CORETYPE names
@@ -62,7 +64,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 QVL="" LLAMA="${LLAMA_CPP_BUILD:-}" MODEL="" THREADS=2 REPEAT=3 SIZES=448,896 VIDEO=8x448 BATCH=8x224 LLAMA_SIZES=""
-LLAMA_CASES=f32:0,f16:0,bf16:0,q8_0:0 LLAMA_PROFILE=1 LLAMA_MMPROJ_DIR="" BLAS_CORES=auto,Haswell,SkylakeX QVL_GEMM="" LLAMA_CPU_LIB="" PY="" WORK="${TMPDIR:-/tmp}/qvl-peers"
+LLAMA_CASES=f32:1,f16:1,bf16:1,q8_0:1,f32:0,f16:0,bf16:0,q8_0:0 LLAMA_PROFILE=1 LLAMA_MMPROJ_DIR="" BLAS_CORES=auto,Haswell,SkylakeX QVL_GEMM="" LLAMA_CPU_LIB="" PY="" WORK="${TMPDIR:-/tmp}/qvl-peers"
 ONLY=qvl,hf,blas,llama QUIET_WAIT=0 QVL_PRECS=f32,bf16
 
 die() { echo "run_peers: $*" >&2; exit 1; }
