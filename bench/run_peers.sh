@@ -339,7 +339,7 @@ print(v['out_hidden_size'] * (1 + len(v.get('deepstack_visual_indexes', []))))" 
             echo "converting $MODEL -> $f (convert_hf_to_gguf.py --mmproj --outtype $t)"
             PYTHONPATH="$src/gguf-py" "$PY" "$src/convert_hf_to_gguf.py" "$MODEL" --mmproj --outtype "$t" \
                 --outfile "$f.tmp" > "$WORK/convert-$t.log" 2>&1 || {
-                meta "llama.cpp_mmproj_$t" "skipped: the conversion failed ($(tail -1 "$WORK/convert-$t.log"))"
+                meta "llama.cpp_mmproj_$t" "skipped: the conversion failed (see $WORK/convert-$t.log: $(tail -1 "$WORK/convert-$t.log"))"
                 continue
             }
             mv "$f.tmp" "$f"
@@ -365,7 +365,7 @@ print(v['out_hidden_size'] * (1 + len(v.get('deepstack_visual_indexes', []))))" 
             embd=$(echo "$line" | sed -n 's/.* out=[0-9]*x\([0-9]*\).*/\1/p')
             [ "$embd" = "$want_embd" ] ||
                 meta "llama.cpp_shape_$t" "out width $embd, qvl's is $want_embd (out_hidden x (1 + DeepStack mergers))"
-            ph() { echo "$line" | sed -n "s/.*phases_ms=.*[:,]$1:\([0-9.]*\).*/\1/p"; }
+            ph() { local v; v=$(echo "$line" | sed -n "s/.*phases_ms=.*[:,]$1:\([0-9.]*\).*/\1/p"); echo "${v:--}"; }
             MS["llama $isa ${t^^} fa$fa|$c"]=$m
             row "$TOWER" llama.cpp "$t" "$isa fa$fa" "$c" "${np:--}" "$m" - - - - "${rss:--}" "$(ph patch)" \
                 "$(ph pos_rope)" "$(ph gemm)" "$(ph attn)" "$(ph norm)" "$(ph merger)" "$IDLE" "$LOAD1"
