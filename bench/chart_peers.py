@@ -198,6 +198,15 @@ def print_markdown(tower: str, rows: list[dict[str, str]], names_all: list[str])
             print(f"| {row_name(r)} | {r['case']} | {t / 1e3:.2f} | {r['gflops']} | {r['pct_peak']} % ({r['peak_unit']}, "
                   f"{r['peak_gflops']}) | {r['patch_ms']} | {r['pos_rope_ms']} | {r['gemm_ms']} | {r['attn_ms']} | "
                   f"{r['norm_ms']} | {r['merger_ms']} |")
+    # llama.cpp rows with phases (bench/llama_clip_bench.cpp --profile: one extra run, every ggml node alone)
+    lp = [r for r in rows if r["tool"] == "llama.cpp" and num(r.get("gemm_ms", "")) is not None]
+    if lp:
+        print("\n| llama.cpp row | case | time s | profiled phases: patch | pos/rope | gemm | attn | norm | merger (ms) |")
+        print("|---" * 9 + "|")
+        for r in sorted(lp, key=lambda r: (names.index(row_name(r)), case_key(r["case"]))):
+            t = num(r["median_ms"]) or 0
+            print(f"| {row_name(r)} | {r['case']} | {t / 1e3:.2f} | {r['patch_ms']} | {r['pos_rope_ms']} | "
+                  f"{r['gemm_ms']} | {r['attn_ms']} | {r['norm_ms']} | {r['merger_ms']} |")
 
 
 if __name__ == "__main__":

@@ -16,10 +16,18 @@
 #
 # Peers:
 #   transformers  bench/hf_tower.py: the vision model class on the CPU, float32 and bfloat16 (bench/requirements.txt)
-#   llama.cpp     bench/llama_clip_bench.cpp against an existing llama.cpp build (--llama; its source tree is the
-#                 build's CMAKE_HOME_DIRECTORY): clip_image_batch_encode with F32 / F16 / BF16 mmproj files,
-#                 flash attention on and off. The mmproj files are converted from --model with that tree's own
-#                 convert_hf_to_gguf.py --mmproj unless already in --work.
+#   llama.cpp     optional: bench/llama_clip_bench.cpp against an existing llama.cpp build (--llama DIR, or
+#                 LLAMA_CPP_BUILD=DIR in the environment; without either, or without DIR/bin/libmtmd.so, the
+#                 llama.cpp rows are skipped with a meta line saying why). Its source tree is the build's
+#                 CMAKE_HOME_DIRECTORY. It times clip_image_batch_encode (tools/mtmd, projector qwen3vl_merger, which
+#                 covers both the Qwen3-VL towers with DeepStack and the Qwen3.5 tower) on the same rows as qvl:
+#                 image S = one still-image encode; video FxS = F/2 two-frame encodes (one temporal patch each:
+#                 Qwen3-VL attends within a temporal patch, so this is the same work as qvl's one call); batch NxS =
+#                 N one-image encodes (its Qwen3-VL graph takes one image or two frames per call). Peak RSS by
+#                 /usr/bin/time, per-phase times from one extra profiled run (--llama-profile). The mmproj GGUFs
+#                 are made by that tree's own converter, into --work unless already there (or in --llama-mmproj-dir):
+#                   PYTHONPATH=$SRC/gguf-py $PY $SRC/convert_hf_to_gguf.py MODEL --mmproj --outtype TYPE \
+#                       --outfile OUT.gguf          # TYPE: f32 f16 bf16 q8_0
 #   OpenBLAS      bench/openblas_sgemm.c (cblas_sgemm, f32) on the tower's GEMM shapes; with --qvl-gemm, qvl's own
 #                 GEMM (bench_gemm from bench/CMakeLists.txt) on the same shapes for the ratio.
 # Nothing is installed and nothing of llama.cpp is built: the two small bench programs are compiled into --work.
@@ -32,9 +40,14 @@
 #   --sizes LIST       square image sides for qvl and transformers (default 448,896)
 #   --video FxS        video case for qvl and transformers (default 8x448; 0x0 skips)
 #   --batch NxS        batch case for qvl and transformers (default 8x224; 0x0 skips)
-#   --llama-sizes LIST image sides for llama.cpp (default: --sizes)
-#   --llama-cases LIST llama.cpp runs as MMPROJTYPE:FLASHATTN, types f32 f16 bf16, flash attention 1 or 0
-#                      (default f32:1,f32:0,f16:1,f16:0,bf16:1,bf16:0)
+#   --llama DIR        a llama.cpp build directory with bin/libmtmd.so (also --llama-cpp; default $LLAMA_CPP_BUILD)
+#   --llama-sizes LIST image sides for llama.cpp (default: --sizes); its video and batch cases follow --video, --batch
+#   --llama-cases LIST llama.cpp runs as MMPROJTYPE:FLASHATTN, types f32 f16 bf16 q8_0, flash attention 1 or 0
+#                      (default: every type with flash attention on, what mtmd's "auto" picks on the CPU, then off:
+#                      f32:1,f16:1,bf16:1,q8_0:1,f32:0,f16:0,bf16:0,q8_0:0; pick the best at 448² first, then pass
+#                      only that one for the large cases)
+#   --llama-profile 0|1  the per-phase run of llama.cpp (default 1: one more encode per case, not in the median)
+#   --llama-mmproj-dir DIR  use DIR/<model dir name>-TYPE.gguf as the mmproj files (made with the command above)
 #   --blas-cores LIST  OpenBLAS kernels: auto (its own detection) and/or OPENBLAS_CORETYPE names
 #                      (default auto,Haswell,SkylakeX)
 #   --llama-cpu-lib DIR  run llama.cpp with the libggml-cpu.so found in DIR (LD_LIBRARY_PATH), e.g. the bin/ of a
@@ -50,19 +63,19 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-QVL="" LLAMA="" MODEL="" THREADS=2 REPEAT=3 SIZES=448,896 VIDEO=8x448 BATCH=8x224 LLAMA_SIZES=""
-LLAMA_CASES=f32:1,f32:0,f16:1,f16:0,bf16:1,bf16:0 BLAS_CORES=auto,Haswell,SkylakeX QVL_GEMM="" LLAMA_CPU_LIB="" PY="" WORK="${TMPDIR:-/tmp}/qvl-peers"
+QVL="" LLAMA="${LLAMA_CPP_BUILD:-}" MODEL="" THREADS=2 REPEAT=3 SIZES=448,896 VIDEO=8x448 BATCH=8x224 LLAMA_SIZES=""
+LLAMA_CASES=f32:1,f16:1,bf16:1,q8_0:1,f32:0,f16:0,bf16:0,q8_0:0 LLAMA_PROFILE=1 LLAMA_MMPROJ_DIR="" BLAS_CORES=auto,Haswell,SkylakeX QVL_GEMM="" LLAMA_CPU_LIB="" PY="" WORK="${TMPDIR:-/tmp}/qvl-peers"
 ONLY=qvl,hf,blas,llama QUIET_WAIT=0 QVL_PRECS=f32,bf16
 
 die() { echo "run_peers: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || die "$1 needs a value (see the header of $0)"
     case "$1" in
-        --qvl) QVL=$2 ;; --llama) LLAMA=$2 ;; --model) MODEL=$2 ;; --threads) THREADS=$2 ;; --repeat) REPEAT=$2 ;;
+        --qvl) QVL=$2 ;; --llama | --llama-cpp) LLAMA=$2 ;; --model) MODEL=$2 ;; --threads) THREADS=$2 ;; --repeat) REPEAT=$2 ;;
         --sizes) SIZES=$2 ;; --video) VIDEO=$2 ;; --batch) BATCH=$2 ;; --llama-sizes) LLAMA_SIZES=$2 ;;
         --llama-cases) LLAMA_CASES=$2 ;; --blas-cores) BLAS_CORES=$2 ;; --qvl-gemm) QVL_GEMM=$2 ;; --llama-cpu-lib) LLAMA_CPU_LIB=$2 ;;
         --python) PY=$2 ;; --work) WORK=$2 ;; --only) ONLY=$2 ;; --quiet-wait) QUIET_WAIT=$2 ;;
-        --qvl-precisions) QVL_PRECS=$2 ;;
+        --qvl-precisions) QVL_PRECS=$2 ;; --llama-profile) LLAMA_PROFILE=$2 ;; --llama-mmproj-dir) LLAMA_MMPROJ_DIR=$2 ;;
         *) die "unknown option $1 (see the header of $0)" ;;
     esac
     shift 2
@@ -89,7 +102,7 @@ wait_quiet() { # wait_quiet LABEL: up to QUIET_WAIT seconds for an idle machine;
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 if [ -z "$MODEL" ] || [ ! -f "$MODEL/config.json" ]; then die "--model DIR with config.json is required"; fi
 want qvl && { [ -x "$QVL" ] || die "--qvl PATH to the qvl binary is required"; }
-want llama && { [ -d "$LLAMA" ] || die "--llama PATH of an existing llama.cpp build is required"; }
+want llama && [ -n "$LLAMA" ] && { [ -d "$LLAMA" ] || die "--llama $LLAMA: not a directory"; }
 [ -n "$LLAMA_SIZES" ] || LLAMA_SIZES=$SIZES
 if [ -z "$PY" ]; then
     if [ -x "$root/.venv/bin/python" ]; then PY="$root/.venv/bin/python"; else PY=python3; fi
@@ -284,39 +297,78 @@ if want blas; then
 fi
 
 # --------------------------------------------------------------------------------------------------------- llama.cpp
-if want llama; then
+# Optional: runs only when a llama.cpp build is given (--llama DIR or LLAMA_CPP_BUILD=DIR); otherwise, and when
+# that build lacks libmtmd or the bench does not compile against it, a meta line says why and the run goes on.
+llama_build_bench() { # sets src (the llama.cpp source tree) and libdir; compiles bench/llama_clip_bench.cpp
     LLAMA=$(cd "$LLAMA" && pwd)
     src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$LLAMA/CMakeCache.txt" 2>/dev/null || true)
     [ -n "$src" ] || src=$(cd "$LLAMA/.." && pwd)
     libdir="$LLAMA/bin"
-    [ -e "$libdir/libmtmd.so" ] || die "$libdir/libmtmd.so not found: build the mtmd target of $LLAMA first"
+    g++ -O2 -std=c++17 -I"$src/tools/mtmd" -I"$src/ggml/include" -I"$src/include" "$here/llama_clip_bench.cpp" \
+        -L"$libdir" -lmtmd -lggml -lggml-base -lggml-cpu -Wl,-rpath,"$libdir" -o "$WORK/llama_clip_bench" \
+        2> "$WORK/llama_clip_bench.build.log"
+}
+llama_skip() { meta llama.cpp "skipped: $*"; echo; }
+if want llama && [ -z "$LLAMA" ]; then
+    llama_skip "no llama.cpp build given (--llama DIR or LLAMA_CPP_BUILD=DIR)"
+elif want llama && [ ! -e "$LLAMA/bin/libmtmd.so" ]; then
+    llama_skip "$LLAMA/bin/libmtmd.so not found (build the mtmd target of that llama.cpp build)"
+elif want llama && ! llama_build_bench; then
+    llama_skip "bench/llama_clip_bench.cpp does not build against $LLAMA (see $WORK/llama_clip_bench.build.log)"
+elif want llama; then
     echo "== llama.cpp mtmd ($src, build $LLAMA)"
     ver=$(cat "$src/PEERS_COMMIT" 2>/dev/null || git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)
-    echo "commit: $ver${LLAMA_CPU_LIB:+; libggml-cpu.so from $LLAMA_CPU_LIB}"
-    g++ -O2 -std=c++17 -I"$src/tools/mtmd" -I"$src/ggml/include" -I"$src/include" "$here/llama_clip_bench.cpp" \
-        -L"$libdir" -lmtmd -lggml -lggml-base -lggml-cpu -Wl,-rpath,"$libdir" -o "$WORK/llama_clip_bench"
+    meta llama.cpp "$ver ($src, build $LLAMA${LLAMA_CPU_LIB:+; libggml-cpu.so from $LLAMA_CPU_LIB})"
+    meta llama.cpp_method "bench/llama_clip_bench.cpp: clip_image_batch_encode on the same rows; image = 1 still-image encode, video FxS = F/2 two-frame encodes (one temporal patch each), batch NxS = N encodes; time = median of --repeat runs after one warm-up; peak RSS by /usr/bin/time; phases from one extra run with every ggml node computed alone (profile=$LLAMA_PROFILE)"
+    # what the tower's output is in qvl: tokens x out_hidden * (1 + DeepStack mergers)
+    want_embd=$("$PY" -c "import json, sys; c = json.load(open(sys.argv[1])); v = c.get('vision_config', c); \
+print(v['out_hidden_size'] * (1 + len(v.get('deepstack_visual_indexes', []))))" "$MODEL/config.json" 2>/dev/null || echo '?')
     tag=$(echo "$MODEL" | md5sum | cut -c1-8)   # mmproj files are cached per model directory
+    lcases=()
+    for s in ${LLAMA_SIZES//,/ }; do lcases+=("image$s 1 1 $s"); done
+    vf=${VIDEO%x*} vs=${VIDEO#*x} bn=${BATCH%x*} bs=${BATCH#*x}
+    if [ "$vf" -ge 2 ] && [ $((vf % 2)) -eq 0 ]; then lcases+=("video${VIDEO} $((vf / 2)) 2 $vs")
+    elif [ "$vf" -gt 0 ]; then meta llama.cpp_video "video $VIDEO not run: llama.cpp encodes two frames a call"; fi
+    [ "$bn" -ge 1 ] && lcases+=("batch${BATCH} $bn 1 $bs")
     for lc in ${LLAMA_CASES//,/ }; do
         t=${lc%%:*} fa=${lc#*:}
-        case "$t:$fa" in f32:[01] | f16:[01] | bf16:[01]) ;; *) die "--llama-cases: '$lc' is not f32|f16|bf16:0|1" ;; esac
+        case "$t:$fa" in f32:[01] | f16:[01] | bf16:[01] | q8_0:[01]) ;; *) die "--llama-cases: '$lc' is not f32|f16|bf16|q8_0:0|1" ;; esac
         f="$WORK/mmproj-$tag-$t.gguf"
+        [ -z "$LLAMA_MMPROJ_DIR" ] || f="$LLAMA_MMPROJ_DIR/$(basename "$MODEL")-$t.gguf"
         if [ ! -s "$f" ]; then
             echo "converting $MODEL -> $f (convert_hf_to_gguf.py --mmproj --outtype $t)"
             PYTHONPATH="$src/gguf-py" "$PY" "$src/convert_hf_to_gguf.py" "$MODEL" --mmproj --outtype "$t" \
-                --outfile "$f.tmp" > "$WORK/convert-$t.log" 2>&1 || die "conversion failed: see $WORK/convert-$t.log"
+                --outfile "$f.tmp" > "$WORK/convert-$t.log" 2>&1 || {
+                meta "llama.cpp_mmproj_$t" "skipped: the conversion failed (see $WORK/convert-$t.log: $(tail -1 "$WORK/convert-$t.log"))"
+                continue
+            }
             mv "$f.tmp" "$f"
         fi
-        for s in ${LLAMA_SIZES//,/ }; do
-            err="$WORK/llama-$t-fa$fa-$s.log"
-            wait_quiet "llama $t fa$fa $s"
-            line=$(LD_LIBRARY_PATH="${LLAMA_CPU_LIB}${LLAMA_CPU_LIB:+:}${LD_LIBRARY_PATH:-}" \
-                "$WORK/llama_clip_bench" "$f" "$s" --fa "$fa" --threads "$THREADS" --repeat "$REPEAT" 2> "$err" |
-                grep '^llama_clip') || die "llama_clip_bench failed: see $err"
-            echo "mmproj=$t ${line#llama_clip file=* }"
+        meta "llama.cpp_mmproj_$t" "$f ($(du -m "$f" | cut -f1) MiB)"
+        for lcase in "${lcases[@]}"; do
+            read -r c calls frames s <<< "$lcase"
+            err="$WORK/llama-$t-fa$fa-$c.log"
+            wait_quiet "llama $t fa$fa $c"
+            if ! LD_LIBRARY_PATH="${LLAMA_CPU_LIB}${LLAMA_CPU_LIB:+:}${LD_LIBRARY_PATH:-}" /usr/bin/time -f '%M' \
+                -o "$WORK/llama.rss" "$WORK/llama_clip_bench" "$f" "$s" --fa "$fa" --threads "$THREADS" \
+                --repeat "$REPEAT" --calls "$calls" --frames "$frames" --profile "$LLAMA_PROFILE" > "$err.out" 2> "$err" ||
+                ! line=$(grep '^llama_clip' "$err.out"); then
+                echo "llama_clip_bench failed on $t fa$fa $c: see $err"
+                meta "llama.cpp_failed_${t}_fa${fa}_$c" "llama_clip_bench failed: $(tail -1 "$err")"
+                continue
+            fi
+            rss=$(awk '/^[0-9]+$/ { printf "%.1f", $1 / 1024 }' "$WORK/llama.rss")
+            echo "mmproj=$t case=$c ${line#llama_clip file=* } rss_mib=${rss:-?}"
             isa=$(echo "$line" | grep -q 'avx512:1' && echo avx512 || echo avx2)
             m=$(echo "$line" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
-            MS["llama $isa ${t^^} fa$fa|image$s"]=$m
-            row "$TOWER" llama.cpp "$t" "$isa fa$fa" "image$s" - "$m" - - - - - - - - - - - "$IDLE" "$LOAD1"
+            np=$(echo "$line" | sed -n 's/.* patches=\([0-9]*\).*/\1/p')
+            embd=$(echo "$line" | sed -n 's/.* out=[0-9]*x\([0-9]*\).*/\1/p')
+            [ "$embd" = "$want_embd" ] ||
+                meta "llama.cpp_shape_$t" "out width $embd, qvl's is $want_embd (out_hidden x (1 + DeepStack mergers))"
+            ph() { local v; v=$(echo "$line" | sed -n "s/.*phases_ms=.*[:,]$1:\([0-9.]*\).*/\1/p"); echo "${v:--}"; }
+            MS["llama $isa ${t^^} fa$fa|$c"]=$m
+            row "$TOWER" llama.cpp "$t" "$isa fa$fa" "$c" "${np:--}" "$m" - - - - "${rss:--}" "$(ph patch)" \
+                "$(ph pos_rope)" "$(ph gemm)" "$(ph attn)" "$(ph norm)" "$(ph merger)" "$IDLE" "$LOAD1"
         done
     done
     echo
