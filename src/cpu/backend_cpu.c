@@ -84,15 +84,15 @@ static void bf16_linear(const backend *be, const be_weight *w, const float *A, s
     }
 }
 
-static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 
 static size_t bf16_linear_ws(int n_threads, int max_k) {
     (void)max_k;
-    return max3(gemm_workspace_size(n_threads), gemm_bf16_workspace_size(n_threads), 0);
+    return max2(gemm_workspace_size(n_threads), gemm_bf16_workspace_size(n_threads));
 }
 
 static size_t amx_linear_ws(int n_threads, int max_k) { /* both AMX builds have the same layout */
-    return max3(gemm_workspace_size(n_threads), gemm_amx_workspace_size_emulated(n_threads, max_k), 0);
+    return max2(gemm_workspace_size(n_threads), gemm_amx_workspace_size_emulated(n_threads, max_k));
 }
 
 /* attn_amx_workspace_size covers both the AMX kernel's scratch and the bf16 blocks'. */

@@ -25,7 +25,7 @@
 #include "cpu/bf16.h"
 
 #if !QVL_AMX_EMULATE
-#include <immintrin.h>
+#include "cpu/bf16_avx512.h"
 #endif
 
 enum {
@@ -81,26 +81,16 @@ void AMX_NAME(gemm_amx_pack_a)(const float *a, size_t lda, int mr, int k0, int K
         }
 }
 #else
-/* 16 floats → 16 bf16 bits (bf16_round's rule lane-wise: NaN quiet, else nearest even), as dwords. */
-static inline __m512i round16(__m512 f) {
-    const __m512i u = _mm512_castps_si512(f);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-    const __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_mask_mov_epi32(r, nan, qn);
-}
-
 /* 16 floats → hi (bf16_round) into h[0..16) and, if l, lo (bf16_round_lo) into l[0..16). */
 static inline void split16(__m512 f, uint16_t *h, uint16_t *l) {
-    const __m512i hi = round16(f);
+    const __m512i hi = bf16_round16(f);
     _mm256_storeu_si256((__m256i *)(void *)h, _mm512_cvtepi32_epi16(hi));
     if (!l) return;
     const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16));
     /* lo = bf16(f - hi) where hi is finite (exponent not all ones), else 0 */
     const __mmask16 fin = _mm512_cmp_epi32_mask(_mm512_and_si512(hi, _mm512_set1_epi32(0x7f80)),
                                                 _mm512_set1_epi32(0x7f80), _MM_CMPINT_NE);
-    const __m512i lo = _mm512_maskz_mov_epi32(fin, round16(_mm512_sub_ps(f, hf)));
+    const __m512i lo = _mm512_maskz_mov_epi32(fin, bf16_round16(_mm512_sub_ps(f, hf)));
     _mm256_storeu_si256((__m256i *)(void *)l, _mm512_cvtepi32_epi16(lo));
 }
 

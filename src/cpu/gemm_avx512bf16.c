@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "cpu/bf16.h"
+#include "cpu/bf16_avx512.h"
 
 #define MR BF16_MR
 
@@ -48,16 +49,6 @@ void gemm_bf16_ukr_avx512bf16(int kp, const uint32_t *a, const uint32_t *b0, con
     for (int i = 0; i < MR; i++) _mm512_storeu_ps(c + (size_t)i * ldc, acc0[i]);
 }
 
-/* 16 floats → 16 bf16 bits in the low halves of 16 dwords (bf16_round: NaN quiet, else nearest even). */
-static inline __m512i round16(__m512 f) {
-    const __m512i u = _mm512_castps_si512(f);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-    const __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_mask_mov_epi32(r, nan, qn);
-}
-
 void gemm_bf16_pack_a_avx512bf16(const float *a, size_t lda, int mr, int kp, int kvalid, uint32_t *ap) {
     /* Row i's pairs for 8 steps at a time: 16 consecutive floats → 8 dwords (lo | hi << 16), scattered with
      * stride MR. Zero rows past mr, zero elements past kvalid. */
@@ -68,7 +59,7 @@ void gemm_bf16_pack_a_avx512bf16(const float *a, size_t lda, int mr, int kp, int
             const int n = 2 * (kp - q < 8 ? kp - q : 8), left = kvalid - 2 * q;
             const int nv = i < mr ? (n < left ? n : left > 0 ? left : 0) : 0;
             const __mmask16 m = (__mmask16)((1u << nv) - 1u);
-            const __m512i r = round16(_mm512_maskz_loadu_ps(m, ai + 2 * (size_t)q));
+            const __m512i r = bf16_round16(_mm512_maskz_loadu_ps(m, ai + 2 * (size_t)q));
             /* qword t = d(2t) | d(2t+1) << 32 with 16-bit d: its low dword | (it >> 16) is d(2t) | d(2t+1) << 16 */
             const __m512i pk = _mm512_or_si512(r, _mm512_srli_epi64(r, 16));
             const __m256i d = _mm512_cvtepi64_epi32(pk);
