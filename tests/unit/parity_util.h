@@ -6,6 +6,7 @@
 #ifndef QVL_PARITY_UTIL_H
 #define QVL_PARITY_UTIL_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,21 @@
 #include "io/safetensors.h"
 #include "qvl.h"
 #include "testutil.h"
+
+/* The fixture files (*.safetensors) of directory `dir`, sorted by name, into names (at most cap); their count. */
+static inline int pu_list_fixtures(const char *dir, char names[][256], int cap) {
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < cap) {
+        size_t len = strlen(e->d_name);
+        if (len > 12 && strcmp(e->d_name + len - 12, ".safetensors") == 0) snprintf(names[n++], 256, "%s", e->d_name);
+    }
+    if (d) closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    return n;
+}
 
 #define BF16_BLOCK_GATE 0.5  /* bf16 precision: block error / transformers-bf16 error at that block */
 #define BF16_OUTPUT_GATE (1.0 / 3.0) /* bf16 precision, full-depth towers: merged and DeepStack error / tf-bf16's */

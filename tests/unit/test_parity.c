@@ -20,7 +20,6 @@
  *           feature (block 5) at full depth: a 1/3 gate there is not met by this arithmetic (docs/PARITY.md). Its
  *           largest parts are the bf16 inputs of fc1 and fc2 (tests/oracle/bf16_ablation.py: only one of those kept
  *           f32 would reach 1/3, and they are the block's largest GEMMs, not small ones that may stay f32). */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,17 +160,8 @@ int main(int argc, char **argv) {
         for (int i = 1; i < argc; i++) run_fixture(argv[i]);
         return tu_finish("test_parity");
     }
-    DIR *d = opendir(dirpath);
-    CHECK(d != NULL);
-    int n = 0;
-    struct dirent *e;
     char names[64][256];
-    while (d && (e = readdir(d)) && n < 64) {
-        size_t len = strlen(e->d_name);
-        if (len > 12 && strcmp(e->d_name + len - 12, ".safetensors") == 0) snprintf(names[n++], 256, "%s", e->d_name);
-    }
-    if (d) closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    const int n = pu_list_fixtures(dirpath, names, 64);
     CHECK(n >= 5);
     for (int i = 0; i < n; i++) {
         char p[1024];

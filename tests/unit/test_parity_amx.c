@@ -19,7 +19,6 @@
  * but wide_deep (speed only: the same code runs on wide_single's two
  * blocks of the same widths); QVL_PARITY_AMX_ALL=1 runs them all there too. Fixture paths on the command line run
  * just those. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,17 +165,8 @@ int main(int argc, char **argv) {
     const int reduced = (SANITIZED || QVL_TEST_UNDER_EMULATOR) && !(all && strcmp(all, "1") == 0);
     char dirpath[512];
     tu_source_path("tests/fixtures/tower", dirpath, sizeof dirpath);
-    DIR *d = opendir(dirpath);
-    CHECK(d != NULL);
-    int n = 0;
-    struct dirent *e;
     char names[64][256];
-    while (d && (e = readdir(d)) && n < 64) {
-        size_t len = strlen(e->d_name);
-        if (len > 12 && strcmp(e->d_name + len - 12, ".safetensors") == 0) snprintf(names[n++], 256, "%s", e->d_name);
-    }
-    if (d) closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    const int n = pu_list_fixtures(dirpath, names, 64);
     CHECK(n >= 5);
     int ran = 0, full = 0;
     for (int i = 0; i < n; i++) {
