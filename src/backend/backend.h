@@ -89,9 +89,12 @@ struct backend {
 qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **out, qvl_error *err);
 /* The bf16 backend auto or bf16 would choose on this CPU, or NULL (none: bf16 precision is refused). */
 const backend *backend_bf16_available(void);
-/* The AMX set's state on this CPU for `qvl info`: cpu_amx_describe's phrase, or why its start-up check (one small
- * GEMM against the definition, run once per process) failed. Sets *usable. */
+/* The AMX set's state on this CPU for `qvl info`: cpu_amx_describe's phrase, or what its start-up check (a small
+ * GEMM and attention against their definitions, run once per process) found. Sets *usable. */
 const char *backend_amx_status(int *usable);
+/* 1 when the AMX set is usable and the tiles gave its definitions' bits in the start-up check (0 when they gave a
+ * correct sum in another order, or AMX is not usable): whether tests can compare the instructions bit for bit. */
+int backend_amx_exact(void);
 /* Every backend of the table (tests): *n entries; some may not run on this CPU (backend_runs). */
 const backend *const *backend_table(size_t *n);
 int backend_runs(const backend *be);

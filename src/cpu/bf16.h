@@ -177,10 +177,22 @@ void attn_amx_run_emulated(const attn_args *a, void *ws, thread_pool *pool);
 void attn_amx_run_emulated_simd(const attn_args *a, void *ws, thread_pool *pool);
 /* The definition: one query row at a time (tests; one thread, allocates). */
 void attn_amx_ref(const attn_args *a);
-/* A start-up check of each build against attn_amx_ref (a small fixed case on the calling thread; allocates): 1
- * when it agrees bit for bit, 0 when not. The instruction build's only after cpu_amx_usable(). */
+/* A start-up check of each build against attn_amx_ref (a small fixed case on the calling thread; allocates): 2
+ * when it agrees bit for bit, 1 when not but within amx_attn_excess's bound of it (a correct tile sum in another
+ * order), 0 when not or out of memory. The instruction build's only after cpu_amx_usable(). */
 int attn_amx_check(void);
 int attn_amx_check_emulated(void);
 int attn_amx_check_emulated_simd(void);
+
+/* ---- agreement of AMX results that are not the model's bits (amx_agree.c) ----
+ * The largest |c − ref| over the elements of an M x N GEMM result c (row stride ldc; A [M][K] row stride lda, B
+ * [N][K] the f32 weights, bias, c0 the accumulate base or NULL) in units of the bound within which two f32 sums of
+ * the same exact bf16 products in any order (and the epilogue act) agree: ≤ 1 when c is such a sum, INFINITY
+ * where c or ref is not finite where the other is. */
+double amx_gemm_excess(const float *A, size_t lda, const float *B, int M, int N, int K, const float *bias,
+                       const float *c0, be_act act, const float *c, const float *ref, size_t ldc);
+/* The same for two bf16 attention results over a's segments (out and ref laid out as a->out): units of 2^-6 of
+ * the largest |v| of each head column in its segment (a probability's bf16 rounding turned the other way). */
+double amx_attn_excess(const attn_args *a, const float *out, const float *ref);
 
 #endif

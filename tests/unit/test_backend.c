@@ -18,6 +18,12 @@
 
 enum { M = 45, N = 70, K = 133, S = 90, NH = 2, HD = 72 };
 
+/* The AMX instructions where the start-up check found the tiles sum in another order than the definitions:
+ * compared within amx_agree.c's bound of them instead of bit for bit (the layouts are checked over the model). */
+static int inexact_tiles(const backend *be) {
+    return be->precision == QVL_PRECISION_BF16 && be->set == BF16_SET_AMX && !backend_amx_exact();
+}
+
 static void check_entry(const backend *be, const float *A, const float *B, const float *bias, const float *qkv) {
     char what[96];
     void *ws = malloc(be->linear_ws(2, K) > be->attention_ws(HD, 2) ? be->linear_ws(2, K) : be->attention_ws(HD, 2));
@@ -45,7 +51,13 @@ static void check_entry(const backend *be, const float *A, const float *B, const
             free(pb);
         }
         snprintf(what, sizeof what, "%s linear (arith %d)", be->name, ar);
-        CHECK(tu_same_bytes((const unsigned char *)c1, (const unsigned char *)c2, M * N * sizeof(float), what));
+        if (ar == BE_ARITH_BF16 && inexact_tiles(be)) { /* tiles that sum in another order: a correct sum */
+            float c0[M * N];
+            for (int i = 0; i < M * N; i++) c0[i] = (float)(i % 7) * 0.25f;
+            CHECK(amx_gemm_excess(A, K, B, M, N, K, bias, c0, BE_ACT_GELU_TANH, c1, c2, N) <= 1.0);
+        } else {
+            CHECK(tu_same_bytes((const unsigned char *)c1, (const unsigned char *)c2, M * N * sizeof(float), what));
+        }
         free(buf);
     }
     const int cu[3] = {0, 37, S};
@@ -65,7 +77,8 @@ static void check_entry(const backend *be, const float *A, const float *B, const
         free(aws);
     }
     snprintf(what, sizeof what, "%s attention", be->name);
-    CHECK(tu_same_bytes((const unsigned char *)o1, (const unsigned char *)o2, (size_t)S * NH * HD * sizeof(float), what));
+    if (inexact_tiles(be)) CHECK(amx_attn_excess(&at, o1, o2) <= 1.0);
+    else CHECK(tu_same_bytes((const unsigned char *)o1, (const unsigned char *)o2, (size_t)S * NH * HD * sizeof(float), what));
     free(o1), free(o2), free(c1), free(c2), free(ws);
 }
 
