@@ -247,6 +247,17 @@ out_has "bench video case" "^video 2x32² +4 +1 "
 out_has "bench batch case" "^batch 2x32² +8 +2 "
 out_has "bench peak around a case" "GFLOP total; peak [0-9.]+ before, [0-9.]+ after$"
 out_has "bench peak RSS" "^peak RSS: [0-9.]+ MiB"
+# bf16: the peak is that of the unit the backend runs on (VDPBF16PS, AMX tiles; the f32 FMA for the portable set)
+expect 0 "bench bf16" "$QVL" bench --model "$T/hf" --sizes 32 --video 0x0 --batch 0x0 --repeat 1 --threads 1 \
+    --precision bf16
+case $(sed -n 's/^precision: bf16 (backend \([a-z0-9-]*\))$/\1/p' "$T/out") in
+    avx512bf16) unit="bf16 VDPBF16PS" ;;
+    amx) unit="bf16 TDPBF16PS" ;;
+    portable-bf16) unit="f32 FMA" ;;
+    *) unit="(no backend line)" ;;
+esac
+out_has "bench bf16 peak unit" "^threads: 1, kernels: [a-z0-9]+, measured $unit peak: [0-9.]+ GFLOP/s"
+out_has "bench bf16 case" "^image 32² +4 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+%"
 expect 2 "bench bad size" "$QVL" bench --model "$T/hf" --sizes 33
 one_line_error "bench bad size"
 expect 2 "bench no model" "$QVL" bench

@@ -1,5 +1,6 @@
 /* cli_bench.c — `qvl bench`: encode timings on a model at several input sizes, with the per-phase breakdown,
- * achieved GFLOP/s, the share of this machine's measured f32 FMA peak, and peak RSS. */
+ * achieved GFLOP/s, the share of the measured peak of the unit the kernels run on (f32 FMA, AVX512-BF16's
+ * VDPBF16PS or AMX's TDPBF16PS), and peak RSS. */
 #include <getopt.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -18,7 +19,8 @@ static const char bench_help[] =
     "\n"
     "Time qvl_encode on synthetic pixel rows (deterministic) at each square image size, a video and a batch of\n"
     "images in one call. Reports the median of --repeat runs after one warm-up, the per-phase breakdown, achieved\n"
-    "GFLOP/s (GEMM + attention FLOPs) and the share of the f32 FMA peak measured here with an FMA loop.\n"
+    "GFLOP/s (GEMM + attention FLOPs) and the share of the peak of the unit the kernels run on, measured here\n"
+    "with a loop of its instruction: f32 FMA, or for bf16 VDPBF16PS (AVX512-BF16) or TDPBF16PS (AMX tiles).\n"
     "\n"
     "Options:\n"
     "  -m, --model DIR      model directory\n"
@@ -29,8 +31,8 @@ static const char bench_help[] =
     "  -r, --repeat N       timed runs per case (default 3)\n"
     "      --isa SET        kernel set: auto (default: the widest this CPU runs), avx2, avx512, amx; the peak is\n"
     "                       measured with the vector width of the set in use\n"
-    "      --precision P    f32 (default), bf16 or auto (bf16 where the CPU has bf16 kernels); %peak stays\n"
-    "                       relative to the f32 FMA peak\n"
+    "      --precision P    f32 (default), bf16 or auto (bf16 where the CPU has bf16 kernels); bf16 rows are\n"
+    "                       set against the bf16 unit's peak (the precise f32 GEMMs they include run slower)\n"
     "  -h, --help           show this help\n";
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -57,30 +59,93 @@ __attribute__((target("avx512f"))) static double fma_loop512(long iters) {
     for (int k = 0; k < 12; k++) s += _mm512_cvtss_f32(a[k]);
     return s;
 }
+/* 12 independent VDPBF16PS chains (16 lanes x 2 bf16 products each): the AVX512-BF16 peak. Called only when the
+ * model runs the avx512bf16 backend (the library checked the CPU). */
+__attribute__((target("avx512f,avx512bf16"))) static double bf16_loop(long iters) {
+    __m512 a[12];
+    const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f); /* finite as bf16 pairs */
+    for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps(1e-7f * (float)k);
+    for (long i = 0; i < iters; i++)
+        for (int k = 0; k < 12; k++) a[k] = _mm512_dpbf16_ps(a[k], (__m512bh)x, (__m512bh)y);
+    float s = 0;
+    for (int k = 0; k < 12; k++) s += _mm512_cvtss_f32(a[k]);
+    return s;
+}
+
+/* TDPBF16PS on four independent 16 x 16 accumulator tiles (each 16 x 16 x 32: 16384 FLOP): the AMX-BF16 peak.
+ * Called only when the model runs the amx backend (the library checked the CPU, enabled the tile data state for
+ * this process and ran its start-up check). Inline asm that names the config it reads (gcc 12 drops the stores
+ * before the _tile_loadconfig intrinsic at -O2). */
+static double amx_loop(long iters) {
+    struct { unsigned char palette, start, reserved[14]; unsigned short colsb[16]; unsigned char rows[16]; } cfg;
+    static const unsigned short one = 0x3f80, tiny = 0x3380; /* bf16 1.0 and 2^-24: the sums stay finite */
+    unsigned short *ab = aligned_alloc(64, 2 * 1024);
+    float *c = aligned_alloc(64, 1024);
+    if (!ab || !c) {
+        free(ab), free(c);
+        return 0;
+    }
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    for (int i = 0; i < 512; i++) ab[i] = one, ab[512 + i] = tiny;
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg) : "memory");
+    __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3\n\t"
+                     "tileloadd (%0,%2,1), %%tmm4\n\ttileloadd (%0,%2,1), %%tmm5\n\t"
+                     "tileloadd (%1,%2,1), %%tmm6\n\ttileloadd (%1,%2,1), %%tmm7" ::"r"(ab), "r"(ab + 512),
+                     "r"(64L) : "memory");
+    for (long i = 0; i < iters; i++)
+        __asm__ volatile("tdpbf16ps %tmm6, %tmm4, %tmm0\n\ttdpbf16ps %tmm7, %tmm4, %tmm1\n\t"
+                         "tdpbf16ps %tmm6, %tmm5, %tmm2\n\ttdpbf16ps %tmm7, %tmm5, %tmm3");
+    __asm__ volatile("tilestored %%tmm0, (%0,%1,1)\n\ttilerelease" ::"r"(c), "r"(64L) : "memory");
+    const double s = c[0] + c[255];
+    free(ab), free(c);
+    return s;
+}
 #else
 /* No x86 kernel sets in this build: the library runs the portable set, and measure_peak reports no peak. */
 static double fma_loop(long iters) { return (double)iters * 0.0; }
 static double fma_loop512(long iters) { return (double)iters * 0.0; }
+static double bf16_loop(long iters) { return (double)iters * 0.0; }
+static double amx_loop(long iters) { return (double)iters * 0.0; }
 #endif
+
+/* The unit a model's kernels run on, whose peak %peak is taken against. */
+typedef enum peak_unit { UNIT_FMA_AVX2, UNIT_FMA_AVX512, UNIT_BF16_DOT, UNIT_AMX } peak_unit;
+static const char *const unit_name[] = {"f32 FMA", "f32 FMA", "bf16 VDPBF16PS", "bf16 TDPBF16PS"};
+static const char *const unit_how[] = {"AVX2", "AVX-512", "AVX512-BF16", "AMX tiles"};
+
+static peak_unit unit_of(const qvl_model_info *in) {
+    if (in->precision == QVL_PRECISION_BF16 && strcmp(in->backend, "amx") == 0) return UNIT_AMX;
+    if (in->precision == QVL_PRECISION_BF16 && strcmp(in->backend, "avx512bf16") == 0) return UNIT_BF16_DOT;
+    return in->isa == QVL_ISA_AVX512 || in->isa == QVL_ISA_AMX ? UNIT_FMA_AVX512 : UNIT_FMA_AVX2;
+}
 
 typedef struct peak_arg {
     long iters;
-    int wide;
+    peak_unit unit;
     double sink;
 } peak_arg;
 
 static void *peak_thread(void *p) {
     peak_arg *a = p;
-    a->sink = a->wide ? fma_loop512(a->iters) : fma_loop(a->iters);
+    switch (a->unit) {
+    case UNIT_FMA_AVX2: a->sink = fma_loop(a->iters); break;
+    case UNIT_FMA_AVX512: a->sink = fma_loop512(a->iters); break;
+    case UNIT_BF16_DOT: a->sink = bf16_loop(a->iters); break;
+    case UNIT_AMX: a->sink = amx_loop(a->iters); break;
+    }
     return NULL;
 }
 
-/* The f32 FMA peak at the vector width of the kernel set the model was loaded for (`isa`, which the library
- * only resolves to a set this CPU runs): `threads` threads running the FMA loop at once; 0 below AVX2. */
-static double measure_peak(int threads, int isa) {
-    const int wide = isa == QVL_ISA_AVX512 || isa == QVL_ISA_AMX, lanes = wide ? 16 : 8; /* AMX CPUs: AVX-512 */
+/* The peak of `unit` (the kernel set the model was loaded for, which the library only resolves to a set this CPU
+ * runs): `threads` threads running its loop at once; 0 below AVX2. */
+static double measure_peak(int threads, int isa, peak_unit unit) {
+    /* FLOP per loop iteration: 12 vectors of FMA (8 or 16 lanes x 2) or VDPBF16PS (16 lanes x 2 pairs x 2), or
+     * four 16 x 16 x 32 tile products */
+    static const double flop_iter[] = {12.0 * 8 * 2, 12.0 * 16 * 2, 12.0 * 16 * 4, 4.0 * 16 * 16 * 32 * 2};
     if (isa < QVL_ISA_AVX2) return 0;
-    const long iters = 20000000;
+    const long iters = unit == UNIT_AMX ? 2000000 : 20000000;
     if (threads > 256) threads = 256;
     double best = 0, sink = 0;
     for (int rep = 0; rep < 3; rep++) {
@@ -89,7 +154,7 @@ static double measure_peak(int threads, int isa) {
         int started = 0;
         double t0 = cli_now_ms();
         for (int t = 0; t < threads; t++) {
-            args[t] = (peak_arg){iters, wide, 0};
+            args[t] = (peak_arg){iters, unit, 0};
             if (t > 0 && pthread_create(&tid[t], NULL, peak_thread, &args[t]) == 0) started++;
             else if (t > 0) break;
         }
@@ -97,7 +162,7 @@ static double measure_peak(int threads, int isa) {
         for (int t = 1; t <= started; t++) pthread_join(tid[t], NULL);
         double s = (cli_now_ms() - t0) * 1e-3;
         for (int t = 0; t <= started; t++) sink += args[t].sink;
-        double gf = (double)(started + 1) * iters * 12 * lanes * 2 / s * 1e-9;
+        double gf = (double)(started + 1) * (double)iters * flop_iter[unit] / s * 1e-9;
         if (gf > best) best = gf;
     }
     if (sink == 12345.678) puts("");
@@ -201,12 +266,13 @@ int cmd_bench(int argc, char **argv) {
     /* The peak is measured again after every case: a shared or turbo-bound machine's clock drifts (seen: 338 to
      * 381 GFLOP/s within minutes on the 2-core VM), and each case is set against the mean of the peaks taken just
      * before and just after it. */
-    double peak_before = measure_peak(nt, (int)in.isa);
-    printf("model: %s (%s, depth %d, hidden %d, %s weights)\nthreads: %d, kernels: %s, measured f32 FMA peak: %.1f "
+    const peak_unit unit = unit_of(&in);
+    double peak_before = measure_peak(nt, (int)in.isa, unit);
+    printf("model: %s (%s, depth %d, hidden %d, %s weights)\nthreads: %d, kernels: %s, measured %s peak: %.1f "
            "GFLOP/s (%s; measured again after each case, %%peak uses the mean around the case)\n"
            "precision: %s (backend %s)\n\n",
            model_dir, in.model_type, in.depth, in.hidden, qvl_dtype_name(in.weight_dtype), nt, qvl_isa_name(in.isa),
-           peak_before, in.isa == QVL_ISA_AVX512 || in.isa == QVL_ISA_AMX ? "AVX-512" : "AVX2", qvl_precision_name(in.precision), in.backend);
+           unit_name[unit], peak_before, unit_how[unit], qvl_precision_name(in.precision), in.backend);
     printf("%-16s %7s %7s %10s %9s %7s | %8s %8s %8s %8s %8s %8s\n", "case", "patches", "tokens", "time ms", "GFLOP/s",
            "%peak", "patch", "pos/rope", "gemm", "attn", "norm", "merger");
     int rc = 0;
@@ -245,7 +311,7 @@ int cmd_bench(int argc, char **argv) {
                      n_tok * (size_t)in.out_hidden * sizeof(float) * (size_t)(1 + in.n_deepstack);
         if (act > act_max) act_max = act;
         qsort(times, (size_t)repeat, sizeof times[0], cmp_double);
-        const double peak_after = measure_peak(nt, (int)in.isa), peak = 0.5 * (peak_before + peak_after);
+        const double peak_after = measure_peak(nt, (int)in.isa, unit), peak = 0.5 * (peak_before + peak_after);
         double med = times[repeat / 2], flops = best.gemm_flops + best.attention_flops;
         double gfs = flops / (med * 1e-3) * 1e-9;
         printf("%-16s %7zu %7zu %10.1f %9.1f %6.1f%% | %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", b->name, S, n_tok, med,
