@@ -2,7 +2,7 @@
  * TDPBF16PS's arithmetic), bit for bit, on sizes at and around every edge of its blocking (m: 16-row tiles,
  * 32-row pairs, 128-row M blocks; n: 16-column panels, 32-column pairs, N blocks split for the threads; k: odd,
  * one pair, 32-element tiles), bf16 / f16 / f32 weights, row strides past K, every epilogue, outputs
- * NaN-poisoned and ending at a guard page, 1 and 2 threads.
+ * NaN-poisoned and ending at a guard page, 1 and 2 threads (16 on the multi-block shapes).
  *
  * Everywhere: the kernel over the C model of the tile instructions (amx_emulated.c), which checks the shapes and
  * configuration the CPU would fault on, and which the definition is checked against independently (the model
@@ -78,7 +78,7 @@ static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act
         /* bf16 A: ~2^-9 relative; BF16X2's A to 16 bits: ~2^-17 (checked well below bf16's) */
         CHECK(den == 0 || sqrt(num / den) < (split ? 2e-5 : 1e-2));
     }
-    void *ws = malloc(gemm_amx_workspace_size_emulated(2, K));
+    void *ws = malloc(gemm_amx_workspace_size_emulated(16, K));
     float *C = tu_guarded_alloc(cn * sizeof(float));
     char what[128];
     struct { const char *name; run_fn run; int on; } sets[] = {
@@ -93,7 +93,12 @@ static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act
         /* tiles that sum in another order than the definition (start-up check): within the bound of it, and the
          * two thread counts the same bits */
         const int inexact = s > 0 && !exact;
-        for (int nt = 1; nt <= 2; nt++) {
+        /* 16 threads too on the multi-block shapes (more threads than M x N blocks on some: the N split for the
+         * threads, idle threads) */
+        static const int nts[] = {1, 2, 16};
+        const int n_nt = M > 100 || K > 1000 ? 3 : 2;
+        for (int ti = 0; ti < n_nt; ti++) {
+            const int nt = nts[ti];
             if (accumulate) memcpy(C, C0, cn * sizeof(float));
             else for (size_t i = 0; i < cn; i++) C[i] = NAN;
             sets[s].run(&w, A, lda, M, bias_on ? bias : NULL, C, (size_t)N, accumulate, act, ws, K, tu_pool(nt));

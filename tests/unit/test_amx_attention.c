@@ -129,7 +129,7 @@ static void attn_case(const int *lens, int n_seg, int hd, int nh, int gap, int t
         CHECK(!differs); /* the bf16 blocks' arithmetic for head dims the tiles leave */
     }
 
-    void *ws = malloc(attn_amx_workspace_size(hd, 2));
+    void *ws = malloc(attn_amx_workspace_size(hd, 16));
     float *out = tu_guarded_alloc(on * sizeof(float));
     a.out = out;
     struct { const char *name; run_fn run; int on; } sets[] = {
@@ -145,7 +145,9 @@ static void attn_case(const int *lens, int n_seg, int hd, int nh, int gap, int t
         /* tiles that sum in another order than the definition (start-up check): within the bound of it, and the
          * thread counts the same bits */
         const int inexact = strcmp(sets[s].name, "amx") == 0 && !exact;
-        for (int nt = 1; nt <= (two ? 2 : 1); nt++) {
+        static const int nts[] = {1, 2, 16}; /* 16: more threads than items on the short segments */
+        for (int ti = 0; ti < (two ? 3 : 1); ti++) {
+            const int nt = nts[ti];
             poison(out, on);
             sets[s].run(&a, ws, tu_pool(nt));
             char w2[224];

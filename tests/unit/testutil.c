@@ -18,10 +18,10 @@ int tu_checks = 0;
 
 void tu_report(const char *file, int line, const char *what) { fprintf(stderr, "%s:%d: check failed: %s\n", file, line, what); }
 
-static thread_pool *tu_pools[9];
+static thread_pool *tu_pools[17];
 
 thread_pool *tu_pool(int n) {
-    if (n <= 1 || n > 8) return NULL;
+    if (n <= 1 || n > 16) return NULL;
     if (!tu_pools[n] && pool_create(&tu_pools[n], n, NULL) != QVL_OK) return NULL;
     return tu_pools[n];
 }
@@ -33,7 +33,7 @@ double tu_now(void) {
 }
 
 int tu_finish(const char *name) {
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 17; i++) {
         pool_destroy(tu_pools[i]);
         tu_pools[i] = NULL;
     }
