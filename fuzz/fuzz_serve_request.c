@@ -4,6 +4,7 @@
  *   1  a query string, split on '&' and '=' into option names and values (srv_opt_set)
  *   2  base64 (srv_b64_decode, then re-encoded: the round trip must give the input back)
  *   3  a Content-Type (srv_media_of)
+ *   4  an item's first bytes, for admission (srv_header_dims, srv_estimate_patches: never above the cap)
  * Each must return a status, with a message naming the cause on failure, and never leak (ASan/LSan). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    const int mode = data[0] % 4;
+    const int mode = data[0] % 5;
     const char *s = (const char *)data + 1;
     size_t n = size - 1;
     srv_err e;
@@ -71,9 +72,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else if (out) {
             abort();
         }
-    } else {
+    } else if (mode == 3) {
         int m = srv_media_of(s, n);
         if (m != 0 && m != SRV_MEDIA_IMAGE && m != SRV_MEDIA_VIDEO) abort();
+    } else {
+        const uint8_t *d = data + 1;
+        uint32_t w = 0, h = 0;
+        if (srv_header_dims(d, n, &w, &h) == 0 && (!w || !h)) abort();
+        qvl_preprocess_params pp;
+        qvl_preprocess_params_init(&pp, sizeof pp);
+        const size_t est = srv_estimate_patches(&pp, 4096, SRV_MEDIA_IMAGE, d, n, NULL);
+        if (est < 1 || est > 4096) abort();
     }
     return 0;
 }

@@ -1,12 +1,97 @@
 /* test_serve_helpers.c — the parsing helpers of `qvl serve` (tools/serve/serve_parse.c): base64 both ways, cache
- * keys (the path component of GET /v1/cache/KEY), media types. The cache itself is libqvl's (tests/unit/test_cache.c);
- * size strings are `qvl cache`'s (tests/cli_cache.sh). */
+ * keys (the path component of GET /v1/cache/KEY), media types; and admission's estimate of an item's patches from
+ * its header (tools/serve/serve_admit.c) against the grid the decoder and preprocessing give, for every test image.
+ * The cache itself is libqvl's (tests/unit/test_cache.c); size strings are `qvl cache`'s (tests/cli_cache.sh). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve.h"
 #include "testutil.h"
+
+static uint8_t *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    uint8_t *d = NULL;
+    *n = 0;
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long len = ftell(f);
+        if (len > 0 && fseek(f, 0, SEEK_SET) == 0 && (d = malloc((size_t)len)) && fread(d, 1, (size_t)len, f) != (size_t)len) {
+            free(d);
+            d = NULL;
+        }
+        if (d) *n = (size_t)len;
+    }
+    fclose(f);
+    return d;
+}
+
+/* The estimate is the decoded grid's patches for every image the decoder reads (as bytes and as a path); bytes
+ * without a header it knows, a truncated header, a zero side and a video get the bound; nothing exceeds the cap. */
+static void admission_estimates(void) {
+    qvl_preprocess_params pp;
+    qvl_preprocess_params_init(&pp, sizeof pp);
+    const size_t P2 = (size_t)pp.patch * (size_t)pp.patch, cap = 1u << 20;
+    const size_t img_bound = (size_t)(pp.max_pixels / P2 + 1), vid_bound = (size_t)(pp.video_max_pixels / P2 + 1);
+    const size_t unknown = img_bound > vid_bound ? img_bound : vid_bound;
+    char dir[4096], path[4400];
+    tu_source_path("tests/data/images", dir, sizeof dir);
+    DIR *dd = opendir(dir);
+    CHECK(dd != NULL);
+    int n_img = 0;
+    for (struct dirent *e; dd && (e = readdir(dd));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        qvl_image img;
+        qvl_error err;
+        qvl_grid g;
+        if (qvl_image_load(path, NULL, &img, &err) != QVL_OK) {
+            CHECK(err.status == QVL_ERR_UNSUPPORTED); /* a build without media decoders */
+            continue;
+        }
+        CHECK(qvl_image_grid(&img, &pp, &g, &err) == QVL_OK);
+        qvl_image_free(&img);
+        size_t n;
+        uint8_t *d = read_all(path, &n);
+        CHECK(d != NULL);
+        const size_t want = (size_t)g.t * (size_t)g.h * (size_t)g.w;
+        const size_t by_bytes = srv_estimate_patches(&pp, cap, SRV_MEDIA_IMAGE, d, n, NULL);
+        const size_t by_path = srv_estimate_patches(&pp, cap, SRV_MEDIA_IMAGE, NULL, 0, path);
+        if (by_bytes != want || by_path != want)
+            printf("%s: grid %dx%dx%d (%zu patches), estimated %zu from the bytes, %zu from the path\n", e->d_name,
+                   (int)g.t, (int)g.h, (int)g.w, want, by_bytes, by_path);
+        CHECK(by_bytes == want && by_path == want);
+        CHECK(srv_estimate_patches(&pp, 7, SRV_MEDIA_IMAGE, d, n, NULL) == (want < 7 ? want : 7)); /* the cap */
+        free(d);
+        n_img++;
+    }
+    if (dd) closedir(dd);
+    printf("test_serve_helpers: %d test images estimated exactly\n", n_img);
+    /* hand-made headers */
+    static const uint8_t png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
+                                  0, 0, 0x02, 0x80, 0, 0, 0x01, 0xe0, 8, 2, 0, 0, 0};
+    uint32_t w = 0, h = 0;
+    CHECK(srv_header_dims(png, sizeof png, &w, &h) == 0 && w == 640 && h == 480);
+    CHECK(srv_estimate_patches(&pp, cap, SRV_MEDIA_IMAGE, png, sizeof png, NULL) == 40 * 30);
+    CHECK(srv_header_dims(png, 23, &w, &h) == -1); /* IHDR cut short */
+    CHECK(srv_estimate_patches(&pp, cap, SRV_MEDIA_IMAGE, png, 23, NULL) == (unknown < cap ? unknown : cap));
+    uint8_t zero[sizeof png];
+    memcpy(zero, png, sizeof png);
+    zero[18] = zero[19] = 0; /* width 0 */
+    CHECK(srv_header_dims(zero, sizeof zero, &w, &h) == -1);
+    CHECK(srv_estimate_patches(&pp, cap, SRV_MEDIA_VIDEO, png, sizeof png, NULL) == (vid_bound < cap ? vid_bound : cap));
+    CHECK(srv_estimate_patches(&pp, 100, SRV_MEDIA_IMAGE, (const uint8_t *)"hello", 5, NULL) == 100);
+    CHECK(srv_estimate_patches(&pp, cap, SRV_MEDIA_IMAGE, NULL, 0, "/nonexistent/qvl") == (unknown < cap ? unknown : cap));
+    /* JPEG: SOF0 after an APP0 segment; a segment length running past the bytes; a restart marker run */
+    static const uint8_t jpg[] = {0xff, 0xd8, 0xff, 0xe0, 0, 4, 0, 0, 0xff, 0xc0, 0, 11, 8, 0x01, 0x00, 0x02, 0x00, 3,
+                                  0, 0, 0, 0, 0, 0};
+    CHECK(srv_header_dims(jpg, sizeof jpg, &w, &h) == 0 && w == 512 && h == 256);
+    static const uint8_t jpg_long[] = {0xff, 0xd8, 0xff, 0xe1, 0xff, 0xff, 0, 0, 0, 0, 0, 0};
+    CHECK(srv_header_dims(jpg_long, sizeof jpg_long, &w, &h) == -1);
+    static const uint8_t bmp_neg[26] = {'B', 'M', [18] = 0x10, [22] = 0xf0, 0xff, 0xff, 0xff}; /* height -16: top-down */
+    CHECK(srv_header_dims(bmp_neg, sizeof bmp_neg, &w, &h) == 0 && w == 16 && h == 16);
+}
 
 int main(void) {
     uint8_t *out;
@@ -16,6 +101,15 @@ int main(void) {
     CHECK(srv_b64_decode("aGVsbG8", 7, 100, &out, &len) == -1 && !out);
     CHECK(srv_b64_decode("aGVs bG8=", 9, 100, &out, &len) == -1);
     CHECK(srv_b64_decode("aGVsbG8=", 8, 4, &out, &len) == -2);
+    /* padding only at the end, at most two: nettle alone accepts "A===" (found by fuzz_serve_request) */
+    CHECK(srv_b64_decode("A===", 4, 100, &out, &len) == -1 && !out);
+    CHECK(srv_b64_decode("QQ=A", 4, 100, &out, &len) == -1 && !out);
+    CHECK(srv_b64_decode("Q=Q=", 4, 100, &out, &len) == -1 && !out);
+    CHECK(srv_b64_decode("====", 4, 100, &out, &len) == -1 && !out);
+    CHECK(srv_b64_decode("QQ==", 4, 100, &out, &len) == 0 && len == 1 && out[0] == 'A');
+    free(out);
+    CHECK(srv_b64_decode("", 0, 100, &out, &len) == 0 && len == 0);
+    free(out);
     char *b = srv_b64_encode("hello", 5, &len);
     CHECK(b && !strcmp(b, "aGVsbG8=") && len == 8);
     free(b);
@@ -24,5 +118,6 @@ int main(void) {
     CHECK(!srv_is_key("54f2") && !srv_is_key("../../etc/passwd"));
     CHECK(srv_media_of("image/png", 9) == SRV_MEDIA_IMAGE && srv_media_of("Video/MP4; x=1", 14) == SRV_MEDIA_VIDEO);
     CHECK(srv_media_of("image/", 6) == 0 && srv_media_of("text/plain", 10) == 0);
+    admission_estimates();
     return tu_finish("test_serve_helpers");
 }

@@ -45,7 +45,7 @@ typedef struct srv_limits {
     uint64_t max_pixels;       /* an image's (or a video frame's) width·height (= qlim.max_image_pixels) */
     size_t max_item_patches;   /* patch rows of one item (= qlim.max_item_patches) */
     size_t max_queue_patches;  /* patches admitted and not yet encoded (503 above it): decoded items by their rows,
-                                  undecoded ones by their header's estimate (serve_batch.c, estimate_patches) */
+                                  undecoded ones by their header's estimate (srv_estimate_patches) */
     size_t max_queue_items;    /* items accepted and not yet encoded (503 above it) */
     size_t max_batch_patches;  /* the batcher's patch budget */
     size_t max_batch_items;    /* and item cap */
@@ -54,6 +54,18 @@ typedef struct srv_limits {
     int timeout_ms;            /* default request deadline */
 } srv_limits;
 void srv_limits_default(srv_limits *l);
+
+/* An image's width and height from its first n bytes, without decoding it (PNG IHDR, GIF logical screen grown to
+ * its first frame, BMP info header, JPEG SOFn, WebP VP8 / VP8L / VP8X): 0, or -1 when they are not found there (or
+ * are zero). Only an estimate for admission: the decoder checks the real header. */
+int srv_header_dims(const uint8_t *d, size_t n, uint32_t *w, uint32_t *h);
+/* An item's patch rows before it is decoded (the queue bound counts admitted items by it): for an image (media
+ * SRV_MEDIA_IMAGE, its bytes data/size, or its file's first 64 KiB when path is set), its header's size through the
+ * resize rule of p (smart_resize onto the patch·merge grid within [min_pixels, max_pixels]) — the grid decoding
+ * gives; for a video, or bytes without an image header found in their first 64 KiB, a conservative bound: the
+ * whole-clip budget (video_max_pixels) in patches. Never above max_item_patches. */
+size_t srv_estimate_patches(const qvl_preprocess_params *p, size_t max_item_patches, int media, const uint8_t *data,
+                            size_t size, const char *path);
 
 /* ---- request options and items (parsed, not yet decoded) ---- */
 typedef struct srv_opts {

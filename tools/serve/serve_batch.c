@@ -425,82 +425,8 @@ static void *batcher_main(void *arg) {
 
 /* ---- admission ---- */
 
-static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
-static uint32_t le32(const uint8_t *p) { return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0]; }
-static uint32_t le16(const uint8_t *p) { return (uint32_t)p[1] << 8 | p[0]; }
-
-/* An image's width and height from its first bytes, without decoding it (PNG IHDR, GIF screen, BMP info header,
- * JPEG SOFn, WebP VP8 / VP8L / VP8X): 0, or -1 when they are not found in the n bytes given. Only an estimate for
- * admission: the decoder checks the real header. */
-static int header_dims(const uint8_t *d, size_t n, uint32_t *w, uint32_t *h) {
-    if (n >= 24 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8) && !memcmp(d + 12, "IHDR", 4)) {
-        *w = be32(d + 16), *h = be32(d + 20);
-    } else if (n >= 10 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6))) {
-        *w = le16(d + 6), *h = le16(d + 8);
-    } else if (n >= 26 && d[0] == 'B' && d[1] == 'M') {
-        int32_t hh = (int32_t)le32(d + 22);
-        *w = le32(d + 18), *h = hh < 0 ? (uint32_t)(-(int64_t)hh) : (uint32_t)hh;
-    } else if (n >= 32 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) { /* reads d[0..30] */
-        if (!memcmp(d + 12, "VP8X", 4)) *w = 1 + (le32(d + 24) & 0xffffff), *h = 1 + (le32(d + 27) & 0xffffff);
-        else if (!memcmp(d + 12, "VP8L", 4) && d[20] == 0x2f)
-            *w = 1 + (le32(d + 21) & 0x3fff), *h = 1 + ((le32(d + 21) >> 14) & 0x3fff);
-        else if (!memcmp(d + 12, "VP8 ", 4)) *w = le16(d + 26) & 0x3fff, *h = le16(d + 28) & 0x3fff;
-        else return -1;
-    } else if (n >= 4 && d[0] == 0xff && d[1] == 0xd8) {
-        size_t i = 2;
-        for (;;) {
-            while (i < n && d[i] != 0xff) i++;
-            while (i < n && d[i] == 0xff) i++;
-            if (i + 8 > n) return -1;
-            uint8_t m = d[i];
-            size_t len = (size_t)d[i + 1] << 8 | d[i + 2];
-            if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {
-                *h = (uint32_t)d[i + 4] << 8 | d[i + 5], *w = (uint32_t)d[i + 6] << 8 | d[i + 7];
-                break;
-            }
-            if (m == 0xd9 || m == 0xda || len < 2) return -1;
-            if (m >= 0xd0 && m <= 0xd7) { i++; continue; }
-            i += 1 + len;
-        }
-    } else {
-        return -1;
-    }
-    return *w && *h ? 0 : -1;
-}
-
-/* An admitted item's patches before it is decoded: for an image, its header's size through the preprocessing's
- * resize rule (smart_resize onto the patch·merge grid within [min_pixels, max_pixels]); for a video (its frames
- * and their sampling are known only once the container is read), or an image whose header is not in its first
- * 64 KiB, a conservative bound: the whole-clip budget (video_max_pixels), or the image budget (max_pixels), in
- * patches, never above max_item_patches. */
 static size_t estimate_patches(const srv_state *s, const srv_job *j) {
-    const qvl_preprocess_params *p = &s->pp;
-    const uint64_t P = p->patch > 0 ? (uint64_t)p->patch : 16, cap = s->cfg.lim.max_item_patches;
-    uint64_t bound = (j->media == SRV_MEDIA_VIDEO ? p->video_max_pixels : p->max_pixels) / (P * P) + 1;
-    if (bound > cap) bound = cap;
-    if (j->media == SRV_MEDIA_VIDEO) return (size_t)bound;
-    uint8_t head[65536];
-    const uint8_t *d = j->data;
-    size_t n = j->size;
-    if (j->path) {
-        FILE *f = fopen(j->path, "rb"); /* a directory of frames fails here: the bound */
-        n = f ? fread(head, 1, sizeof head, f) : 0;
-        if (f) fclose(f);
-        d = head;
-    } else if (n > sizeof head) {
-        n = sizeof head;
-    }
-    uint32_t w, h;
-    int32_t rh, rw;
-    qvl_error err;
-    uint64_t vb = p->video_max_pixels / (P * P) + 1; /* not an image header we know: it may be a video */
-    if (vb > bound) bound = vb < cap ? vb : cap;
-    if (!d || header_dims(d, n, &w, &h) || w > INT32_MAX || h > INT32_MAX ||
-        qvl_smart_resize((int32_t)h, (int32_t)w, (int32_t)(P * (uint64_t)(p->merge > 0 ? p->merge : 2)),
-                         p->min_pixels, p->max_pixels, &rh, &rw, &err) != QVL_OK)
-        return (size_t)bound;
-    uint64_t v = (uint64_t)(rh / (int32_t)P) * (uint64_t)(rw / (int32_t)P);
-    return (size_t)(v < cap ? v : cap);
+    return srv_estimate_patches(&s->pp, s->cfg.lim.max_item_patches, j->media, j->data, j->size, j->path);
 }
 
 static int retry_after(const srv_state *s) {

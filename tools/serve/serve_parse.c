@@ -142,6 +142,10 @@ int srv_b64_decode(const char *s, size_t n, size_t limit, uint8_t **out, size_t 
               c == '='))
             return -1;
     }
+    /* '=' only as the last one or two characters: nettle also takes "A===" (a lone 6-bit group, no byte) */
+    size_t pad = 0;
+    while (pad < n && s[n - 1 - pad] == '=') pad++;
+    if (pad > 2 || memchr(s, '=', n - pad)) return -1;
     size_t cap = BASE64_DECODE_LENGTH(n);
     if (n / 4 * 3 > limit + 2) return -2;
     uint8_t *buf = malloc(cap ? cap : 1);
