@@ -95,6 +95,9 @@ const char *backend_amx_status(int *usable);
 /* 1 when the AMX set is usable and the tiles gave its definitions' bits in the start-up check (0 when they gave a
  * correct sum in another order, or AMX is not usable): whether tests can compare the instructions bit for bit. */
 int backend_amx_exact(void);
+/* The AMX start-up check run over the C model of the tiles instead of the instructions (tests, any CPU): 2 when
+ * it agrees with the definitions bit for bit, as the model must. */
+int backend_amx_check_emulated(void);
 /* Every backend of the table (tests): *n entries; some may not run on this CPU (backend_runs). */
 const backend *const *backend_table(size_t *n);
 int backend_runs(const backend *be);

@@ -160,36 +160,50 @@ const backend *const *backend_table(size_t *n) {
     return table;
 }
 
-#if QVL_WITH_X86
 /* The AMX set's start-up check: a 40 x 48 x 80 GEMM (two K tiles, partial row and column tiles, GELU and
- * accumulate) and a small attention (attn_amx_check) on the tiles against their definitions. 2 when both agree
+ * accumulate) and a small attention (attn_check) on the tiles against their definitions. 2 when both agree
  * bit for bit; 1 when they do not, but every element is within the bound of a correct sum of the same bf16
  * products in another order (amx_agree.c: tiles that add in an order other than the SDM pseudocode's, which the
  * definitions follow, are still a correct bf16 GEMM, and the set runs); 0 when not (a broken tile state or
- * kernel: the set is then not used and `qvl info` says so). Run once per process. */
-static int amx_check(void) {
+ * kernel: the set is then not used and `qvl info` says so), or out of memory. Run once per process on the
+ * instructions (amx_check); over the C model of the tiles by the tests (backend_amx_check_emulated). */
+typedef void (*amx_gemm_fn)(const be_weight *, const float *, size_t, int, const float *, float *, size_t, int,
+                            be_act, void *, int, thread_pool *);
+static int amx_check_on(amx_gemm_fn run, size_t ws_bytes, int (*attn_check)(void)) {
     enum { CM = 40, CN = 48, CK = 80 };
-    float A[CM * CK], B[CN * CK], bias[CN], c0[CM * CN], c1[CM * CN], c2[CM * CN];
-    void *packed = aligned_alloc(64, gemm_amx_pack_size(CN, CK)), *ws = malloc(gemm_amx_workspace_size(1, CK));
+    /* on the heap (52 KB): the loading thread may be a caller's thread with a small stack */
+    float *A = malloc(((size_t)CM * CK + (size_t)CN * CK + CN + 3 * (size_t)CM * CN) * sizeof(float));
+    void *packed = aligned_alloc(64, gemm_amx_pack_size(CN, CK)), *ws = malloc(ws_bytes);
     int ok = 0;
+    if (!A || !packed || !ws) {
+        free(A), free(packed), free(ws);
+        return 0;
+    }
+    float *B = A + CM * CK, *bias = B + CN * CK, *c0 = bias + CN, *c1 = c0 + CM * CN, *c2 = c1 + CM * CN;
     uint32_t st = 12345u;
     for (int i = 0; i < CM * CK; i++) A[i] = (float)((int)((st = st * 1664525u + 1013904223u) >> 9) % 4001 - 2000) / 997.0f;
     for (int i = 0; i < CN * CK; i++) B[i] = (float)((int)((st = st * 1664525u + 1013904223u) >> 9) % 4001 - 2000) / 1499.0f;
     for (int i = 0; i < CN; i++) bias[i] = (float)i / 7.0f - 3.0f;
     for (int i = 0; i < CM * CN; i++) c0[i] = c1[i] = c2[i] = (float)(i % 5) * 0.5f;
     be_weight w;
-    if (packed && ws && gemm_amx_pack(&w, packed, B, QVL_DTYPE_F32, CK, CN, CK, NULL) == 0) {
-        gemm_amx_run(&w, A, CK, CM, bias, c1, CN, 1, BE_ACT_GELU_TANH, ws, CK, NULL);
+    if (gemm_amx_pack(&w, packed, B, QVL_DTYPE_F32, CK, CN, CK, NULL) == 0) {
+        run(&w, A, CK, CM, bias, c1, CN, 1, BE_ACT_GELU_TANH, ws, CK, NULL);
         gemm_amx_ref(&w, A, CK, CM, bias, c2, CN, 1, BE_ACT_GELU_TANH);
-        const int g = memcmp(c1, c2, sizeof c1) == 0 ? 2
+        const int g = memcmp(c1, c2, (size_t)CM * CN * sizeof(float)) == 0 ? 2
                       : amx_gemm_excess(A, CK, B, CM, CN, CK, bias, c0, BE_ACT_GELU_TANH, c1, c2, CN) <= 1.0 ? 1 : 0;
-        const int at = g ? attn_amx_check() : 0; /* and the tile attention against its own */
+        const int at = g ? attn_check() : 0; /* and the tile attention against its own */
         ok = g < at ? g : at;
     }
-    free(packed);
-    free(ws);
+    free(A), free(packed), free(ws);
     return ok;
 }
+
+int backend_amx_check_emulated(void) {
+    return amx_check_on(gemm_amx_run_emulated, gemm_amx_workspace_size_emulated(1, 80), attn_amx_check_emulated);
+}
+
+#if QVL_WITH_X86
+static int amx_check(void) { return amx_check_on(gemm_amx_run, gemm_amx_workspace_size(1, 80), attn_amx_check); }
 #endif
 
 /* The AMX set on this CPU (cpu_amx_usable() and amx_check()): 0 not asked; 1 no AMX; 2 check failed; 3 usable,

@@ -325,6 +325,7 @@ int main(void) {
     gemm_case(40, 96, 4304, QVL_DTYPE_BF16, 1, BE_ACT_NONE, 1, 0);        /* the 27B fc2's K (not a tile multiple) */
     gemm_case(33, 70, 1536, QVL_DTYPE_BF16, 0, BE_ACT_NONE, 0, 1);        /* the patch embedding's K, split */
     split_specials();
+    CHECK(backend_amx_check_emulated() == 2); /* the start-up check's own code, over the model */
     agree_case(40, 48, 80, BE_ACT_GELU_TANH, 1); /* the start-up check's shape */
     agree_case(17, 33, 385, BE_ACT_NONE, 0);
     agree_case(33, 16, 4304, BE_ACT_GELU_ERF, 0);
