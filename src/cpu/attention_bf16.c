@@ -164,7 +164,9 @@ static int run_packed(const attn_args *a, void *ws, thread_pool *pool) {
     const uintptr_t p0 = (uintptr_t)a->scratch, p1 = (p0 + 63) & ~(uintptr_t)63;
     if (a->scratch_bytes < p1 - p0 || (a->scratch_bytes - (p1 - p0)) / head_bytes < 1) return 0;
     const size_t fit = (a->scratch_bytes - (p1 - p0)) / head_bytes;
-    const int group = fit < (size_t)nh ? (int)fit : nh;
+    /* the fewest groups, of near-equal size (16 heads with room for 7: 6, 6, 4, not 7, 7, 2) */
+    const int n_groups = fit < (size_t)nh ? (int)(((size_t)nh + fit - 1) / fit) : 1;
+    const int group = (nh + n_groups - 1) / n_groups;
     pack_job j = {a, (uint32_t *)(void *)p1, keys, head_dw, 0, 0,
                   (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), attn_bf16_block_floats(hd)};
     for (int h0 = 0; h0 < nh; h0 += group) {
