@@ -2,7 +2,12 @@
  * 16 heads of head_dim 72 (BENCH_HD=64 for 64), Q/K/V thirds of a fused qkv buffer; 1 and 2 threads, best of
  * BENCH_REPS (3) timings, wall and per CPU-second (see bench_gemm.c); BENCH_ISA=scalar|avx2|avx512 forces that
  * f32 block kernel, BENCH_ISA=avx512bf16|portable-bf16 runs precision bf16's attention (src/cpu/bf16.h) with that
- * kernel set (avx512bf16 only where cpu_has_avx512bf16()). Usage: bench_attention [S ...]. */
+ * kernel set (avx512bf16 only where cpu_has_avx512bf16()). BENCH_LAYOUT=qkv (default: Q, K, V the thirds of
+ * [S, 3H] rows, as the tower calls it), rows (Q, K, V each its own [S, H] buffer) or head (each head's K and V
+ * contiguous [S, hd], ldk = ldv = hd). BENCH_PEAK=<GFLOP/s> (say bench/peak_flops.c's figure for the same threads)
+ * adds the rate as a % of it. BENCH_SCRATCH=<I> gives the call the scratch the tower gives it (its MLP buffer:
+ * min(S, 882) rows, rounded up to 42, of I floats; 4304 for the 27B tower, 4096 for the 2B), where the bf16 attention
+ * packs K and V once per head; unset, none (K and V rounded per work item). Usage: bench_attention [S ...]. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +19,19 @@
 #include "core/cpu.h"
 #include "cpu/attention.h"
 #include "cpu/bf16.h"
+
+/* One timed unit: the call (16 calls, one per head, for BENCH_LAYOUT=head: q and out move by hd, K and V by
+ * S·hd). */
+#define RUN_ALL()                                                                                                    \
+    do {                                                                                                             \
+        for (int h_ = 0; h_ < (one_head ? nh : 1); h_++) {                                                           \
+            attn_args b_ = a;                                                                                        \
+            b_.q += (size_t)h_ * hd, b_.out += (size_t)h_ * hd;                                                      \
+            b_.k += (size_t)h_ * S * hd, b_.v += (size_t)h_ * S * hd;                                                \
+            if (bf16) attn_bf16_run(bf16 - 1, &b_, ws, pool_of(nt));                                                 \
+            else attn_run_isa(&b_, ws, pool_of(nt), isa);                                                            \
+        }                                                                                                            \
+    } while (0)
 
 int main(int argc, char **argv) {
     int lens[8] = {784, 3136}, n = 2;
@@ -35,6 +53,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_attention: this CPU has no AVX512-BF16\n");
         return 1;
     }
+    const char *layout = getenv("BENCH_LAYOUT") ? getenv("BENCH_LAYOUT") : "qkv";
+    const double peak = getenv("BENCH_PEAK") ? atof(getenv("BENCH_PEAK")) : 0.0;
     size_t ws_bytes = attn_workspace_size(hd, 2);
     if (attn_bf16_workspace_size(hd, 2) > ws_bytes) ws_bytes = attn_bf16_workspace_size(hd, 2);
     void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
@@ -44,17 +64,27 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < (size_t)S * 3 * H; i++) qkv[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
         int cu[2] = {0, S};
         attn_args a = {qkv, qkv + H, qkv + 2 * H, 3 * (size_t)H, 3 * (size_t)H, 3 * (size_t)H, out, (size_t)H, nh, hd,
-                       cu, 1, 1.0f / sqrtf((float)hd)};
+                       cu, 1, 1.0f / sqrtf((float)hd), NULL, 0};
+        void *scratch = NULL;
+        if (getenv("BENCH_SCRATCH")) { /* tower.c's mlp_step(S, 42) · I floats */
+            const size_t n = ((size_t)S + 881) / 882, step0 = ((S + n - 1) / n + 41) / 42 * 42;
+            const size_t step = step0 < 882 ? step0 : 882;
+            a.scratch_bytes = step * (size_t)atoi(getenv("BENCH_SCRATCH")) * sizeof(float);
+            a.scratch = scratch = malloc(a.scratch_bytes);
+        }
+        if (!strcmp(layout, "rows")) /* the same numbers, Q, K and V each in its own [S, H] block */
+            a.ldq = a.ldk = a.ldv = (size_t)H, a.k = qkv + (size_t)S * H, a.v = qkv + 2 * (size_t)S * H;
+        const int one_head = !strcmp(layout, "head");
+        if (one_head) /* K and V of one head contiguous (ldk = ldv = hd), one call per head */
+            a.ldk = a.ldv = (size_t)hd, a.k = qkv + (size_t)S * H, a.v = qkv + 2 * (size_t)S * H, a.n_heads = 1;
         for (int nt = 1; nt <= 2; nt++) {
-            if (bf16) attn_bf16_run(bf16 - 1, &a, ws, pool_of(nt));
-            else attn_run_isa(&a, ws, pool_of(nt), isa);
+            RUN_ALL();
             double best = 0.0, best_cpu = 0.0, best_ms = 0.0;
             for (int r = 0; r < n_rep; r++) {
                 int reps = 0;
                 double t0 = wall_now(), c0 = cpu_now(), dt;
                 do {
-                    if (bf16) attn_bf16_run(bf16 - 1, &a, ws, pool_of(nt));
-                    else attn_run_isa(&a, ws, pool_of(nt), isa);
+                    RUN_ALL();
                     reps++;
                     dt = wall_now() - t0;
                 } while (dt < 0.5);
@@ -62,11 +92,13 @@ int main(int argc, char **argv) {
                 if (gflop / dt > best) best = gflop / dt, best_ms = dt / reps * 1e3;
                 if (gflop / (cpu_now() - c0) * nt > best_cpu) best_cpu = gflop / (cpu_now() - c0) * nt;
             }
-            printf("%s S %5d heads %d x %d threads %d: %.1f GFLOP/s [%.1f per CPU-second x threads], %.2f ms\n",
-                   isa_s ? isa_s : "auto", S, nh, hd, nt, best, best_cpu, best_ms);
+            printf("%s %s%s S %5d heads %d x %d threads %d: %.1f GFLOP/s [%.1f per CPU-second x threads], %.2f ms",
+                   isa_s ? isa_s : "auto", layout, scratch ? " scratch" : "", S, nh, hd, nt, best, best_cpu, best_ms);
+            if (peak > 0) printf(" (%.0f %% of %.0f)", 100.0 * best / peak, peak);
+            printf("\n");
             fflush(stdout);
         }
-        free(qkv), free(out);
+        free(qkv), free(out), free(scratch);
     }
     free(ws);
     return 0;

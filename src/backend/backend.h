@@ -51,6 +51,8 @@ typedef struct be_attn {
     const int *cu; /* cu[0] = 0 ... cu[n_seg] = S: segment boundaries */
     int n_seg;
     float scale;
+    void *scratch; /* free for the call (attn_args.scratch), or NULL */
+    size_t scratch_bytes;
 } be_attn;
 
 typedef struct backend backend;

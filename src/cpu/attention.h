@@ -20,6 +20,10 @@ typedef struct attn_args {
     int n_heads, head_dim;
     const int *cu; int n_seg;      /* cu[0] = 0 ... cu[n_seg] = S */
     float scale;
+    /* Memory free for the call's duration, or NULL (scratch_bytes 0): the bf16 attention packs K and V there once
+     * per (segment, head) instead of once per work item, as many heads at a time as fit (attention_bf16.c). */
+    void *scratch;
+    size_t scratch_bytes;
 } attn_args;
 
 size_t attn_workspace_size(int head_dim, int n_threads);

@@ -6,9 +6,11 @@
  *     horizontal reductions; P rounded two keys at a time into pair vectors (VCVTNE2PS2BF16 and an interleave);
  *   - P·V into Oᵀ [hd][rows]: a V pair (two keys, one head column) broadcast against G row vectors of P pairs, 8
  *     head columns at a time (fewer for a head dim that is not a multiple of 8), so a 72-wide head pays for 72.
- * K and V are rounded into pairs once per key tile (shared by all the item's rows). One function, rows_pass, does
- * every row block with its group count as a compile-time constant. Any even head_dim up to 128, any segment length.
- * Compiled with -mavx512bf16, called only after cpu_has_avx512bf16(). */
+ * K and V are rounded into pairs either once per key tile of the item (shared by all the item's rows:
+ * attn_bf16_block_avx512bf16), or once per (segment, head) for all its items beforehand (attn_bf16_pack_avx512bf16
+ * into a packed buffer that attn_bf16_block_avx512bf16_packed reads): the same pairs, so the same bits. One
+ * function, rows_pass, does every row block with its group count as a compile-time constant. Any even head_dim up
+ * to 128, any segment length. Compiled with -mavx512bf16, called only after cpu_has_avx512bf16(). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -160,13 +162,49 @@ static inline __attribute__((always_inline)) void rows_pass(const int G, int r0,
     }
 }
 
-void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
-                                float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+/* K pairs of keys [0, nk8) of a key tile (nkt keys from k, zero past nkt) into kp [nk8][hp]. */
+static inline void k_pairs(const float *k, size_t ldk, int nkt, int nk8, int hd, uint32_t *kp) {
+    const int hp = hd / 2;
+    for (int j = 0; j < nk8; j++) {
+        uint32_t *kr = kp + (size_t)j * hp;
+        if (j < nkt) pairs_row(k + (size_t)j * ldk, hd, kr);
+        else
+            for (int p = 0; p < hp; p++) kr[p] = 0;
+    }
+}
+
+/* V pairs of key pairs [0, npair) of a key tile of nkt keys from v: keys 2jp, 2jp+1 per head column (zero past
+ * nkt) into vp [npair][hd]. */
+static inline void v_pairs(const float *v, size_t ldv, int nkt, int npair, int hd, uint32_t *vp, __m512i idx) {
+    for (int jp = 0; jp < npair; jp++) {
+        const float *v0 = v + (size_t)(2 * jp) * ldv;
+        const int two = 2 * jp + 1 < nkt;
+        for (int d = 0; d < hd; d += 16) {
+            const __mmask16 m = first_n(hd - d);
+            const __m512 lo = _mm512_maskz_loadu_ps(m, v0 + d);
+            const __m512 hi = two ? _mm512_maskz_loadu_ps(m, v0 + ldv + d) : _mm512_setzero_ps();
+            _mm512_mask_storeu_epi32(vp + (size_t)jp * hd + d, m, pairs16(lo, hi, idx));
+        }
+    }
+}
+
+void attn_bf16_pack_avx512bf16(const float *k, size_t ldk, const float *v, size_t ldv, int j0, int n, int nk,
+                               int hd, uint32_t *kp, uint32_t *vp) {
+    const int hp = hd / 2, end = j0 + n, pad = end == nk ? ((nk + 7) & ~7) - end : 0;
+    k_pairs(k + (size_t)j0 * ldk, ldk, n, n + pad, hd, kp + (size_t)j0 * hp);
+    v_pairs(v + (size_t)j0 * ldv, ldv, n, (n + 1) / 2, hd, vp + (size_t)j0 / 2 * hd, pair_index());
+}
+
+/* The work item; kpack, vpack NULL: K and V rounded here, per key tile, else read from the packed pairs. */
+static inline __attribute__((always_inline)) void block(const float *q, size_t ldq, const float *k, size_t ldk,
+                                                        const float *v, size_t ldv, const uint32_t *kpack,
+                                                        const uint32_t *vpack, float *out, size_t ldo, int nq,
+                                                        int nk, int hd, float scale, float *ws) {
     const int hp = hd / 2, ng = (nq + 15) / 16, nqp = 16 * ng;
     uint32_t *qt = (uint32_t *)(void *)ws;                   /* [hp][BQ_MAX] */
-    uint32_t *kp = qt + (size_t)hp * ATTN_BQ_MAX;             /* [BK_MAX][hp] */
-    uint32_t *vp = kp + (size_t)ATTN_BK_MAX * hp;             /* [BK_MAX/2][hd] */
-    float *s = (float *)(void *)(vp + (size_t)ATTN_BK_MAX / 2 * hd); /* [BK_MAX][RB] */
+    uint32_t *kt = qt + (size_t)hp * ATTN_BQ_MAX;             /* [BK_MAX][hp] */
+    uint32_t *vt = kt + (size_t)ATTN_BK_MAX * hp;             /* [BK_MAX/2][hd] */
+    float *s = (float *)(void *)(vt + (size_t)ATTN_BK_MAX / 2 * hd); /* [BK_MAX][RB] */
     uint32_t *pt = (uint32_t *)(void *)(s + (size_t)ATTN_BK_MAX * RB); /* [BK_MAX/2][RB] */
     float *ot = (float *)(void *)(pt + (size_t)ATTN_BK_MAX / 2 * RB); /* [hd][BQ_MAX] */
     float *mrow = ot + (size_t)hd * ATTN_BQ_MAX, *lrow = mrow + ATTN_BQ_MAX;
@@ -185,27 +223,19 @@ void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size
     for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
         nkt = attn_key_tile(nk, j0);
         const int nk8 = (nkt + 7) & ~7, npair = (nkt + 1) / 2;
-        const int next = j0 + nkt < nk ? attn_key_tile(nk, j0 + nkt) : 0;
-        for (int j = 0; j < nk8; j++) { /* K pairs, zero keys past nkt */
-            uint32_t *kr = kp + (size_t)j * hp;
-            if (j < next) /* the next tile's K and V rows, which are far apart in the qkv rows, towards L1 */
+        const uint32_t *kp = kt, *vp = vt;
+        if (kpack) { /* j0 is even (a multiple of ATTN_BK): the tile's pairs are the segment's */
+            kp = kpack + (size_t)j0 * hp;
+            vp = vpack + (size_t)j0 / 2 * hd;
+        } else {
+            const int next = j0 + nkt < nk ? attn_key_tile(nk, j0 + nkt) : 0;
+            for (int j = 0; j < next; j++) /* the next tile's K and V rows, far apart in the qkv rows, towards L1 */
                 for (int d = 0; d < hd; d += 16) {
                     _mm_prefetch((const char *)(k + (size_t)(j0 + nkt + j) * ldk + d), _MM_HINT_T0);
                     _mm_prefetch((const char *)(v + (size_t)(j0 + nkt + j) * ldv + d), _MM_HINT_T0);
                 }
-            if (j < nkt) pairs_row(k + (size_t)(j0 + j) * ldk, hd, kr);
-            else
-                for (int p = 0; p < hp; p++) kr[p] = 0;
-        }
-        for (int jp = 0; jp < npair; jp++) { /* V pairs: keys 2jp, 2jp+1 per head column (zero past nkt) */
-            const float *v0 = v + (size_t)(j0 + 2 * jp) * ldv;
-            const int two = 2 * jp + 1 < nkt;
-            for (int d = 0; d < hd; d += 16) {
-                const __mmask16 m = first_n(hd - d);
-                const __m512 lo = _mm512_maskz_loadu_ps(m, v0 + d);
-                const __m512 hi = two ? _mm512_maskz_loadu_ps(m, v0 + ldv + d) : _mm512_setzero_ps();
-                _mm512_mask_storeu_epi32(vp + (size_t)jp * hd + d, m, pairs16(lo, hi, idx));
-            }
+            k_pairs(k + (size_t)j0 * ldk, ldk, nkt, nk8, hd, kt);
+            v_pairs(v + (size_t)j0 * ldv, ldv, nkt, npair, hd, vt, idx);
         }
         int g0 = 0;
         for (; g0 + 3 <= ng; g0 += 3)
@@ -223,4 +253,14 @@ void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size
         for (int r = 0; r < rows; r++)
             for (int d = 0; d < hd; d++) out[(size_t)(i + r) * ldo + d] = ot[(size_t)d * ATTN_BQ_MAX + i + r];
     }
+}
+
+void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+                                float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+    block(q, ldq, k, ldk, v, ldv, NULL, NULL, out, ldo, nq, nk, hd, scale, ws);
+}
+
+void attn_bf16_block_avx512bf16_packed(const float *q, size_t ldq, const uint32_t *kp, const uint32_t *vp, float *out,
+                                       size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+    block(q, ldq, NULL, 0, NULL, 0, kp, vp, out, ldo, nq, nk, hd, scale, ws);
 }

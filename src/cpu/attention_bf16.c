@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/cpu.h"
+#include "core/error.h" /* size_mul_overflow */
 #include "cpu/bf16.h"
 #include "cpu/kernels_avx2.h" /* the attention tiling (attn_key_tile, ATTN_BQ_MAX, ATTN_BK_MAX); portable inlines */
 
@@ -74,10 +75,122 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
     }
 }
 
+#if QVL_WITH_X86
+/* K and V packed once per (segment, head) (bf16.h, attn_bf16_pack_avx512bf16), for a group of heads at a time in
+ * a->scratch: per head, the K pairs of every segment ([nk8][hp] each, segment after segment: `keys` = Σ nk8 rows),
+ * then their V pairs ([nk8/2][hd] each), keys·hd dwords in all. The profile that led here (perf, 7056 rows, hd 72):
+ * a quarter of an item's time was the wait for K and V rows 13.8 KB apart in the qkv rows, re-read and re-rounded
+ * by each of a head's 37 query tiles. Each group is a pass that packs (over the pool, in 64-key chunks) and a pass
+ * over its work items in attn_run_blocks' order (segment, head, query tile), handed out dynamically; the pairs are
+ * those the block makes per key tile, so the bits are the per-item path's whatever the group size or thread. */
+enum { PACK_CHUNK = ATTN_BK }; /* keys per packing task: a multiple of the key tile start spacing, even */
+
+typedef struct pack_job {
+    const attn_args *a;
+    uint32_t *pack;
+    size_t keys, head_dw; /* rows of K pairs per head (Σ nk8), dwords per head (keys·hd) */
+    int h0, nh;           /* the group: heads [h0, h0 + nh) */
+    float *ws;
+    size_t thread_floats;
+} pack_job;
+
+static size_t seg_keys8(int len) { return ((size_t)len + 7) & ~(size_t)7; }
+
+/* Segment of item `rest` of per-segment counts count(len), with that segment's key row offset in the pack. */
+static int find_seg(const attn_args *a, long *rest, size_t *koff, long (*count)(int len, int nh), int nh) {
+    size_t off = 0;
+    for (int s = 0;; s++) {
+        const int len = a->cu[s + 1] - a->cu[s];
+        const long n = count(len, nh);
+        if (*rest < n) {
+            *koff = off;
+            return s;
+        }
+        *rest -= n;
+        off += seg_keys8(len);
+    }
+}
+
+static long seg_chunks(int len, int nh) { return len > 0 ? (long)nh * ((len + PACK_CHUNK - 1) / PACK_CHUNK) : 0; }
+static long seg_tiles(int len, int nh) { return len > 0 ? (long)nh * attn_query_tiles(len) : 0; }
+
+static void pack_task(void *ctx, long it, int thread) {
+    (void)thread;
+    const pack_job *j = ctx;
+    const attn_args *a = j->a;
+    const int hd = a->head_dim;
+    size_t koff;
+    long rest = it;
+    const int s = find_seg(a, &rest, &koff, seg_chunks, j->nh), base = a->cu[s], len = a->cu[s + 1] - base;
+    const long chunks = (len + PACK_CHUNK - 1) / PACK_CHUNK;
+    const int g = (int)(rest / chunks), j0 = (int)(rest % chunks) * PACK_CHUNK;
+    const int n = len - j0 < PACK_CHUNK ? len - j0 : PACK_CHUNK;
+    const size_t col = (size_t)(j->h0 + g) * hd;
+    uint32_t *kp = j->pack + (size_t)g * j->head_dw + koff * (size_t)(hd / 2);
+    uint32_t *vp = j->pack + (size_t)g * j->head_dw + j->keys * (size_t)(hd / 2) + koff / 2 * (size_t)hd;
+    attn_bf16_pack_avx512bf16(a->k + (size_t)base * a->ldk + col, a->ldk, a->v + (size_t)base * a->ldv + col, a->ldv,
+                              j0, n, len, hd, kp, vp);
+}
+
+static void item_task(void *ctx, long it, int thread) {
+    const pack_job *j = ctx;
+    const attn_args *a = j->a;
+    const int hd = a->head_dim;
+    size_t koff;
+    long rest = it;
+    const int s = find_seg(a, &rest, &koff, seg_tiles, j->nh), base = a->cu[s], len = a->cu[s + 1] - base;
+    const long tiles = attn_query_tiles(len);
+    const int g = (int)(rest / tiles), qt = (int)(rest % tiles);
+    const int i0 = base + qt * ATTN_BQ, nq = attn_query_rows(len, qt);
+    const size_t col = (size_t)(j->h0 + g) * hd;
+    const uint32_t *kp = j->pack + (size_t)g * j->head_dw + koff * (size_t)(hd / 2);
+    const uint32_t *vp = j->pack + (size_t)g * j->head_dw + j->keys * (size_t)(hd / 2) + koff / 2 * (size_t)hd;
+    attn_bf16_block_avx512bf16_packed(a->q + (size_t)i0 * a->ldq + col, a->ldq, kp, vp,
+                                      a->out + (size_t)i0 * a->ldo + col, a->ldo, nq, len, hd, a->scale,
+                                      j->ws + (size_t)thread * j->thread_floats);
+}
+
+/* The packed path when a->scratch holds at least one head's pack; 0 (nothing done) otherwise. */
+static int run_packed(const attn_args *a, void *ws, thread_pool *pool) {
+    const int nh = a->n_heads, hd = a->head_dim;
+    if (!a->scratch || nh <= 0 || a->n_seg <= 0) return 0;
+    size_t keys = 0, head_dw, head_bytes;
+    for (int s = 0; s < a->n_seg; s++)
+        if (size_add_overflow(keys, seg_keys8(a->cu[s + 1] - a->cu[s]), &keys)) return 0;
+    if (keys == 0 || size_mul_overflow(keys, (size_t)hd, &head_dw) ||
+        size_mul_overflow(head_dw, sizeof(uint32_t), &head_bytes))
+        return 0;
+    /* the pack is read as uint32_t: start it at a 64-byte boundary of the scratch */
+    const uintptr_t p0 = (uintptr_t)a->scratch, p1 = (p0 + 63) & ~(uintptr_t)63;
+    if (a->scratch_bytes < p1 - p0 || (a->scratch_bytes - (p1 - p0)) / head_bytes < 1) return 0;
+    const size_t fit = (a->scratch_bytes - (p1 - p0)) / head_bytes;
+    /* the fewest groups, of near-equal size (16 heads with room for 7: 6, 6, 4, not 7, 7, 2) */
+    const int n_groups = fit < (size_t)nh ? (int)(((size_t)nh + fit - 1) / fit) : 1;
+    const int group = (nh + n_groups - 1) / n_groups;
+    pack_job j = {a, (uint32_t *)(void *)p1, keys, head_dw, 0, 0,
+                  (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), attn_bf16_block_floats(hd)};
+    for (int h0 = 0; h0 < nh; h0 += group) {
+        j.h0 = h0;
+        j.nh = nh - h0 < group ? nh - h0 : group;
+        long chunks = 0, items = 0;
+        for (int s = 0; s < a->n_seg; s++) {
+            chunks += seg_chunks(a->cu[s + 1] - a->cu[s], j.nh);
+            items += seg_tiles(a->cu[s + 1] - a->cu[s], j.nh);
+        }
+        pool_run(pool, chunks, pack_task, &j);
+        pool_run(pool, items, item_task, &j);
+    }
+    return 1;
+}
+#endif
+
 void attn_bf16_run(int set, const attn_args *a, void *ws, thread_pool *pool) {
     attn_block_fn block = block_portable;
 #if QVL_WITH_X86
-    if (set == BF16_SET_AVX512BF16 && a->head_dim % 2 == 0 && a->head_dim <= 128) block = attn_bf16_block_avx512bf16;
+    if (set == BF16_SET_AVX512BF16 && a->head_dim % 2 == 0 && a->head_dim <= 128) {
+        if (run_packed(a, ws, pool)) return;
+        block = attn_bf16_block_avx512bf16;
+    }
 #else
     (void)set;
 #endif

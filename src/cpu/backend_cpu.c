@@ -104,7 +104,7 @@ static size_t bf16_attention_ws(int head_dim, int n_threads) {
 static void bf16_attention(const backend *be, const be_attn *a, void *ws, thread_pool *pool) {
     attn_args at = {.q = a->q, .k = a->k, .v = a->v, .ldq = a->ldq, .ldk = a->ldk, .ldv = a->ldv, .out = a->out,
                     .ldo = a->ldo, .n_heads = a->n_heads, .head_dim = a->head_dim, .cu = a->cu, .n_seg = a->n_seg,
-                    .scale = a->scale};
+                    .scale = a->scale, .scratch = a->scratch, .scratch_bytes = a->scratch_bytes};
     /* The AMX sets' attention is on the tiles (attn_amx_ref's arithmetic; the emulated set over the C model). */
     switch (be->set) {
 #if QVL_WITH_X86

@@ -44,7 +44,9 @@ struct qvl_ctx {
     float *a;      /* [S, H] normalized (also [S/4, 4H]); then the attention output, once qkv is computed */
     float *qkv;    /* [S, 3H] */
     float *pos;    /* [S, H] interpolated position table of the cached grids */
-    float *mlp;    /* [MLP_ROWS, max(I, merger hidden)] MLP hidden of one row chunk; merger fc1 output */
+    float *mlp;    /* [MLP_ROWS, max(I, merger hidden)] MLP hidden of one row chunk; merger fc1 output; free
+                    * during attention, which packs K and V there (be_attn.scratch) */
+    size_t mlp_floats;
     float *ds;     /* [S/4, O] DeepStack output when the caller wants only the tap (models with DeepStack) */
     float *cos_t;  /* [S, hd/2] */
     float *sin_t;
@@ -229,7 +231,8 @@ static void layout(qvl_ctx *c, carver *cv, size_t S, int stage) {
     c->a = carve(cv, S * H, sizeof(float));
     c->qkv = carve(cv, S * 3 * H, sizeof(float));
     c->pos = carve(cv, S * H, sizeof(float));
-    c->mlp = carve(cv, mlp_step(S, (size_t)c->be->m_align) * mlp_width(c->m), sizeof(float));
+    c->mlp_floats = mlp_step(S, (size_t)c->be->m_align) * mlp_width(c->m);
+    c->mlp = carve(cv, c->mlp_floats, sizeof(float));
     c->ds = carve(cv, k->n_deepstack > 0 ? (S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
     c->cos_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
     c->sin_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
@@ -452,7 +455,8 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
     be_attn at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
                   .out = c->a, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
-                  .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim)};
+                  .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim), .scratch = c->mlp,
+                  .scratch_bytes = c->mlp_floats * sizeof(float)};
     c->be->attention(c->be, &at, c->attn_ws, c->pool);
     t1 = now_ms(), pf->attention_ms += t1 - t0, t0 = t1;
     linear_run(c, &b->proj, c->a, H, S, c->x, H, 1, BE_ACT_NONE);

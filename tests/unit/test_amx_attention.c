@@ -167,7 +167,7 @@ static void attn_case(const int *lens, int n_seg, int hd, int nh, int gap, int t
     free(ws);
     if (be_emu && hd <= 72 && S <= 100) { /* the backend entry routes to the emulated kernel, in its workspace */
         void *bws = malloc(be_emu->attention_ws(hd, 2));
-        be_attn ba = {a.q, a.k, a.v, a.ldq, a.ldk, a.ldv, out, ldo, nh, hd, cu, n_seg, a.scale};
+        be_attn ba = {a.q, a.k, a.v, a.ldq, a.ldk, a.ldv, out, ldo, nh, hd, cu, n_seg, a.scale, NULL, 0};
         poison(out, on);
         be_emu->attention(be_emu, &ba, bws, tu_pool(2));
         snprintf(what + strlen(what), sizeof what - strlen(what), " (backend %s)", be_emu->name);

@@ -114,6 +114,29 @@ static void attn_case(const int *lens, int n_seg, int hd) {
                      lens[0], hd, set, nt);
             CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)ref, on * sizeof(float), what));
         }
+    /* With scratch for the K and V pack (attention_bf16.c): room for every head, for one head at a time (two
+     * groups; the odd size also leaves the buffer unaligned), and one byte short of one head (the per-item path).
+     * The scratch starts as NaN bytes, so a pair the pack leaves unwritten shows. */
+    size_t keys = 0;
+    for (int s = 0; s < n_seg; s++) keys += ((size_t)lens[s] + 7) & ~(size_t)7;
+    const size_t head_bytes = keys * (size_t)hd * sizeof(uint32_t);
+    const size_t sizes[3] = {(size_t)nh * head_bytes + 64, head_bytes + 63, head_bytes - 1};
+    for (int z = 0; z < 3; z++) {
+        unsigned char *scratch = tu_guarded_alloc(sizes[z]);
+        a.scratch = scratch;
+        a.scratch_bytes = sizes[z];
+        for (int set = 0; set <= (has_bf16 ? 1 : 0); set++)
+            for (int nt = 1; nt <= 2; nt++) {
+                memset(scratch, 0xff, sizes[z]);
+                for (size_t i = 0; i < on; i++) out[i] = NAN;
+                attn_bf16_run(set, &a, ws, tu_pool(nt));
+                char what[128];
+                snprintf(what, sizeof what, "attention S %d (%d segments, first %d) hd %d set %d threads %d scratch %zu",
+                         S, n_seg, lens[0], hd, set, nt, sizes[z]);
+                CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)ref, on * sizeof(float), what));
+            }
+        tu_guarded_free(scratch);
+    }
     tu_guarded_free(out);
     free(ws), free(ref), free(f32), free(qkv);
 }
