@@ -53,8 +53,13 @@ static void f32_attention(const backend *be, const be_attn *a, void *ws, thread_
 }
 
 /* bf16 entries: bf16-arithmetic weights through the bf16 GEMM of the entry's set, f32 ones through the f32
- * kernels. Every bf16 entry packs the tile-padded panels (gemm_amx_pack), which every set reads. */
+ * kernels. The AMX entries pack tile-padded panels (gemm_amx_pack: pair steps in whole 16-pair tiles), the
+ * VDPBF16PS ones the unpadded panels (gemm_bf16_pack; the padding would be 1 MB of the 27B tower's fc2, K = 4304). */
+#define IS_AMX(set_) ((set_) == BF16_SET_AMX || (set_) == BF16_SET_AMX_EMULATED)
 static size_t bf16_pack_size(int N, int K, qvl_dtype dtype, be_arith ar) {
+    return ar != BE_ARITH_F32 ? gemm_bf16_pack_size(N, K) : f32_pack_size(N, K, dtype, ar);
+}
+static size_t amx_pack_size(int N, int K, qvl_dtype dtype, be_arith ar) {
     return ar != BE_ARITH_F32 ? gemm_amx_pack_size(N, K) : f32_pack_size(N, K, dtype, ar);
 }
 
@@ -62,7 +67,7 @@ static int bf16_pack(const backend *be, be_weight *out, void *buf, const void *B
                      int K, be_arith ar, thread_pool *pool) {
     if (ar == BE_ARITH_BF16X2 && !be->split) return -1;
     if (ar != BE_ARITH_F32) {
-        if (gemm_amx_pack(out, buf, B, dtype, ldb, N, K, pool) != 0) return -1;
+        if ((IS_AMX(be->set) ? gemm_amx_pack : gemm_bf16_pack)(out, buf, B, dtype, ldb, N, K, pool) != 0) return -1;
         out->arith = ar;
         return 0;
     }
@@ -124,10 +129,9 @@ enum { ROW_ALIGN = 42 };
      .pack = f32_pack, .linear_ws = f32_linear_ws, .linear = f32_linear, .attention_ws = attn_workspace_size, \
      .attention = f32_attention, .layernorm = op_layernorm, .kernel = isa_}
 /* isa_: the qvl_isa reported; kern_: the f32 kernels of its f32 parts; set_: its bf16 kernel set. */
-#define IS_AMX(set_) ((set_) == BF16_SET_AMX || (set_) == BF16_SET_AMX_EMULATED)
 #define BF16_ENTRY(nm, isa_, kern_, set_, test_)                                                                     \
     {.name = nm, .isa = isa_, .precision = QVL_PRECISION_BF16, .m_align = IS_AMX(set_) ? BF16_AMX_MC : ROW_ALIGN,   \
-     .pack_size = bf16_pack_size, .pack = bf16_pack, .linear = bf16_linear,                                         \
+     .pack_size = IS_AMX(set_) ? amx_pack_size : bf16_pack_size, .pack = bf16_pack, .linear = bf16_linear,         \
      .linear_ws = IS_AMX(set_) ? amx_linear_ws : bf16_linear_ws, .attention_ws = bf16_attention_ws,                 \
      .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_,      \
      .split = IS_AMX(set_)}
