@@ -114,6 +114,15 @@ static int find_seg(const attn_args *a, long *rest, size_t *koff, long (*count)(
 static long seg_chunks(int len, int nh) { return len > 0 ? (long)nh * ((len + PACK_CHUNK - 1) / PACK_CHUNK) : 0; }
 static long seg_tiles(int len, int nh) { return len > 0 ? (long)nh * attn_query_tiles(len) : 0; }
 
+/* Head g's (of the group) K and V pairs of the segment whose key rows start at koff in the pack. */
+static uint32_t *head_k(const pack_job *j, int g, size_t koff) {
+    return j->pack + (size_t)g * j->head_dw + koff * (size_t)(j->a->head_dim / 2);
+}
+static uint32_t *head_v(const pack_job *j, int g, size_t koff) {
+    const size_t hd = (size_t)j->a->head_dim;
+    return j->pack + (size_t)g * j->head_dw + j->keys * (hd / 2) + koff / 2 * hd;
+}
+
 static void pack_task(void *ctx, long it, int thread) {
     (void)thread;
     const pack_job *j = ctx;
@@ -126,10 +135,8 @@ static void pack_task(void *ctx, long it, int thread) {
     const int g = (int)(rest / chunks), j0 = (int)(rest % chunks) * PACK_CHUNK;
     const int n = len - j0 < PACK_CHUNK ? len - j0 : PACK_CHUNK;
     const size_t col = (size_t)(j->h0 + g) * hd;
-    uint32_t *kp = j->pack + (size_t)g * j->head_dw + koff * (size_t)(hd / 2);
-    uint32_t *vp = j->pack + (size_t)g * j->head_dw + j->keys * (size_t)(hd / 2) + koff / 2 * (size_t)hd;
     attn_bf16_pack_avx512bf16(a->k + (size_t)base * a->ldk + col, a->ldk, a->v + (size_t)base * a->ldv + col, a->ldv,
-                              j0, n, len, hd, kp, vp);
+                              j0, n, len, hd, head_k(j, g, koff), head_v(j, g, koff));
 }
 
 static void item_task(void *ctx, long it, int thread) {
@@ -143,9 +150,7 @@ static void item_task(void *ctx, long it, int thread) {
     const int g = (int)(rest / tiles), qt = (int)(rest % tiles);
     const int i0 = base + qt * ATTN_BQ, nq = attn_query_rows(len, qt);
     const size_t col = (size_t)(j->h0 + g) * hd;
-    const uint32_t *kp = j->pack + (size_t)g * j->head_dw + koff * (size_t)(hd / 2);
-    const uint32_t *vp = j->pack + (size_t)g * j->head_dw + j->keys * (size_t)(hd / 2) + koff / 2 * (size_t)hd;
-    attn_bf16_block_avx512bf16_packed(a->q + (size_t)i0 * a->ldq + col, a->ldq, kp, vp,
+    attn_bf16_block_avx512bf16_packed(a->q + (size_t)i0 * a->ldq + col, a->ldq, head_k(j, g, koff), head_v(j, g, koff),
                                       a->out + (size_t)i0 * a->ldo + col, a->ldo, nq, len, hd, a->scale,
                                       j->ws + (size_t)thread * j->thread_floats);
 }
