@@ -10,23 +10,6 @@
 #include "serve.h"
 #include "testutil.h"
 
-static uint8_t *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    uint8_t *d = NULL;
-    *n = 0;
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long len = ftell(f);
-        if (len > 0 && fseek(f, 0, SEEK_SET) == 0 && (d = malloc((size_t)len)) && fread(d, 1, (size_t)len, f) != (size_t)len) {
-            free(d);
-            d = NULL;
-        }
-        if (d) *n = (size_t)len;
-    }
-    fclose(f);
-    return d;
-}
-
 /* The estimate is the decoded grid's patches for every image the decoder reads (as bytes and as a path); bytes
  * without a header it knows, a truncated header, a zero side and a video get the bound; nothing exceeds the cap. */
 static void admission_estimates(void) {
@@ -53,7 +36,7 @@ static void admission_estimates(void) {
         CHECK(qvl_image_grid(&img, &pp, &g, &err) == QVL_OK);
         qvl_image_free(&img);
         size_t n;
-        uint8_t *d = read_all(path, &n);
+        uint8_t *d = tu_read_file(path, &n);
         CHECK(d != NULL);
         const size_t want = (size_t)g.t * (size_t)g.h * (size_t)g.w;
         const size_t by_bytes = srv_estimate_patches(&pp, cap, SRV_MEDIA_IMAGE, d, n, NULL);
