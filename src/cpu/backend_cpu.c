@@ -173,11 +173,11 @@ const backend *const *backend_table(size_t *n) {
  * instructions (amx_check); over the C model of the tiles by the tests (backend_amx_check_emulated). */
 typedef void (*amx_gemm_fn)(const be_weight *, const float *, size_t, int, const float *, float *, size_t, int,
                             be_act, void *, int, thread_pool *);
-static int amx_check_on(amx_gemm_fn run, size_t ws_bytes, int (*attn_check)(void)) {
+static int amx_check_on(amx_gemm_fn run, size_t (*ws_size)(int, int), int (*attn_check)(void)) {
     enum { CM = 40, CN = 48, CK = 80 };
     /* on the heap (52 KB): the loading thread may be a caller's thread with a small stack */
     float *A = malloc(((size_t)CM * CK + (size_t)CN * CK + CN + 3 * (size_t)CM * CN) * sizeof(float));
-    void *packed = aligned_alloc(64, gemm_amx_pack_size(CN, CK)), *ws = malloc(ws_bytes);
+    void *packed = aligned_alloc(64, gemm_amx_pack_size(CN, CK)), *ws = malloc(ws_size(1, CK));
     int ok = 0;
     if (!A || !packed || !ws) {
         free(A), free(packed), free(ws);
@@ -203,39 +203,39 @@ static int amx_check_on(amx_gemm_fn run, size_t ws_bytes, int (*attn_check)(void
 }
 
 int backend_amx_check_emulated(void) {
-    return amx_check_on(gemm_amx_run_emulated, gemm_amx_workspace_size_emulated(1, 80), attn_amx_check_emulated);
+    return amx_check_on(gemm_amx_run_emulated, gemm_amx_workspace_size_emulated, attn_amx_check_emulated);
 }
 
 #if QVL_WITH_X86
-static int amx_check(void) { return amx_check_on(gemm_amx_run, gemm_amx_workspace_size(1, 80), attn_amx_check); }
+static int amx_check(void) { return amx_check_on(gemm_amx_run, gemm_amx_workspace_size, attn_amx_check); }
 #endif
 
-/* The AMX set on this CPU (cpu_amx_usable() and amx_check()): 0 not asked; 1 no AMX; 2 check failed; 3 usable,
- * the model's bits; 4 usable, a correct sum in another order. Asking twice is harmless. */
+/* The AMX set on this CPU (cpu_amx_usable(), then amx_check()'s 0 / 1 / 2). Asking twice is harmless. */
+enum { AMX_NOT_ASKED = 0, AMX_ABSENT, AMX_CHECK_FAILED, AMX_OTHER_ORDER, AMX_EXACT };
 static int amx_state(void) {
 #if QVL_WITH_X86
     static _Atomic int state;
     int s = atomic_load_explicit(&state, memory_order_acquire);
-    if (s == 0) {
-        const int c = cpu_amx_usable() ? amx_check() : -1;
-        s = c < 0 ? 1 : c == 2 ? 3 : c == 1 ? 4 : 2;
+    if (s == AMX_NOT_ASKED) {
+        s = !cpu_amx_usable() ? AMX_ABSENT : AMX_CHECK_FAILED + amx_check(); /* 0 failed, 1 other order, 2 exact */
         atomic_store_explicit(&state, s, memory_order_release);
     }
     return s;
 #else
-    return 1;
+    return AMX_ABSENT;
 #endif
 }
 
-static int amx_ok(void) { return amx_state() >= 3; }
+static int amx_ok(void) { return amx_state() >= AMX_OTHER_ORDER; }
 
-int backend_amx_exact(void) { return amx_state() == 3; }
+int backend_amx_exact(void) { return amx_state() == AMX_EXACT; }
 
 const char *backend_amx_status(int *usable) {
     const int s = amx_state();
-    *usable = s >= 3;
-    if (s == 2) return "present and enabled, but its start-up check found the tiles' results wrong: not used";
-    if (s == 4)
+    *usable = s >= AMX_OTHER_ORDER;
+    if (s == AMX_CHECK_FAILED)
+        return "present and enabled, but its start-up check found the tiles' results wrong: not used";
+    if (s == AMX_OTHER_ORDER)
         return "usable (tile data permission granted; the tiles sum in another order than the definition)";
     return cpu_amx_describe(cpu_amx_state());
 }
