@@ -175,13 +175,15 @@ static void agree_case(int M, int N, int K, be_act act, int accumulate) {
             }
         CHECK(amx_gemm_excess(A, (size_t)K, B, M, N, K, bias, c0, act, bad, ref, (size_t)N) <= 1.0);
     }
+    double lost = NAN, swap = NAN;
     if (K > 32 && K <= 400) { /* the first K tile lost (the worst-case bound grows with K: ~4e-3 of Σ|a·b| at the
                                 * fc2 width 4304, 8e-5 at the start-up check's 80, where a lost tile is far past it) */
         float *a2 = malloc((size_t)M * K * sizeof(float));
         memcpy(a2, A, (size_t)M * K * sizeof(float));
         for (int i = 0; i < M; i++) memset(a2 + (size_t)i * K, 0, 32 * sizeof(float));
         AGREE_RUN(bad, gemm_amx_ref, a2);
-        CHECK(amx_gemm_excess(A, (size_t)K, B, M, N, K, bias, c0, act, bad, ref, (size_t)N) > 1.0);
+        lost = amx_gemm_excess(A, (size_t)K, B, M, N, K, bias, c0, act, bad, ref, (size_t)N);
+        CHECK(lost > 1.0);
         free(a2);
     }
 #undef AGREE_RUN
@@ -189,8 +191,11 @@ static void agree_case(int M, int N, int K, be_act act, int accumulate) {
         memcpy(bad, ref, cn * sizeof(float));
         memcpy(bad, ref + N, (size_t)N * sizeof(float));
         memcpy(bad + N, ref, (size_t)N * sizeof(float));
-        CHECK(amx_gemm_excess(A, (size_t)K, B, M, N, K, bias, c0, act, bad, ref, (size_t)N) > 1.0);
+        swap = amx_gemm_excess(A, (size_t)K, B, M, N, K, bias, c0, act, bad, ref, (size_t)N);
+        CHECK(swap > 1.0);
     }
+    printf("test_amx: %s, in units of the bound: VDPBF16PS order %.3g, first K tile lost %.3g, rows swapped %.3g\n",
+           what, x, lost, swap);
     memcpy(bad, ref, cn * sizeof(float)); /* one element off by a twentieth of a product per k */
     bad[cn - 1] += 0.25f + 0.05f * (float)K;
     CHECK(amx_gemm_excess(A, (size_t)K, B, M, N, K, bias, c0, act, bad, ref, (size_t)N) > 1.0);
