@@ -99,17 +99,23 @@ void gemm_bf16_epilogue_row(float *t, const float *bias, int n, be_act act, floa
 void gemm_bf16_ref(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
                    int accumulate, be_act act);
 
-/* Micro-tile of the bf16 GEMM: BF16_MR rows x 32 columns (16 when b1 is NULL). a: kp pair steps of BF16_MR dwords
- * (row i's pair at a[q·MR + i]); b0, b1: kp pair steps of 16 dwords (panel layout). c: BF16_MR rows at stride ldc;
- * first != 0: the chains start at 0, else they continue from c. */
-enum { BF16_MR = 14 };
+/* Micro-tile of the bf16 GEMM: BF16_MR rows x 32 columns (16 when b1 is NULL). a: BF16_MR rows of kp pair dwords at
+ * a fixed stride of BF16_KP (row i's pair q at a[i·BF16_KP + q], so the tile's broadcasts are one pointer plus
+ * constant offsets and the packer stores whole vectors); b0, b1: kp pair steps of 16 dwords (panel layout). c:
+ * BF16_MR rows at stride ldc; first != 0: the chains start at 0, else they continue from c. pf0, pf1: the next B
+ * tile's two panels (pf1 may be NULL) and its pair steps pfn (<= kp), or pf0 NULL: one 64-byte line of each read
+ * per pair step towards L2 while this tile computes (a hint; the results do not depend on it). */
+enum {
+    BF16_MR = 14,
+    BF16_KP = 192, /* pair steps per K block (kp <= BF16_KP): a 32-column B tile of 192 steps is 24 KiB */
+};
 typedef void (*gemm_bf16_ukr_fn)(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c,
-                                 size_t ldc, int first);
+                                 size_t ldc, int first, const uint32_t *pf0, const uint32_t *pf1, int pfn);
 /* Rows [0, mr) of A (stride lda), columns [k0, k0 + 2·kp) clipped to K, rounded into a pair micro-panel
- * (zero past mr and K). */
+ * (the layout above; zero past mr and K; pairs kp .. BF16_KP of a row not written). */
 typedef void (*gemm_bf16_pack_a_fn)(const float *a, size_t lda, int mr, int kp, int kvalid, uint32_t *ap);
 void gemm_bf16_ukr_avx512bf16(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c,
-                              size_t ldc, int first);
+                              size_t ldc, int first, const uint32_t *pf0, const uint32_t *pf1, int pfn);
 void gemm_bf16_pack_a_avx512bf16(const float *a, size_t lda, int mr, int kp, int kvalid, uint32_t *ap);
 
 /* ---- GEMM on AMX tiles (gemm_amx.c) ----

@@ -17,7 +17,6 @@
 
 enum {
     BF16_NR = 16,    /* panel width; a micro-tile spans two panels */
-    BF16_KP = 192,   /* pair steps per K block: a 32-column B tile of 192 steps is 24 KiB, L1-resident */
     BF16_MC = 42,    /* rows per M block (3 micro-tiles; the MLP row chunks are multiples of it) */
     BF16_NC = 1536,  /* columns per N block (Cb's row stride) */
 };
@@ -111,14 +110,15 @@ int gemm_amx_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, siz
 /* ---- portable micro-tile and A packer ---- */
 
 static void ukr_portable(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c, size_t ldc,
-                         int first) {
+                         int first, const uint32_t *pf0, const uint32_t *pf1, int pfn) {
+    (void)pf0, (void)pf1, (void)pfn;
     const int nr = b1 ? 2 * BF16_NR : BF16_NR;
     for (int i = 0; i < BF16_MR; i++)
         for (int j = 0; j < nr; j++) {
             const uint32_t *b = j < BF16_NR ? b0 + j : b1 + (j - BF16_NR);
             float acc = first ? 0.0f : c[(size_t)i * ldc + j];
             for (int q = 0; q < kp; q++) {
-                const uint32_t x = a[(size_t)q * BF16_MR + i], y = b[(size_t)q * BF16_NR];
+                const uint32_t x = a[(size_t)i * BF16_KP + q], y = b[(size_t)q * BF16_NR];
                 acc = bf16_pair(acc, bf16_float((uint16_t)x), bf16_float((uint16_t)y), bf16_float((uint16_t)(x >> 16)),
                                 bf16_float((uint16_t)(y >> 16)));
             }
@@ -134,7 +134,7 @@ static void pack_a_portable(const float *a, size_t lda, int mr, int kp, int kval
                 if (2 * q < kvalid) lo = bf16_round(a[(size_t)i * lda + 2 * (size_t)q]);
                 if (2 * q + 1 < kvalid) hi = bf16_round(a[(size_t)i * lda + 2 * (size_t)q + 1]);
             }
-            ap[(size_t)q * BF16_MR + i] = lo | hi << 16;
+            ap[(size_t)i * BF16_KP + q] = lo | hi << 16;
         }
 }
 
@@ -183,12 +183,28 @@ static void bgemm_task(void *ctx, long it, int thread) {
         const int kp = KP - q0 < BF16_KP ? KP - q0 : BF16_KP;
         for (int ir = 0; ir < mc; ir += BF16_MR)
             j->pack_a(j->A + (size_t)(i0 + ir) * j->lda + 2 * (size_t)q0, j->lda, mc - ir < BF16_MR ? mc - ir : BF16_MR,
-                      kp, w->K - 2 * q0, ap + (size_t)ir * kp);
+                      kp, w->K - 2 * q0, ap + (size_t)ir * BF16_KP);
         for (int jr = 0; jr < nc; jr += 2 * BF16_NR) {
             const uint32_t *b0 = panels + ((size_t)(j0 + jr) / BF16_NR * w->kp_panel + (size_t)q0) * BF16_NR;
             const uint32_t *b1 = nc - jr > BF16_NR ? b0 + (size_t)w->kp_panel * BF16_NR : NULL;
-            for (int ir = 0; ir < mc; ir += BF16_MR)
-                j->ukr(kp, ap + (size_t)ir * kp, b0, b1, cb + (size_t)ir * BF16_NC + jr, BF16_NC, q0 == 0);
+            /* The last micro-tile on this B tile reads the next B tile (the next 32 columns, or the first of the
+             * next K block) towards L2: else its first micro-tile waits on L3 or memory, most on large K (fc2's
+             * 9.9 MB of weights stream through once per M block). */
+            const uint32_t *pf0 = NULL, *pf1 = NULL;
+            int pfn = kp;
+            if (jr + 2 * BF16_NR < nc) {
+                pf0 = b0 + (size_t)2 * w->kp_panel * BF16_NR;
+                if (nc - jr > 3 * BF16_NR) pf1 = pf0 + (size_t)w->kp_panel * BF16_NR;
+            } else if (q0 + kp < KP) {
+                pf0 = panels + ((size_t)j0 / BF16_NR * w->kp_panel + (size_t)(q0 + kp)) * BF16_NR;
+                if (nc > BF16_NR) pf1 = pf0 + (size_t)w->kp_panel * BF16_NR;
+                if (KP - (q0 + kp) < pfn) pfn = KP - (q0 + kp);
+            }
+            for (int ir = 0; ir < mc; ir += BF16_MR) {
+                const int lastm = ir + BF16_MR >= mc;
+                j->ukr(kp, ap + (size_t)ir * BF16_KP, b0, b1, cb + (size_t)ir * BF16_NC + jr, BF16_NC, q0 == 0,
+                       lastm ? pf0 : NULL, lastm ? pf1 : NULL, pfn);
+            }
         }
     }
     for (int i = 0; i < mc; i++)

@@ -80,6 +80,36 @@ static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act
     free(ws), free(ref), free(buf), free(Bh), free(A), free(Bf), free(bias), free(C0);
 }
 
+/* A and C inside wider rows (lda > K, ldc > N; as the tower's qkv and residual rows): the columns around each C row
+ * stay as they were, for every epilogue. */
+static void gemm_strided_case(int M, int N, int K, be_act act, int accumulate) {
+    const size_t lda = (size_t)K + 5, ldc = (size_t)N + 9, an = (size_t)M * lda, cn = (size_t)M * ldc;
+    uint32_t st = (uint32_t)(M * 31 + N * 7 + K + act * 3 + accumulate);
+    float *A = malloc(an * sizeof(float)), *Bf = malloc((size_t)N * K * sizeof(float));
+    float *bias = malloc((size_t)N * sizeof(float)), *C0 = malloc(cn * sizeof(float)), *ref = malloc(cn * sizeof(float));
+    fill(A, an, &st, 1.0f);
+    fill(Bf, (size_t)N * K, &st, 0.2f);
+    fill(bias, (size_t)N, &st, 0.5f);
+    fill(C0, cn, &st, 1.0f);
+    void *buf = aligned_alloc(64, gemm_bf16_pack_size(N, K)), *ws = malloc(gemm_bf16_workspace_size(2));
+    be_weight w;
+    CHECK(gemm_bf16_pack(&w, buf, Bf, QVL_DTYPE_F32, (size_t)K, N, K, NULL) == 0);
+    memcpy(ref, C0, cn * sizeof(float));
+    gemm_bf16_ref(&w, A, lda, M, bias, ref, ldc, accumulate, act);
+    float *C = tu_guarded_alloc(cn * sizeof(float));
+    for (int set = 0; set <= (has_bf16 ? 1 : 0); set++)
+        for (int nt = 1; nt <= 2; nt++) {
+            memcpy(C, C0, cn * sizeof(float));
+            gemm_bf16_run(set, &w, A, lda, M, bias, C, ldc, accumulate, act, ws, tu_pool(nt));
+            char what[96];
+            snprintf(what, sizeof what, "strided gemm m%d n%d k%d act %d acc %d set %d threads %d", M, N, K, (int)act,
+                     accumulate, set, nt);
+            CHECK(tu_same_bytes((const unsigned char *)C, (const unsigned char *)ref, cn * sizeof(float), what));
+        }
+    tu_guarded_free(C);
+    free(ws), free(buf), free(ref), free(C0), free(bias), free(Bf), free(A);
+}
+
 static void attn_case(const int *lens, int n_seg, int hd) {
     const int nh = 2, H = nh * hd;
     int cu[16], S = 0;
@@ -170,6 +200,11 @@ int main(void) {
                           c % 4 == 1);
     gemm_case(43, 1537, 66, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1); /* past the 1536-column N block */
     gemm_case(29, 3100, 40, QVL_DTYPE_F16, 1, BE_ACT_GELU_ERF, 0);
+    for (int act = 0; act < 3; act++)
+        for (int acc = 0; acc < 2; acc++) {
+            gemm_strided_case(43, 47, 400, (be_act)act, acc);
+            gemm_strided_case(15, 1570, 770, (be_act)act, acc);
+        }
     /* Edges of the AVX512-BF16 block: 16-row vectors, 48-row blocks (3 vectors; tails of 1 and 2), 8-key score
      * chunks and key pairs (odd key counts), 64/80-key tiles, 192/240-row query tiles (208 = 13 vectors). */
     static const int segs[][4] = {{1, 2, 3, 0},    {7, 8, 9, 0},     {15, 16, 17, 0}, {31, 32, 33, 0},
