@@ -248,8 +248,10 @@ static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv,
     for (int d = 0; d < 16 * hb; d++)
         for (int i = 0; i < 16 * nks; i++) {
             const int j = 2 * i;
-            vt[((size_t)(i / 16) * 16 * hb + (size_t)d) * 16 + (size_t)(i % 16)] = aa_pair(j < nkt && d < hd ? v[(size_t)j * ldv + d] : 0.0f,
-                                                   j + 1 < nkt && d < hd ? v[(size_t)(j + 1) * ldv + d] : 0.0f);
+            uint32_t *vs = vt + (size_t)(i / 16) * 16 * hb * 16; /* step i / 16 */
+            const float e = j < nkt && d < hd ? v[(size_t)j * ldv + d] : 0.0f;
+            const float o = j + 1 < nkt && d < hd ? v[(size_t)(j + 1) * ldv + d] : 0.0f;
+            vs[(size_t)d * 16 + (size_t)(i % 16)] = aa_pair(e, o);
         }
 #endif
 }
@@ -488,7 +490,8 @@ static size_t aa_pack_dwords(const attn_args *a, size_t *krows, size_t *vsteps) 
     for (int s = 0; s < a->n_seg; s++) {
         const int len = a->cu[s + 1] - a->cu[s];
         if (len <= 0) continue;
-        if (size_add_overflow(kr, ((size_t)len + 15) / 16 * 16, &kr) || size_add_overflow(vs, ((size_t)len + 31) / 32, &vs))
+        if (size_add_overflow(kr, ((size_t)len + 15) / 16 * 16, &kr) ||
+            size_add_overflow(vs, ((size_t)len + 31) / 32, &vs))
             return 0;
     }
     if (size_mul_overflow(kr, 16 * ht, &kd) || size_mul_overflow(vs, 256 * hb, &vd) || size_add_overflow(kd, vd, &n))

@@ -226,9 +226,9 @@ static void attn_case(const int *lens, int n_seg, int hd, int nh, int gap, int t
                 char w2[288];
                 snprintf(w2, sizeof w2, "amx attention %s (%s, %d threads, scratch +%zu %zu of %zu per head: %zu heads "
                          "a group)", what, sets[s].name, nt, zs[z].off, bytes, head_bytes, heads);
-                CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)out1, on * sizeof(float), w2));
-                if (!inexact)
-                    CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)ref, on * sizeof(float), w2));
+                const unsigned char *got = (const unsigned char *)out;
+                CHECK(tu_same_bytes(got, (const unsigned char *)out1, on * sizeof(float), w2));
+                if (!inexact) CHECK(tu_same_bytes(got, (const unsigned char *)ref, on * sizeof(float), w2));
                 const int as_expected = scratch_as_expected(buf, buf_bytes, p, heads, head_bytes);
                 if (!as_expected) printf("%s: the scratch is not as the pack should leave it\n", w2);
                 CHECK(as_expected);
@@ -252,7 +252,8 @@ static void attn_case(const int *lens, int n_seg, int hd, int nh, int gap, int t
             if (z) memset(sc, 0xff, (size_t)nh * head_bytes + 64);
             be_emu->attention(be_emu, &ba, bws, tu_pool(2));
             CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)ref, on * sizeof(float), what));
-            if (z && attn_amx_takes(hd)) CHECK(scratch_as_expected(sc, (size_t)nh * head_bytes + 64, sc, nh, head_bytes));
+            if (z && attn_amx_takes(hd))
+                CHECK(scratch_as_expected(sc, (size_t)nh * head_bytes + 64, sc, (size_t)nh, head_bytes));
         }
         free(sc);
         free(bws);
