@@ -4,7 +4,10 @@
  * blocks, 32-key steps, 64/80-key tiles with a padded last step, 192/240-row query tiles, several segments per
  * call), head dims 64 and 72 (32-dim K tiles, 16-dim Oᵀ tiles, 72 padded), the other head dims the tiles take
  * (one K tile; four, i.e. every tile register) and some they leave to the bf16 blocks, outputs NaN-poisoned,
- * ending at a guard page or with poisoned gaps between rows, 1 and 2 threads.
+ * ending at a guard page or with poisoned gaps between rows, 1, 2 and 16 threads; each case with K and V laid out
+ * per work item and from the pack in the call's scratch (room for every head, for one, for some: groups; one byte
+ * short of one head: the per-item path; unaligned pointers), the same bits either way, the scratch checked written
+ * exactly where the pack goes (its padding, which no output shows, included) and untouched otherwise.
  *
  * Everywhere: the kernel over the C model of the tile instructions (amx_emulated.c), all portable C; on an
  * AVX512-BF16 CPU also the kernel with the instruction build's AVX-512 layouts and softmax over the model, and
