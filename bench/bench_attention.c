@@ -2,7 +2,10 @@
  * 16 heads of head_dim 72 (BENCH_HD=64 for 64), Q/K/V thirds of a fused qkv buffer; 1 and 2 threads, best of
  * BENCH_REPS (3) timings, wall and per CPU-second (see bench_gemm.c); BENCH_ISA=scalar|avx2|avx512 forces that
  * f32 block kernel, BENCH_ISA=avx512bf16|portable-bf16 runs precision bf16's attention (src/cpu/bf16.h) with that
- * kernel set (avx512bf16 only where cpu_has_avx512bf16()). BENCH_LAYOUT=qkv (default: Q, K, V the thirds of
+ * kernel set (avx512bf16 only where cpu_has_avx512bf16()); BENCH_ISA=amx-emulated-simd|amx-emulated runs the AMX
+ * attention over the C model of the tile instructions (attn_amx_run_emulated_simd: with the instruction build's
+ * AVX-512 layouts and softmax, AVX512-BF16 CPUs only; attn_amx_run_emulated: portable C): the model's tiles
+ * dominate those timings, so they say little about the AMX kernel's speed. BENCH_LAYOUT=qkv (default: Q, K, V the thirds of
  * [S, 3H] rows, as the tower calls it), rows (Q, K, V each its own [S, H] buffer) or head (each head's K and V
  * contiguous [S, hd], ldk = ldv = hd). BENCH_PEAK=<GFLOP/s> (say bench/peak_flops.c's figure for the same threads)
  * adds the rate as a % of it. BENCH_SCRATCH=<I> gives the call the scratch the tower gives it (its MLP buffer:
@@ -28,10 +31,24 @@
             attn_args b_ = a;                                                                                        \
             b_.q += (size_t)h_ * hd, b_.out += (size_t)h_ * hd;                                                      \
             b_.k += (size_t)h_ * S * hd, b_.v += (size_t)h_ * S * hd;                                                \
-            if (bf16) attn_bf16_run(bf16 - 1, &b_, ws, pool_of(nt));                                                 \
+            if (amx_emu) run_amx_emulated(amx_emu, &b_, ws, pool_of(nt));                                            \
+            else if (bf16) attn_bf16_run(bf16 - 1, &b_, ws, pool_of(nt));                                            \
             else attn_run_isa(&b_, ws, pool_of(nt), isa);                                                            \
         }                                                                                                            \
     } while (0)
+
+/* The AMX attention over the C model of the tiles: which 1 with the AVX-512 parts (x86), 2 portable. */
+static void run_amx_emulated(int which, const attn_args *a, void *ws, thread_pool *pool) {
+#if QVL_WITH_X86
+    if (which == 1) {
+        attn_amx_run_emulated_simd(a, ws, pool);
+        return;
+    }
+#else
+    (void)which;
+#endif
+    attn_amx_run_emulated(a, ws, pool);
+}
 
 int main(int argc, char **argv) {
     int lens[8] = {784, 3136}, n = 2;
@@ -49,7 +66,9 @@ int main(int argc, char **argv) {
     /* bf16: 1 + the kernel set (attn_bf16_run's set), 0 for f32 */
     const int bf16 = !isa_s ? 0 : !strcmp(isa_s, "avx512bf16") ? 1 + BF16_SET_AVX512BF16
                               : !strcmp(isa_s, "portable-bf16") ? 1 + BF16_SET_PORTABLE : 0;
-    if (bf16 == 1 + BF16_SET_AVX512BF16 && !cpu_has_avx512bf16()) {
+    /* the AMX attention over the C model of the tiles: 1 with the AVX-512 layouts and softmax, 2 portable */
+    const int amx_emu = !isa_s ? 0 : !strcmp(isa_s, "amx-emulated-simd") ? 1 : !strcmp(isa_s, "amx-emulated") ? 2 : 0;
+    if ((bf16 == 1 + BF16_SET_AVX512BF16 || amx_emu == 1) && (!QVL_WITH_X86 || !cpu_has_avx512bf16())) {
         fprintf(stderr, "bench_attention: this CPU has no AVX512-BF16\n");
         return 1;
     }
@@ -57,6 +76,7 @@ int main(int argc, char **argv) {
     const double peak = getenv("BENCH_PEAK") ? atof(getenv("BENCH_PEAK")) : 0.0;
     size_t ws_bytes = attn_workspace_size(hd, 2);
     if (attn_bf16_workspace_size(hd, 2) > ws_bytes) ws_bytes = attn_bf16_workspace_size(hd, 2);
+    if (attn_amx_workspace_size(hd, 2) > ws_bytes) ws_bytes = attn_amx_workspace_size(hd, 2);
     void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
     for (int x = 0; x < n; x++) {
         const int S = lens[x];

@@ -20,8 +20,10 @@ typedef struct attn_args {
     int n_heads, head_dim;
     const int *cu; int n_seg;      /* cu[0] = 0 ... cu[n_seg] = S */
     float scale;
-    /* Memory free for the call's duration, or NULL (scratch_bytes 0): the bf16 attention packs K and V there once
-     * per (segment, head) instead of once per work item, as many heads at a time as fit (attention_bf16.c). */
+    /* Memory free for the call's duration, or NULL (scratch_bytes 0): the bf16 attention (attention_bf16.c's
+     * AVX512-BF16 block, and the AMX attention, attention_amx.c) packs K and V there once per (segment, head)
+     * instead of once per work item, as many heads at a time as fit; with less than one head's pack it is not
+     * touched. Any alignment (the pack starts at its first 64-byte boundary). */
     void *scratch;
     size_t scratch_bytes;
 } attn_args;

@@ -5,16 +5,23 @@
  * The products are computed transposed, so the softmax has 16 query rows in the vector lanes (vertical, as in the
  * AVX512-BF16 block: no horizontal reductions, and the definition's sums in key order), and only V needs a
  * transpose per key tile:
- *   Sᵀ = K·Qᵀ  A: 16 keys x 32 head dims of K rounded to bf16, row-major (zero past hd and past the tile's keys);
+ *   Sᵀ = K·Qᵀ  A: 16 keys x 32 head dims of K rounded to bf16, from K rows [keys][32·ht] (zero past hd and past
+ *              the segment's keys; row stride 64·ht bytes);
  *              B: Qᵀ pairs, 16 head-dim pairs x 16 queries (dword = q[2p] low, q[2p+1] high), made once per item;
  *              C: 16 keys x 16 queries of f32 scores, stored to a per-thread block s [keys][16].
  *   softmax    per key tile (attn_key_tile: 64 keys, or up to 80 for the last) and 16-query group, in f32 on
  *              the vector lanes (AVX-512; portable C in the emulated build); P rounded to bf16 (bf16_round_ftz)
  *              into B tiles of P pairs, 16 key pairs x 16 queries (dword = p[2i] low, p[2i+1] high), zero past
  *              the tile's keys up to a whole 32-key step; Oᵀ's 16 columns of the group scaled by α in memory.
- *   Oᵀ = Vᵀ·Pᵀ A: 16 head dims x 32 keys of V rounded to bf16 (V paired and transposed once per key tile, zero
- *              past hd and the keys); C: Oᵀ 16 head dims x 16 queries, loaded from and stored back to a
+ *   Oᵀ = Vᵀ·Pᵀ A: 16 head dims x 32 keys of V rounded to bf16, from Vᵀ pairs per 32-key step [steps][16·hb][16]
+ *              (dword = v_2i[d] low, v_2i+1[d] high; zero past hd and the segment's keys; a tile is 1 KB in a
+ *              row, stride 64 bytes); C: Oᵀ 16 head dims x 16 queries, loaded from and stored back to a
  *              per-thread f32 block [hd rounded to 16][ATTN_BQ_MAX] around the tile's 32-key steps.
+ * K rows and Vᵀ steps (aa_layout_kv) are made either per key tile inside each work item (per-thread scratch), or,
+ * when the call's scratch (attn_args.scratch: the tower's MLP buffer, free during attention) holds at least one
+ * head's, once per (segment, head) for all its items beforehand, as many heads at a time as fit, over the pool
+ * (aa_run_packed): key tiles start at multiples of 64, so a tile's rows and steps are the segment's, and the
+ * items' tile loads read the pack directly. The same bf16_round_ftz of the same values: the same bits.
  * Head dims: Sᵀ takes 32 per K tile, the last padded with zeros (64: 2 tiles; 72: 3, i.e. padded to 96: one
  * tile configuration for every item, at the price of computing the scores as for 96 dims); Oᵀ 16 per row
  * tile (72: 5 tiles, the fifth's rows past 72 zero and never written out). Keys: a key tile is 1-3 steps of 32
@@ -25,7 +32,12 @@
  * so four independent TDPBF16PS chains and one tile load per TDPBF16PS. The next pair's Sᵀ is issued before this
  * pair's softmax, so the tile unit and the vector units can work at the same time.
  * Per pair of groups and 64-key tile at hd 64: 16 + 16 TDPBF16PS, 16 + 24 tile loads, 8 + 8 tile stores, and
- * the softmax's 2 x 64 exp2 vectors (~15 AVX-512 operations per key and group: the expected bottleneck).
+ * the softmax's 2 x 64 exp2 vectors (~15 AVX-512 operations per key and group: the expected bottleneck). Per
+ * item and 64-key tile, without the pack, also the tile's layout: 64 K rows of hd floats (far apart in the qkv
+ * rows) loaded and converted, and 2·hb 16 x 16 Vᵀ transposes — by count of instructions (an estimate, not a
+ * measurement) ~2700 AVX-512 operations at hd 72, against ~1900 for one pair of groups' softmax, so of the order
+ * of a fifth of a 192-row item's vector work, redone by each of a segment's query tiles (37 at 7056 rows); with
+ * the pack it is done once per (segment, head), and an item's key tile is tile loads from the pack only.
  * Every element is the same sequence of operations whichever thread runs its item: results are independent of
  * the thread count and equal attn_amx_ref.
  *
@@ -45,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h" /* size_add_overflow, size_mul_overflow */
 #include "cpu/amx_tile.h"
 #include "cpu/bf16.h"
 #include "cpu/kernels_avx2.h" /* the attention tiling (attn_key_tile, ATTN_BQ_MAX, ATTN_BK_MAX) */
@@ -65,19 +78,22 @@
 #endif
 
 enum {
-    AA_KB_MAX = 5,        /* 16-key blocks of a key tile (ATTN_BK_MAX = 80) */
-    AA_KP = 96,           /* keys of a key tile padded to whole 32-key steps */
-    AA_VT_LD = AA_KP / 2, /* dwords per Vᵀ row */
+    AA_KB_MAX = 5,         /* 16-key blocks of a key tile (ATTN_BK_MAX = 80) */
+    AA_KP = 96,            /* keys of a key tile padded to whole 32-key steps */
+    AA_KS_MAX = AA_KP / 32 /* 32-key steps of a key tile */
 };
 _Static_assert((int)ATTN_BK_MAX <= (int)AA_KP && AA_KP % 32 == 0 && (int)ATTN_BK_MAX <= 16 * (int)AA_KB_MAX,
                "key tile padding");
 _Static_assert(ATTN_BQ_MAX % 16 == 0, "query groups of 16");
+/* Key tiles start at multiples of ATTN_BK, so a tile's 16-key blocks and 32-key steps are the segment's: the
+ * pack's (one per segment and head) are then the per-tile layouts, back to back. */
+_Static_assert(ATTN_BK % 32 == 0, "key tiles start at whole 32-key steps");
 
 /* Per-thread scratch, in 32-bit words, each part a multiple of 16 (64 bytes): */
 typedef struct aa_ws {
     uint32_t *qt; /* [16·ht][BQ_MAX] Qᵀ pairs (B tiles) */
     uint16_t *kr; /* [16·KB_MAX][32·ht] K rows in bf16 (A tiles) */
-    uint32_t *vt; /* [16·hb][VT_LD] Vᵀ pairs of keys (A tiles) */
+    uint32_t *vt; /* [KS_MAX][16·hb][16] Vᵀ pairs of keys, per 32-key step (A tiles) */
     float *s;     /* [4][16·KB_MAX][16] scores of two pairs of groups */
     uint32_t *pt; /* [2][KP/2][16] P pairs of a pair of groups (B tiles) */
     float *ot;    /* [16·hb][BQ_MAX] Oᵀ */
@@ -87,7 +103,7 @@ typedef struct aa_ws {
 
 static inline size_t aa_floats(int hd) {
     const size_t ht = ((size_t)hd + 31) / 32, hb = ((size_t)hd + 15) / 16;
-    return 16 * ht * ATTN_BQ_MAX + 16 * AA_KB_MAX * 16 * ht + 16 * hb * AA_VT_LD + 4 * 16 * AA_KB_MAX * 16 +
+    return 16 * ht * ATTN_BQ_MAX + 16 * AA_KB_MAX * 16 * ht + AA_KS_MAX * 16 * hb * 16 + 4 * 16 * AA_KB_MAX * 16 +
            (size_t)AA_KP * 16 + 16 * hb * ATTN_BQ_MAX + 2 * (size_t)ATTN_BQ_MAX;
 }
 
@@ -97,7 +113,7 @@ static aa_ws aa_carve(float *ws, int hd) {
     w.qt = (uint32_t *)(void *)ws;
     w.kr = (uint16_t *)(void *)(w.qt + 16 * ht * ATTN_BQ_MAX);
     w.vt = (uint32_t *)(void *)(w.kr + 2 * 16 * AA_KB_MAX * 16 * ht);
-    w.s = (float *)(void *)(w.vt + 16 * hb * AA_VT_LD);
+    w.s = (float *)(void *)(w.vt + AA_KS_MAX * 16 * hb * 16);
     w.pt = (uint32_t *)(void *)(w.s + 4 * 16 * AA_KB_MAX * 16);
     w.ot = (float *)(void *)(w.pt + (size_t)AA_KP * 16);
     w.mrow = w.ot + 16 * hb * ATTN_BQ_MAX;
@@ -191,9 +207,10 @@ static void aa_layout_q(const float *q, size_t ldq, int nq, int hd, int ht, uint
 #endif
 }
 
-/* One key tile's operands: K rows kr[j][d] (j < 16·nkb, d < 32·ht) and Vᵀ pairs vt[d][i] = (v_2i[d], v_2i+1[d])
- * (d < 16·hb, i < 16·nks), all rounded to bf16, zero past nkt keys and past hd. The K and V rows of the next
- * `next` keys (right after this tile's) are prefetched towards L1: they are far apart in the qkv rows. */
+/* nkt keys' operands (a key tile, or a chunk of a segment's pack): K rows kr[j][d] (j < 16·nkb, d < 32·ht) and
+ * Vᵀ pairs per 32-key step vt[t][d][i] = (v_32t+2i[d], v_32t+2i+1[d]) (t < nks, d < 16·hb, i < 16), all rounded
+ * to bf16, zero past nkt keys and past hd. The K and V rows of the next `next` keys (right after these) are
+ * prefetched towards L1: they are far apart in the qkv rows. */
 static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv, int nkt, int next, int hd, int ht,
                          int hb, uint16_t *kr, uint32_t *vt) {
     const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32, kl = 32 * ht;
@@ -220,7 +237,8 @@ static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv,
                 r[i] = aa_pairs(e, o);
             }
             aa_tr16(r);
-            for (int d = 0; d < 16; d++) _mm512_store_si512(vt + (size_t)(d0 + d) * AA_VT_LD + i0, r[d]);
+            uint32_t *vs = vt + (size_t)(i0 / 16) * 16 * hb * 16; /* step i0 / 16 */
+            for (int d = 0; d < 16; d++) _mm512_store_si512(vs + (size_t)(d0 + d) * 16, r[d]);
         }
 #else
     (void)next;
@@ -230,8 +248,10 @@ static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv,
     for (int d = 0; d < 16 * hb; d++)
         for (int i = 0; i < 16 * nks; i++) {
             const int j = 2 * i;
-            vt[(size_t)d * AA_VT_LD + i] = aa_pair(j < nkt && d < hd ? v[(size_t)j * ldv + d] : 0.0f,
-                                                   j + 1 < nkt && d < hd ? v[(size_t)(j + 1) * ldv + d] : 0.0f);
+            uint32_t *vs = vt + (size_t)(i / 16) * 16 * hb * 16; /* step i / 16 */
+            const float e = j < nkt && d < hd ? v[(size_t)j * ldv + d] : 0.0f;
+            const float o = j + 1 < nkt && d < hd ? v[(size_t)(j + 1) * ldv + d] : 0.0f;
+            vs[(size_t)d * 16 + (size_t)(i % 16)] = aa_pair(e, o);
         }
 #endif
 }
@@ -360,10 +380,11 @@ static void aa_scores(const uint32_t *qg, int two_g, const uint16_t *kr, int ht,
 }
 
 /* Oᵀ of the groups at og (and og + 16 with two_g; already scaled by α) += Vᵀ · P (P tiles pt0, pt1) over the
- * tile's nks key steps, two 16-dim blocks at a time. */
+ * tile's nks key steps (Vᵀ at vt, aa_layout_kv's layout: a step's 16·hb rows of 64 bytes), two 16-dim blocks at
+ * a time. */
 static void aa_pv(const uint32_t *pt0, const uint32_t *pt1, int two_g, const uint32_t *vt, int hb, int nks,
                   float *og) {
-    const size_t ldo = (size_t)ATTN_BQ_MAX * 4, ldv = (size_t)AA_VT_LD * 4, vblk = (size_t)16 * AA_VT_LD;
+    const size_t ldo = (size_t)ATTN_BQ_MAX * 4, vblk = (size_t)16 * 16, vstep = (size_t)16 * hb * 16;
     for (int db = 0; db < hb; db += 2) {
         const uint32_t *v0 = vt + (size_t)db * vblk, *v1 = v0 + vblk;
         float *o0 = og + (size_t)db * 16 * ATTN_BQ_MAX, *o1 = o0 + (size_t)16 * ATTN_BQ_MAX;
@@ -375,11 +396,11 @@ static void aa_pv(const uint32_t *pt0, const uint32_t *pt1, int two_g, const uin
         for (int ks = 0; ks < nks; ks++) {
             AMX_LOADD(AA_B0, pt0 + (size_t)ks * 256, 64);
             if (two_g) AMX_LOADD(AA_B1, pt1 + (size_t)ks * 256, 64);
-            AMX_LOADD(AA_A0, v0 + 16 * ks, ldv);
+            AMX_LOADD(AA_A0, v0 + (size_t)ks * vstep, 64);
             AMX_DPBF16PS(AA_C00, AA_A0, AA_B0);
             if (two_g) AMX_DPBF16PS(AA_C01, AA_A0, AA_B1);
             if (two_d) {
-                AMX_LOADD(AA_A1, v1 + 16 * ks, ldv);
+                AMX_LOADD(AA_A1, v1 + (size_t)ks * vstep, 64);
                 AMX_DPBF16PS(AA_C10, AA_A1, AA_B0);
                 if (two_g) AMX_DPBF16PS(AA_C11, AA_A1, AA_B1);
             }
@@ -391,9 +412,12 @@ static void aa_pv(const uint32_t *pt0, const uint32_t *pt1, int two_g, const uin
     }
 }
 
-/* One work item (attn_block_fn's contract; hd even, hd <= 128; ws: aa_floats(hd) floats, 64-byte aligned). */
-static void aa_block(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
-                     size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+/* One work item (attn_block_fn's contract; hd even, hd <= 128; ws: aa_floats(hd) floats, 64-byte aligned).
+ * kpack, vpack NULL: K and V laid out here, per key tile (aa_layout_kv into ws); else the segment's K rows and Vᵀ
+ * steps laid out beforehand (aa_run_packed), read from there: the same operands, so the same bits. */
+static void aa_block_on(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+                        const uint16_t *kpack, const uint32_t *vpack, float *out, size_t ldo, int nq, int nk, int hd,
+                        float scale, float *ws) {
     const int ht = (hd + 31) / 32, hb = (hd + 15) / 16, ng = (nq + 15) / 16, npp = (ng + 1) / 2;
     const aa_ws w = aa_carve(ws, hd);
     const float c = scale * 1.44269504088896341f; /* log2 domain */
@@ -413,27 +437,175 @@ static void aa_block(const float *q, size_t ldq, const float *k, size_t ldk, con
     for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
         nkt = attn_key_tile(nk, j0);
         const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32;
-        const int next = j0 + nkt < nk ? attn_key_tile(nk, j0 + nkt) : 0;
-        aa_layout_kv(k + (size_t)j0 * ldk, ldk, v + (size_t)j0 * ldv, ldv, nkt, next, hd, ht, hb, w.kr, w.vt);
+        const uint16_t *kr = w.kr;
+        const uint32_t *vt = w.vt;
+        if (kpack) { /* j0 is a multiple of ATTN_BK, so of 32: the tile's blocks and steps are the segment's */
+            kr = kpack + (size_t)j0 * 32 * ht;
+            vt = vpack + (size_t)(j0 / 32) * 16 * hb * 16;
+        } else {
+            const int next = j0 + nkt < nk ? attn_key_tile(nk, j0 + nkt) : 0;
+            aa_layout_kv(k + (size_t)j0 * ldk, ldk, v + (size_t)j0 * ldv, ldv, nkt, next, hd, ht, hb, w.kr, w.vt);
+        }
         /* Pairs of query groups; the next pair's scores (tiles) are issued before this pair's softmax (vector
          * units), so the two can overlap. Score buffers: pair pp's at s + (pp % 2)·2·sb. */
-        aa_scores(w.qt, ng > 1, w.kr, ht, nkb, w.s, w.s + sb);
+        aa_scores(w.qt, ng > 1, kr, ht, nkb, w.s, w.s + sb);
         for (int pp = 0; pp < npp; pp++) {
             const int g = 2 * pp, two_g = g + 1 < ng;
             float *s0 = w.s + (size_t)(pp % 2) * 2 * sb;
             if (pp + 1 < npp) {
                 float *n0 = w.s + (size_t)((pp + 1) % 2) * 2 * sb;
-                aa_scores(w.qt + 16 * (g + 2), g + 3 < ng, w.kr, ht, nkb, n0, n0 + sb);
+                aa_scores(w.qt + 16 * (g + 2), g + 3 < ng, kr, ht, nkb, n0, n0 + sb);
             }
             aa_softmax(s0, nkt, nks, c, w.mrow + 16 * g, w.lrow + 16 * g, w.pt, w.ot + 16 * g, hb);
             if (two_g)
                 aa_softmax(s0 + sb, nkt, nks, c, w.mrow + 16 * (g + 1), w.lrow + 16 * (g + 1), w.pt + AA_KP / 2 * 16,
                            w.ot + 16 * (g + 1), hb);
-            aa_pv(w.pt, w.pt + AA_KP / 2 * 16, two_g, w.vt, hb, nks, w.ot + 16 * g);
+            aa_pv(w.pt, w.pt + AA_KP / 2 * 16, two_g, vt, hb, nks, w.ot + 16 * g);
         }
     }
     AMX_RELEASE();
     aa_output(w.ot, w.lrow, nq, hd, hb, out, ldo);
+}
+
+static void aa_block(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
+                     size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+    aa_block_on(q, ldq, k, ldk, v, ldv, NULL, NULL, out, ldo, nq, nk, hd, scale, ws);
+}
+
+/* ---- K and V laid out once per (segment, head): the pack in a->scratch ----
+ * Per head, the K rows of every segment ([nk16][32·ht] bf16 each, nk16 = the segment's keys rounded up to 16,
+ * segment after segment), then their Vᵀ steps ([nk32 / 32][16·hb][16] dwords each, nk32 rounded up to 32): a
+ * segment's key tile at j0 reads its K rows at row j0 and its Vᵀ steps from step j0 / 32, the layouts aa_layout_kv
+ * makes per key tile (zero past the segment's keys and past hd), so the tile loads read the pack directly. As in
+ * the bf16 blocks' pack (attention_bf16.c): as many heads at a time as fit, each group a pass that lays out (over
+ * the pool, in 64-key chunks) and a pass over its work items in (segment, head, query tile) order. */
+enum { AA_CHUNK = ATTN_BK }; /* keys per layout task: whole 32-key steps */
+_Static_assert(AA_CHUNK % 32 == 0 && AA_CHUNK <= 16 * AA_KB_MAX, "layout chunks of whole steps");
+
+/* A head's pack: K rows (Σ nk16 of the segments) and Vᵀ steps (Σ nk32 / 32); its dwords (a multiple of 16), 0
+ * on overflow or when no segment has a key. */
+static size_t aa_pack_dwords(const attn_args *a, size_t *krows, size_t *vsteps) {
+    const size_t ht = ((size_t)a->head_dim + 31) / 32, hb = ((size_t)a->head_dim + 15) / 16;
+    size_t kr = 0, vs = 0, kd, vd, n;
+    for (int s = 0; s < a->n_seg; s++) {
+        const int len = a->cu[s + 1] - a->cu[s];
+        if (len <= 0) continue;
+        if (size_add_overflow(kr, ((size_t)len + 15) / 16 * 16, &kr) ||
+            size_add_overflow(vs, ((size_t)len + 31) / 32, &vs))
+            return 0;
+    }
+    if (size_mul_overflow(kr, 16 * ht, &kd) || size_mul_overflow(vs, 256 * hb, &vd) || size_add_overflow(kd, vd, &n))
+        return 0;
+    *krows = kr;
+    *vsteps = vs;
+    return n;
+}
+
+typedef struct aa_pack_job {
+    const attn_args *a;
+    uint32_t *pack;
+    size_t krows, head_dw; /* K rows per head, dwords per head */
+    int h0, nh;            /* the group: heads [h0, h0 + nh) */
+    float *ws;
+    size_t thread_floats;
+} aa_pack_job;
+
+static long aa_seg_chunks(int len, int nh) { return len > 0 ? (long)nh * ((len + AA_CHUNK - 1) / AA_CHUNK) : 0; }
+static long aa_seg_tiles(int len, int nh) { return len > 0 ? (long)nh * attn_query_tiles(len) : 0; }
+
+/* Segment of item `rest` (made its index in the segment) of per-segment counts count(len, nh), with the
+ * segment's first K row and Vᵀ step in a head's pack. */
+static int aa_find_seg(const attn_args *a, long *rest, size_t *krow, size_t *vstep, long (*count)(int, int), int nh) {
+    size_t kr = 0, vs = 0;
+    for (int s = 0;; s++) {
+        const int len = a->cu[s + 1] - a->cu[s];
+        const long n = count(len, nh);
+        if (*rest < n) {
+            *krow = kr;
+            *vstep = vs;
+            return s;
+        }
+        *rest -= n;
+        if (len > 0) kr += ((size_t)len + 15) / 16 * 16, vs += ((size_t)len + 31) / 32;
+    }
+}
+
+/* Head g's (of the group) K rows and Vᵀ steps of the segment starting at K row krow, Vᵀ step vstep. */
+static uint16_t *aa_head_k(const aa_pack_job *j, int g, size_t krow) {
+    const size_t ht = ((size_t)j->a->head_dim + 31) / 32;
+    return (uint16_t *)(void *)(j->pack + (size_t)g * j->head_dw) + krow * 32 * ht;
+}
+static uint32_t *aa_head_v(const aa_pack_job *j, int g, size_t vstep) {
+    const size_t ht = ((size_t)j->a->head_dim + 31) / 32, hb = ((size_t)j->a->head_dim + 15) / 16;
+    return j->pack + (size_t)g * j->head_dw + j->krows * 16 * ht + vstep * 256 * hb;
+}
+
+static void aa_pack_task(void *ctx, long it, int thread) {
+    (void)thread;
+    const aa_pack_job *j = ctx;
+    const attn_args *a = j->a;
+    const int hd = a->head_dim, ht = (hd + 31) / 32, hb = (hd + 15) / 16;
+    size_t krow, vstep;
+    long rest = it;
+    const int s = aa_find_seg(a, &rest, &krow, &vstep, aa_seg_chunks, j->nh), base = a->cu[s];
+    const int len = a->cu[s + 1] - base;
+    const long chunks = (len + AA_CHUNK - 1) / AA_CHUNK;
+    const int g = (int)(rest / chunks), j0 = (int)(rest % chunks) * AA_CHUNK;
+    const int n = len - j0 < AA_CHUNK ? len - j0 : AA_CHUNK, rest_keys = len - j0 - n;
+    const size_t col = (size_t)(j->h0 + g) * hd;
+    /* the last chunk of a segment writes its padding: rows up to nk16, steps up to nk32 / 32 */
+    aa_layout_kv(a->k + (size_t)(base + j0) * a->ldk + col, a->ldk, a->v + (size_t)(base + j0) * a->ldv + col,
+                 a->ldv, n, rest_keys < AA_CHUNK ? rest_keys : AA_CHUNK, hd, ht, hb,
+                 aa_head_k(j, g, krow) + (size_t)j0 * 32 * ht, aa_head_v(j, g, vstep) + (size_t)(j0 / 32) * 256 * hb);
+}
+
+static void aa_item_task(void *ctx, long it, int thread) {
+    const aa_pack_job *j = ctx;
+    const attn_args *a = j->a;
+    const int hd = a->head_dim;
+    size_t krow, vstep;
+    long rest = it;
+    const int s = aa_find_seg(a, &rest, &krow, &vstep, aa_seg_tiles, j->nh), base = a->cu[s];
+    const int len = a->cu[s + 1] - base;
+    const long tiles = attn_query_tiles(len);
+    const int g = (int)(rest / tiles), qt = (int)(rest % tiles);
+    const int i0 = base + qt * ATTN_BQ, nq = attn_query_rows(len, qt);
+    const size_t col = (size_t)(j->h0 + g) * hd;
+    aa_block_on(a->q + (size_t)i0 * a->ldq + col, a->ldq, NULL, 0, NULL, 0, aa_head_k(j, g, krow),
+                aa_head_v(j, g, vstep), a->out + (size_t)i0 * a->ldo + col, a->ldo, nq, len, hd, a->scale,
+                j->ws + (size_t)thread * j->thread_floats);
+}
+
+/* The packed path when a->scratch holds at least one head's pack; 0 (nothing done, scratch untouched)
+ * otherwise. ws as for attn_run_blocks with aa_floats per thread. */
+static int aa_run_packed(const attn_args *a, void *ws, thread_pool *pool) {
+    const int nh = a->n_heads;
+    size_t krows = 0, vsteps = 0, head_bytes;
+    if (!a->scratch || nh <= 0 || a->n_seg <= 0) return 0;
+    const size_t head_dw = aa_pack_dwords(a, &krows, &vsteps);
+    if (head_dw == 0 || size_mul_overflow(head_dw, sizeof(uint32_t), &head_bytes)) return 0;
+    /* the pack's stores are aligned (64-byte Vᵀ rows): start it at a 64-byte boundary of the scratch */
+    const uintptr_t p0 = (uintptr_t)a->scratch, p1 = (p0 + 63) & ~(uintptr_t)63;
+    if (a->scratch_bytes < p1 - p0 || (a->scratch_bytes - (p1 - p0)) / head_bytes < 1) return 0;
+    const size_t fit = (a->scratch_bytes - (p1 - p0)) / head_bytes;
+    /* the fewest groups, of near-equal size (16 heads with room for 7: 6, 6, 4) */
+    const int n_groups = fit < (size_t)nh ? (int)(((size_t)nh + fit - 1) / fit) : 1;
+    const int group = (nh + n_groups - 1) / n_groups;
+    aa_pack_job j = {a, (uint32_t *)(void *)p1, krows, head_dw, 0, 0,
+                     (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63),
+                     (aa_floats(a->head_dim) + 15) & ~(size_t)15};
+    for (int h0 = 0; h0 < nh; h0 += group) {
+        j.h0 = h0;
+        j.nh = nh - h0 < group ? nh - h0 : group;
+        long chunks = 0, items = 0;
+        for (int s = 0; s < a->n_seg; s++) {
+            chunks += aa_seg_chunks(a->cu[s + 1] - a->cu[s], j.nh);
+            items += aa_seg_tiles(a->cu[s + 1] - a->cu[s], j.nh);
+        }
+        pool_run(pool, chunks, aa_pack_task, &j);
+        pool_run(pool, items, aa_item_task, &j);
+    }
+    return 1;
 }
 
 void AA_NAME(attn_amx_run)(const attn_args *a, void *ws, thread_pool *pool) {
@@ -445,34 +617,45 @@ void AA_NAME(attn_amx_run)(const attn_args *a, void *ws, thread_pool *pool) {
 #endif
         return;
     }
+    if (aa_run_packed(a, ws, pool)) return;
     attn_run_blocks(a, ws, pool, aa_block, (aa_floats(a->head_dim) + 15) & ~(size_t)15);
 }
 
 /* A start-up check of this build against the definition: two segments (37 rows: a partial query group; 100: two
  * key tiles, the second 36 keys, i.e. a padded second 32-key step) of two heads of 72 (3 K tiles, 5 Oᵀ tiles), on
- * the calling thread. 2 when it agrees bit for bit, 1 within amx_attn_excess's bound, 0 when not or out of
- * memory. */
+ * the calling thread, with K and V laid out per key tile and from the pack (scratch for one head: two groups).
+ * 2 when both agree bit for bit, 1 when both are within amx_attn_excess's bound, 0 when not or out of memory. */
 int AA_NAME(attn_amx_check)(void) {
     enum { HD = 72, NH = 2, H = NH * HD, S = 137 };
     const int cu[3] = {0, 37, S};
     float *qkv = malloc((size_t)S * 3 * H * sizeof(float)), *o1 = malloc((size_t)S * H * sizeof(float));
     float *o2 = malloc((size_t)S * H * sizeof(float));
     void *ws = malloc(attn_amx_workspace_size(HD, 1));
+    attn_args a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H, .out = o1,
+                   .ldo = H, .n_heads = NH, .head_dim = HD, .cu = cu, .n_seg = 2, .scale = 0.11785113f};
+    size_t krows, vsteps;
+    const size_t pack_bytes = aa_pack_dwords(&a, &krows, &vsteps) * sizeof(uint32_t) + 64; /* one head, aligned */
+    void *scratch = malloc(pack_bytes);
     int ok = 0;
-    if (qkv && o1 && o2 && ws) {
+    if (qkv && o1 && o2 && ws && scratch) {
         uint32_t st = 2463534242u;
         for (size_t i = 0; i < (size_t)S * 3 * H; i++) {
             st ^= st << 13, st ^= st >> 17, st ^= st << 5;
             qkv[i] = (float)(int)(st % 4001u) / 1000.0f - 2.0f;
         }
-        attn_args a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H, .out = o1,
-                       .ldo = H, .n_heads = NH, .head_dim = HD, .cu = cu, .n_seg = 2, .scale = 0.11785113f};
-        AA_NAME(attn_amx_run)(&a, ws, NULL);
         a.out = o2;
         attn_amx_ref(&a);
-        ok = memcmp(o1, o2, (size_t)S * H * sizeof(float)) == 0 ? 2 : amx_attn_excess(&a, o1, o2) <= 1.0 ? 1 : 0;
+        for (int packed = 0; packed < 2; packed++) {
+            a.out = o1;
+            a.scratch = packed ? scratch : NULL;
+            a.scratch_bytes = packed ? pack_bytes : 0;
+            AA_NAME(attn_amx_run)(&a, ws, NULL);
+            const int r =
+                memcmp(o1, o2, (size_t)S * H * sizeof(float)) == 0 ? 2 : amx_attn_excess(&a, o1, o2) <= 1.0 ? 1 : 0;
+            ok = packed == 0 || r < ok ? r : ok;
+        }
     }
-    free(qkv), free(o1), free(o2), free(ws);
+    free(qkv), free(o1), free(o2), free(ws), free(scratch);
     return ok;
 }
 

@@ -180,7 +180,13 @@ void attn_bf16_block_avx512bf16_packed(const float *q, size_t ldq, const uint32_
  *     te = Σ p_2i·v_2i[d], to = Σ p_2i+1·v_2i+1[d] (chains from 0 in i order as above) and
  *     o = ftz(daz(o) + ftz(te + to)) (instead of continuing the pair chain from o·α over the tile's key pairs).
  * Other head dims (attn_amx_takes false) run the definition above: attn_amx_run uses the bf16 blocks and
- * attn_amx_ref is attn_bf16_ref there. */
+ * attn_amx_ref is attn_bf16_ref there.
+ * K and V are rounded into the tiles' layouts either per key tile inside each work item, or, when a->scratch
+ * holds at least one head's pack, once per (segment, head) for all its items (a group of heads at a time, as
+ * attn_bf16_run): per head, each segment's K rows [nk16][32·ceil(hd/32)] bf16 (nk16 = its keys rounded up to 16)
+ * segment after segment, then each segment's Vᵀ pairs per 32-key step [nk32/32][16·ceil(hd/16)][16] dwords (nk32
+ * rounded up to 32; dword = keys 2i, 2i+1 of one head column), zero past the keys and past hd: the layouts made per
+ * key tile, so the same bits. */
 static inline int attn_amx_takes(int head_dim) { return head_dim >= 2 && head_dim <= 128 && head_dim % 2 == 0; }
 /* Bytes of workspace for attn_amx_run (any build) with n_threads threads: also enough for attn_bf16_run. */
 size_t attn_amx_workspace_size(int head_dim, int n_threads);
