@@ -75,6 +75,8 @@
 
 #if AA_SIMD
 #include <immintrin.h>
+
+#include "cpu/bf16_avx512.h" /* tr16_epi32 */
 #endif
 
 enum {
@@ -138,29 +140,6 @@ static inline __m512i aa_pairs(__m512 even, __m512 odd) {
                                          21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
 }
-/* 16 x 16 dwords transposed in registers: r[i] element j → r[j] element i. */
-static inline void aa_tr16(__m512i *r) {
-    __m512i a[16], b[16];
-    for (int i = 0; i < 8; i++) {
-        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) { /* b[4i + c], lane L: column 4L + c of rows 4i .. 4i + 3 */
-        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-    }
-    for (int c = 0; c < 4; c++) {
-        const __m512i e0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44), e1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
-        const __m512i e2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
-        const __m512i e3 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
-        r[c] = _mm512_shuffle_i32x4(e0, e2, 0x88);
-        r[4 + c] = _mm512_shuffle_i32x4(e0, e2, 0xdd);
-        r[8 + c] = _mm512_shuffle_i32x4(e1, e3, 0x88);
-        r[12 + c] = _mm512_shuffle_i32x4(e1, e3, 0xdd);
-    }
-}
 /* bf16_exp2 lane-wise (the operations of attention_avx512bf16.c's exp2v, in the same order). */
 static inline __m512 aa_exp2(__m512 x) {
     const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
@@ -193,7 +172,7 @@ static void aa_layout_q(const float *q, size_t ldq, int nq, int hd, int ht, uint
                 const float *qi = q + (size_t)(i0 + i) * ldq;
                 r[i] = (__m512i)_mm512_cvtne2ps_pbh(aa_load(qi, 2 * p0 + 16, hd), aa_load(qi, 2 * p0, hd));
             }
-            aa_tr16(r);
+            tr16_epi32(r);
             for (int p = 0; p < 16; p++) _mm512_store_si512(qt + (size_t)(p0 + p) * ATTN_BQ_MAX + i0, r[p]);
         }
 #else
@@ -236,7 +215,7 @@ static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv,
                 const __m512 o = j + 1 < nkt ? aa_load(v + (size_t)(j + 1) * ldv, d0, hd) : _mm512_setzero_ps();
                 r[i] = aa_pairs(e, o);
             }
-            aa_tr16(r);
+            tr16_epi32(r);
             uint32_t *vs = vt + (size_t)(i0 / 16) * 16 * hb * 16; /* step i0 / 16 */
             for (int d = 0; d < 16; d++) _mm512_store_si512(vs + (size_t)(d0 + d) * 16, r[d]);
         }
@@ -323,7 +302,7 @@ static void aa_output(const float *ot, const float *lrow, int nq, int hd, int hb
             __m512i r[16];
             for (int d = 0; d < 16; d++)
                 r[d] = _mm512_castps_si512(_mm512_div_ps(_mm512_load_ps(ot + (size_t)(d0 + d) * ATTN_BQ_MAX + i0), l));
-            aa_tr16(r);
+            tr16_epi32(r);
             const __mmask16 mk = aa_first(hd - d0);
             for (int i = 0; i < rows; i++) _mm512_mask_storeu_epi32(out + (size_t)(i0 + i) * ldo + d0, mk, r[i]);
         }

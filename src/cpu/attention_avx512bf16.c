@@ -1,7 +1,9 @@
 /* attention_avx512bf16.c — one attention work item in bf16 arithmetic on AVX512-BF16 (bf16.h's definition, bit
  * for bit), with the query rows in the vector lanes throughout:
- *   - Qᵀ pairs [hd/2][rows] (pairs along the head dim, 16 rows a vector), K pairs row-major [keys][hd/2]: the
- *     scores of 16·G rows x 8 keys by VDPBF16PS, a key's pair broadcast against G row vectors (G = 3, 2 or 1);
+ *   - Qᵀ pairs [hd/2][rows] (pairs along the head dim, 16 rows a vector; laid out by 16 x 16 transposes), K pairs
+ *     in chunks of 8 keys, pair-major within a chunk ([keys/8][hd/2][8]: the 8 keys' pair p side by side, so the
+ *     broadcasts of a chunk are one pointer plus constant offsets): the scores of 16·G rows x 8 keys by
+ *     VDPBF16PS, a key's pair broadcast against G row vectors (G = 3, 2 or 1);
  *   - the online softmax vertical: per-row max, rescale factors, sums and the log2-domain exp2 on row vectors, no
  *     horizontal reductions; P rounded two keys at a time into pair vectors (VCVTNE2PS2BF16 and an interleave);
  *   - P·V into Oᵀ [hd][rows]: a V pair (two keys, one head column) broadcast against G row vectors of P pairs, 8
@@ -16,6 +18,7 @@
 #include <stdint.h>
 
 #include "cpu/bf16.h"
+#include "cpu/bf16_avx512.h" /* tr16_epi32 */
 #include "cpu/kernels_avx2.h" /* attention tiling */
 
 enum { RB = 48 }; /* rows of a full row block: 3 vectors of 16 */
@@ -52,18 +55,20 @@ static inline __m512i pairs16(__m512 even, __m512 odd, __m512i idx) {
 
 static inline __mmask16 first_n(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
 
-/* x[0, n) (n even) rounded into n / 2 pair dwords at dst. */
-static inline void pairs_row(const float *x, int n, uint32_t *dst) {
-    for (int e = 0; e < n; e += 16) {
-        const int cnt = n - e < 16 ? n - e : 16;
-        const __m256i d = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(first_n(cnt), x + e));
-        _mm256_mask_storeu_epi32(dst + e / 2, (__mmask8)((1u << (cnt / 2)) - 1u), d);
-    }
+/* x[d, d + 16) clipped to n elements (zero past n; the pointer is only formed below n). */
+static inline __m512 load_clip(const float *x, int d, int n) {
+    return d < n ? _mm512_maskz_loadu_ps(first_n(n - d), x + d) : _mm512_setzero_ps();
+}
+
+/* The 16 pair dwords of x[2·p0, 2·p0 + 32) clipped to n elements: dword p = bf16(x[2p]) | bf16(x[2p + 1]) << 16
+ * (VCVTNE2PS2BF16: bf16_round_ftz). */
+static inline __m512i pairs32(const float *x, int p0, int n) {
+    return (__m512i)_mm512_cvtne2ps_pbh(load_clip(x, 2 * p0 + 16, n), load_clip(x, 2 * p0, n));
 }
 
 /* Scores of G row vectors (Qᵀ pairs at qt, row stride BQ_MAX dwords) against keys [0, nk8) of the K pair tile kp
- * (nk8 a multiple of 8, keys at or past nkt zero) into s [nk8][RB] (raw chains); the row vectors' max over the
- * keys before nkt into mx[G]. */
+ * (k_pairs' layout; nk8 a multiple of 8, keys at or past nkt zero) into s [nk8][RB] (raw chains); the row
+ * vectors' max over the keys before nkt into mx[G]. */
 static inline __attribute__((always_inline)) void scores_pass(const int G, const uint32_t *qt, const uint32_t *kp,
                                                               int hp, int nk8, int nkt, float *s, __m512 *mx) {
     for (int g = 0; g < G; g++) mx[g] = _mm512_set1_ps(-INFINITY);
@@ -81,7 +86,7 @@ static inline __attribute__((always_inline)) void scores_pass(const int G, const
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++)
 #pragma GCC unroll 3
-                for (int g = 0; g < G; g++) acc[j][g] = dpm(acc[j][g], x[g], kr + (size_t)j * hp + p);
+                for (int g = 0; g < G; g++) acc[j][g] = dpm(acc[j][g], x[g], kr + (size_t)p * 8 + j);
         }
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
@@ -162,14 +167,20 @@ static inline __attribute__((always_inline)) void rows_pass(const int G, int r0,
     }
 }
 
-/* K pairs of keys [0, nk8) of a key tile (nkt keys from k, zero past nkt) into kp [nk8][hp]. */
+/* K pairs of keys [0, nk8) of a key tile (nkt keys from k, zero past nkt) into kp: per chunk of 8 keys, pair p of
+ * key j at [p][j] ([nk8/8][hp][8]); 8 rows and 8 zero rows transposed 16 x 16, 16 pairs at a time. */
 static inline void k_pairs(const float *k, size_t ldk, int nkt, int nk8, int hd, uint32_t *kp) {
     const int hp = hd / 2;
-    for (int j = 0; j < nk8; j++) {
-        uint32_t *kr = kp + (size_t)j * hp;
-        if (j < nkt) pairs_row(k + (size_t)j * ldk, hd, kr);
-        else
-            for (int p = 0; p < hp; p++) kr[p] = 0;
+    for (int c = 0; c < nk8; c += 8) {
+        uint32_t *kc = kp + (size_t)c * hp;
+        for (int p0 = 0; p0 < hp; p0 += 16) {
+            __m512i r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = j < 8 && c + j < nkt ? pairs32(k + (size_t)(c + j) * ldk, p0, hd) : _mm512_setzero_si512();
+            tr16_epi32(r);
+            for (int p = 0; p < 16 && p0 + p < hp; p++)
+                _mm256_storeu_si256((__m256i *)(void *)(kc + (size_t)(p0 + p) * 8), _mm512_castsi512_si256(r[p]));
+        }
     }
 }
 
@@ -210,11 +221,14 @@ static inline __attribute__((always_inline)) void block(const float *q, size_t l
     float *mrow = ot + (size_t)hd * ATTN_BQ_MAX, *lrow = mrow + ATTN_BQ_MAX;
     const float c = scale * 1.44269504088896341f;
     const __m512i idx = pair_index();
-    uint32_t tmp[64];
-    for (int i = 0; i < nqp; i++) { /* Qᵀ pairs (zero rows past nq) */
-        if (i < nq) pairs_row(q + (size_t)i * ldq, hd, tmp);
-        for (int p = 0; p < hp; p++) qt[(size_t)p * ATTN_BQ_MAX + i] = i < nq ? tmp[p] : 0;
-    }
+    for (int i0 = 0; i0 < nqp; i0 += 16) /* Qᵀ pairs (zero rows past nq), 16 rows x 16 pairs at a time */
+        for (int p0 = 0; p0 < hp; p0 += 16) {
+            __m512i r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i0 + i < nq ? pairs32(q + (size_t)(i0 + i) * ldq, p0, hd) : _mm512_setzero_si512();
+            tr16_epi32(r);
+            for (int p = 0; p < 16 && p0 + p < hp; p++) _mm512_store_si512(qt + (size_t)(p0 + p) * ATTN_BQ_MAX + i0, r[p]);
+        }
     for (int i = 0; i < nqp; i += 16) {
         _mm512_store_ps(mrow + i, _mm512_set1_ps(-INFINITY));
         _mm512_store_ps(lrow + i, _mm512_setzero_ps());
@@ -243,15 +257,19 @@ static inline __attribute__((always_inline)) void block(const float *q, size_t l
         if (ng - g0 == 2) rows_pass(2, 16 * g0, qt, kp, vp, hp, hd, nkt, c, s, pt, ot, mrow, lrow);
         else if (ng - g0 == 1) rows_pass(1, 16 * g0, qt, kp, vp, hp, hd, nkt, c, s, pt, ot, mrow, lrow);
     }
-    for (int i = 0; i < nqp; i += 16) { /* out = Oᵀ / l, transposed back to rows */
-        const __m512 l = _mm512_load_ps(lrow + i);
-        for (int d = 0; d < hd; d++) {
-            float *od = ot + (size_t)d * ATTN_BQ_MAX + i;
-            _mm512_store_ps(od, _mm512_div_ps(_mm512_load_ps(od), l));
+    for (int i0 = 0; i0 < nqp; i0 += 16) { /* out = Oᵀ / l, transposed back to rows 16 x 16 at a time */
+        const __m512 l = _mm512_load_ps(lrow + i0);
+        const int rows = nq - i0 < 16 ? nq - i0 : 16;
+        for (int d0 = 0; d0 < hd; d0 += 16) {
+            __m512i r[16];
+            for (int d = 0; d < 16; d++)
+                r[d] = d0 + d < hd ? _mm512_castps_si512(
+                                         _mm512_div_ps(_mm512_load_ps(ot + (size_t)(d0 + d) * ATTN_BQ_MAX + i0), l))
+                                   : _mm512_setzero_si512();
+            tr16_epi32(r);
+            const __mmask16 m = first_n(hd - d0);
+            for (int i = 0; i < rows; i++) _mm512_mask_storeu_epi32(out + (size_t)(i0 + i) * ldo + d0, m, r[i]);
         }
-        const int rows = nq - i < 16 ? nq - i : 16;
-        for (int r = 0; r < rows; r++)
-            for (int d = 0; d < hd; d++) out[(size_t)(i + r) * ldo + d] = ot[(size_t)d * ATTN_BQ_MAX + i + r];
     }
 }
 

@@ -77,13 +77,14 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
 
 #if QVL_WITH_X86
 /* K and V packed once per (segment, head) (bf16.h, attn_bf16_pack_avx512bf16), for a group of heads at a time in
- * a->scratch: per head, the K pairs of every segment ([nk8][hp] each, segment after segment: `keys` = Σ nk8 rows),
+ * a->scratch: per head, the K pairs of every segment ([nk8/8][hp][8] each, segment after segment: `keys` = Σ nk8),
  * then their V pairs ([nk8/2][hd] each), keys·hd dwords in all. The profile that led here (perf, 7056 rows, hd 72):
  * a quarter of an item's time was the wait for K and V rows 13.8 KB apart in the qkv rows, re-read and re-rounded
  * by each of a head's 37 query tiles. Each group is a pass that packs (over the pool, in 64-key chunks) and a pass
  * over its work items in attn_run_blocks' order (segment, head, query tile), handed out dynamically; the pairs are
  * those the block makes per key tile, so the bits are the per-item path's whatever the group size or thread. */
-enum { PACK_CHUNK = ATTN_BK }; /* keys per packing task: a multiple of the key tile start spacing, even */
+enum { PACK_CHUNK = ATTN_BK }; /* keys per packing task: a multiple of the key tile start spacing and of 8 */
+_Static_assert(PACK_CHUNK % 8 == 0, "packing tasks start at whole 8-key chunks");
 
 typedef struct pack_job {
     const attn_args *a;

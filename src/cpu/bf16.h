@@ -158,10 +158,11 @@ size_t attn_bf16_block_floats(int hd);
 void attn_bf16_block_avx512bf16(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                                 float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
 /* K and V rounded once per (segment, head) for all its work items (attn_bf16_run, when a->scratch holds them): a
- * segment of nk keys packs as K pairs [nk8][hd/2] (nk8 = nk rounded up to 8, keys past nk zero) and V pairs
- * [nk8/2][hd] (keys 2i, 2i+1 per head column; the key past an odd nk zero), the layouts the AVX512-BF16 block makes
- * per key tile. The pack function writes keys [j0, j0 + n) (j0 even) of it, and the padding when j0 + n = nk; the
- * packed block reads the segment's pairs from kp, vp instead of k and v, with the same bits. */
+ * segment of nk keys packs as K pairs in chunks of 8 keys, pair-major within a chunk ([nk8/8][hd/2][8]; nk8 = nk
+ * rounded up to 8, keys past nk zero) and V pairs [nk8/2][hd] (keys 2i, 2i+1 per head column; the key past an odd
+ * nk zero), the layouts the AVX512-BF16 block makes per key tile. The pack function writes keys [j0, j0 + n) (j0 a
+ * multiple of 8) of it, and the padding when j0 + n = nk; the packed block reads the segment's pairs from kp, vp
+ * instead of k and v, with the same bits. */
 void attn_bf16_pack_avx512bf16(const float *k, size_t ldk, const float *v, size_t ldv, int j0, int n, int nk,
                                int hd, uint32_t *kp, uint32_t *vp);
 void attn_bf16_block_avx512bf16_packed(const float *q, size_t ldq, const uint32_t *kp, const uint32_t *vp, float *out,

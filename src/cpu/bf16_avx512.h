@@ -16,4 +16,27 @@ static inline __m512i bf16_round16(__m512 f) {
     return _mm512_mask_mov_epi32(r, nan, qn);
 }
 
+/* 16 x 16 dwords transposed in registers: r[i] element j → r[j] element i. */
+static inline void tr16_epi32(__m512i *r) {
+    __m512i a[16], b[16];
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* b[4i + c], lane L: column 4L + c of rows 4i .. 4i + 3 */
+        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i e0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44), e1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
+        const __m512i e2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+        const __m512i e3 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
+        r[c] = _mm512_shuffle_i32x4(e0, e2, 0x88);
+        r[4 + c] = _mm512_shuffle_i32x4(e0, e2, 0xdd);
+        r[8 + c] = _mm512_shuffle_i32x4(e1, e3, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(e1, e3, 0xdd);
+    }
+}
 #endif
