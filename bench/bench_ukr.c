@@ -50,13 +50,13 @@ int main(void) {
                     const float *aj = a + (size_t)(j % k->mt) * 14 * KC;
                     float *cj = c + (size_t)(j % k->mt) * 14 * LDC;
                     if (k->f32) {
-                        gemm_ukr_14x32_avx512(KC, aj, bf, bf + (size_t)KC * 16, cj, LDC, 1, NULL);
+                        gemm_ukr_14x32_avx512(KC, aj, bf, bf + (size_t)KC * 16, cj, LDC, 1, NULL, NULL, NULL, 0);
                     } else if (k->gemm_like) {
                         const size_t t = (size_t)(j / k->mt % NB);
                         const uint16_t *b0 = bh + t * panel * 2;
                         float *ct = cj + (size_t)(j / k->mt % 36) * 32;
                         if (k->keep && j % k->mt)
-                            gemm_ukr_14x32_avx512(KC, aj, bw, bw + (size_t)KC * 16, ct, LDC, 1, NULL);
+                            gemm_ukr_14x32_avx512(KC, aj, bw, bw + (size_t)KC * 16, ct, LDC, 1, NULL, NULL, NULL, 0);
                         else
                             gemm_ukr_14x32_bf16_avx512(KC, aj, b0, b0 + panel, ct, LDC, 1, NULL, k->keep ? bw : NULL);
                     } else {

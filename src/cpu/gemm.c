@@ -12,6 +12,7 @@
  *         for ir in mc by MR:                       the B micro-panel stays in L1 while A panels stream from L2
  *           ukr: Cb[ir, jr] (=|+=) Ap[ir] · Bp[jr]; on the last K block, the SIMD kernels finish the tile
  *                straight into C: t = Cb + acc + bias, GELU, C = accumulate ? C + t : t (gemm_tail)
+ *           (AVX-512, pre-packed weights: the last tile also reads the next B tile towards L2, a hint)
  *     (the scalar set, or K = 0: epilogue over Cb, once per element after the full K sum, same operations)
  *
  * Partial sums live in Cb rather than in C so that C is read only at the end (accumulate) and written once.
@@ -121,8 +122,10 @@ typedef struct gemm_kernels {
     int mr, nr, mc_max, nc_max;
     gemm_bf16_order order; /* the bf16 panel order ukr_bf16 reads (and gemm_pack_b writes under this set) */
     /* tail: NULL, or (sets with has_tail only) finish the tile into C (kernels_avx2.h, gemm_tail). */
+    /* pf0, pf1, pfn: the next B tile to read towards L2 while this tile computes (kernels_avx512.h); a hint the
+     * 16-column sets ignore. */
     void (*ukr)(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first,
-                const gemm_tail *tail);
+                const gemm_tail *tail, const void *pf0, const void *pf1, int pfn);
     /* Same contract on bf16 panels in `order` widened in registers; NULL: widen into Bp, then ukr. bw: NULL, or
      * (sets with keeps_widened only) where to store the widened micro-panels, b0's at bw, b1's at bw + kc·16. */
     void (*ukr_bf16)(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c, size_t ldc,
@@ -138,14 +141,15 @@ typedef struct gemm_kernels {
 
 /* 16-column sets: b1 is always NULL. */
 static void ukr_scalar16(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first,
-                         const gemm_tail *tail) {
+                         const gemm_tail *tail, const void *pf0, const void *pf1, int pfn) {
     (void)b1, (void)tail; /* has_tail = 0: always NULL */
+    (void)pf0, (void)pf1, (void)pfn;
     ukr_scalar(kc, a, b0, c, ldc, first);
 }
 #if QVL_WITH_X86
 static void ukr_avx2_16(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc, int first,
-                        const gemm_tail *tail) {
-    (void)b1;
+                        const gemm_tail *tail, const void *pf0, const void *pf1, int pfn) {
+    (void)b1, (void)pf0, (void)pf1, (void)pfn;
     gemm_ukr_6x16_avx2(kc, a, b0, c, ldc, first, tail);
 }
 static void ukr_avx2_16_bf16(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c, size_t ldc,
@@ -352,6 +356,38 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
                                    j0 + nc - jt < GEMM_NR ? j0 + nc - jt : GEMM_NR, kc, dst);
                 }
             }
+            /* The last micro-tile on this B tile (one of the f32 kernel's: with keep, not the first) reads the
+             * next B tile of the pre-packed weight (the next nr columns, else the first tile of the next K block)
+             * towards L2: else the first tile on each B tile waits on L3 or memory. Measured single thread, M 784,
+             * bench_gemm bf16 panels, old and new build alternated: fc2 (K 4304, 9.9 MB of weights streamed once
+             * per 42-row M block) 94-98 -> 101-105 GFLOP per CPU-second (5 runs), f32 panels 86-98 -> 92-100;
+             * the other tower shapes (K 1152, their weights stay in L3) and two threads (fc2 +1-2 %) unchanged
+             * within the noise. The pointers stay inside the weight (a clamped line count; a bf16 step is 32
+             * bytes, an f32 step 64). Also measured: the second tile reading ahead instead of the last, or the read
+             * spread over all the f32 tiles: no better; _MM_HINT_T0 instead of T1: no better. The 16-column sets
+             * ignore it (not tried: their M block runs up to 24 tiles per B panel, so the first tile's wait weighs
+             * less there). */
+            const void *pf0 = NULL, *pf1 = NULL;
+            int pfn = 0;
+            if (kr->nr > GEMM_NR && (keep || (pk && pk->dtype == QVL_DTYPE_F32))) {
+                size_t noff = 0; /* element offset of the next tile in the packed weight */
+                int ntwo = 0, nkc = 0;
+                if (jr + kr->nr < nc) {
+                    noff = poff + (size_t)kr->nr * (size_t)g->K;
+                    ntwo = nc - (jr + kr->nr) > GEMM_NR;
+                    nkc = kc;
+                } else if (pc + kc < g->K) {
+                    noff = (size_t)j0 * g->K + (size_t)(pc + kc) * GEMM_NR;
+                    ntwo = nc > GEMM_NR;
+                    nkc = g->K - (pc + kc) < KC ? g->K - (pc + kc) : KC;
+                }
+                if (nkc) {
+                    const size_t esz_p = in_regs ? 2 : 4;
+                    pf0 = (const unsigned char *)pk->data + noff * esz_p;
+                    pf1 = ntwo ? (const unsigned char *)pf0 + pstride * esz_p : NULL;
+                    pfn = in_regs ? (nkc + 1) / 2 : nkc;
+                }
+            }
             for (int ir = 0; ir < mc; ir += MR) {
                 const gemm_tail *tp = NULL;
                 if (finish) {
@@ -361,7 +397,11 @@ static void gemm_item(const gemm_args *g, const gemm_kernels *kr, const gemm_pac
                 float *ct = cj + (size_t)ir * GEMM_NC_MAX;
                 if (in_regs && (!keep || ir == 0)) /* keep: the first tile leaves the widened panels in Bp */
                     kr->ukr_bf16(kc, ap + (size_t)ir * kc, h0, h1, ct, GEMM_NC_MAX, pc == 0, tp, keep ? bp : NULL);
-                else kr->ukr(kc, ap + (size_t)ir * kc, b0, b1, ct, GEMM_NC_MAX, pc == 0, tp);
+                else {
+                    const int lastm = ir + MR >= mc;
+                    kr->ukr(kc, ap + (size_t)ir * kc, b0, b1, ct, GEMM_NC_MAX, pc == 0, tp, lastm ? pf0 : NULL,
+                            lastm ? pf1 : NULL, pfn);
+                }
                 tail.c += (size_t)MR * g->ldc;
             }
         }

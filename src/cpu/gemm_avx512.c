@@ -8,8 +8,10 @@
  * the odd one; 2 extra uops per 28 FMAs, on the FMA ports. Measured on the 2-core AVX-512 VM (bench/bench_ukr.c,
  * L1-resident panels): f32 at the FMA peak (176 GFLOP/s a core), bf16 at 93 % of it (164). So the bf16 kernel can
  * store what it widens (bw) and the driver runs the f32 kernel on that copy for the M block's other tiles; whole
- * GEMMs: gemm.c. (Tried without gain: the even step as a masked load from one element back, which costs the same
- * as the shift; a 28 x 16 tile, one widening per 28 FMAs, which is load-bound at the same 93 %.) */
+ * GEMMs: gemm.c. The f32 kernel can also read the next B tile towards L2 as it goes (pf0, pf1: one line of each
+ * per k step; gemm.c has the last tile on each B tile do so). (Tried without gain: the even step as a masked load
+ * from one element back, which costs the same as the shift; a 28 x 16 tile, one widening per 28 FMAs, which is
+ * load-bound at the same 93 %.) */
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -64,7 +66,8 @@ static __attribute__((noinline)) void finish(const __m512 acc[2 * MR], const flo
 /* bf16 and keep are compile-time constants at every call: keep stores the widened B vectors to bw (bf16 only). */
 static inline __attribute__((always_inline)) void ukr(int kc, const float *a, const void *b0v, const void *b1v,
                                                       int two, int bf16, int keep, float *bw, float *c, size_t ldc,
-                                                      int first, const gemm_tail *tail) {
+                                                      int first, const gemm_tail *tail, const void *pf0,
+                                                      const void *pf1, int pfn) {
     __m512 acc[2 * MR];
 #pragma GCC unroll 28
     for (int r = 0; r < 2 * MR; r++) acc[r] = _mm512_setzero_ps();
@@ -107,7 +110,18 @@ static inline __attribute__((always_inline)) void ukr(int kc, const float *a, co
         }
     } else {
         const float *p0 = (const float *)b0v, *p1 = (const float *)b1v;
-        for (int k = 0; k < kc; k++, p0 += 16, p1 += two ? 16 : 0, a += MR) {
+        int k = 0;
+        if (pf0) { /* the first pfn steps also read one line of each of the next B tile's panels towards L2 */
+            const char *q0 = (const char *)pf0, *q1 = (const char *)(pf1 ? pf1 : pf0);
+            for (const int n = pfn < kc ? pfn : kc; k < n; k++, p0 += 16, p1 += two ? 16 : 0, a += MR) {
+                _mm_prefetch(q0 + 64 * (size_t)k, _MM_HINT_T1);
+                _mm_prefetch(q1 + 64 * (size_t)k, _MM_HINT_T1);
+                const __m512 x0 = _mm512_load_ps(p0);
+                const __m512 x1 = two ? _mm512_load_ps(p1) : x0;
+                step(acc, a, x0, x1, two);
+            }
+        }
+        for (; k < kc; k++, p0 += 16, p1 += two ? 16 : 0, a += MR) {
             const __m512 x0 = _mm512_load_ps(p0);
             const __m512 x1 = two ? _mm512_load_ps(p1) : x0;
             step(acc, a, x0, x1, two);
@@ -134,19 +148,19 @@ static inline __attribute__((always_inline)) void ukr(int kc, const float *a, co
 }
 
 void gemm_ukr_14x32_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
-                           int first, const gemm_tail *tail) {
-    if (b1) ukr(kc, a, b0, b1, 1, 0, 0, NULL, c, ldc, first, tail);
-    else ukr(kc, a, b0, b0, 0, 0, 0, NULL, c, ldc, first, tail);
+                           int first, const gemm_tail *tail, const void *pf0, const void *pf1, int pfn) {
+    if (b1) ukr(kc, a, b0, b1, 1, 0, 0, NULL, c, ldc, first, tail, pf0, pf1, pfn);
+    else ukr(kc, a, b0, b0, 0, 0, 0, NULL, c, ldc, first, tail, pf0, pf1, pfn);
 }
 
 void gemm_ukr_14x32_bf16_avx512(int kc, const float *a, const uint16_t *b0, const uint16_t *b1, float *c,
                                 size_t ldc, int first, const gemm_tail *tail, float *bw) {
     if (bw) {
-        if (b1) ukr(kc, a, b0, b1, 1, 1, 1, bw, c, ldc, first, tail);
-        else ukr(kc, a, b0, b0, 0, 1, 1, bw, c, ldc, first, tail);
+        if (b1) ukr(kc, a, b0, b1, 1, 1, 1, bw, c, ldc, first, tail, NULL, NULL, 0);
+        else ukr(kc, a, b0, b0, 0, 1, 1, bw, c, ldc, first, tail, NULL, NULL, 0);
     } else {
-        if (b1) ukr(kc, a, b0, b1, 1, 1, 0, NULL, c, ldc, first, tail);
-        else ukr(kc, a, b0, b0, 0, 1, 0, NULL, c, ldc, first, tail);
+        if (b1) ukr(kc, a, b0, b1, 1, 1, 0, NULL, c, ldc, first, tail, NULL, NULL, 0);
+        else ukr(kc, a, b0, b0, 0, 1, 0, NULL, c, ldc, first, tail, NULL, NULL, 0);
     }
 }
 

@@ -12,9 +12,12 @@
 /* GEMM micro-tile, 14 x 32 (or 14 x 16 when b1 is NULL). a: packed A micro-panel, kc steps of 14 floats; b0, b1:
  * two 16-column f32 B micro-panels (kc steps of 16 floats each, 64-byte aligned) giving columns 0-15 and 16-31;
  * c: 14 rows at row stride ldc. first != 0: c = a·b; else c += a·b. Per element: one FMA chain over k from 0, so
- * the bits do not depend on the tile width. tail: as for the AVX2 kernel (kernels_avx2.h, gemm_tail). */
+ * the bits do not depend on the tile width. tail: as for the AVX2 kernel (kernels_avx2.h, gemm_tail). pf0, pf1:
+ * the next B tile's two panels (pf1 may be NULL) and pfn, how many 64-byte lines of each to read, or pf0 NULL:
+ * during its first min(pfn, kc) steps the tile reads line k of each towards L2 (a hint; the results do not depend
+ * on it; the caller keeps every line inside the weight buffer). */
 void gemm_ukr_14x32_avx512(int kc, const float *a, const float *b0, const float *b1, float *c, size_t ldc,
-                           int first, const gemm_tail *tail);
+                           int first, const gemm_tail *tail, const void *pf0, const void *pf1, int pfn);
 /* Same on bf16 panels in the AVX-512 pre-packed order (gemm.h, GEMM_BF16_PAIRS), any alignment, widened in
  * registers: b0, b1 (b1 may be NULL) point at an even step of their panels; an odd kc means the block ends with
  * the panel's lone last step (odd K), stored in natural order. Bit-identical to gemm_ukr_14x32_avx512 on the
