@@ -111,6 +111,33 @@ void attn_run_blocks(const attn_args *a, void *ws, thread_pool *pool, attn_block
     pool_run(pool, items, attn_task, &j);
 }
 
+size_t attn_scratch_heads(const attn_args *a, size_t head_bytes, void **start) {
+    if (!a->scratch || head_bytes == 0) return 0;
+    const uintptr_t p0 = (uintptr_t)a->scratch, p1 = (p0 + 63) & ~(uintptr_t)63;
+    if (a->scratch_bytes < p1 - p0) return 0;
+    *start = (void *)p1;
+    return (a->scratch_bytes - (p1 - p0)) / head_bytes;
+}
+
+void attn_run_head_groups(const attn_args *a, size_t fit, int *h0, int *nh, long (*chunks)(int len, int nh),
+                          long (*tiles)(int len, int nh), pool_task_fn pack, pool_task_fn item, void *job,
+                          thread_pool *pool) {
+    const int heads = a->n_heads;
+    const int n_groups = fit < (size_t)heads ? (int)(((size_t)heads + fit - 1) / fit) : 1;
+    const int group = (heads + n_groups - 1) / n_groups;
+    for (int g0 = 0; g0 < heads; g0 += group) {
+        *h0 = g0;
+        *nh = heads - g0 < group ? heads - g0 : group;
+        long nc = 0, ni = 0;
+        for (int s = 0; s < a->n_seg; s++) {
+            nc += chunks(a->cu[s + 1] - a->cu[s], *nh);
+            ni += tiles(a->cu[s + 1] - a->cu[s], *nh);
+        }
+        pool_run(pool, nc, pack, job);
+        pool_run(pool, ni, item, job);
+    }
+}
+
 void attn_run_isa(const attn_args *a, void *ws, thread_pool *pool, attn_isa isa) {
     if (isa == ATTN_ISA_AUTO)
         isa = (attn_isa)cpu_level(); /* the same numbering */

@@ -47,4 +47,15 @@ typedef void (*attn_block_fn)(const float *q, size_t ldq, const float *k, size_t
                               float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws);
 void attn_run_blocks(const attn_args *a, void *ws, thread_pool *pool, attn_block_fn block, size_t thread_floats);
 
+/* The drivers that lay K and V out once per (segment, head) in a->scratch (attention_bf16.c, attention_amx.c).
+ * attn_scratch_heads: how many heads of head_bytes the scratch holds from its first 64-byte boundary (*start);
+ * 0 when not one (or no scratch): the caller then leaves the scratch untouched. attn_run_head_groups: the heads in
+ * the fewest groups of near-equal size of at most fit (16 heads with room for 7: 6, 6, 4, not 7, 7, 2); per group,
+ * *h0 and *nh set (the job's group fields), then a pool pass of `pack` tasks and one of `item` tasks on job,
+ * counted over the segments by chunks(len, nh) and tiles(len, nh). */
+size_t attn_scratch_heads(const attn_args *a, size_t head_bytes, void **start);
+void attn_run_head_groups(const attn_args *a, size_t fit, int *h0, int *nh, long (*chunks)(int len, int nh),
+                          long (*tiles)(int len, int nh), pool_task_fn pack, pool_task_fn item, void *job,
+                          thread_pool *pool);
+
 #endif

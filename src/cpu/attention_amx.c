@@ -563,27 +563,12 @@ static int aa_run_packed(const attn_args *a, void *ws, thread_pool *pool) {
     if (!a->scratch || nh <= 0 || a->n_seg <= 0) return 0;
     const size_t head_dw = aa_pack_dwords(a, &krows, &vsteps);
     if (head_dw == 0 || size_mul_overflow(head_dw, sizeof(uint32_t), &head_bytes)) return 0;
-    /* the pack's stores are aligned (64-byte Vᵀ rows): start it at a 64-byte boundary of the scratch */
-    const uintptr_t p0 = (uintptr_t)a->scratch, p1 = (p0 + 63) & ~(uintptr_t)63;
-    if (a->scratch_bytes < p1 - p0 || (a->scratch_bytes - (p1 - p0)) / head_bytes < 1) return 0;
-    const size_t fit = (a->scratch_bytes - (p1 - p0)) / head_bytes;
-    /* the fewest groups, of near-equal size (16 heads with room for 7: 6, 6, 4) */
-    const int n_groups = fit < (size_t)nh ? (int)(((size_t)nh + fit - 1) / fit) : 1;
-    const int group = (nh + n_groups - 1) / n_groups;
-    aa_pack_job j = {a, (uint32_t *)(void *)p1, krows, head_dw, 0, 0,
-                     (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63),
+    void *start; /* the pack's stores are aligned (64-byte Vᵀ rows): it starts at a 64-byte boundary */
+    const size_t fit = attn_scratch_heads(a, head_bytes, &start);
+    if (fit < 1) return 0;
+    aa_pack_job j = {a, start, krows, head_dw, 0, 0, (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63),
                      (aa_floats(a->head_dim) + 15) & ~(size_t)15};
-    for (int h0 = 0; h0 < nh; h0 += group) {
-        j.h0 = h0;
-        j.nh = nh - h0 < group ? nh - h0 : group;
-        long chunks = 0, items = 0;
-        for (int s = 0; s < a->n_seg; s++) {
-            chunks += aa_seg_chunks(a->cu[s + 1] - a->cu[s], j.nh);
-            items += aa_seg_tiles(a->cu[s + 1] - a->cu[s], j.nh);
-        }
-        pool_run(pool, chunks, aa_pack_task, &j);
-        pool_run(pool, items, aa_item_task, &j);
-    }
+    attn_run_head_groups(a, fit, &j.h0, &j.nh, aa_seg_chunks, aa_seg_tiles, aa_pack_task, aa_item_task, &j, pool);
     return 1;
 }
 

@@ -227,7 +227,8 @@ static inline __attribute__((always_inline)) void block(const float *q, size_t l
             for (int i = 0; i < 16; i++)
                 r[i] = i0 + i < nq ? pairs32(q + (size_t)(i0 + i) * ldq, p0, hd) : _mm512_setzero_si512();
             tr16_epi32(r);
-            for (int p = 0; p < 16 && p0 + p < hp; p++) _mm512_store_si512(qt + (size_t)(p0 + p) * ATTN_BQ_MAX + i0, r[p]);
+            for (int p = 0; p < 16 && p0 + p < hp; p++)
+                _mm512_store_si512(qt + (size_t)(p0 + p) * ATTN_BQ_MAX + i0, r[p]);
         }
     for (int i = 0; i < nqp; i += 16) {
         _mm512_store_ps(mrow + i, _mm512_set1_ps(-INFINITY));
