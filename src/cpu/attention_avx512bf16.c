@@ -168,18 +168,23 @@ static inline __attribute__((always_inline)) void rows_pass(const int G, int r0,
 }
 
 /* K pairs of keys [0, nk8) of a key tile (nkt keys from k, zero past nkt) into kp: per chunk of 8 keys, pair p of
- * key j at [p][j] ([nk8/8][hp][8]); 8 rows and 8 zero rows transposed 16 x 16, 16 pairs at a time. */
+ * key j at [p][j] ([nk8/8][hp][8]); two chunks' 16 rows transposed 16 x 16 at a time, 16 pairs at a time (the
+ * low half of each result to the first chunk, the high half to the second, when there is one). */
 static inline void k_pairs(const float *k, size_t ldk, int nkt, int nk8, int hd, uint32_t *kp) {
     const int hp = hd / 2;
-    for (int c = 0; c < nk8; c += 8) {
-        uint32_t *kc = kp + (size_t)c * hp;
+    for (int c = 0; c < nk8; c += 16) {
+        uint32_t *k0 = kp + (size_t)c * hp, *k1 = c + 8 < nk8 ? k0 + (size_t)8 * hp : NULL;
         for (int p0 = 0; p0 < hp; p0 += 16) {
             __m512i r[16];
             for (int j = 0; j < 16; j++)
-                r[j] = j < 8 && c + j < nkt ? pairs32(k + (size_t)(c + j) * ldk, p0, hd) : _mm512_setzero_si512();
+                r[j] = c + j < nkt ? pairs32(k + (size_t)(c + j) * ldk, p0, hd) : _mm512_setzero_si512();
             tr16_epi32(r);
-            for (int p = 0; p < 16 && p0 + p < hp; p++)
-                _mm256_storeu_si256((__m256i *)(void *)(kc + (size_t)(p0 + p) * 8), _mm512_castsi512_si256(r[p]));
+            for (int p = 0; p < 16 && p0 + p < hp; p++) {
+                _mm256_storeu_si256((__m256i *)(void *)(k0 + (size_t)(p0 + p) * 8), _mm512_castsi512_si256(r[p]));
+                if (k1)
+                    _mm256_storeu_si256((__m256i *)(void *)(k1 + (size_t)(p0 + p) * 8),
+                                        _mm512_extracti64x4_epi64(r[p], 1));
+            }
         }
     }
 }
