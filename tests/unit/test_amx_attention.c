@@ -297,7 +297,10 @@ int main(void) {
     CHECK(attn_amx_check_emulated() == 2);
 #if QVL_WITH_X86
     if (simd) CHECK(attn_amx_check_emulated_simd() == 2);
-    if (hw) CHECK(attn_amx_check() == (exact ? 2 : 1));
+    if (hw) { /* exact: both start-up checks gave the definition's bits; else either may be inexact (1) */
+        const int r = attn_amx_check();
+        CHECK(exact ? r == 2 : r >= 1);
+    }
 #endif
     /* Many segments of awkward lengths in one call (K rows of each padded to 16 keys and Vᵀ to 32 in the pack,
      * segment after segment), and five heads (groups of 2, 2 and 1 with room for two). */
