@@ -1,18 +1,19 @@
 # Thin wrapper over CMake (the one source of truth): `make demo` runs the main job, `make test` runs the tests.
-# CI also runs `make test-config` (core-only QVL_MEDIA=OFF and QVL_VIDEO=OFF builds) and `make test-arm64` (a
-# cross build for Linux arm64, tested under qemu-user). `make test-python` builds the Python wheel in a clean venv,
+# CI also runs `make test-config` (core-only QVL_MEDIA=OFF and QVL_VIDEO=OFF builds, and the core library compiled
+# for 32-bit x86) and `make test-arm64` (a cross build for Linux arm64, tested under qemu-user). `make test-python` builds the Python wheel in a clean venv,
 # installs it and runs python/tests (the binding and the Ray job) against it.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 CORE_BUILD ?= build-core
 NOVIDEO_BUILD ?= build-novideo
+I386_BUILD ?= build-i386
 FAULT_BUILD ?= build-fault
 FUZZ_SECONDS ?= 10
 ARM64_BUILD ?= build-arm64
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-asan test-config test-core test-novideo test-arm64 test-fault \
-        test-python fuzz-report clean
+.PHONY: all deps build demo test test-release test-asan test-config test-core test-novideo test-i386 test-arm64 \
+        test-fault test-python fuzz-report clean
 
 all: build
 
@@ -49,7 +50,11 @@ test-core: deps
 test-novideo: deps
 	$(call config_test,$(NOVIDEO_BUILD),-DQVL_VIDEO=OFF)
 
-test-config: test-core test-novideo
+# The core library compiled for 32-bit x86 (-m32, -Werror; compile only).
+test-i386: deps
+	@BUILD=$(I386_BUILD) JOBS=$(JOBS) scripts/check_i386.sh
+
+test-config: test-core test-novideo test-i386
 
 # Fault injection over every N (tests/fault/fault.c) under ASan/LSan, with the bounded slice and the regressions.
 test-fault: deps
@@ -68,4 +73,4 @@ test-python: build
 	@BUILD=$(BUILD) scripts/test_python.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CORE_BUILD) $(NOVIDEO_BUILD) $(ARM64_BUILD) $(FAULT_BUILD) build-fuzz-report
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CORE_BUILD) $(NOVIDEO_BUILD) $(I386_BUILD) $(ARM64_BUILD) $(FAULT_BUILD) build-fuzz-report

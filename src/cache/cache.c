@@ -608,7 +608,8 @@ qvl_status qvl_cache_put(qvl_cache *c, const char *key, qvl_dtype dtype, const v
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_cache_put: grid %dx%dx%d is not positive", grid.t, grid.h,
                         grid.w);
     size_t nbytes;
-    if (n_planes < 1 || n_tokens > ((size_t)1 << 40) || cols > ((size_t)1 << 40) || n_planes > ((size_t)1 << 40) ||
+    if (n_planes < 1 || (uint64_t)n_tokens > ((uint64_t)1 << 40) || (uint64_t)cols > ((uint64_t)1 << 40) ||
+        (uint64_t)n_planes > ((uint64_t)1 << 40) ||
         size_mul_overflow(n_planes, n_tokens, &nbytes) || size_mul_overflow(nbytes, cols, &nbytes) ||
         size_mul_overflow(nbytes, dtype == QVL_DTYPE_F32 ? 4 : 2, &nbytes) ||
         nbytes > CACHE_ENTRY_MAX_BYTES - CACHE_HEADER_MAX_BYTES)

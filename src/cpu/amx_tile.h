@@ -3,7 +3,8 @@
  *   - the instructions (x86-64, called only after cpu_amx_usable()): each operation is an inline-asm statement
  *     that names the memory it reads or writes, so the compiler can neither drop nor move the stores that fill a
  *     tile configuration or an operand buffer (gcc 12 at -O2 drops the stores filling the config before the
- *     usual `_tile_loadconfig(&cfg)` intrinsic, which does not tell it that LDTILECFG reads them);
+ *     usual `_tile_loadconfig(&cfg)` intrinsic, which does not tell it that LDTILECFG reads them); on 32-bit
+ *     x86, which has no tile instructions, no-ops that are never called;
  *   - QVL_AMX_EMULATE (amx_emulated.c): a C model of the same instructions on any CPU, following the Intel SDM's
  *     pseudocode, so the kernels' layouts, blocking and edge handling are tested on machines without AMX. The
  *     model checks what the CPU would fault on (an unconfigured tile, shapes TDPBF16PS rejects, a bad config)
@@ -49,6 +50,16 @@ void amx_emu_release(void);
 #define AMX_ZERO(t) amx_emu_zero(t)
 #define AMX_DPBF16PS(c, a, b) amx_emu_dpbf16ps((c), (a), (b))
 #define AMX_RELEASE() amx_emu_release()
+#elif !defined(__x86_64__)
+/* 32-bit x86 has no tile instructions (the assembler rejects them outside 64-bit mode), and cpu_amx_state() never
+ * reports AMX usable there, so these kernels are compiled but never called: the operations do nothing. */
+#define AMX_NAME(x) x
+#define AMX_LOADCONFIG(cfg) ((void)(cfg))
+#define AMX_LOADD(t, base, stride) ((void)(t), (void)(base), (void)(stride))
+#define AMX_STORED(t, base, stride) ((void)(t), (void)(base), (void)(stride))
+#define AMX_ZERO(t) ((void)(t))
+#define AMX_DPBF16PS(c, a, b) ((void)(c), (void)(a), (void)(b))
+#define AMX_RELEASE() ((void)0)
 #else
 #define AMX_NAME(x) x
 /* The "m" operand is the whole 64-byte config: the compiler sees LDTILECFG read every byte of it. */

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Compile the core library (every kernel set, no media libraries) for 32-bit x86 with warnings as errors: the
+# AMX kernels' tile instructions exist only in 64-bit mode, and size limits written for a 64-bit size_t must
+# still be well-defined C with a 32-bit one. Compiles only (Debian's i386 -dev packages of the media libraries
+# are not needed); installs gcc-multilib when `gcc -m32` cannot build a program. Safe to run repeatedly.
+# Environment: BUILD (default build-i386), JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-i386}
+JOBS=${JOBS:-$(nproc)}
+probe=$(mktemp -d)
+trap 'rm -rf "$probe"' EXIT
+echo 'int main(void) { return 0; }' > "$probe/t.c"
+if ! gcc -m32 "$probe/t.c" -o "$probe/t" 2>/dev/null; then
+  echo "check_i386: installing gcc-multilib" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends gcc-multilib >/dev/null
+fi
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DQVL_WERROR=ON -DQVL_MEDIA=OFF -DQVL_VIDEO=OFF \
+      -DCMAKE_C_FLAGS=-m32 >/dev/null
+cmake --build "$BUILD" -j"$JOBS" --target qvl_obj
+echo "check_i386: the core library compiles for 32-bit x86 (-m32, -Werror)"
