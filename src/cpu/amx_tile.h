@@ -31,6 +31,9 @@ typedef struct amx_tilecfg {
     uint16_t colsb[16]; /* bytes per row of tile t (at most 64; entries 8-15 zero) */
     uint8_t rows[16];   /* rows of tile t (at most 16; entries 8-15 zero) */
 } amx_tilecfg;
+/* The layout LDTILECFG reads (Intel SDM): colsb at byte 16, rows at byte 48, 64 bytes in all. */
+_Static_assert(sizeof(amx_tilecfg) == 64 && offsetof(amx_tilecfg, colsb) == 16 && offsetof(amx_tilecfg, rows) == 48,
+               "amx_tilecfg is not LDTILECFG's 64-byte layout");
 
 #define AMX_STR_(x) #x
 #define AMX_STR(x) AMX_STR_(x)
