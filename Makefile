@@ -1,7 +1,7 @@
 # Thin wrapper over CMake (the one source of truth): `make demo` runs the main job, `make test` runs the tests.
 # CI also runs `make test-config` (core-only QVL_MEDIA=OFF and QVL_VIDEO=OFF builds, and the core library compiled
-# for 32-bit x86) and `make test-arm64` (a cross build for Linux arm64, tested under qemu-user). `make test-python` builds the Python wheel in a clean venv,
-# installs it and runs python/tests (the binding and the Ray job) against it.
+# for 32-bit x86) and `make test-arm64` (a cross build for Linux arm64, tested under qemu-user). `make test-python`
+# builds the Python wheel in a clean venv, installs it and runs python/tests (the binding and the Ray job) against it.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 CORE_BUILD ?= build-core

@@ -1,8 +1,8 @@
 /* amx_peak.c — AMX-BF16 peak: a loop of TDPBF16PS on four independent 16 x 16 f32 accumulator tiles (two A and
  * two B tiles of 16 rows x 64 bytes, loaded once), timed on 1, 2, 4, 8, ... and N threads (wall clock, and per
  * CPU-second so that a shared machine still shows the per-core peak). Best of 3 timings; each line is written as
- * soon as it is measured (line-buffered), so a run stopped by a time limit keeps what it had. One TDPBF16PS is a 16 x 16 x 32 bf16
- * multiply-accumulate into f32: 2 * 16 * 16 * 32 = 16384 FLOP.
+ * soon as it is measured (line-buffered), so a run stopped by a time limit keeps what it had. One TDPBF16PS is a
+ * 16 x 16 x 32 bf16 multiply-accumulate into f32: 2 * 16 * 16 * 32 = 16384 FLOP.
  *
  * Build: gcc -O2 -mamx-tile -mamx-bf16 -pthread bench/amx_peak.c -o amx_peak   (bench/CMakeLists.txt does this
  * when the compiler takes the flags). Usage: amx_peak [MAX_THREADS] (default: the online cores).
@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
     const long iters = 20000000;
     const double flop_per_op = 2.0 * 16 * 16 * 32;
     double per_thread = 0;
-    for (long nt = 1; nt <= max_threads; nt = nt * 2 > max_threads && nt < max_threads ? max_threads : nt * 2) {
+    for (long nt = 1; nt <= max_threads; nt = nt < max_threads && 2 * nt > max_threads ? max_threads : 2 * nt) {
         pthread_t tid[256];
         double best = 0, best_cpu = 0, sink = 0;
         for (int r = 0; r < 4; r++) { /* the first round warms the clocks and is not counted */
