@@ -6,7 +6,8 @@
  * other processes on a shared machine).
  * Not a test; build with bench/CMakeLists.txt. Usage: bench_gemm_bf16 [M ...] (default 784 3136).
  * Environment: BENCH_SECONDS (default 0.5; the best of 3 timings of that length is reported), BENCH_SHAPES=qkv,fc1
- * restricts the shapes, BENCH_THREADS=1|2 runs only that count. A set this CPU lacks is reported as such. */
+ * restricts the shapes, BENCH_THREADS=1|2 runs only that count, BENCH_SETS=avx512bf16,amx,bf16x2 only those sets
+ * (amx: AMX in bf16; bf16x2: AMX in BF16X2). A set this CPU lacks is reported as such. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +71,7 @@ static double bench_one(int set, const be_weight *w, const float *A, int M, floa
 int main(int argc, char **argv) {
     const char *env = getenv("BENCH_SECONDS");
     if (env) seconds = atof(env);
-    const char *only = getenv("BENCH_SHAPES"), *th = getenv("BENCH_THREADS");
+    const char *only = getenv("BENCH_SHAPES"), *th = getenv("BENCH_THREADS"), *sets = getenv("BENCH_SETS");
     int ms[8] = {784, 3136}, nm = 2;
     if (argc > 1) {
         nm = 0;
@@ -114,6 +115,7 @@ int main(int argc, char **argv) {
                 for (int set = 0; set <= 2; set++) {
                     const char *name = set == 0 ? "avx512bf16" : set == 1 ? "amx bf16" : "amx bf16x2";
                     if ((set == 0 && !vdp) || (set > 0 && !amx) || (set == 2 && !sh->small)) continue;
+                    if (sets && !strstr(sets, set == 0 ? "avx512bf16" : set == 1 ? "amx" : "bf16x2")) continue;
                     wa_.arith = set == 2 ? BE_ARITH_BF16X2 : BE_ARITH_BF16;
                     double pc;
                     const double g = bench_one(set == 0 ? SET_VDP : SET_AMX, set == 0 ? &w : &wa_, A, M, C, ws, max_k,

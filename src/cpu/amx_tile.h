@@ -53,6 +53,7 @@ void amx_emu_release(void);
 #define AMX_ZERO(t) amx_emu_zero(t)
 #define AMX_DPBF16PS(c, a, b) amx_emu_dpbf16ps((c), (a), (b))
 #define AMX_RELEASE() amx_emu_release()
+#define AMX_PREFETCH_L2(p) ((void)(p))
 #elif !defined(__x86_64__)
 /* 32-bit x86 has no tile instructions (the assembler rejects them outside 64-bit mode), and cpu_amx_state() never
  * reports AMX usable there, so these kernels are compiled but never called: the operations do nothing. */
@@ -63,6 +64,7 @@ void amx_emu_release(void);
 #define AMX_ZERO(t) ((void)(t))
 #define AMX_DPBF16PS(c, a, b) ((void)(c), (void)(a), (void)(b))
 #define AMX_RELEASE() ((void)0)
+#define AMX_PREFETCH_L2(p) ((void)(p))
 #else
 #define AMX_NAME(x) x
 /* The "m" operand is the whole 64-byte config: the compiler sees LDTILECFG read every byte of it. */
@@ -78,6 +80,8 @@ void amx_emu_release(void);
 #define AMX_DPBF16PS(c, a, b)                                                                                        \
     __asm__ volatile("tdpbf16ps %%tmm" AMX_STR(b) ", %%tmm" AMX_STR(a) ", %%tmm" AMX_STR(c)::)
 #define AMX_RELEASE() __asm__ volatile("tilerelease" ::: "memory")
+/* A hint that the line holding p will be read soon, towards L2 (PREFETCHT1; never faults). */
+#define AMX_PREFETCH_L2(p) __asm__ volatile("prefetcht1 %0" ::"m"(*(const char *)(p)))
 #endif
 
 /* A config with every tile of `n` (n <= 8) shaped rows[t] x colsb[t]. */

@@ -26,6 +26,7 @@
 
 #if !QVL_AMX_EMULATE
 #include "cpu/bf16_avx512.h"
+#include "cpu/vmath_avx512.h"
 #endif
 
 enum {
@@ -128,13 +129,33 @@ typedef struct amx_job {
     unsigned char *ws;
 } amx_job;
 
+/* Lines of the next weight chunk (p0 and, if not NULL, p1: one range per 16-column panel) that a block call
+ * prefetches: every weight byte is read from L3 or memory once per M block, and a first use that waits on it
+ * stalls the tiles (a 16-row A tile and B tile pair from L2 keep TDPBF16PS at about 3/4 of its rate, weights
+ * streamed from L3 at about 1/6). */
+typedef struct b_prefetch {
+    const char *p0, *p1;
+    int lines;
+} b_prefetch;
+
+/* The next `per` lines of pf from line *pl on (at most pf->lines in all). */
+static inline void prefetch_step(const b_prefetch *pf, int *pl, int per) {
+    for (int q = 0; q < per && *pl < pf->lines; q++, (*pl)++) {
+        AMX_PREFETCH_L2(pf->p0 + (size_t)*pl * 64);
+        if (pf->p1) AMX_PREFETCH_L2(pf->p1 + (size_t)*pl * 64);
+    }
+}
+
 /* One 32 x 32 block (or its 16-row / 16-column part: two_r / two_c = 0) over kt K tiles: accumulators from zero
  * (first) or loaded from cs (32 x 32, row stride 32), A tiles a0 (a1), `as` elements from one K tile to the next
  * (with split, each K tile's lo tile 512 elements after its hi tile, run right after it), B tiles b0 (b1) at
  * 1 KiB per K tile; the accumulators are stored back to cs. */
 static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int split, const uint32_t *b0,
-                  const uint32_t *b1, float *cs, int first, int two_r, int two_c) {
+                  const uint32_t *b1, float *cs, int first, int two_r, int two_c, const b_prefetch *pf) {
     const size_t ldcs = 32 * 4, s = 64;
+    /* this row pair's share of the next weight chunk, towards L2, spread over its K steps */
+    const int per = (pf->lines + kt - 1) / kt;
+    int pl = 0;
     float *c10 = cs + 16 * 32;
     if (first) {
         AMX_ZERO(TC00);
@@ -150,6 +171,7 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int
     if (two_r && two_c) {
         for (int t = 0; t < kt; t++) {
             const uint16_t *x0 = a0 + (size_t)t * as, *x1 = a1 + (size_t)t * as;
+            prefetch_step(pf, &pl, per);
             AMX_LOADD(TA0, x0, s);
             AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
             AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
@@ -173,7 +195,8 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int
         AMX_STORED(TC11, c10 + 16, ldcs);
         return;
     }
-    for (int t = 0; t < kt; t++)
+    for (int t = 0; t < kt; t++) {
+        prefetch_step(pf, &pl, per);
         for (int h = 0; h <= split; h++) {
             const uint16_t *x0 = a0 + (size_t)t * as + (size_t)h * 512, *x1 = a1 + (size_t)t * as + (size_t)h * 512;
             AMX_LOADD(TA0, x0, s);
@@ -188,10 +211,63 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int
                 AMX_DPBF16PS(TC10, TA1, TB0);
             }
         }
+    }
     AMX_STORED(TC00, cs, ldcs);
     if (two_c) AMX_STORED(TC01, cs + 16, ldcs);
     if (two_r) AMX_STORED(TC10, c10, ldcs);
 }
+
+/* The epilogue of rows [0, mr) of the block's partial sums cb (row stride 32) into C (stride ldc), ncols (<= 32)
+ * columns: gemm_bf16_epilogue_row's arithmetic (t + bias, then the activation, then c + t or a plain store). The
+ * instruction build does it in registers, two 16-lane vectors per row, without writing cb back or calling out per
+ * row (vmath_avx512.h's GELUs are op_gelu_*'s on an AVX-512 CPU, which every AMX CPU is: the same bits). */
+#if QVL_AMX_EMULATE
+static void epilogue(const float *cb, int mr, int ncols, const float *bias, be_act act, float *C, size_t ldc,
+                     int accumulate) {
+    float t[32];
+    for (int r = 0; r < mr; r++) {
+        memcpy(t, cb + (size_t)r * 32, (size_t)ncols * sizeof(float));
+        gemm_bf16_epilogue_row(t, bias, ncols, act, C + (size_t)r * ldc, accumulate);
+    }
+}
+#else
+static inline __attribute__((always_inline)) __m512 epi16(__m512 v, __m512 b, be_act act) {
+    v = _mm512_add_ps(v, b);
+    if (act == BE_ACT_GELU_TANH) v = v16_gelu_tanh(v);
+    else if (act == BE_ACT_GELU_ERF) v = v16_gelu_erf(v);
+    return v;
+}
+
+static void epilogue(const float *cb, int mr, int ncols, const float *bias, be_act act, float *C, size_t ldc,
+                     int accumulate) {
+    const __mmask16 m0 = (__mmask16)(ncols >= 16 ? 0xffffu : (1u << ncols) - 1u);
+    const __mmask16 m1 = (__mmask16)(ncols >= 32 ? 0xffffu : ncols > 16 ? (1u << (ncols - 16)) - 1u : 0u);
+    /* no bias: + 0 is exact for every value but -0 (-0 + 0 = +0), so skip the add instead */
+    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    for (int r = 0; r < mr; r++) {
+        const float *t = cb + (size_t)r * 32;
+        float *c = C + (size_t)r * ldc;
+        __m512 v0 = _mm512_loadu_ps(t), v1 = _mm512_loadu_ps(t + 16);
+        if (bias) {
+            v0 = epi16(v0, b0, act);
+            v1 = epi16(v1, b1, act);
+        } else if (act == BE_ACT_GELU_TANH) {
+            v0 = v16_gelu_tanh(v0);
+            v1 = v16_gelu_tanh(v1);
+        } else if (act == BE_ACT_GELU_ERF) {
+            v0 = v16_gelu_erf(v0);
+            v1 = v16_gelu_erf(v1);
+        }
+        if (accumulate) {
+            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+        }
+        _mm512_mask_storeu_ps(c, m0, v0);
+        _mm512_mask_storeu_ps(c + 16, m1, v1);
+    }
+}
+#endif
 
 static void amx_task(void *ctx, long it, int thread) {
     const amx_job *j = ctx;
@@ -217,15 +293,30 @@ static void amx_task(void *ctx, long it, int thread) {
         const int ncols = nc - jr < 32 ? nc - jr : 32;
         for (int t0 = 0; t0 < KB; t0 += AMX_KC) {
             const int kt = KB - t0 < AMX_KC ? KB - t0 : AMX_KC;
+            /* the next chunk: this column pair's next K chunk, else the next column pair's first */
+            const uint32_t *n0 = NULL;
+            int nkt = 0, ntwo = 0;
+            if (t0 + AMX_KC < KB) {
+                n0 = b0 + (size_t)(t0 + AMX_KC) * 256;
+                nkt = KB - t0 - AMX_KC < AMX_KC ? KB - t0 - AMX_KC : AMX_KC;
+                ntwo = ncols > 16;
+            } else if (jr + 32 < nc) {
+                n0 = b0 + 2 * panel;
+                nkt = KB < AMX_KC ? KB : AMX_KC;
+                ntwo = nc - jr - 32 > 16;
+            }
+            const int nlines = nkt * 16, npairs = (mc + 31) / 32; /* 16 lines per 1 KiB tile */
             for (int ir = 0; ir < mc; ir += 32) {
                 const uint16_t *a0 = ap + ((size_t)(ir / 16) * KB + (size_t)t0) * (size_t)ns * 512;
+                const int q = ir / 32, l0 = nlines * q / npairs, l1 = nlines * (q + 1) / npairs;
+                const b_prefetch pf = {n0 ? (const char *)(n0) + (size_t)l0 * 64 : NULL,
+                                       n0 && ntwo ? (const char *)(n0 + panel) + (size_t)l0 * 64 : NULL, l1 - l0};
                 block(kt, a0, a0 + (size_t)KB * (size_t)ns * 512, (size_t)ns * 512, split, b0 + (size_t)t0 * 256,
-                      b0 + panel + (size_t)t0 * 256, cb + (size_t)ir * 32, t0 == 0, mc - ir > 16, ncols > 16);
+                      b0 + panel + (size_t)t0 * 256, cb + (size_t)ir * 32, t0 == 0, mc - ir > 16, ncols > 16, &pf);
             }
         }
-        for (int r = 0; r < mc; r++)
-            gemm_bf16_epilogue_row(cb + (size_t)r * 32, j->bias ? j->bias + j0 + jr : NULL, ncols, j->act,
-                                   j->C + (size_t)(i0 + r) * j->ldc + j0 + jr, j->accumulate);
+        epilogue(cb, mc, ncols, j->bias ? j->bias + j0 + jr : NULL, j->act, j->C + (size_t)i0 * j->ldc + j0 + jr,
+                 j->ldc, j->accumulate);
     }
     AMX_RELEASE();
 }
