@@ -14,10 +14,14 @@
  * place), K runs in chunks of AMX_KC tiles: the panel pair's chunk (16 KiB) is used by every 32-row pair of the
  * block in turn, whose four accumulators are zeroed (first chunk) or loaded from the block's partial sums Cb
  * (128 x 32 f32, 16 KiB), run over the chunk and stored back; after the last chunk the epilogue writes C from Cb.
- * So the panel chunk and Cb stay in L1 and the A block in L2. Loading and storing an accumulator is exact: every
+ * So the panel chunk and Cb stay in L1 and the A block in L2; while a chunk runs, the row pairs prefetch the next
+ * chunk towards L2 (each weight byte comes from L3 or memory once per M block). Loading and storing an accumulator is exact: every
  * element is one TDPBF16PS chain over its K tiles in order, whatever the blocking or thread count, so results
  * are bit-identical for any thread count and equal to gemm_amx_ref. Each item loads the tile configuration and
- * releases the tiles when done. (The chunk and block sizes are reasoned, not tuned: no AMX machine yet.) */
+ * releases the tiles when done. Measured on an AMX Xeon (bench_gemm_bf16, 1 thread; docs/PERFORMANCE.md): chunks
+ * of 16 or whole-K tiles ran no faster than 8, 256-row M blocks no faster than 128 (slower at K = 4304 and less
+ * even over two threads), and neither prefetching the next item's A rows and the epilogue's C rows nor running a
+ * column pair's epilogue in slices between the next pair's tile steps gained beyond the noise. */
 #include <stdint.h>
 #include <string.h>
 
