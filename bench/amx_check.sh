@@ -2,7 +2,8 @@
 # amx_check.sh — on an AMX machine, in one run of a few minutes: whether qvl's AMX-BF16 kernel set is usable here
 # (lscpu, `qvl info`), the hardware halves of its tests (test_amx, test_amx_attention, test_backend,
 # test_parity_amx), the TDPBF16PS peak (bench/amx_peak.c), the bf16 GEMM sets per tower shape
-# (bench/bench_gemm_bf16.c), and `qvl bench` on a synthetic Qwen3.5-27B tower in f32, bf16 on AMX and bf16 on
+# (bench/bench_gemm_bf16.c), the tile loads' cost (bench/amx_loads.c), the AMX attention alone
+# (bench/bench_attention.c, BENCH_ISA=amx), and `qvl bench` on a synthetic Qwen3.5-27B tower in f32, bf16 on AMX and bf16 on
 # AVX512-BF16, on 2 threads and on every core. Every step has a time limit; a step that fails or runs out is
 # reported and the rest still run. Writes OUT/summary.txt (the lines that matter) and one log per step.
 #
@@ -91,11 +92,15 @@ step test_parity_amx 240 "$B/test_parity_amx"
 grep -h "passed, .* failed\|merged" "$OUT/test_parity_amx.log" | tail -4 | sed 's/^/  /' | tee -a "$SUM"
 
 if step build-bench 180 bash -c "cmake -S '$root/bench' -B '$BB' -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-        cmake --build '$BB' -j '$JOBS' --target amx_peak bench_gemm_bf16"; then
+        cmake --build '$BB' -j '$JOBS' --target amx_peak bench_gemm_bf16 amx_loads bench_attention"; then
     step amx_peak 60 "$BB/amx_peak" "$(nproc)"
     tail -n "$(( $(nproc) + 2 ))" "$OUT/amx_peak.log" | sed 's/^/  /' | tee -a "$SUM"
     step bench_gemm_bf16 150 "$BB/bench_gemm_bf16" 784
     sed 's/^/  /' "$OUT/bench_gemm_bf16.log" | tail -20 | tee -a "$SUM"
+    step amx_loads 60 "$BB/amx_loads"
+    sed 's/^/  /' "$OUT/amx_loads.log" | tee -a "$SUM"
+    step bench_attention 90 env BENCH_ISA=amx BENCH_SCRATCH=4304 "$BB/bench_attention" 784 3136
+    sed 's/^/  /' "$OUT/bench_attention.log" | tee -a "$SUM"
 fi
 
 for th in ${THREADS//,/ }; do

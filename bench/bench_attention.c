@@ -5,7 +5,8 @@
  * kernel set (avx512bf16 only where cpu_has_avx512bf16()); BENCH_ISA=amx-emulated-simd|amx-emulated runs the AMX
  * attention over the C model of the tile instructions (attn_amx_run_emulated_simd: with the instruction build's
  * AVX-512 layouts and softmax, AVX512-BF16 CPUs only; attn_amx_run_emulated: portable C): the model's tiles
- * dominate those timings, so they say little about the AMX kernel's speed. BENCH_LAYOUT=qkv (default: Q, K, V the thirds of
+ * dominate those timings, so they say little about the AMX kernel's speed; BENCH_ISA=amx runs the AMX attention
+ * itself (attn_amx_run; only where cpu_amx_usable()). BENCH_LAYOUT=qkv (default: Q, K, V the thirds of
  * [S, 3H] rows, as the tower calls it), rows (Q, K, V each its own [S, H] buffer) or head (each head's K and V
  * contiguous [S, hd], ldk = ldv = hd). BENCH_PEAK=<GFLOP/s> (say bench/peak_flops.c's figure for the same threads)
  * adds the rate as a % of it. BENCH_SCRATCH=<I> gives the call the scratch the tower gives it (its MLP buffer:
@@ -31,7 +32,8 @@
             attn_args b_ = a;                                                                                        \
             b_.q += (size_t)h_ * hd, b_.out += (size_t)h_ * hd;                                                      \
             b_.k += (size_t)h_ * S * hd, b_.v += (size_t)h_ * S * hd;                                                \
-            if (amx_emu) run_amx_emulated(amx_emu, &b_, ws, pool_of(nt));                                            \
+            if (amx_emu == 3) attn_amx_run(&b_, ws, pool_of(nt));                                                    \
+            else if (amx_emu) run_amx_emulated(amx_emu, &b_, ws, pool_of(nt));                                       \
             else if (bf16) attn_bf16_run(bf16 - 1, &b_, ws, pool_of(nt));                                            \
             else attn_run_isa(&b_, ws, pool_of(nt), isa);                                                            \
         }                                                                                                            \
@@ -66,8 +68,17 @@ int main(int argc, char **argv) {
     /* bf16: 1 + the kernel set (attn_bf16_run's set), 0 for f32 */
     const int bf16 = !isa_s ? 0 : !strcmp(isa_s, "avx512bf16") ? 1 + BF16_SET_AVX512BF16
                               : !strcmp(isa_s, "portable-bf16") ? 1 + BF16_SET_PORTABLE : 0;
-    /* the AMX attention over the C model of the tiles: 1 with the AVX-512 layouts and softmax, 2 portable */
-    const int amx_emu = !isa_s ? 0 : !strcmp(isa_s, "amx-emulated-simd") ? 1 : !strcmp(isa_s, "amx-emulated") ? 2 : 0;
+    /* the AMX attention over the C model of the tiles: 1 with the AVX-512 layouts and softmax, 2 portable; 3: the
+     * instructions */
+    const int amx_emu = !isa_s                           ? 0
+                        : !strcmp(isa_s, "amx-emulated-simd") ? 1
+                        : !strcmp(isa_s, "amx-emulated")      ? 2
+                        : !strcmp(isa_s, "amx")               ? 3
+                                                              : 0;
+    if (amx_emu == 3 && !cpu_amx_usable()) {
+        fprintf(stderr, "bench_attention: AMX-BF16 is not usable here (%s)\n", cpu_amx_describe(cpu_amx_state()));
+        return 1;
+    }
     if ((bf16 == 1 + BF16_SET_AVX512BF16 || amx_emu == 1) && (!QVL_WITH_X86 || !cpu_has_avx512bf16())) {
         fprintf(stderr, "bench_attention: this CPU has no AVX512-BF16\n");
         return 1;
