@@ -196,7 +196,7 @@ typedef struct qvl_model_info {
     int isa;                          /* kernel set in use: 1 portable, 2 AVX2, 3 AVX-512 (qvl_isa_name) */
     int precision;                    /* arithmetic in use: QVL_PRECISION_F32 or QVL_PRECISION_BF16 */
     char backend[24];                 /* the compute backend the contexts run: "avx512", "avx512bf16", ... */
-    char bf16_backend[24];            /* the bf16 backend this CPU would run (precision bf16 or auto), "" if none */
+    char bf16_backend[24];            /* the bf16 backend this CPU would run for precision bf16, "" if none */
     char amx[96];                     /* AMX-BF16 on this CPU and process: "usable (...)", "absent", or why not.
                                          On an AMX CPU under Linux, finding out (here, or loading with precision
                                          bf16 / auto or isa AMX; never an f32 load) requests the process's
@@ -225,7 +225,9 @@ QVL_API const char *qvl_isa_name(int isa);
  * kept). Runs on the AMX-BF16 tile kernels where AMX is usable (TDPBF16PS's summation order), else on the
  * AVX512-BF16 kernels (VDPBF16PS's order; the two differ at f32 rounding level); elsewhere (isa AUTO) on the
  * portable bf16 kernels (the AVX512-BF16 set's bits, much slower); with a forced isa and no bf16 kernels for it:
- * QVL_ERR_UNSUPPORTED. AUTO: BF16 where the CPU has AMX or AVX512-BF16 kernels, else F32. fc2 of the blocks up to
+ * QVL_ERR_UNSUPPORTED. AUTO: BF16 on the AMX tiles where they are usable, on AVX512-BF16 where the CPU has no AMX
+ * (AMD Zen 4/5, Cooper Lake), else F32 — also on an AMX CPU whose OS or kernel does not enable the tiles, where
+ * VDPBF16PS runs at half the f32 FMA rate (the AVX512-BF16 set would be slower than F32). fc2 of the blocks up to
  * the first DeepStack tap stays precise too (f32, or two bf16 terms on AMX). At full depth the bf16 tower is about
  * 0.25-0.28 of transformers' own bf16 run's error away from the fp32 reference (docs/PARITY.md). */
 typedef enum qvl_precision { QVL_PRECISION_F32 = 0, QVL_PRECISION_BF16 = 1, QVL_PRECISION_AUTO = 2 } qvl_precision;

@@ -450,7 +450,8 @@ class Encoder:
 
     ``threads=None`` honours $OMP_NUM_THREADS (as Ray sets it), else the process's CPU affinity. ``precision``
     is the compute precision: "f32" (exact to the fp32 reference), "bf16" (GEMM and attention operands rounded to
-    bf16, f32 accumulation) or "auto" (bf16 where the CPU has AVX512-BF16); ``device`` "cpu". With ``cache_dir``,
+    bf16, f32 accumulation) or "auto" (bf16 on usable AMX tiles, or on AVX512-BF16 where the CPU has no AMX; f32
+    elsewhere); ``device`` "cpu". With ``cache_dir``,
     results are looked up by key in that cache directory first and written there after encoding, in the format
     ``qvl serve`` and ``qvl encode --cache`` share (:mod:`qvl.cache`; the key names the dtype, layout, DeepStack
     choice and precision, so an entry is a hit only for the same output; a hit's Result has cached=True and kind

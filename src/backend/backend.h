@@ -83,14 +83,22 @@ struct backend {
 };
 
 /* The backend for a kernel-set request and a precision into *out (AUTO resolved for this CPU: AVX-512, else
- * AVX2, else portable; auto precision: bf16 where AMX or AVX512-BF16 exists, else f32; bf16 on AMX where the
+ * AVX2, else portable; auto precision: backend_auto_bf16's choice, else f32; bf16 on AMX where the
  * AMX set is usable (cpu_amx_usable() and its start-up check), else AVX512-BF16, else the portable bf16 set,
  * correct but slow). QVL_ISA_AMX: bf16 on AMX (precision f32 is refused: AMX has no f32 arithmetic);
  * QVL_ISA_AVX512 with bf16: the AVX512-BF16 set even where AMX exists. QVL_ERR_UNSUPPORTED when this CPU lacks
  * what was asked, QVL_ERR_INVALID_ARG for unknown values. */
 qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **out, qvl_error *err);
-/* The bf16 backend auto or bf16 would choose on this CPU, or NULL (none: bf16 precision is refused). */
+/* The bf16 backend precision bf16 would choose on this CPU, or NULL (none: bf16 precision is refused). */
 const backend *backend_bf16_available(void);
+/* Which bf16 kernel set precision auto takes: BACKEND_AUTO_AMX where the AMX set is usable (amx_usable);
+ * BACKEND_AUTO_AVX512BF16 where the CPU has AVX512-BF16 and no AMX at all (AMD Zen 4/5, where VDPBF16PS measured
+ * twice the f32 FMA rate; Cooper Lake, not measured); else BACKEND_AUTO_F32 — also on a CPU with AMX that the OS
+ * or kernel does not enable (amx_in_cpu without amx_usable): on such a Xeon VDPBF16PS measured half the f32 FMA
+ * rate, so the AVX512-BF16 set would be slower than f32 and further from the reference (docs/PERFORMANCE.md,
+ * session 22). */
+enum { BACKEND_AUTO_F32 = 0, BACKEND_AUTO_AVX512BF16 = 1, BACKEND_AUTO_AMX = 2 };
+int backend_auto_bf16(int amx_usable, int amx_in_cpu, int has_avx512bf16);
 /* The AMX set's state on this CPU for `qvl info`: cpu_amx_describe's phrase, or what its start-up check (a small
  * GEMM and attention against their definitions, run once per process) found. Sets *usable. */
 const char *backend_amx_status(int *usable);

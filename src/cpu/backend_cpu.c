@@ -248,6 +248,23 @@ int backend_runs(const backend *be) {
     return be->kernel <= cpu_level();
 }
 
+int backend_auto_bf16(int amx_usable, int amx_in_cpu, int has_avx512bf16) {
+    if (amx_usable) return BACKEND_AUTO_AMX;
+    return has_avx512bf16 && !amx_in_cpu ? BACKEND_AUTO_AVX512BF16 : BACKEND_AUTO_F32;
+}
+
+/* backend_auto_bf16's choice on this CPU as a backend, or NULL for f32. */
+static const backend *auto_bf16(void) {
+#if QVL_WITH_X86
+    switch (backend_auto_bf16(amx_ok(), cpu_amx_state() != CPU_AMX_ABSENT, cpu_has_avx512bf16())) {
+    case BACKEND_AUTO_AMX: return &be_amx;
+    case BACKEND_AUTO_AVX512BF16: return &be_avx512bf16;
+    default: break;
+    }
+#endif
+    return NULL;
+}
+
 const backend *backend_bf16_available(void) {
 #if QVL_WITH_X86
     if (amx_ok()) return &be_amx;
@@ -295,9 +312,12 @@ qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **
         return QVL_OK;
     default: return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown isa %d", (int)isa);
     }
-    /* The bf16 set for the request: AUTO the best this CPU has; AVX512 the AVX512-BF16 set even where AMX exists. */
-    /* (Not asked for f32: on an AMX CPU the question requests the tile-data permission for the process.) */
-    const backend *bf = isa == QVL_ISA_AUTO && precision != QVL_PRECISION_F32 ? backend_bf16_available() : NULL;
+    /* The bf16 set for the request: AUTO the best this CPU has (for precision auto, backend_auto_bf16's choice);
+     * AVX512 the AVX512-BF16 set even where AMX exists. (Not asked for f32: on an AMX CPU the question requests
+     * the tile-data permission for the process.) */
+    const backend *bf = isa != QVL_ISA_AUTO || precision == QVL_PRECISION_F32 ? NULL
+                        : precision == QVL_PRECISION_AUTO                     ? auto_bf16()
+                                                                              : backend_bf16_available();
 #if QVL_WITH_X86
     if (isa == QVL_ISA_AVX512 && cpu_has_avx512bf16()) bf = &be_avx512bf16;
 #endif

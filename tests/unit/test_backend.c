@@ -111,8 +111,20 @@ int main(void) {
           be->precision == QVL_PRECISION_F32 && be->kernel == cpu_level());
     CHECK(backend_select(QVL_ISA_AUTO, QVL_PRECISION_BF16, &be, &err) == QVL_OK && be &&
           be->precision == QVL_PRECISION_BF16);
-    CHECK(backend_select(QVL_ISA_AUTO, QVL_PRECISION_AUTO, &be, &err) == QVL_OK && be &&
-          (be->precision == QVL_PRECISION_BF16) == (backend_bf16_available() != NULL));
+    /* precision auto: AMX where usable, AVX512-BF16 only on a CPU without AMX, else f32 (every case of the rule) */
+    CHECK(backend_auto_bf16(1, 1, 1) == BACKEND_AUTO_AMX && backend_auto_bf16(1, 1, 0) == BACKEND_AUTO_AMX);
+    CHECK(backend_auto_bf16(0, 0, 1) == BACKEND_AUTO_AVX512BF16);
+    CHECK(backend_auto_bf16(0, 1, 1) == BACKEND_AUTO_F32); /* AMX present, not enabled: VDPBF16PS slower than f32 */
+    CHECK(backend_auto_bf16(0, 0, 0) == BACKEND_AUTO_F32 && backend_auto_bf16(0, 1, 0) == BACKEND_AUTO_F32);
+    {
+        int amx_usable = 0;
+        (void)backend_amx_status(&amx_usable);
+        const int pick = backend_auto_bf16(amx_usable, cpu_amx_state() != CPU_AMX_ABSENT, cpu_has_avx512bf16());
+        CHECK(backend_select(QVL_ISA_AUTO, QVL_PRECISION_AUTO, &be, &err) == QVL_OK && be);
+        CHECK(pick == BACKEND_AUTO_AMX   ? strcmp(be->name, "amx") == 0
+              : pick == BACKEND_AUTO_F32 ? be->precision == QVL_PRECISION_F32 && be->kernel == cpu_level()
+                                         : strcmp(be->name, "avx512bf16") == 0);
+    }
     CHECK(backend_select(QVL_ISA_AUTO, (qvl_precision)7, &be, &err) == QVL_ERR_INVALID_ARG && !be);
     CHECK(backend_select((qvl_isa)9, QVL_PRECISION_F32, &be, &err) == QVL_ERR_INVALID_ARG && !be);
     if (cpu_has_avx2()) {
