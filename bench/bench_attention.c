@@ -32,8 +32,8 @@
             attn_args b_ = a;                                                                                        \
             b_.q += (size_t)h_ * hd, b_.out += (size_t)h_ * hd;                                                      \
             b_.k += (size_t)h_ * S * hd, b_.v += (size_t)h_ * S * hd;                                                \
-            if (amx_emu == 3) attn_amx_run(&b_, ws, pool_of(nt));                                                    \
-            else if (amx_emu) run_amx_emulated(amx_emu, &b_, ws, pool_of(nt));                                       \
+            if (amx_mode == 3) attn_amx_run(&b_, ws, pool_of(nt));                                                   \
+            else if (amx_mode) run_amx_emulated(amx_mode, &b_, ws, pool_of(nt));                                     \
             else if (bf16) attn_bf16_run(bf16 - 1, &b_, ws, pool_of(nt));                                            \
             else attn_run_isa(&b_, ws, pool_of(nt), isa);                                                            \
         }                                                                                                            \
@@ -68,18 +68,18 @@ int main(int argc, char **argv) {
     /* bf16: 1 + the kernel set (attn_bf16_run's set), 0 for f32 */
     const int bf16 = !isa_s ? 0 : !strcmp(isa_s, "avx512bf16") ? 1 + BF16_SET_AVX512BF16
                               : !strcmp(isa_s, "portable-bf16") ? 1 + BF16_SET_PORTABLE : 0;
-    /* the AMX attention over the C model of the tiles: 1 with the AVX-512 layouts and softmax, 2 portable; 3: the
+    /* the AMX attention: over the C model of the tiles, 1 with the AVX-512 layouts and softmax, 2 portable; 3 the
      * instructions */
-    const int amx_emu = !isa_s                           ? 0
+    const int amx_mode = !isa_s                           ? 0
                         : !strcmp(isa_s, "amx-emulated-simd") ? 1
                         : !strcmp(isa_s, "amx-emulated")      ? 2
                         : !strcmp(isa_s, "amx")               ? 3
                                                               : 0;
-    if (amx_emu == 3 && !cpu_amx_usable()) {
+    if (amx_mode == 3 && !cpu_amx_usable()) {
         fprintf(stderr, "bench_attention: AMX-BF16 is not usable here (%s)\n", cpu_amx_describe(cpu_amx_state()));
         return 1;
     }
-    if ((bf16 == 1 + BF16_SET_AVX512BF16 || amx_emu == 1) && (!QVL_WITH_X86 || !cpu_has_avx512bf16())) {
+    if ((bf16 == 1 + BF16_SET_AVX512BF16 || amx_mode == 1) && (!QVL_WITH_X86 || !cpu_has_avx512bf16())) {
         fprintf(stderr, "bench_attention: this CPU has no AVX512-BF16\n");
         return 1;
     }

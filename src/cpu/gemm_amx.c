@@ -235,8 +235,9 @@ static void epilogue(const float *cb, int mr, int ncols, const float *bias, be_a
     }
 }
 #else
-static inline __attribute__((always_inline)) __m512 epi16(__m512 v, __m512 b, be_act act) {
-    v = _mm512_add_ps(v, b);
+/* t (+ b where has_bias), then the activation. */
+static inline __attribute__((always_inline)) __m512 epi16(__m512 v, int has_bias, __m512 b, be_act act) {
+    if (has_bias) v = _mm512_add_ps(v, b);
     if (act == BE_ACT_GELU_TANH) v = v16_gelu_tanh(v);
     else if (act == BE_ACT_GELU_ERF) v = v16_gelu_erf(v);
     return v;
@@ -252,17 +253,8 @@ static void epilogue(const float *cb, int mr, int ncols, const float *bias, be_a
     for (int r = 0; r < mr; r++) {
         const float *t = cb + (size_t)r * 32;
         float *c = C + (size_t)r * ldc;
-        __m512 v0 = _mm512_loadu_ps(t), v1 = _mm512_loadu_ps(t + 16);
-        if (bias) {
-            v0 = epi16(v0, b0, act);
-            v1 = epi16(v1, b1, act);
-        } else if (act == BE_ACT_GELU_TANH) {
-            v0 = v16_gelu_tanh(v0);
-            v1 = v16_gelu_tanh(v1);
-        } else if (act == BE_ACT_GELU_ERF) {
-            v0 = v16_gelu_erf(v0);
-            v1 = v16_gelu_erf(v1);
-        }
+        __m512 v0 = epi16(_mm512_loadu_ps(t), bias != NULL, b0, act);
+        __m512 v1 = epi16(_mm512_loadu_ps(t + 16), bias != NULL, b1, act);
         if (accumulate) {
             v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
             v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
