@@ -19,8 +19,8 @@
  * element is one TDPBF16PS chain over its K tiles in order, whatever the blocking or thread count, so results
  * are bit-identical for any thread count and equal to gemm_amx_ref. Each item loads the tile configuration and
  * releases the tiles when done. Measured on an AMX Xeon (bench_gemm_bf16, 1 thread; docs/PERFORMANCE.md): chunks
- * of 16 or whole-K tiles ran no faster than 8, 256-row M blocks no faster than 128 (slower at K = 4304 and less
- * even over two threads), and neither prefetching the next item's A rows and the epilogue's C rows nor running a
+ * of 16 or whole-K tiles ran no faster than 8, 256-row M blocks no faster than 128 on two threads (within the
+ * noise at K = 1152, 40 % slower at K = 4304), and neither prefetching the next item's A rows and the epilogue's C rows nor running a
  * column pair's epilogue in slices between the next pair's tile steps gained beyond the noise. */
 #include <stdint.h>
 #include <string.h>
