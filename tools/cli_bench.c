@@ -35,6 +35,12 @@ static const char bench_help[] =
     "                       set against the bf16 unit's peak (the precise f32 GEMMs they include run slower)\n"
     "  -h, --help           show this help\n";
 
+/* The 512-bit loops run 24 chains: a unit of two pipes and latency L needs 2·L chains in flight, and VDPBF16PS
+ * on AMD Zen 5 (latency 6, two per cycle) reached only 92 % of its rate with 12 (measured: 8 / 12 / 16 / 24 chains
+ * 353 / 488-500 / 531 / 525-533 GFLOP/s on one core, the bf16 GEMM's 14 x 32 micro-tile alone 523); 24 leaves
+ * room for a longer latency and fits the 32 zmm registers. */
+enum { CHAINS512 = 24 };
+
 #if defined(__x86_64__) || defined(__i386__)
 /* 12 independent FMA chains of 8 lanes per thread: the f32 FMA peak. */
 __attribute__((target("avx2,fma"))) static double fma_loop(long iters) {
@@ -51,24 +57,26 @@ __attribute__((target("avx2,fma"))) static double fma_loop(long iters) {
 
 /* The same with 16-lane AVX-512 FMAs, on CPUs whose kernels use them. */
 __attribute__((target("avx512f"))) static double fma_loop512(long iters) {
-    __m512 a[12], m = _mm512_set1_ps(1.0000001f), add = _mm512_set1_ps(1e-7f);
-    for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps(1e-7f * (float)k);
+    __m512 a[CHAINS512], m = _mm512_set1_ps(1.0000001f), add = _mm512_set1_ps(1e-7f);
+    for (int k = 0; k < CHAINS512; k++) a[k] = _mm512_set1_ps(1e-7f * (float)k);
     for (long i = 0; i < iters; i++)
-        for (int k = 0; k < 12; k++) a[k] = _mm512_fmadd_ps(a[k], m, add);
+#pragma GCC unroll 24
+        for (int k = 0; k < CHAINS512; k++) a[k] = _mm512_fmadd_ps(a[k], m, add);
     float s = 0;
-    for (int k = 0; k < 12; k++) s += _mm512_cvtss_f32(a[k]);
+    for (int k = 0; k < CHAINS512; k++) s += _mm512_cvtss_f32(a[k]);
     return s;
 }
-/* 12 independent VDPBF16PS chains (16 lanes x 2 bf16 products each): the AVX512-BF16 peak. Called only when the
- * model runs the avx512bf16 backend (the library checked the CPU). */
+/* CHAINS512 independent VDPBF16PS chains (16 lanes x 2 bf16 products each): the AVX512-BF16 peak. Called only when
+ * the model runs the avx512bf16 backend (the library checked the CPU). */
 __attribute__((target("avx512f,avx512bf16"))) static double bf16_loop(long iters) {
-    __m512 a[12];
+    __m512 a[CHAINS512];
     const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f); /* finite as bf16 pairs */
-    for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps(1e-7f * (float)k);
+    for (int k = 0; k < CHAINS512; k++) a[k] = _mm512_set1_ps(1e-7f * (float)k);
     for (long i = 0; i < iters; i++)
-        for (int k = 0; k < 12; k++) a[k] = _mm512_dpbf16_ps(a[k], (__m512bh)x, (__m512bh)y);
+#pragma GCC unroll 24
+        for (int k = 0; k < CHAINS512; k++) a[k] = _mm512_dpbf16_ps(a[k], (__m512bh)x, (__m512bh)y);
     float s = 0;
-    for (int k = 0; k < 12; k++) s += _mm512_cvtss_f32(a[k]);
+    for (int k = 0; k < CHAINS512; k++) s += _mm512_cvtss_f32(a[k]);
     return s;
 }
 
@@ -141,11 +149,12 @@ static void *peak_thread(void *p) {
 /* The peak of `unit` (the kernel set the model was loaded for, which the library only resolves to a set this CPU
  * runs): `threads` threads running its loop at once; 0 below AVX2. */
 static double measure_peak(int threads, int isa, peak_unit unit) {
-    /* FLOP per loop iteration: 12 vectors of FMA (8 or 16 lanes x 2) or VDPBF16PS (16 lanes x 2 pairs x 2), or
-     * four 16 x 16 x 32 tile products */
-    static const double flop_iter[] = {12.0 * 8 * 2, 12.0 * 16 * 2, 12.0 * 16 * 4, 4.0 * 16 * 16 * 32 * 2};
+    /* FLOP per loop iteration: 12 vectors of AVX2 FMA (8 lanes x 2), CHAINS512 of AVX-512 FMA (16 lanes x 2) or
+     * VDPBF16PS (16 lanes x 2 pairs x 2), or four 16 x 16 x 32 tile products */
+    static const double flop_iter[] = {12.0 * 8 * 2, CHAINS512 * 16.0 * 2, CHAINS512 * 16.0 * 4,
+                                       4.0 * 16 * 16 * 32 * 2};
     if (isa < QVL_ISA_AVX2) return 0;
-    const long iters = unit == UNIT_AMX ? 2000000 : 20000000;
+    const long iters = unit == UNIT_AMX ? 2000000 : unit == UNIT_FMA_AVX2 ? 20000000 : 10000000;
     if (threads > 256) threads = 256;
     double best = 0, sink = 0;
     for (int rep = 0; rep < 3; rep++) {
