@@ -1,4 +1,4 @@
-/* bench_attention.c — GFLOP/s (4·S²·H per segment: QKᵀ and P·V) of attn_run for one segment of S tokens,
+/* bench_attention.c — GFLOP/s (4·S²·H per segment: QKᵀ and P·V) of attn_run for a segment of S tokens,
  * 16 heads of head_dim 72 (BENCH_HD=64 for 64), Q/K/V thirds of a fused qkv buffer; 1 and 2 threads, best of
  * BENCH_REPS (3) timings, wall and per CPU-second (see bench_gemm.c); BENCH_ISA=scalar|avx2|avx512 forces that
  * f32 block kernel, BENCH_ISA=avx512bf16|portable-bf16 runs precision bf16's attention (src/cpu/bf16.h) with that
@@ -11,7 +11,11 @@
  * contiguous [S, hd], ldk = ldv = hd). BENCH_PEAK=<GFLOP/s> (say bench/peak_flops.c's figure for the same threads)
  * adds the rate as a % of it. BENCH_SCRATCH=<I> gives the call the scratch the tower gives it (its MLP buffer:
  * min(S, 882) rows, rounded up to 42, of I floats; 4304 for the 27B tower, 4096 for the 2B), where the bf16 attention
- * packs K and V once per head; unset, none (K and V rounded per work item). Usage: bench_attention [S ...]. */
+ * packs K and V once per head; unset, none (K and V rounded per work item). BENCH_SEGMENTS=n: n segments of S rows
+ * in one call (a batch of n images, a video's n temporal patches); the rate counts n·4·S²·H. BENCH_FRESH=1: the
+ * qkv rows are written again before each timed call (untimed), so the call finds them where the tower's qkv GEMM
+ * leaves them rather than in the caches the previous call warmed (once n·S rows outgrow L2 that costs: 8 x 196
+ * rows ran at 0.7 of one 196-row segment's rate on an AMD Zen 5). Usage: bench_attention [S ...]. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,13 +93,25 @@ int main(int argc, char **argv) {
     if (attn_bf16_workspace_size(hd, 2) > ws_bytes) ws_bytes = attn_bf16_workspace_size(hd, 2);
     if (attn_amx_workspace_size(hd, 2) > ws_bytes) ws_bytes = attn_amx_workspace_size(hd, 2);
     void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
+    /* BENCH_SEGMENTS=n: n segments of S rows each in one call (n·S rows: a batch of n images, or a video's n
+     * temporal patches), as the tower calls it */
+    int n_seg = getenv("BENCH_SEGMENTS") ? atoi(getenv("BENCH_SEGMENTS")) : 1;
+    /* BENCH_FRESH=1: before each timed call the qkv rows are written again (from a copy, not timed), so they come
+     * from where the tower's qkv GEMM leaves them (L3 and memory once they outgrow L2), not from the caches that
+     * the previous call warmed */
+    const int fresh = getenv("BENCH_FRESH") && atoi(getenv("BENCH_FRESH"));
+    if (n_seg < 1 || n_seg > 64) n_seg = 1;
     for (int x = 0; x < n; x++) {
-        const int S = lens[x];
+        const int S1 = lens[x], S = S1 * n_seg;
         float *qkv = malloc((size_t)S * 3 * H * sizeof(float)), *out = malloc((size_t)S * H * sizeof(float));
         for (size_t i = 0; i < (size_t)S * 3 * H; i++) qkv[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-        int cu[2] = {0, S};
+        const size_t qkv_bytes = (size_t)S * 3 * H * sizeof(float);
+        float *qkv0 = fresh ? malloc(qkv_bytes) : NULL;
+        if (qkv0) memcpy(qkv0, qkv, qkv_bytes);
+        int cu[65];
+        for (int s = 0; s <= n_seg; s++) cu[s] = s * S1;
         attn_args a = {qkv, qkv + H, qkv + 2 * H, 3 * (size_t)H, 3 * (size_t)H, 3 * (size_t)H, out, (size_t)H, nh, hd,
-                       cu, 1, 1.0f / sqrtf((float)hd), NULL, 0};
+                       cu, n_seg, 1.0f / sqrtf((float)hd), NULL, 0};
         void *scratch = NULL;
         if (getenv("BENCH_SCRATCH")) { /* tower.c's mlp_step(S, 42) · I floats */
             const size_t n = ((size_t)S + 881) / 882, step0 = ((S + n - 1) / n + 41) / 42 * 42;
@@ -113,23 +129,32 @@ int main(int argc, char **argv) {
             double best = 0.0, best_cpu = 0.0, best_ms = 0.0;
             for (int r = 0; r < n_rep; r++) {
                 int reps = 0;
-                double t0 = wall_now(), c0 = cpu_now(), dt;
+                double t0 = wall_now(), c0 = cpu_now(), dt = 0.0, cpu = 0.0;
                 do {
+                    if (fresh) { /* the qkv rows rewritten, as the qkv GEMM leaves them; not timed */
+                        memcpy(qkv, qkv0, qkv_bytes);
+                        t0 = wall_now(), c0 = cpu_now();
+                    }
                     RUN_ALL();
                     reps++;
-                    dt = wall_now() - t0;
+                    dt += wall_now() - t0, cpu += cpu_now() - c0;
+                    if (!fresh) dt = wall_now() - t0, cpu = cpu_now() - c0;
+                    else t0 = wall_now(), c0 = cpu_now();
                 } while (dt < 0.5);
-                const double gflop = 4.0 * S * (double)S * H * reps * 1e-9;
+                const double gflop = 4.0 * S1 * (double)S1 * H * n_seg * reps * 1e-9;
                 if (gflop / dt > best) best = gflop / dt, best_ms = dt / reps * 1e3;
-                if (gflop / (cpu_now() - c0) * nt > best_cpu) best_cpu = gflop / (cpu_now() - c0) * nt;
+                if (gflop / cpu * nt > best_cpu) best_cpu = gflop / cpu * nt;
             }
-            printf("%s %s%s S %5d heads %d x %d threads %d: %.1f GFLOP/s [%.1f per CPU-second x threads], %.2f ms",
-                   isa_s ? isa_s : "auto", layout, scratch ? " scratch" : "", S, nh, hd, nt, best, best_cpu, best_ms);
+            printf("%s %s%s%s S %5d", isa_s ? isa_s : "auto", layout, scratch ? " scratch" : "", fresh ? " fresh" : "",
+                   S1);
+            if (n_seg > 1) printf(" x %d segments", n_seg);
+            printf(" heads %d x %d threads %d: %.1f GFLOP/s [%.1f per CPU-second x threads], %.2f ms", nh, hd, nt, best,
+                   best_cpu, best_ms);
             if (peak > 0) printf(" (%.0f %% of %.0f)", 100.0 * best / peak, peak);
             printf("\n");
             fflush(stdout);
         }
-        free(qkv), free(out), free(scratch);
+        free(qkv), free(qkv0), free(out), free(scratch);
     }
     free(ws);
     return 0;
