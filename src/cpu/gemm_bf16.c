@@ -195,9 +195,10 @@ static void a_prefetch_init(a_prefetch *p, const bgemm_job *j, int i0, int mc, i
 
 static inline void a_prefetch_step(a_prefetch *p) {
     for (int q = 0; q < p->per && p->r < p->rows; q++) {
-        if (p->off >= p->bytes) { /* the line of the row's last byte, then the next row */
+        if (p->off >= p->bytes) { /* the line of the row's last byte, then the next row (never past the last) */
             __builtin_prefetch(p->row + p->bytes - 1, 0, 2);
-            p->row += p->stride, p->r++, p->off = 0;
+            if (++p->r < p->rows) p->row += p->stride;
+            p->off = 0;
         } else {
             __builtin_prefetch(p->row + p->off, 0, 2);
             p->off += 64;
