@@ -93,14 +93,9 @@ int main(int argc, char **argv) {
     if (attn_bf16_workspace_size(hd, 2) > ws_bytes) ws_bytes = attn_bf16_workspace_size(hd, 2);
     if (attn_amx_workspace_size(hd, 2) > ws_bytes) ws_bytes = attn_amx_workspace_size(hd, 2);
     void *ws = aligned_alloc(64, (ws_bytes + 63) & ~(size_t)63);
-    /* BENCH_SEGMENTS=n: n segments of S rows each in one call (n·S rows: a batch of n images, or a video's n
-     * temporal patches), as the tower calls it */
-    int n_seg = getenv("BENCH_SEGMENTS") ? atoi(getenv("BENCH_SEGMENTS")) : 1;
-    /* BENCH_FRESH=1: before each timed call the qkv rows are written again (from a copy, not timed), so they come
-     * from where the tower's qkv GEMM leaves them (L3 and memory once they outgrow L2), not from the caches that
-     * the previous call warmed */
-    const int fresh = getenv("BENCH_FRESH") && atoi(getenv("BENCH_FRESH"));
+    int n_seg = getenv("BENCH_SEGMENTS") ? atoi(getenv("BENCH_SEGMENTS")) : 1; /* BENCH_SEGMENTS, BENCH_FRESH: above */
     if (n_seg < 1 || n_seg > 64) n_seg = 1;
+    const int fresh = getenv("BENCH_FRESH") && atoi(getenv("BENCH_FRESH"));
     for (int x = 0; x < n; x++) {
         const int S1 = lens[x], S = S1 * n_seg;
         float *qkv = malloc((size_t)S * 3 * H * sizeof(float)), *out = malloc((size_t)S * H * sizeof(float));
@@ -129,17 +124,13 @@ int main(int argc, char **argv) {
             double best = 0.0, best_cpu = 0.0, best_ms = 0.0;
             for (int r = 0; r < n_rep; r++) {
                 int reps = 0;
-                double t0 = wall_now(), c0 = cpu_now(), dt = 0.0, cpu = 0.0;
+                double dt = 0.0, cpu = 0.0; /* the calls' own wall and CPU time */
                 do {
-                    if (fresh) { /* the qkv rows rewritten, as the qkv GEMM leaves them; not timed */
-                        memcpy(qkv, qkv0, qkv_bytes);
-                        t0 = wall_now(), c0 = cpu_now();
-                    }
+                    if (fresh) memcpy(qkv, qkv0, qkv_bytes); /* as the qkv GEMM leaves them; not timed */
+                    const double t0 = wall_now(), c0 = cpu_now();
                     RUN_ALL();
-                    reps++;
                     dt += wall_now() - t0, cpu += cpu_now() - c0;
-                    if (!fresh) dt = wall_now() - t0, cpu = cpu_now() - c0;
-                    else t0 = wall_now(), c0 = cpu_now();
+                    reps++;
                 } while (dt < 0.5);
                 const double gflop = 4.0 * S1 * (double)S1 * H * n_seg * reps * 1e-9;
                 if (gflop / dt > best) best = gflop / dt, best_ms = dt / reps * 1e3;
