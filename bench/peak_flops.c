@@ -42,8 +42,8 @@ static inline float vfirst(vec v) { return _mm256_cvtss_f32(v); }
 #endif
 
 /* Chains per thread: a unit of two pipes and latency L needs 2·L in flight. 12 for AVX2 (16 ymm registers); 24
- * for the 512-bit units: VDPBF16PS on AMD Zen 5 (latency 6, two per cycle) reached only 92 % of its rate with 12
- * (tools/cli_bench.c says what was measured). */
+ * for the 512-bit units: VDPBF16PS on AMD Zen 5 reached only 92 % of its rate with 12 (tools/cli_bench.c says
+ * what was measured). */
 #if defined(__AVX512F__)
 #define NCHAIN 24
 #define CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) X(17) \

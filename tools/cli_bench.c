@@ -36,9 +36,9 @@ static const char bench_help[] =
     "  -h, --help           show this help\n";
 
 /* The 512-bit loops run 24 chains: a unit of two pipes and latency L needs 2·L chains in flight, and VDPBF16PS
- * on AMD Zen 5 (latency 6, two per cycle) reached only 92 % of its rate with 12 (measured: 8 / 12 / 16 / 24 chains
- * 353 / 488-500 / 531 / 525-533 GFLOP/s on one core, the bf16 GEMM's 14 x 32 micro-tile alone 523); 24 leaves
- * room for a longer latency and fits the 32 zmm registers. */
+ * on AMD Zen 5 reached only 92 % of its rate with 12 (measured: 8 / 12 / 16 / 24 chains 353 / 488-500 / 531 /
+ * 525-533 GFLOP/s on one core, the bf16 GEMM's 14 x 32 micro-tile alone 511-525); 24 leaves room for a longer
+ * latency and fits the 32 zmm registers. */
 enum { CHAINS512 = 24 };
 
 #if defined(__x86_64__) || defined(__i386__)
