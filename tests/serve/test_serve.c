@@ -1207,12 +1207,24 @@ int main(void) {
     /* The queue bound counts items not decoded yet, by the patches their headers promise: one request of eight
      * 448x448 items (784 patches each) is admitted to a queue of 8000 patches; a second one of eight more, sent at
      * once, is refused with 503 while the first one's items wait (bounded: five tries). Counting only decoded rows,
-     * the second was always admitted (at most 8 · 784 < 8000 decoded rows queued). */
+     * the second was always admitted (at most 8 · 784 < 8000 decoded rows queued).
+     * The second is refused only while at least three of the first's items are not yet encoded, so the first must
+     * outlast the second's upload and parse (6.4 MB of JSON): this server runs the tiny tower 32 blocks deep, about
+     * 7x the encode time of the 4-block one (51-53 against 7.4-7.5 ms a 448² image, `qvl bench -t 1`), whose eight
+     * items could all be encoded first on a fast CPU (an AMD Zen 5: all five tries admitted in 2 of 21 runs). */
     {
         snprintf(cmd, sizeof cmd, "%s/cache", tmp);
         tu_rmtree(cmd);
+        char deep[600];
+        snprintf(deep, sizeof deep, "%s/m-deep", tmp);
+        qvl_synth_params dp;
+        qvl_synth_params_default(&dp);
+        dp.preset = "tiny";
+        dp.seed = 7;
+        dp.depth = 32;
+        CHECK(qvl_synth_write(&dp, deep, &err) == QVL_OK);
         char *exq[] = {"--workers", "1", "--max-queue-patches", "8000", "--max-batch-items", "1"};
-        pid_t pq = start_server(tmp, model, exq, 6);
+        pid_t pq = start_server(tmp, deep, exq, 6);
         CHECK(pq > 0);
         int full = 0, first_ok = 0, tries = 0;
         for (int t = 0; pq > 0 && t < 5 && !full; t++, tries++) {
