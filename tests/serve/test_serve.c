@@ -502,6 +502,31 @@ static long metric_of(const char *name) {
     return v;
 }
 
+/* Milliseconds one 448² image (784 patch rows) takes to encode on m with the server's default threads (the
+ * second of two encodes), or 0 when it cannot be timed. */
+static double encode_ms_448(const qvl_model *m) {
+    qvl_ctx_params cp;
+    qvl_ctx_params_init(&cp, sizeof cp);
+    qvl_ctx *ctx = NULL;
+    qvl_error err;
+    const qvl_grid g = {1, 28, 28};
+    qvl_model_info in;
+    qvl_model_get_info(m, &in);
+    float *px = calloc((size_t)784 * (size_t)in.row_len, sizeof(float)), *out = NULL;
+    double ms = 0.0;
+    if (px && qvl_ctx_create(m, &cp, &ctx, &err) == QVL_OK) {
+        out = malloc((size_t)196 * (size_t)in.out_hidden * sizeof(float));
+        for (int r = 0; out && r < 2; r++) {
+            const double t0 = tu_now();
+            if (qvl_encode(ctx, px, 784, &g, 1, out, NULL, &err) != QVL_OK) break;
+            ms = (tu_now() - t0) * 1e3;
+        }
+    }
+    qvl_ctx_free(ctx);
+    free(px), free(out);
+    return ms;
+}
+
 int main(void) {
 #if !QVL_WITH_MEDIA
     printf("test_serve: skipped (no image decoding in this build)\n");
@@ -531,7 +556,26 @@ int main(void) {
     qvl_model_get_info(m, &mi);
     n_ds = mi.n_deepstack;
     out_hidden = mi.out_hidden;
+    const double item_ms = encode_ms_448(m);
     qvl_model_free(m);
+    /* The slow tower: the checks that need requests still queued while later ones arrive (the undecoded queue, the
+     * drain) raced the encoder against the client's uploads, and on a fast CPU the tiny 4-block tower won (an AMD
+     * Zen 5, 7.4-7.5 ms a 448² item on one thread: those checks failed in 2 of 21 and 1 of 10 runs). The same tiny
+     * tower, as many blocks deep as make a 448² item take about 100 ms from the encode timed here (the time grows
+     * with the depth; 32 blocks at most: 51-53 ms an item on one thread there), and 4 where one item already takes
+     * that long (the arm64 build under emulation, whose 32-block tower outran the client's 60-second timeout). */
+    char slow[600];
+    snprintf(slow, sizeof slow, "%s/m-slow", tmp);
+    {
+        qvl_synth_params dp;
+        qvl_synth_params_default(&dp);
+        dp.preset = "tiny";
+        dp.seed = 7;
+        const int depth = item_ms > 0 ? (int)(4.0 * 100.0 / item_ms + 0.999) : 4;
+        dp.depth = depth < 4 ? 4 : depth > 32 ? 32 : depth;
+        printf("slow tower: a 448² item in %.1f ms on the 4-block tower, so %d blocks deep\n", item_ms, dp.depth);
+        CHECK(qvl_synth_write(&dp, slow, &err) == QVL_OK);
+    }
 
     /* The reference: qvl encode on images of three sizes and a video. */
     const char *files[] = {"tests/data/photos/chelsea.png", "tests/data/images/jpeg_444.jpg",
@@ -1209,22 +1253,12 @@ int main(void) {
      * once, is refused with 503 while the first one's items wait (bounded: five tries). Counting only decoded rows,
      * the second was always admitted (at most 8 · 784 < 8000 decoded rows queued).
      * The second is refused only while at least three of the first's items are not yet encoded, so the first must
-     * outlast the second's upload and parse (6.4 MB of JSON): this server runs the tiny tower 32 blocks deep, about
-     * 7x the encode time of the 4-block one (51-53 against 7.4-7.5 ms a 448² image, `qvl bench -t 1`), whose eight
-     * items could all be encoded first on a fast CPU (an AMD Zen 5: all five tries admitted in 2 of 21 runs). */
+     * outlast the second's upload and parse (6.4 MB of JSON): the server runs the slow tower (above). */
     {
         snprintf(cmd, sizeof cmd, "%s/cache", tmp);
         tu_rmtree(cmd);
-        char deep[600];
-        snprintf(deep, sizeof deep, "%s/m-deep", tmp);
-        qvl_synth_params dp;
-        qvl_synth_params_default(&dp);
-        dp.preset = "tiny";
-        dp.seed = 7;
-        dp.depth = 32;
-        CHECK(qvl_synth_write(&dp, deep, &err) == QVL_OK);
         char *exq[] = {"--workers", "1", "--max-queue-patches", "8000", "--max-batch-items", "1"};
-        pid_t pq = start_server(tmp, deep, exq, 6);
+        pid_t pq = start_server(tmp, slow, exq, 6);
         CHECK(pq > 0);
         int full = 0, first_ok = 0, tries = 0;
         for (int t = 0; pq > 0 && t < 5 && !full; t++, tries++) {
@@ -1256,13 +1290,14 @@ int main(void) {
     }
 
     /* Drain with suspended connections: twelve requests admitted and waiting (their connections suspended), then
-     * SIGTERM: every one is answered 200, the server exits 0. */
+     * SIGTERM: every one is answered 200, the server exits 0. On the slow tower (above), so that several are still
+     * waiting when the last is sent (on the 4-block one all twelve were answered first in 1 of 10 runs on a Zen 5). */
     {
         enum { N_SUS = 12 };
         snprintf(cmd, sizeof cmd, "%s/cache", tmp);
         tu_rmtree(cmd);
         char *exd[] = {"--workers", "1", "--max-batch-items", "1"};
-        pid_t pd = start_server(tmp, model, exd, 4);
+        pid_t pd = start_server(tmp, slow, exd, 4);
         CHECK(pd > 0);
         int fd[N_SUS], sent = 0;
         uint8_t *img[N_SUS];
