@@ -110,9 +110,9 @@ int gemm_amx_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, siz
 
 /* ---- portable micro-tile and A packer ---- */
 
-static void ukr_portable(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c, size_t ldc,
-                         int first, const uint32_t *pf0, const uint32_t *pf1, int pfn) {
-    (void)pf0, (void)pf1, (void)pfn;
+/* The definition's loop: one element at a time, each pair step with fmaf (any operands). */
+static void ukr_exact(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c, size_t ldc,
+                      int first) {
     const int nr = b1 ? 2 * BF16_NR : BF16_NR;
     for (int i = 0; i < BF16_MR; i++)
         for (int j = 0; j < nr; j++) {
@@ -125,6 +125,67 @@ static void ukr_portable(int kp, const uint32_t *a, const uint32_t *b0, const ui
             }
             c[(size_t)i * ldc + j] = acc;
         }
+}
+
+/* Exponent fields of n bf16 pairs (both halves): the largest, and the smallest of the nonzero ones (255 if none). */
+static void pair_exponents(const uint32_t *p, size_t n, size_t stride, int width, int *emax, int *emin) {
+    uint32_t mx = *emax, mn = *emin;
+    for (size_t r = 0; r < n; r++)
+        for (int c = 0; c < width; c++) {
+            const uint32_t u = p[r * stride + (size_t)c], e0 = (u >> 7) & 0xffu, e1 = (u >> 23) & 0xffu;
+            mx = e0 > mx ? e0 : mx;
+            mx = e1 > mx ? e1 : mx;
+            mn = (e0 ? e0 : 255u) < mn ? (e0 ? e0 : 255u) : mn;
+            mn = (e1 ? e1 : 255u) < mn ? (e1 ? e1 : 255u) : mn;
+        }
+    *emax = (int)mx, *emin = (int)mn;
+}
+
+/* bf16 bits as f32 with a denormal read as a zero of its sign (the definition's daz on an operand). */
+static inline float bf16_operand(uint32_t h) {
+    return bf16_float((uint16_t)((h & 0x7f80u) ? h : h & 0x8000u));
+}
+
+/* The same chains, vectorisable: where no operand is infinite or NaN and every product x·y of nonzero operands
+ * lies in [FLT_MIN, 2^128) — decided from the exponent fields, 2^(ea+eb−254) <= |x·y| < 2^(ea+eb−252) —
+ * each product of two bf16 values (8-bit significands) is exact in f32, so fma(x, y, acc) = acc + x·y with the
+ * product and the sum each rounded once (the sum is the only rounding): the definition's bits. Contracting
+ * acc + x·y into an fma would give them too. */
+static inline __attribute__((always_inline)) void ukr_fast(int kp, const uint32_t *a, const uint32_t *b0,
+                                                           const uint32_t *b1, float *c, size_t ldc, int first,
+                                                           int nr) {
+    float acc[BF16_MR][2 * BF16_NR], y0[2 * BF16_NR], y1[2 * BF16_NR];
+    for (int i = 0; i < BF16_MR; i++)
+        for (int j = 0; j < nr; j++) acc[i][j] = first ? 0.0f : bf16_daz(c[(size_t)i * ldc + j]);
+    for (int q = 0; q < kp; q++) {
+        for (int j = 0; j < nr; j++) {
+            const uint32_t y = j < BF16_NR ? b0[(size_t)q * BF16_NR + j] : b1[(size_t)q * BF16_NR + j - BF16_NR];
+            y0[j] = bf16_operand(y & 0xffffu);
+            y1[j] = bf16_operand(y >> 16);
+        }
+        for (int i = 0; i < BF16_MR; i++) {
+            const uint32_t x = a[(size_t)i * BF16_KP + q];
+            const float x0 = bf16_operand(x & 0xffffu), x1 = bf16_operand(x >> 16);
+            for (int j = 0; j < nr; j++) {
+                const float t = bf16_daz(acc[i][j] + x1 * y1[j]);
+                acc[i][j] = bf16_daz(t + x0 * y0[j]);
+            }
+        }
+    }
+    for (int i = 0; i < BF16_MR; i++)
+        for (int j = 0; j < nr; j++) c[(size_t)i * ldc + j] = acc[i][j];
+}
+
+static void ukr_portable(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c, size_t ldc,
+                         int first, const uint32_t *pf0, const uint32_t *pf1, int pfn) {
+    (void)pf0, (void)pf1, (void)pfn;
+    int amax = 0, amin = 255, bmax = 0, bmin = 255;
+    pair_exponents(a, BF16_MR, BF16_KP, kp, &amax, &amin);
+    pair_exponents(b0, (size_t)kp, BF16_NR, BF16_NR, &bmax, &bmin);
+    if (b1) pair_exponents(b1, (size_t)kp, BF16_NR, BF16_NR, &bmax, &bmin);
+    if (amax == 255 || bmax == 255 || amax + bmax > 380 || amin + bmin < 128) ukr_exact(kp, a, b0, b1, c, ldc, first);
+    else if (b1) ukr_fast(kp, a, b0, b1, c, ldc, first, 2 * BF16_NR);
+    else ukr_fast(kp, a, b0, b1, c, ldc, first, BF16_NR);
 }
 
 static void pack_a_portable(const float *a, size_t lda, int mr, int kp, int kvalid, uint32_t *ap) {

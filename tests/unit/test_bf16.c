@@ -186,6 +186,50 @@ static void pair_rules(void) {
     CHECK((bf16_round_ftz(NAN) & 0x7fc0) == 0x7fc0);
 }
 
+/* Operands of chosen binary exponents (bf16 exponent fields ea, eb: |x| in [2^(ea-127), 2^(ea-126))), with the
+ * second 14-row micro-tile's rows at ea2, all positive when pos: the portable micro-tile computes acc + x·y
+ * where every product of the tile is exact (ea + eb in [128, 380]) and falls back to fmaf elsewhere; both, at
+ * and past those bounds (products near FLT_MIN and denormal; sums overflowing), against the definition, bit for
+ * bit. K spans three K blocks, so chains continue across the two paths. The portable set only: the AVX512-BF16
+ * instruction's results in these ranges have not been compared with the definition on hardware. */
+static void gemm_range_case(int ea, int ea2, int eb, int pos, int accumulate) {
+    const int M = 29, N = 70, K = 800;
+    uint32_t st = (uint32_t)(ea * 131 + ea2 * 17 + eb * 7 + pos * 3 + accumulate);
+    float *A = malloc((size_t)M * K * sizeof(float)), *C0 = malloc((size_t)M * N * sizeof(float));
+    uint16_t *Bh = malloc((size_t)N * K * 2);
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++) {
+            const uint16_t m = (uint16_t)(tu_frand(&st) * 64.0f + 64.0f) & 0x7f; /* 7 mantissa bits */
+            const int e = i >= 14 && i < 28 ? ea2 : ea;
+            const int neg = !pos && tu_frand(&st) < 0.0f;
+            A[(size_t)i * K + k] = op_bf16_to_f32((uint16_t)((neg ? 0x8000u : 0u) | (unsigned)e << 7 | m));
+        }
+    for (size_t i = 0; i < (size_t)N * K; i++) {
+        const uint16_t m = (uint16_t)(tu_frand(&st) * 64.0f + 64.0f) & 0x7f;
+        const int neg = !pos && tu_frand(&st) < 0.0f;
+        Bh[i] = (uint16_t)((neg ? 0x8000u : 0u) | (unsigned)eb << 7 | m);
+    }
+    fill(C0, (size_t)M * N, &st, 1e-37f);
+    void *buf = aligned_alloc(64, gemm_bf16_pack_size(N, K)), *ws = malloc(gemm_bf16_workspace_size(2));
+    be_weight w;
+    CHECK(gemm_bf16_pack(&w, buf, Bh, QVL_DTYPE_BF16, (size_t)K, N, K, NULL) == 0);
+    const size_t cn = (size_t)M * N;
+    float *ref = malloc(cn * sizeof(float)), *C = tu_guarded_alloc(cn * sizeof(float));
+    memcpy(ref, C0, cn * sizeof(float));
+    gemm_bf16_ref(&w, A, (size_t)K, M, NULL, ref, (size_t)N, accumulate, BE_ACT_NONE);
+    for (int nt = 1; nt <= 2; nt++) {
+        memcpy(C, C0, cn * sizeof(float));
+        gemm_bf16_run(BF16_SET_PORTABLE, &w, A, (size_t)K, M, NULL, C, (size_t)N, accumulate, BE_ACT_NONE, ws,
+                      tu_pool(nt));
+        char what[96];
+        snprintf(what, sizeof what, "range gemm ea %d/%d eb %d pos %d acc %d threads %d", ea, ea2, eb, pos,
+                 accumulate, nt);
+        CHECK(tu_same_bytes((const unsigned char *)C, (const unsigned char *)ref, cn * sizeof(float), what));
+    }
+    tu_guarded_free(C);
+    free(ref), free(ws), free(buf), free(Bh), free(C0), free(A);
+}
+
 int main(void) {
     has_bf16 = cpu_has_avx512bf16();
     pair_rules();
@@ -205,6 +249,16 @@ int main(void) {
             gemm_strided_case(43, 47, 400, (be_act)act, acc);
             gemm_strided_case(15, 1570, 770, (be_act)act, acc);
         }
+    /* Products at FLT_MIN (ea + eb = 128) and below it; up to 2^128 (380) and past it; denormal operands (0). */
+    for (int acc = 0; acc < 2; acc++) {
+        gemm_range_case(64, 63, 64, 0, acc);
+        gemm_range_case(63, 64, 64, 0, acc);
+        gemm_range_case(40, 127, 60, 0, acc);
+        gemm_range_case(190, 191, 190, 1, acc);
+        gemm_range_case(191, 190, 190, 0, acc);
+        gemm_range_case(127, 0, 120, 0, acc);
+        gemm_range_case(0, 127, 0, 0, acc);
+    }
     /* Edges of the AVX512-BF16 block: 16-row vectors, 48-row blocks (3 vectors; tails of 1 and 2), 8-key score
      * chunks and key pairs (odd key counts), 64/80-key tiles, 192/240-row query tiles (208 = 13 vectors). */
     static const int segs[][4] = {{1, 2, 3, 0},    {7, 8, 9, 0},     {15, 16, 17, 0}, {31, 32, 33, 0},
