@@ -129,21 +129,15 @@ static void ukr_exact(int kp, const uint32_t *a, const uint32_t *b0, const uint3
 
 /* Exponent fields of n bf16 pairs (both halves): the largest, and the smallest of the nonzero ones (255 if none). */
 static void pair_exponents(const uint32_t *p, size_t n, size_t stride, int width, int *emax, int *emin) {
-    uint32_t mx = *emax, mn = *emin;
+    int mx = *emax, mn = *emin;
     for (size_t r = 0; r < n; r++)
-        for (int c = 0; c < width; c++) {
-            const uint32_t u = p[r * stride + (size_t)c], e0 = (u >> 7) & 0xffu, e1 = (u >> 23) & 0xffu;
-            mx = e0 > mx ? e0 : mx;
-            mx = e1 > mx ? e1 : mx;
-            mn = (e0 ? e0 : 255u) < mn ? (e0 ? e0 : 255u) : mn;
-            mn = (e1 ? e1 : 255u) < mn ? (e1 ? e1 : 255u) : mn;
-        }
-    *emax = (int)mx, *emin = (int)mn;
-}
-
-/* bf16 bits as f32 with a denormal read as a zero of its sign (the definition's daz on an operand). */
-static inline float bf16_operand(uint32_t h) {
-    return bf16_float((uint16_t)((h & 0x7f80u) ? h : h & 0x8000u));
+        for (int c = 0; c < width; c++)
+            for (int half = 0; half < 2; half++) {
+                const int e = (int)(p[r * stride + (size_t)c] >> (7 + 16 * half)) & 0xff;
+                mx = e > mx ? e : mx;
+                mn = e && e < mn ? e : mn;
+            }
+    *emax = mx, *emin = mn;
 }
 
 /* The same chains, vectorisable: where no operand is infinite or NaN and every product x·y of nonzero operands
@@ -160,12 +154,12 @@ static inline __attribute__((always_inline)) void ukr_fast(int kp, const uint32_
     for (int q = 0; q < kp; q++) {
         for (int j = 0; j < nr; j++) {
             const uint32_t y = j < BF16_NR ? b0[(size_t)q * BF16_NR + j] : b1[(size_t)q * BF16_NR + j - BF16_NR];
-            y0[j] = bf16_operand(y & 0xffffu);
-            y1[j] = bf16_operand(y >> 16);
+            y0[j] = bf16_daz(bf16_float((uint16_t)y));
+            y1[j] = bf16_daz(bf16_float((uint16_t)(y >> 16)));
         }
         for (int i = 0; i < BF16_MR; i++) {
             const uint32_t x = a[(size_t)i * BF16_KP + q];
-            const float x0 = bf16_operand(x & 0xffffu), x1 = bf16_operand(x >> 16);
+            const float x0 = bf16_daz(bf16_float((uint16_t)x)), x1 = bf16_daz(bf16_float((uint16_t)(x >> 16)));
             for (int j = 0; j < nr; j++) {
                 const float t = bf16_daz(acc[i][j] + x1 * y1[j]);
                 acc[i][j] = bf16_daz(t + x0 * y0[j]);
