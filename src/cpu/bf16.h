@@ -29,7 +29,15 @@
 /* Kernel sets of the bf16 drivers. */
 enum { BF16_SET_PORTABLE = 0, BF16_SET_AVX512BF16 = 1, BF16_SET_AMX = 2, BF16_SET_AMX_EMULATED = 3 };
 
-static inline float bf16_daz(float x) { return fabsf(x) < 1.17549435e-38f ? copysignf(0.0f, x) : x; }
+/* x, or a zero of its sign where x is denormal: fabsf(x) < FLT_MIN ? copysignf(0, x) : x, in bit operations that
+ * vectorise to a compare and two logic steps (NaN and inf kept). */
+static inline float bf16_daz(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u &= (u & 0x7fffffffu) >= 0x00800000u ? 0xffffffffu : 0x80000000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
 /* One pair step of the chain (see above), on values already rounded to bf16. */
 static inline float bf16_pair(float acc, float x0, float y0, float x1, float y1) {
     acc = bf16_daz(fmaf(bf16_daz(x1), bf16_daz(y1), bf16_daz(acc)));
