@@ -1,6 +1,7 @@
-/* attention_bf16.c — attention in bf16 arithmetic (precision bf16; the definition is in bf16.h): the portable
- * block, which is the definition one query row at a time, the reference built on it, and the dispatch to the
- * AVX512-BF16 block. Work items and threads come from attention.c's driver (attn_run_blocks). */
+/* attention_bf16.c — attention in bf16 arithmetic (precision bf16; the definition is in bf16.h): the definition one
+ * query row at a time and the reference built on it, the portable block (the same bits, key tile by key tile, its
+ * chains vectorisable where the operands' exponents allow), and the dispatch to the AVX512-BF16 block. Work items
+ * and threads come from attention.c's driver (attn_run_blocks). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,13 +12,16 @@
 #include "cpu/bf16.h"
 #include "cpu/kernels_avx2.h" /* the attention tiling (attn_key_tile, ATTN_BQ_MAX, ATTN_BK_MAX); portable inlines */
 
-/* Per thread (the AVX512-BF16 block's layout; the portable block uses the first BK_MAX + hd floats): Qᵀ pairs
- * [hp][BQ_MAX], K pairs [BK_MAX][hp], V pairs [BK_MAX/2][hd], scores [BK_MAX][48], P pairs [BK_MAX/2][48],
- * output Oᵀ [hd][BQ_MAX], running max, sum and rescale factors [BQ_MAX] each (in floats). */
+/* Per thread, the larger of the two blocks' layouts. The AVX512-BF16 block's: Qᵀ pairs [hp][BQ_MAX], K pairs
+ * [BK_MAX][hp], V pairs [BK_MAX/2][hd], scores [BK_MAX][48], P pairs [BK_MAX/2][48], output Oᵀ [hd][BQ_MAX], running
+ * max, sum and rescale factors [BQ_MAX] each (in floats); the portable block's: portable_floats. */
+static size_t portable_floats(size_t h2);
+
 size_t attn_bf16_block_floats(int hd) {
     const size_t hp = ((size_t)hd + 1) / 2, h2 = 2 * hp;
     size_t n = hp * ATTN_BQ_MAX + (size_t)ATTN_BK_MAX * hp + (size_t)ATTN_BK_MAX / 2 * h2 + (size_t)ATTN_BK_MAX * 48 +
                (size_t)ATTN_BK_MAX / 2 * 48 + h2 * ATTN_BQ_MAX + 3 * (size_t)ATTN_BQ_MAX;
+    if (portable_floats(h2) > n) n = portable_floats(h2);
     return (n + 15) & ~(size_t)15;
 }
 
@@ -29,10 +33,27 @@ size_t attn_bf16_workspace_size(int head_dim, int n_threads) {
 
 static inline float rb(float x) { return bf16_float(bf16_round_ftz(x)); }
 
-/* The definition for one query tile (bf16.h), one row at a time over key tiles of attn_key_tile. ws: the scores
- * [BK_MAX] and output [hd] of one row at its start. */
-static void block_portable(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
-                           float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+/* The softmax step of one query row over a key tile (bf16.h): s holds the tile's nkt scores and becomes the rounded
+ * p_j; the running max m and sum l move on; returns α. */
+static inline float softmax_tile(float *s, int nkt, float c, float *m, float *l) {
+    float amax = -INFINITY;
+    for (int j = 0; j < nkt; j++) amax = amax > s[j] ? amax : s[j]; /* MAXPS's choice, also for NaN */
+    const float mt = amax * c, m_new = *m > mt ? *m : mt, alpha = bf16_exp2(*m - m_new);
+    float te = 0.0f, to = 0.0f;
+    for (int j = 0; j < nkt; j++) {
+        s[j] = rb(bf16_exp2(fmaf(s[j], c, -m_new)));
+        if (j & 1) to = to + s[j];
+        else te = te + s[j];
+    }
+    *l = *l * alpha + (te + to);
+    *m = m_new;
+    return alpha;
+}
+
+/* The definition for one query tile (bf16.h), one row at a time over key tiles of attn_key_tile: the reference.
+ * ws: the scores [BK_MAX] and output [hd] of one row. */
+static void block_def(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
+                      size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
     float *s = ws, *o = ws + ATTN_BK_MAX;
     const float c = scale * 1.44269504088896341f; /* log2 domain */
     for (int i = 0; i < nq; i++) {
@@ -41,7 +62,6 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
         for (int d = 0; d < hd; d++) o[d] = 0.0f;
         for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
             nkt = attn_key_tile(nk, j0);
-            float amax = -INFINITY;
             for (int j = 0; j < nkt; j++) {
                 const float *kj = k + (size_t)(j0 + j) * ldk;
                 float acc = 0.0f;
@@ -50,17 +70,8 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
                     acc = bf16_pair(acc, rb(qi[d]), rb(kj[d]), two ? rb(qi[d + 1]) : 0.0f, two ? rb(kj[d + 1]) : 0.0f);
                 }
                 s[j] = acc;
-                amax = amax > acc ? amax : acc; /* MAXPS's choice, also for NaN */
             }
-            const float mt = amax * c, m_new = m > mt ? m : mt, alpha = bf16_exp2(m - m_new);
-            float te = 0.0f, to = 0.0f;
-            for (int j = 0; j < nkt; j++) {
-                s[j] = rb(bf16_exp2(fmaf(s[j], c, -m_new)));
-                if (j & 1) to = to + s[j];
-                else te = te + s[j];
-            }
-            l = l * alpha + (te + to);
-            m = m_new;
+            const float alpha = softmax_tile(s, nkt, c, &m, &l);
             for (int d = 0; d < hd; d++) {
                 float acc = o[d] * alpha;
                 for (int j = 0; j < nkt; j += 2) {
@@ -73,6 +84,118 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
         }
         for (int d = 0; d < hd; d++) out[(size_t)i * ldo + d] = o[d] / l;
     }
+}
+
+/* ---- the portable block: the definition's bits, key tile by key tile for all rows of the query tile ----
+ * q, k and v are rounded once (k and v per key tile, not per row) into the workspace, the head dim padded to h2
+ * with zeros (an odd head dim's last pair is then (x, 0·0), as the definition pads it), each row keeping its running
+ * max, sum and output there between tiles. The chains run as in gemm_bf16.c's ukr_fast where the exponent fields
+ * show every product of nonzero operands in [FLT_MIN, 2^128) and no operand infinite or NaN (conservative: a
+ * product of two bf16 values is exact in f32, denormal or not, once the fields sum to 119): the product is exact,
+ * fma(x, y, acc) = acc + x·y with the sum the only rounding, and the daz steps stay (a sum can be denormal). The
+ * scores of a tile then run across its keys, o across the head dim, both vectorisable; elsewhere (per key tile for
+ * the scores, per row and tile for o) the literal bf16_pair steps on the same rounded values. Workspace (floats):
+ * Q [BQ_MAX][h2], O [BQ_MAX][h2], Kᵀ [h2][BK_MAX], V [BK_MAX + 1][h2], scores [BK_MAX + 1], max and sum [BQ_MAX]
+ * each. */
+static size_t portable_floats(size_t h2) {
+    return 2 * h2 * ATTN_BQ_MAX + h2 * ATTN_BK_MAX + h2 * (ATTN_BK_MAX + 1) + (ATTN_BK_MAX + 1) + 2 * ATTN_BQ_MAX;
+}
+
+static inline int f32_exp(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (int)(u >> 23) & 0xff;
+}
+
+/* The largest exponent field of n values and the smallest of the nonzero ones (255 if none). */
+static void exponents(const float *x, size_t n, int *emax, int *emin) {
+    int mx = *emax, mn = *emin;
+    for (size_t i = 0; i < n; i++) {
+        const int e = f32_exp(x[i]);
+        mx = e > mx ? e : mx;
+        mn = e && e < mn ? e : mn;
+    }
+    *emax = mx, *emin = mn;
+}
+
+/* Every product of nonzero operands from exponent ranges [amin, amax] and [bmin, bmax] lies in [FLT_MIN, 2^128),
+ * and none is infinite or NaN (2^(ea+eb−254) <= |x·y| < 2^(ea+eb−252)). */
+static int products_exact(int amax, int amin, int bmax, int bmin) {
+    return amax < 255 && bmax < 255 && (amin == 255 || bmin == 255 || (amax + bmax <= 380 && amin + bmin >= 128));
+}
+
+static void block_portable(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+                           float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
+    const int h2 = (hd + 1) & ~1;
+    float *Q = ws, *O = Q + (size_t)h2 * ATTN_BQ_MAX, *KT = O + (size_t)h2 * ATTN_BQ_MAX;
+    float *V = KT + (size_t)h2 * ATTN_BK_MAX, *s = V + (size_t)h2 * (ATTN_BK_MAX + 1), *M = s + ATTN_BK_MAX + 1;
+    float *L = M + ATTN_BQ_MAX;
+    const float c = scale * 1.44269504088896341f; /* log2 domain */
+    int qmax = 0, qmin = 255;
+    for (int i = 0; i < nq; i++) {
+        float *qi = Q + (size_t)i * h2, *oi = O + (size_t)i * h2;
+        for (int d = 0; d < h2; d++) {
+            qi[d] = d < hd ? rb(q[(size_t)i * ldq + d]) : 0.0f;
+            oi[d] = 0.0f;
+        }
+        M[i] = -INFINITY;
+        L[i] = 0.0f;
+    }
+    exponents(Q, (size_t)nq * h2, &qmax, &qmin);
+    for (int j0 = 0, nkt; j0 < nk; j0 += nkt) {
+        nkt = attn_key_tile(nk, j0);
+        const int np = (nkt + 1) & ~1; /* keys in pairs: an odd tile's last pair is (p, v) and (0, 0) */
+        int kmax = 0, kmin = 255, vmax = 0, vmin = 255;
+        for (int j = 0; j < np; j++)
+            for (int d = 0; d < h2; d++) {
+                const int in = j < nkt && d < hd;
+                KT[(size_t)d * ATTN_BK_MAX + j] = in ? rb(k[(size_t)(j0 + j) * ldk + d]) : 0.0f;
+                V[(size_t)j * h2 + d] = in ? rb(v[(size_t)(j0 + j) * ldv + d]) : 0.0f;
+            }
+        for (int d = 0; d < hd; d++) exponents(KT + (size_t)d * ATTN_BK_MAX, (size_t)nkt, &kmax, &kmin);
+        exponents(V, (size_t)np * h2, &vmax, &vmin);
+        const int qk_fast = products_exact(qmax, qmin, kmax, kmin);
+        for (int i = 0; i < nq; i++) {
+            const float *qi = Q + (size_t)i * h2;
+            float *oi = O + (size_t)i * h2;
+            if (qk_fast) {
+                for (int j = 0; j < nkt; j++) s[j] = 0.0f;
+                for (int d = 0; d < h2; d += 2) {
+                    const float x0 = qi[d], x1 = qi[d + 1];
+                    const float *y0 = KT + (size_t)d * ATTN_BK_MAX, *y1 = y0 + ATTN_BK_MAX;
+                    for (int j = 0; j < nkt; j++) s[j] = bf16_daz(bf16_daz(s[j] + x1 * y1[j]) + x0 * y0[j]);
+                }
+            } else {
+                for (int j = 0; j < nkt; j++) {
+                    float acc = 0.0f;
+                    for (int d = 0; d < h2; d += 2)
+                        acc = bf16_pair(acc, qi[d], KT[(size_t)d * ATTN_BK_MAX + j], qi[d + 1],
+                                        KT[(size_t)(d + 1) * ATTN_BK_MAX + j]);
+                    s[j] = acc;
+                }
+            }
+            const float alpha = softmax_tile(s, nkt, c, &M[i], &L[i]);
+            s[nkt] = 0.0f;
+            int pmax = 0, pmin = 255;
+            exponents(s, (size_t)nkt, &pmax, &pmin);
+            if (products_exact(pmax, pmin, vmax, vmin)) {
+                for (int d = 0; d < hd; d++) oi[d] = bf16_daz(oi[d] * alpha);
+                for (int j = 0; j < np; j += 2) {
+                    const float x0 = s[j], x1 = s[j + 1], *y0 = V + (size_t)j * h2, *y1 = y0 + h2;
+                    for (int d = 0; d < hd; d++) oi[d] = bf16_daz(bf16_daz(oi[d] + x1 * y1[d]) + x0 * y0[d]);
+                }
+            } else {
+                for (int d = 0; d < hd; d++) {
+                    float acc = oi[d] * alpha;
+                    for (int j = 0; j < np; j += 2)
+                        acc = bf16_pair(acc, s[j], V[(size_t)j * h2 + d], s[j + 1], V[(size_t)(j + 1) * h2 + d]);
+                    oi[d] = acc;
+                }
+            }
+        }
+    }
+    for (int i = 0; i < nq; i++)
+        for (int d = 0; d < hd; d++) out[(size_t)i * ldo + d] = O[(size_t)i * h2 + d] / L[i];
 }
 
 #if QVL_WITH_X86
@@ -196,9 +319,9 @@ void attn_bf16_ref(const attn_args *a) {
         const int base = a->cu[sg], len = a->cu[sg + 1] - base;
         for (int h = 0; h < a->n_heads; h++) {
             const size_t col = (size_t)h * a->head_dim;
-            block_portable(a->q + (size_t)base * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
-                           a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)base * a->ldo + col, a->ldo,
-                           len, len, a->head_dim, a->scale, ws);
+            block_def(a->q + (size_t)base * a->ldq + col, a->ldq, a->k + (size_t)base * a->ldk + col, a->ldk,
+                      a->v + (size_t)base * a->ldv + col, a->ldv, a->out + (size_t)base * a->ldo + col, a->ldo, len,
+                      len, a->head_dim, a->scale, ws);
         }
     }
     free(ws);

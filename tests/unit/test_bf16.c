@@ -230,6 +230,79 @@ static void gemm_range_case(int ea, int ea2, int eb, int pos, int accumulate) {
     free(ref), free(ws), free(buf), free(Bh), free(C0), free(A);
 }
 
+/* Attention on operands of chosen exponent fields (q in [eq, eq + dq], k, v likewise; random signs and 7-bit
+ * mantissas): the portable block computes a key tile's scores, and a row's o over a tile, as acc + x·y where the
+ * exponents show every product exact, and with fmaf steps elsewhere: products of q and k below FLT_MIN or past
+ * 2^128, p·v below FLT_MIN (small v, or p far below 1 where the scores spread widely), sums overflowing to inf.
+ * Both against the definition, bit for bit, as is the AVX512-BF16 set where it runs. */
+static void attn_range_case(int eq, int dq, int ek, int dk, int ev, int dv, int hd) {
+    static const int lens[] = {150, 33};
+    const int nh = 2, H = nh * hd, S = lens[0] + lens[1], cu[3] = {0, lens[0], S};
+    uint32_t st = (uint32_t)(eq * 131 + ek * 31 + ev * 7 + hd);
+    float *qkv = malloc((size_t)S * 3 * H * sizeof(float));
+    const int e0[3] = {eq, ek, ev}, de[3] = {dq, dk, dv};
+    for (int r = 0; r < S; r++)
+        for (int c = 0; c < 3 * H; c++) {
+            const int part = c / H;
+            const int e = e0[part] + (int)((tu_frand(&st) * 0.5f + 0.5f) * (float)(de[part] + 1)) % (de[part] + 1);
+            const uint16_t m = (uint16_t)(tu_frand(&st) * 64.0f + 64.0f) & 0x7f;
+            const unsigned neg = tu_frand(&st) < 0.0f ? 0x8000u : 0u;
+            qkv[(size_t)r * 3 * H + c] = op_bf16_to_f32((uint16_t)(neg | (unsigned)e << 7 | m));
+        }
+    const size_t on = (size_t)S * H;
+    float *ref = malloc(on * sizeof(float)), *out = tu_guarded_alloc(on * sizeof(float));
+    attn_args a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .ldq = 3 * (size_t)H, .ldk = 3 * (size_t)H,
+                   .ldv = 3 * (size_t)H, .out = ref, .ldo = (size_t)H, .n_heads = nh, .head_dim = hd, .cu = cu,
+                   .n_seg = 2, .scale = 1.0f / sqrtf((float)hd)};
+    attn_bf16_ref(&a);
+    void *ws = malloc(attn_bf16_workspace_size(hd, 2));
+    a.out = out;
+    for (int set = 0; set <= (has_bf16 && hd % 2 == 0 ? 1 : 0); set++)
+        for (int nt = 1; nt <= 2; nt++) {
+            for (size_t i = 0; i < on; i++) out[i] = NAN;
+            attn_bf16_run(set, &a, ws, tu_pool(nt));
+            char what[112];
+            snprintf(what, sizeof what, "range attention q %d+%d k %d+%d v %d+%d hd %d set %d threads %d", eq, dq, ek,
+                     dk, ev, dv, hd, set, nt);
+            CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)ref, on * sizeof(float), what));
+        }
+    tu_guarded_free(out);
+    free(ws), free(ref), free(qkv);
+}
+
+/* Scores whose second product alone overflows f32 while the pair's sum does not: hd 2, q = (1.5·2^63, 2^63),
+ * k_j = (1.5·2^64 + j·2^58, −1.5·2^63): x0·y0 >= 1.125·2^128, x1·y1 = −1.5·2^126, the definition's fma gives the
+ * finite sum (so every row's softmax is finite), a separate product would give inf. */
+static void attn_overflow_case(void) {
+    const int S = 90, hd = 2, cu[2] = {0, S};
+    float *qkv = malloc((size_t)S * 3 * hd * sizeof(float)), *ref = malloc((size_t)S * hd * sizeof(float));
+    float *out = tu_guarded_alloc((size_t)S * hd * sizeof(float));
+    uint32_t st = 5;
+    for (int r = 0; r < S; r++) {
+        float *x = qkv + (size_t)r * 3 * hd;
+        x[0] = 0x1.8p63f, x[1] = 0x1p63f;
+        x[2] = 0x1.8p64f + (float)(r % 8) * 0x1p58f, x[3] = -0x1.8p63f;
+        x[4] = tu_frand(&st), x[5] = tu_frand(&st);
+    }
+    attn_args a = {.q = qkv, .k = qkv + hd, .v = qkv + 2 * hd, .ldq = 3 * hd, .ldk = 3 * hd, .ldv = 3 * hd,
+                   .out = ref, .ldo = hd, .n_heads = 1, .head_dim = hd, .cu = cu, .n_seg = 1, .scale = 0.5f};
+    attn_bf16_ref(&a);
+    CHECK(all_written(ref, (size_t)S * hd));
+    void *ws = malloc(attn_bf16_workspace_size(hd, 2));
+    a.out = out;
+    for (int set = 0; set <= (has_bf16 ? 1 : 0); set++)
+        for (int nt = 1; nt <= 2; nt++) {
+            for (int i = 0; i < S * hd; i++) out[i] = NAN;
+            attn_bf16_run(set, &a, ws, tu_pool(nt));
+            char what[64];
+            snprintf(what, sizeof what, "attention, a product past 2^128, set %d threads %d", set, nt);
+            CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)ref, (size_t)S * hd * sizeof(float),
+                                what));
+        }
+    tu_guarded_free(out);
+    free(ws), free(ref), free(qkv);
+}
+
 int main(void) {
     has_bf16 = cpu_has_avx512bf16();
     pair_rules();
@@ -259,6 +332,17 @@ int main(void) {
         gemm_range_case(127, 0, 120, 0, acc);
         gemm_range_case(0, 127, 0, 0, acc);
     }
+    /* q·k at FLT_MIN (exponent fields summing to 128) and below; up to 2^128 and past it (sums to inf); small v
+     * (p·v below FLT_MIN); widely spread scores (p down to 2^-125) against v of moderate size; zeros (field 0). */
+    static const int ranges[][6] = {{64, 0, 64, 0, 127, 0},   {63, 1, 64, 0, 127, 0},  {120, 10, 120, 10, 1, 20},
+                                    {190, 0, 190, 0, 127, 0}, {190, 1, 190, 0, 120, 0}, {140, 4, 136, 4, 20, 10},
+                                    {0, 130, 120, 10, 0, 127}};
+    for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++)
+        for (int hd = 7; hd <= 72; hd += 65) {
+            const int *r = ranges[i];
+            attn_range_case(r[0], r[1], r[2], r[3], r[4], r[5], hd);
+        }
+    attn_overflow_case();
     /* Edges of the AVX512-BF16 block: 16-row vectors, 48-row blocks (3 vectors; tails of 1 and 2), 8-key score
      * chunks and key pairs (odd key counts), 64/80-key tiles, 192/240-row query tiles (208 = 13 vectors). */
     static const int segs[][4] = {{1, 2, 3, 0},    {7, 8, 9, 0},     {15, 16, 17, 0}, {31, 32, 33, 0},
