@@ -240,24 +240,35 @@ has "NaN row named" "$T/err" "row 3, column 7 is NaN"
 if [[ ! -e $T/e.npy ]]; then ok; else bad "a NaN input left an output file"; fi
 
 # ---- bench: every case kind once, on the tiny model (timings are not checked, only that each case ran) ---------
+# The peak is that of the unit the backend runs on: the f32 FMA, VDPBF16PS or the AMX tiles; none for the portable
+# sets (plain C: arm64, or x86 without AVX2; portable-bf16 on x86 without AVX512-BF16), which print no %peak.
+# bench_peak DESC: checks $T/out's header, image row and per-case peak line against its backend line.
+bench_peak() {
+    local unit pct='[0-9.]+%' around="GFLOP total; peak [0-9.]+ before, [0-9.]+ after$"
+    case $(sed -n 's/^precision: [a-z0-9]* (backend \([a-z0-9-]*\))$/\1/p' "$T/out") in
+        avx512bf16) unit="bf16 VDPBF16PS" ;;
+        amx) unit="bf16 TDPBF16PS" ;;
+        avx2 | avx512) unit="f32 FMA" ;;
+        portable | portable-bf16) unit="" ;;
+        *) unit="(no backend line)" ;;
+    esac
+    if [[ -n $unit ]]; then
+        out_has "$1 header" "^threads: 1, kernels: [a-z0-9]+, measured $unit peak: [0-9.]+ GFLOP/s"
+    else
+        out_has "$1 header" "^threads: 1, kernels: [a-z0-9]+, no peak: the portable kernels"
+        pct='-' around="GEMM [0-9.]+ GFLOP/s \(-\), attention [0-9.]+ GFLOP/s \(-\), [0-9.]+ GFLOP total$"
+    fi
+    out_has "$1 image case" "^image 32² +4 +1 +[0-9.]+ +[0-9.]+ +$pct \\|"
+    out_has "$1 peak around a case" "$around"
+}
 expect 0 "bench tiny" "$QVL" bench --model "$T/hf" --sizes 32 --video 2x32 --batch 2x32 --repeat 1 --threads 1
-out_has "bench header" "^threads: 1, kernels: [a-z0-9]+, measured f32 FMA peak: [0-9.]+ GFLOP/s"
-out_has "bench image case" "^image 32² +4 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+%"
+bench_peak "bench"
 out_has "bench video case" "^video 2x32² +4 +1 "
 out_has "bench batch case" "^batch 2x32² +8 +2 "
-out_has "bench peak around a case" "GFLOP total; peak [0-9.]+ before, [0-9.]+ after$"
 out_has "bench peak RSS" "^peak RSS: [0-9.]+ MiB"
-# bf16: the peak is that of the unit the backend runs on (VDPBF16PS, AMX tiles; the f32 FMA for the portable set)
 expect 0 "bench bf16" "$QVL" bench --model "$T/hf" --sizes 32 --video 0x0 --batch 0x0 --repeat 1 --threads 1 \
     --precision bf16
-case $(sed -n 's/^precision: bf16 (backend \([a-z0-9-]*\))$/\1/p' "$T/out") in
-    avx512bf16) unit="bf16 VDPBF16PS" ;;
-    amx) unit="bf16 TDPBF16PS" ;;
-    portable-bf16) unit="f32 FMA" ;;
-    *) unit="(no backend line)" ;;
-esac
-out_has "bench bf16 peak unit" "^threads: 1, kernels: [a-z0-9]+, measured $unit peak: [0-9.]+ GFLOP/s"
-out_has "bench bf16 case" "^image 32² +4 +1 +[0-9.]+ +[0-9.]+ +[0-9.]+%"
+bench_peak "bench bf16"
 expect 2 "bench bad size" "$QVL" bench --model "$T/hf" --sizes 33
 one_line_error "bench bad size"
 expect 2 "bench no model" "$QVL" bench

@@ -118,12 +118,14 @@ static double bf16_loop(long iters) { return (double)iters * 0.0; }
 static double amx_loop(long iters) { return (double)iters * 0.0; }
 #endif
 
-/* The unit a model's kernels run on, whose peak %peak is taken against. */
-typedef enum peak_unit { UNIT_FMA_AVX2, UNIT_FMA_AVX512, UNIT_BF16_DOT, UNIT_AMX } peak_unit;
-static const char *const unit_name[] = {"f32 FMA", "f32 FMA", "bf16 VDPBF16PS", "bf16 TDPBF16PS"};
-static const char *const unit_how[] = {"AVX2", "AVX-512", "AVX512-BF16", "AMX tiles"};
+/* The unit a model's kernels run on, whose peak %peak is taken against; none for the portable sets (plain C, in
+ * whatever instructions the compiler chose: no one unit's peak says how near they are to the machine's limit). */
+typedef enum peak_unit { UNIT_FMA_AVX2, UNIT_FMA_AVX512, UNIT_BF16_DOT, UNIT_AMX, UNIT_NONE } peak_unit;
+static const char *const unit_name[] = {"f32 FMA", "f32 FMA", "bf16 VDPBF16PS", "bf16 TDPBF16PS", ""};
+static const char *const unit_how[] = {"AVX2", "AVX-512", "AVX512-BF16", "AMX tiles", ""};
 
 static peak_unit unit_of(const qvl_model_info *in) {
+    if (strncmp(in->backend, "portable", 8) == 0 || in->isa < QVL_ISA_AVX2) return UNIT_NONE;
     if (in->precision == QVL_PRECISION_BF16 && strcmp(in->backend, "amx") == 0) return UNIT_AMX;
     if (in->precision == QVL_PRECISION_BF16 && strcmp(in->backend, "avx512bf16") == 0) return UNIT_BF16_DOT;
     return in->isa == QVL_ISA_AVX512 || in->isa == QVL_ISA_AMX ? UNIT_FMA_AVX512 : UNIT_FMA_AVX2;
@@ -142,18 +144,19 @@ static void *peak_thread(void *p) {
     case UNIT_FMA_AVX512: a->sink = fma_loop512(a->iters); break;
     case UNIT_BF16_DOT: a->sink = bf16_loop(a->iters); break;
     case UNIT_AMX: a->sink = amx_loop(a->iters); break;
+    case UNIT_NONE: break;
     }
     return NULL;
 }
 
 /* The peak of `unit` (the kernel set the model was loaded for, which the library only resolves to a set this CPU
- * runs): `threads` threads running its loop at once; 0 below AVX2. */
+ * runs): `threads` threads running its loop at once; 0 for UNIT_NONE and below AVX2. */
 static double measure_peak(int threads, int isa, peak_unit unit) {
     /* FLOP per loop iteration: 12 vectors of AVX2 FMA (8 lanes x 2), CHAINS512 of AVX-512 FMA (16 lanes x 2) or
      * VDPBF16PS (16 lanes x 2 pairs x 2), or four 16 x 16 x 32 tile products */
     static const double flop_iter[] = {12.0 * 8 * 2, CHAINS512 * 16.0 * 2, CHAINS512 * 16.0 * 4,
                                        4.0 * 16 * 16 * 32 * 2};
-    if (isa < QVL_ISA_AVX2) return 0;
+    if (unit == UNIT_NONE || isa < QVL_ISA_AVX2) return 0;
     const long iters = unit == UNIT_AMX ? 2000000 : unit == UNIT_FMA_AVX2 ? 20000000 : 10000000;
     if (threads > 256) threads = 256;
     double best = 0, sink = 0;
@@ -277,11 +280,16 @@ int cmd_bench(int argc, char **argv) {
      * before and just after it. */
     const peak_unit unit = unit_of(&in);
     double peak_before = measure_peak(nt, (int)in.isa, unit);
-    printf("model: %s (%s, depth %d, hidden %d, %s weights)\nthreads: %d, kernels: %s, measured %s peak: %.1f "
-           "GFLOP/s (%s; measured again after each case, %%peak uses the mean around the case)\n"
-           "precision: %s (backend %s)\n\n",
-           model_dir, in.model_type, in.depth, in.hidden, qvl_dtype_name(in.weight_dtype), nt, qvl_isa_name(in.isa),
-           unit_name[unit], peak_before, unit_how[unit], qvl_precision_name(in.precision), in.backend);
+    printf("model: %s (%s, depth %d, hidden %d, %s weights)\n", model_dir, in.model_type, in.depth, in.hidden,
+           qvl_dtype_name(in.weight_dtype));
+    if (unit == UNIT_NONE)
+        printf("threads: %d, kernels: %s, no peak: the portable kernels (plain C) are set against no unit's peak, so "
+               "no %%peak is given\n", nt, qvl_isa_name(in.isa));
+    else
+        printf("threads: %d, kernels: %s, measured %s peak: %.1f GFLOP/s (%s; measured again after each case, %%peak "
+               "uses the mean around the case)\n", nt, qvl_isa_name(in.isa), unit_name[unit], peak_before,
+               unit_how[unit]);
+    printf("precision: %s (backend %s)\n\n", qvl_precision_name(in.precision), in.backend);
     printf("%-16s %7s %7s %10s %9s %7s | %8s %8s %8s %8s %8s %8s\n", "case", "patches", "tokens", "time ms", "GFLOP/s",
            "%peak", "patch", "pos/rope", "gemm", "attn", "norm", "merger");
     int rc = 0;
@@ -323,16 +331,22 @@ int cmd_bench(int argc, char **argv) {
         const double peak_after = measure_peak(nt, (int)in.isa, unit), peak = 0.5 * (peak_before + peak_after);
         double med = times[repeat / 2], flops = best.gemm_flops + best.attention_flops;
         double gfs = flops / (med * 1e-3) * 1e-9;
-        printf("%-16s %7zu %7zu %10.1f %9.1f %6.1f%% | %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", b->name, S, n_tok, med,
-               gfs, peak > 0 ? 100 * gfs / peak : 0, best.patch_ms, best.pos_rope_ms, best.gemm_ms, best.attention_ms,
-               best.norm_ms, best.merger_ms);
         /* GEMM time: the block GEMMs, the patch embedding and the mergers (whose LayerNorm is counted in). */
         const double gemm_gfs = best.gemm_flops / ((best.gemm_ms + best.patch_ms + best.merger_ms) * 1e-3) * 1e-9;
         const double attn_gfs = best.attention_ms > 0 ? best.attention_flops / (best.attention_ms * 1e-3) * 1e-9 : 0;
-        printf("%-16s %7s %7s %10s GEMM %.1f GFLOP/s (%.0f%%), attention %.1f GFLOP/s (%.0f%%), %.1f GFLOP total; "
-               "peak %.1f before, %.1f after\n",
-               "", "", "", "", gemm_gfs, peak > 0 ? 100 * gemm_gfs / peak : 0, attn_gfs,
-               peak > 0 ? 100 * attn_gfs / peak : 0, flops * 1e-9, peak_before, peak_after);
+        char pct[3][16] = {"     -", "-", "-"}; /* %peak of the whole, the GEMMs, attention */
+        if (peak > 0) {
+            snprintf(pct[0], sizeof pct[0], "%6.1f%%", 100 * gfs / peak);
+            snprintf(pct[1], sizeof pct[1], "%.0f%%", 100 * gemm_gfs / peak);
+            snprintf(pct[2], sizeof pct[2], "%.0f%%", 100 * attn_gfs / peak);
+        }
+        printf("%-16s %7zu %7zu %10.1f %9.1f %7s | %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", b->name, S, n_tok, med,
+               gfs, pct[0], best.patch_ms, best.pos_rope_ms, best.gemm_ms, best.attention_ms, best.norm_ms,
+               best.merger_ms);
+        printf("%-16s %7s %7s %10s GEMM %.1f GFLOP/s (%s), attention %.1f GFLOP/s (%s), %.1f GFLOP total", "", "", "",
+               "", gemm_gfs, pct[1], attn_gfs, pct[2], flops * 1e-9);
+        if (peak > 0) printf("; peak %.1f before, %.1f after", peak_before, peak_after);
+        putchar('\n');
         peak_before = peak_after;
     next:
         free(px);
