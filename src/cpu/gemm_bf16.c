@@ -127,47 +127,76 @@ static void ukr_exact(int kp, const uint32_t *a, const uint32_t *b0, const uint3
         }
 }
 
-/* Exponent fields of n bf16 pairs (both halves): the largest, and the smallest of the nonzero ones (255 if none). */
+/* Exponent fields of n bf16 pairs (both halves): the largest, and the smallest of the nonzero ones (255 if none;
+ * a denormal's field is 0, so it counts as zero, as the arithmetic reads it). Branch-free on the magnitudes
+ * (field = |h| >> 7), so the compiler vectorises it. */
 static void pair_exponents(const uint32_t *p, size_t n, size_t stride, int width, int *emax, int *emin) {
-    int mx = *emax, mn = *emin;
+    uint32_t mx = (uint32_t)*emax << 7, mn = (uint32_t)*emin << 7;
     for (size_t r = 0; r < n; r++)
-        for (int c = 0; c < width; c++)
-            for (int half = 0; half < 2; half++) {
-                const int e = (int)(p[r * stride + (size_t)c] >> (7 + 16 * half)) & 0xff;
-                mx = e > mx ? e : mx;
-                mn = e && e < mn ? e : mn;
-            }
-    *emax = mx, *emin = mn;
+        for (int c = 0; c < width; c++) {
+            const uint32_t w = p[r * stride + (size_t)c], lo = w & 0x7fffu, hi = (w >> 16) & 0x7fffu;
+            const uint32_t big = lo > hi ? lo : hi, small = lo < hi ? lo : hi;
+            mx = big > mx ? big : mx;
+            const uint32_t nz = small >= 0x80u ? small : big >= 0x80u ? big : 0x7fffu; /* the smaller nonzero one */
+            mn = nz < mn ? nz : mn;
+        }
+    *emax = (int)(mx >> 7), *emin = (int)(mn >> 7);
+}
+
+/* One pair step of a 16-column panel as f32, low and high halves apart, denormals read as zero. */
+static inline void unpack_pairs(const uint32_t *p, float *lo, float *hi) {
+    for (int j = 0; j < BF16_NR; j++) {
+        lo[j] = bf16_daz(bf16_float((uint16_t)p[j]));
+        hi[j] = bf16_daz(bf16_float((uint16_t)(p[j] >> 16)));
+    }
 }
 
 /* The same chains, vectorisable: where no operand is infinite or NaN and every product x·y of nonzero operands
  * lies in [FLT_MIN, 2^128) — decided from the exponent fields, 2^(ea+eb−254) <= |x·y| < 2^(ea+eb−252) —
  * each product of two bf16 values (8-bit significands) is exact in f32, so fma(x, y, acc) = acc + x·y with the
  * product and the sum each rounded once (the sum is the only rounding): the definition's bits. Contracting
- * acc + x·y into an fma would give them too. */
+ * acc + x·y into an fma would give them too.
+ * daz = 0 where moreover every product is a multiple of 2^-126 (fields summing to 142 or more: 16 significant
+ * bits from 2^(ea+eb−254) down) and so is every chain's start (0, or partial sums in c that are, no_denormal_start):
+ * then so is every exact sum, and its rounding (a sum under 2^-103 is exact; at or above it, f32's spacing is a
+ * multiple of 2^-126), so no partial sum is ever denormal and the daz steps change nothing. */
 static inline __attribute__((always_inline)) void ukr_fast(int kp, const uint32_t *a, const uint32_t *b0,
                                                            const uint32_t *b1, float *c, size_t ldc, int first,
-                                                           int nr) {
+                                                           int nr, int daz) {
     float acc[BF16_MR][2 * BF16_NR], y0[2 * BF16_NR], y1[2 * BF16_NR];
     for (int i = 0; i < BF16_MR; i++)
         for (int j = 0; j < nr; j++) acc[i][j] = first ? 0.0f : bf16_daz(c[(size_t)i * ldc + j]);
     for (int q = 0; q < kp; q++) {
-        for (int j = 0; j < nr; j++) {
-            const uint32_t y = j < BF16_NR ? b0[(size_t)q * BF16_NR + j] : b1[(size_t)q * BF16_NR + j - BF16_NR];
-            y0[j] = bf16_daz(bf16_float((uint16_t)y));
-            y1[j] = bf16_daz(bf16_float((uint16_t)(y >> 16)));
-        }
+        unpack_pairs(b0 + (size_t)q * BF16_NR, y0, y1);
+        if (nr > BF16_NR) unpack_pairs(b1 + (size_t)q * BF16_NR, y0 + BF16_NR, y1 + BF16_NR);
         for (int i = 0; i < BF16_MR; i++) {
             const uint32_t x = a[(size_t)i * BF16_KP + q];
             const float x0 = bf16_daz(bf16_float((uint16_t)x)), x1 = bf16_daz(bf16_float((uint16_t)(x >> 16)));
-            for (int j = 0; j < nr; j++) {
-                const float t = bf16_daz(acc[i][j] + x1 * y1[j]);
-                acc[i][j] = bf16_daz(t + x0 * y0[j]);
-            }
+            if (daz)
+                for (int j = 0; j < nr; j++) {
+                    const float t = bf16_daz(acc[i][j] + x1 * y1[j]);
+                    acc[i][j] = bf16_daz(t + x0 * y0[j]);
+                }
+            else
+                for (int j = 0; j < nr; j++) acc[i][j] = acc[i][j] + x1 * y1[j] + x0 * y0[j];
         }
     }
     for (int i = 0; i < BF16_MR; i++)
         for (int j = 0; j < nr; j++) c[(size_t)i * ldc + j] = acc[i][j];
+}
+
+/* Every partial sum of the tile in c is 0 or a multiple of 2^-126 (f32: zero, or a field of 24 or more, i.e.
+ * |x| >= 2^-103; smaller nonzero values are taken not to be, whatever their bits). */
+static int no_denormal_start(const float *c, size_t ldc, int nr) {
+    int ok = 1;
+    for (int i = 0; i < BF16_MR; i++)
+        for (int j = 0; j < nr; j++) {
+            uint32_t u;
+            memcpy(&u, &c[(size_t)i * ldc + j], 4);
+            u &= 0x7fffffffu;
+            ok &= u == 0 || u >= 24u << 23;
+        }
+    return ok;
 }
 
 static void ukr_portable(int kp, const uint32_t *a, const uint32_t *b0, const uint32_t *b1, float *c, size_t ldc,
@@ -177,9 +206,13 @@ static void ukr_portable(int kp, const uint32_t *a, const uint32_t *b0, const ui
     pair_exponents(a, BF16_MR, BF16_KP, kp, &amax, &amin);
     pair_exponents(b0, (size_t)kp, BF16_NR, BF16_NR, &bmax, &bmin);
     if (b1) pair_exponents(b1, (size_t)kp, BF16_NR, BF16_NR, &bmax, &bmin);
+    const int nr = b1 ? 2 * BF16_NR : BF16_NR;
     if (amax == 255 || bmax == 255 || amax + bmax > 380 || amin + bmin < 128) ukr_exact(kp, a, b0, b1, c, ldc, first);
-    else if (b1) ukr_fast(kp, a, b0, b1, c, ldc, first, 2 * BF16_NR);
-    else ukr_fast(kp, a, b0, b1, c, ldc, first, BF16_NR);
+    else if (amin + bmin >= 142 && (first || no_denormal_start(c, ldc, nr))) {
+        if (b1) ukr_fast(kp, a, b0, b1, c, ldc, first, 2 * BF16_NR, 0);
+        else ukr_fast(kp, a, b0, b1, c, ldc, first, BF16_NR, 0);
+    } else if (b1) ukr_fast(kp, a, b0, b1, c, ldc, first, 2 * BF16_NR, 1);
+    else ukr_fast(kp, a, b0, b1, c, ldc, first, BF16_NR, 1);
 }
 
 static void pack_a_portable(const float *a, size_t lda, int mr, int kp, int kvalid, uint32_t *ap) {

@@ -230,6 +230,31 @@ static void gemm_range_case(int ea, int ea2, int eb, int pos, int accumulate) {
     free(ref), free(ws), free(buf), free(Bh), free(C0), free(A);
 }
 
+/* A chain that continues into a K block whose products are all multiples of 2^-126 (where the portable micro-tile
+ * may drop its daz steps) from a partial sum that is not one: block 1 leaves c = 195·235·2^-127 (fields 70 + 71),
+ * block 2 adds −128·179·2^-126 (71 + 71), and the exact sum 2^-127 is denormal, so the definition flushes it to 0. */
+static void gemm_start_case(void) {
+    const int M = 14, N = 16, K = 386;
+    float *A = calloc((size_t)M * K, sizeof(float)), *B = calloc((size_t)N * K, sizeof(float));
+    for (int i = 0; i < M; i++) A[(size_t)i * K] = ldexpf(195, 70 - 134), A[(size_t)i * K + 384] = ldexpf(-128, 71 - 134);
+    for (int j = 0; j < N; j++) B[(size_t)j * K] = ldexpf(235, 71 - 134), B[(size_t)j * K + 384] = ldexpf(179, 71 - 134);
+    void *buf = aligned_alloc(64, gemm_bf16_pack_size(N, K)), *ws = malloc(gemm_bf16_workspace_size(2));
+    be_weight w;
+    CHECK(gemm_bf16_pack(&w, buf, B, QVL_DTYPE_F32, (size_t)K, N, K, NULL) == 0);
+    float ref[14 * 16], C[14 * 16];
+    gemm_bf16_ref(&w, A, (size_t)K, M, NULL, ref, (size_t)N, 0, BE_ACT_NONE);
+    CHECK(ref[0] == 0.0f && ldexpf(195 * 235, -127) + ldexpf(-128 * 179, -126) == ldexpf(1, -127));
+    for (int set = 0; set <= (has_bf16 ? 1 : 0); set++)
+        for (int nt = 1; nt <= 2; nt++) {
+            for (int i = 0; i < M * N; i++) C[i] = NAN;
+            gemm_bf16_run(set, &w, A, (size_t)K, M, NULL, C, (size_t)N, 0, BE_ACT_NONE, ws, tu_pool(nt));
+            char what[64];
+            snprintf(what, sizeof what, "gemm, a denormal sum across K blocks, set %d threads %d", set, nt);
+            CHECK(tu_same_bytes((const unsigned char *)C, (const unsigned char *)ref, sizeof C, what));
+        }
+    free(ws), free(buf), free(B), free(A);
+}
+
 /* Attention on operands of chosen exponent fields (q in [eq, eq + dq], k, v likewise; random signs and 7-bit
  * mantissas): the portable block computes a key tile's scores, and a row's o over a tile, as acc + x·y where the
  * exponents show every product exact, and with fmaf steps elsewhere: products of q and k below FLT_MIN or past
@@ -331,7 +356,10 @@ int main(void) {
         gemm_range_case(191, 190, 190, 0, acc);
         gemm_range_case(127, 0, 120, 0, acc);
         gemm_range_case(0, 127, 0, 0, acc);
+        gemm_range_case(68, 67, 67, 0, acc); /* products under 2^-110, sums that cancel into the denormals */
+        gemm_range_case(71, 70, 71, 0, acc); /* products multiples of 2^-126 (fields summing to 142), of 2^-127 (141) */
     }
+    gemm_start_case();
     /* q·k at FLT_MIN (exponent fields summing to 128) and below; up to 2^128 and past it (sums to inf); small v
      * (p·v below FLT_MIN); widely spread scores (p down to 2^-125) against v of moderate size; zeros (field 0). */
     static const int ranges[][6] = {{64, 0, 64, 0, 127, 0},   {63, 1, 64, 0, 127, 0},  {120, 10, 120, 10, 1, 20},
