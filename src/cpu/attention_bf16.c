@@ -95,10 +95,11 @@ static void block_def(const float *q, size_t ldq, const float *k, size_t ldk, co
  * fma(x, y, acc) = acc + x·y with the sum the only rounding, and the daz steps stay (a sum can be denormal). The
  * scores of a tile then run across its keys, o across the head dim, both vectorisable; elsewhere (per key tile for
  * the scores, per row and tile for o) the literal bf16_pair steps on the same rounded values. Workspace (floats):
- * Q [BQ_MAX][h2], O [BQ_MAX][h2], Kᵀ [h2][BK_MAX], V [BK_MAX + 1][h2], scores [BK_MAX + 1], max and sum [BQ_MAX]
- * each. */
+ * Q [BQ_MAX][h2], O [BQ_MAX][h2], Kᵀ [h2][BK_MAX], V [BK_MAX][h2], scores [BK_MAX], max and sum [BQ_MAX] each
+ * (an odd tile has at most BK_MAX − 1 keys, so its zero pad fits). */
+_Static_assert(ATTN_BK_MAX % 2 == 0, "a key tile's pairs, padded, fit in BK_MAX");
 static size_t portable_floats(size_t h2) {
-    return 2 * h2 * ATTN_BQ_MAX + h2 * ATTN_BK_MAX + h2 * (ATTN_BK_MAX + 1) + (ATTN_BK_MAX + 1) + 2 * ATTN_BQ_MAX;
+    return 2 * h2 * ATTN_BQ_MAX + 2 * h2 * ATTN_BK_MAX + ATTN_BK_MAX + 2 * ATTN_BQ_MAX;
 }
 
 static inline int f32_exp(float x) {
@@ -128,7 +129,7 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
                            float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
     const int h2 = (hd + 1) & ~1;
     float *Q = ws, *O = Q + (size_t)h2 * ATTN_BQ_MAX, *KT = O + (size_t)h2 * ATTN_BQ_MAX;
-    float *V = KT + (size_t)h2 * ATTN_BK_MAX, *s = V + (size_t)h2 * (ATTN_BK_MAX + 1), *M = s + ATTN_BK_MAX + 1;
+    float *V = KT + (size_t)h2 * ATTN_BK_MAX, *s = V + (size_t)h2 * ATTN_BK_MAX, *M = s + ATTN_BK_MAX;
     float *L = M + ATTN_BQ_MAX;
     const float c = scale * 1.44269504088896341f; /* log2 domain */
     int qmax = 0, qmin = 255;
@@ -175,7 +176,7 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
                 }
             }
             const float alpha = softmax_tile(s, nkt, c, &M[i], &L[i]);
-            s[nkt] = 0.0f;
+            if (nkt & 1) s[nkt] = 0.0f;
             int pmax = 0, pmin = 255;
             exponents(s, (size_t)nkt, &pmax, &pmin);
             if (products_exact(pmax, pmin, vmax, vmin)) {

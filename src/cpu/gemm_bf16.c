@@ -156,8 +156,8 @@ static inline void unpack_pairs(const uint32_t *p, float *lo, float *hi) {
  * each product of two bf16 values (8-bit significands) is exact in f32, so fma(x, y, acc) = acc + x·y with the
  * product and the sum each rounded once (the sum is the only rounding): the definition's bits. Contracting
  * acc + x·y into an fma would give them too.
- * daz = 0 where moreover every product is a multiple of 2^-126 (fields summing to 142 or more: 16 significant
- * bits from 2^(ea+eb−254) down) and so is every chain's start (0, or partial sums in c that are, no_denormal_start):
+ * daz = 0 where moreover every product is a multiple of 2^-126 (fields summing to 142 or more: a product is
+ * (significand product, 16 bits)·2^(ea+eb−268)) and so is every chain's start (0, or partial sums in c that are, no_denormal_start):
  * then so is every exact sum, and its rounding (a sum under 2^-103 is exact; at or above it, f32's spacing is a
  * multiple of 2^-126), so no partial sum is ever denormal and the daz steps change nothing. */
 static inline __attribute__((always_inline)) void ukr_fast(int kp, const uint32_t *a, const uint32_t *b0,
