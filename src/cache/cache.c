@@ -32,6 +32,9 @@
 
 #define TOUCH_AFTER_S 3600 /* a hit older than this refreshes its mtime (LRU) */
 #define TMP_STALE_S 3600   /* a collector removes temporaries older than this: debris of killed writers */
+/* The largest dimension of an entry's matrix (tokens, columns, planes), read or written: each product of three is
+ * then checked for overflow in size_t, and the entry size against CACHE_ENTRY_MAX_BYTES. */
+#define DIM_MAX ((uint64_t)1 << 40)
 
 struct qvl_cache {
     char root[PATH_MAX / 2];
@@ -149,9 +152,9 @@ qvl_status cache_entry_parse(const uint8_t *file, size_t len, const char *key, q
     size_t elems = 1;
     for (int i = 0; i < e->ndim; i++) {
         uint64_t v;
-        if (!json_u64(cJSON_GetArrayItem(sh, i), (uint64_t)1 << 40, &v) ||
+        if (!json_u64(cJSON_GetArrayItem(sh, i), DIM_MAX, &v) ||
             size_mul_overflow(elems, (size_t)v, &elems)) {
-            err_fail(err, QVL_ERR_FORMAT, "entry shape: dimension %d is not a whole number below 2^40", i);
+            err_fail(err, QVL_ERR_FORMAT, "entry shape: dimension %d is not a whole number of at most 2^40", i);
             goto done;
         }
         e->shape[i] = (int64_t)v;
@@ -608,8 +611,7 @@ qvl_status qvl_cache_put(qvl_cache *c, const char *key, qvl_dtype dtype, const v
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_cache_put: grid %dx%dx%d is not positive", grid.t, grid.h,
                         grid.w);
     size_t nbytes;
-    if (n_planes < 1 || (uint64_t)n_tokens > ((uint64_t)1 << 40) || (uint64_t)cols > ((uint64_t)1 << 40) ||
-        (uint64_t)n_planes > ((uint64_t)1 << 40) ||
+    if (n_planes < 1 || (uint64_t)n_tokens > DIM_MAX || (uint64_t)cols > DIM_MAX || (uint64_t)n_planes > DIM_MAX ||
         size_mul_overflow(n_planes, n_tokens, &nbytes) || size_mul_overflow(nbytes, cols, &nbytes) ||
         size_mul_overflow(nbytes, dtype == QVL_DTYPE_F32 ? 4 : 2, &nbytes) ||
         nbytes > CACHE_ENTRY_MAX_BYTES - CACHE_HEADER_MAX_BYTES)
