@@ -151,13 +151,13 @@ static void *peak_thread(void *p) {
 }
 
 /* The peak of `unit` (the kernel set the model was loaded for, which the library only resolves to a set this CPU
- * runs): `threads` threads running its loop at once; 0 for UNIT_NONE and below AVX2. */
-static double measure_peak(int threads, int isa, peak_unit unit) {
+ * runs): `threads` threads running its loop at once; 0 for UNIT_NONE (which unit_of gives below AVX2). */
+static double measure_peak(int threads, peak_unit unit) {
     /* FLOP per loop iteration: 12 vectors of AVX2 FMA (8 lanes x 2), CHAINS512 of AVX-512 FMA (16 lanes x 2) or
      * VDPBF16PS (16 lanes x 2 pairs x 2), or four 16 x 16 x 32 tile products */
     static const double flop_iter[] = {12.0 * 8 * 2, CHAINS512 * 16.0 * 2, CHAINS512 * 16.0 * 4,
                                        4.0 * 16 * 16 * 32 * 2};
-    if (unit == UNIT_NONE || isa < QVL_ISA_AVX2) return 0;
+    if (unit == UNIT_NONE) return 0;
     const long iters = unit == UNIT_AMX ? 2000000 : unit == UNIT_FMA_AVX2 ? 20000000 : 10000000;
     if (threads > 256) threads = 256;
     double best = 0, sink = 0;
@@ -280,7 +280,7 @@ int cmd_bench(int argc, char **argv) {
      * 381 GFLOP/s within minutes on the 2-core VM), and each case is set against the mean of the peaks taken just
      * before and just after it. */
     const peak_unit unit = unit_of(&in);
-    double peak_before = measure_peak(nt, (int)in.isa, unit);
+    double peak_before = measure_peak(nt, unit);
     printf("model: %s (%s, depth %d, hidden %d, %s weights)\n", model_dir, in.model_type, in.depth, in.hidden,
            qvl_dtype_name(in.weight_dtype));
     if (unit == UNIT_NONE)
@@ -329,7 +329,7 @@ int cmd_bench(int argc, char **argv) {
                      n_tok * (size_t)in.out_hidden * sizeof(float) * (size_t)(1 + in.n_deepstack);
         if (act > act_max) act_max = act;
         qsort(times, (size_t)repeat, sizeof times[0], cmp_double);
-        const double peak_after = measure_peak(nt, (int)in.isa, unit), peak = 0.5 * (peak_before + peak_after);
+        const double peak_after = measure_peak(nt, unit), peak = 0.5 * (peak_before + peak_after);
         double med = times[repeat / 2], flops = best.gemm_flops + best.attention_flops;
         double gfs = flops / (med * 1e-3) * 1e-9;
         /* GEMM time: the block GEMMs, the patch embedding and the mergers (whose LayerNorm is counted in). */

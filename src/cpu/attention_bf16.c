@@ -119,12 +119,6 @@ static void exponents(const float *x, size_t n, int *emax, int *emin) {
     *emax = mx, *emin = mn;
 }
 
-/* Every product of nonzero operands from exponent ranges [amin, amax] and [bmin, bmax] lies in [FLT_MIN, 2^128),
- * and none is infinite or NaN (2^(ea+eb−254) <= |x·y| < 2^(ea+eb−252)). */
-static int products_exact(int amax, int amin, int bmax, int bmin) {
-    return amax < 255 && bmax < 255 && (amin == 255 || bmin == 255 || (amax + bmax <= 380 && amin + bmin >= 128));
-}
-
 static void block_portable(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                            float *out, size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
     const int h2 = (hd + 1) & ~1;
@@ -155,7 +149,7 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
             }
         for (int d = 0; d < hd; d++) exponents(KT + (size_t)d * ATTN_BK_MAX, (size_t)nkt, &kmax, &kmin);
         exponents(V, (size_t)np * h2, &vmax, &vmin);
-        const int qk_fast = products_exact(qmax, qmin, kmax, kmin);
+        const int qk_fast = bf16_products_exact(qmax, qmin, kmax, kmin);
         for (int i = 0; i < nq; i++) {
             const float *qi = Q + (size_t)i * h2;
             float *oi = O + (size_t)i * h2;
@@ -179,7 +173,7 @@ static void block_portable(const float *q, size_t ldq, const float *k, size_t ld
             if (nkt & 1) s[nkt] = 0.0f;
             int pmax = 0, pmin = 255;
             exponents(s, (size_t)nkt, &pmax, &pmin);
-            if (products_exact(pmax, pmin, vmax, vmin)) {
+            if (bf16_products_exact(pmax, pmin, vmax, vmin)) {
                 for (int d = 0; d < hd; d++) oi[d] = bf16_daz(oi[d] * alpha);
                 for (int j = 0; j < np; j += 2) {
                     const float x0 = s[j], x1 = s[j + 1], *y0 = V + (size_t)j * h2, *y1 = y0 + h2;

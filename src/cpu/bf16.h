@@ -38,6 +38,13 @@ static inline float bf16_daz(float x) {
     memcpy(&x, &u, 4);
     return x;
 }
+/* The portable kernels' fast-path rule, from the exponent fields of two operand sets (largest; smallest nonzero, 255
+ * if none): no operand infinite or NaN, and every product of nonzero operands in [FLT_MIN, 2^128)
+ * (2^(ea+eb−254) <= |x·y| < 2^(ea+eb−252)), so each product of two bf16 values is exact in f32 and
+ * fma(x, y, acc) = acc + x·y. */
+static inline int bf16_products_exact(int amax, int amin, int bmax, int bmin) {
+    return amax < 255 && bmax < 255 && amax + bmax <= 380 && amin + bmin >= 128;
+}
 /* One pair step of the chain (see above), on values already rounded to bf16. */
 static inline float bf16_pair(float acc, float x0, float y0, float x1, float y1) {
     acc = bf16_daz(fmaf(bf16_daz(x1), bf16_daz(y1), bf16_daz(acc)));

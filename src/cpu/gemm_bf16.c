@@ -207,7 +207,7 @@ static void ukr_portable(int kp, const uint32_t *a, const uint32_t *b0, const ui
     pair_exponents(b0, (size_t)kp, BF16_NR, BF16_NR, &bmax, &bmin);
     if (b1) pair_exponents(b1, (size_t)kp, BF16_NR, BF16_NR, &bmax, &bmin);
     const int nr = b1 ? 2 * BF16_NR : BF16_NR;
-    if (amax == 255 || bmax == 255 || amax + bmax > 380 || amin + bmin < 128) ukr_exact(kp, a, b0, b1, c, ldc, first);
+    if (!bf16_products_exact(amax, amin, bmax, bmin)) ukr_exact(kp, a, b0, b1, c, ldc, first);
     else if (amin + bmin >= 142 && (first || no_denormal_start(c, ldc, nr))) {
         if (b1) ukr_fast(kp, a, b0, b1, c, ldc, first, 2 * BF16_NR, 0);
         else ukr_fast(kp, a, b0, b1, c, ldc, first, BF16_NR, 0);
