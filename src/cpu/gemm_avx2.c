@@ -14,9 +14,11 @@
  * FMA ports); the FMA sequence is the same, so both variants give the same bits on the same widened values. */
 /* The tile's final values into C (kernels_avx2.h, gemm_tail): partial sums, bias, GELU, residual, masked to the
  * valid rows and columns. Not inlined: with its GELU inside the k loop's function, gcc's register allocation of
- * the loop (12 accumulators, 2 B vectors and broadcasts in 16 registers) spilled, measured -30 %. */
-static __attribute__((noinline)) void finish(const __m256 acc[12], const float *cb, size_t ldc, int first,
-                                             const gemm_tail *t) {
+ * the loop (12 accumulators, 2 B vectors and broadcasts in 16 registers) spilled, measured -30 %. full: all 16
+ * columns valid, so plain loads and stores: VMASKMOVPS is microcoded on AMD cores (Zen 1-4), its store form
+ * several times slower than a store. */
+static inline __attribute__((always_inline)) void finish_tile(const __m256 acc[12], const float *cb, size_t ldc,
+                                                              int first, const gemm_tail *t, int full) {
     static const int32_t ramp[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     const __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)ramp);
     const __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(ramp + 8));
@@ -24,8 +26,8 @@ static __attribute__((noinline)) void finish(const __m256 acc[12], const float *
     const __m256i m0 = _mm256_cmpgt_epi32(n, lo), m1 = _mm256_cmpgt_epi32(n, hi);
     __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
     if (t->bias) {
-        b0 = _mm256_maskload_ps(t->bias, m0);
-        b1 = _mm256_maskload_ps(t->bias + 8, m1);
+        b0 = full ? _mm256_loadu_ps(t->bias) : _mm256_maskload_ps(t->bias, m0);
+        b1 = full ? _mm256_loadu_ps(t->bias + 8) : _mm256_maskload_ps(t->bias + 8, m1);
     }
 #pragma GCC unroll 6
     for (int i = 0; i < 6; i++) { /* constant indices keep acc in registers */
@@ -46,12 +48,23 @@ static __attribute__((noinline)) void finish(const __m256 acc[12], const float *
             v1 = v8_gelu_erf(v1);
         }
         if (t->accumulate) {
-            v0 = _mm256_add_ps(_mm256_maskload_ps(ci, m0), v0);
-            v1 = _mm256_add_ps(_mm256_maskload_ps(ci + 8, m1), v1);
+            v0 = _mm256_add_ps(full ? _mm256_loadu_ps(ci) : _mm256_maskload_ps(ci, m0), v0);
+            v1 = _mm256_add_ps(full ? _mm256_loadu_ps(ci + 8) : _mm256_maskload_ps(ci + 8, m1), v1);
         }
-        _mm256_maskstore_ps(ci, m0, v0);
-        _mm256_maskstore_ps(ci + 8, m1, v1);
+        if (full) {
+            _mm256_storeu_ps(ci, v0);
+            _mm256_storeu_ps(ci + 8, v1);
+        } else {
+            _mm256_maskstore_ps(ci, m0, v0);
+            _mm256_maskstore_ps(ci + 8, m1, v1);
+        }
     }
+}
+
+static __attribute__((noinline)) void finish(const __m256 acc[12], const float *cb, size_t ldc, int first,
+                                             const gemm_tail *t) {
+    if (t->cols >= 16) finish_tile(acc, cb, ldc, first, t, 1);
+    else finish_tile(acc, cb, ldc, first, t, 0);
 }
 
 static inline __attribute__((always_inline)) void ukr_6x16(int kc, const float *a, const void *bv, int bf16,
