@@ -150,7 +150,7 @@ static qvl_status nonfinite_weight(const char *name, size_t i, int cols, qvl_err
 }
 
 /* The bound tensor whose data is `data` (its name for messages), or NULL. */
-static const bound_tensor *bound_of(const qvl_model *m, const void *data) {
+static bound_tensor *bound_of(const qvl_model *m, const void *data) {
     for (size_t i = 0; i < m->n_bound; i++)
         if (m->bound[i].data == data) return &m->bound[i];
     return NULL;
@@ -244,6 +244,8 @@ static qvl_status pack_weights(qvl_model *m, int n_threads, qvl_error *err) {
         at += m->be->pack_size(l->w.rows, l->w.cols, l->w.dtype, ar);
         /* Page by page, so the mapped copy and the panels are never both resident in full. */
         drop_mapped(m, l->w.data, (size_t)l->w.rows * (size_t)l->w.cols * (l->w.dtype == QVL_DTYPE_F32 ? 4 : 2));
+        bound_tensor *bt = bound_of(m, l->w.data);
+        if (bt) bt->packed = 1;
     }
     pool_destroy(pool);
     free(ls);
@@ -361,17 +363,18 @@ static int fingerprint(qvl_model *m) {
             for (int k = 0; k < 8; k++) le[k] = (unsigned char)(vals[v] >> (8 * k));
             XXH3_128bits_update(st, le, 8);
         }
-        /* In chunks ending at page boundaries, each one's mapped pages dropped once hashed (as after packing):
-         * kept, they made every process that fingerprints (qvl encode, qvl serve, the cache key) hold the
-         * checkpoint twice, as mapped file pages beside the packed panels (27B tower: peak RSS 1.78 GiB, 0.97
-         * with this); dropped per tensor, the largest tensor's pages would be resident at once. */
+        /* A packed matrix in chunks ending at page boundaries, each one's mapped pages dropped again once hashed,
+         * as packing left them: kept, they made every process that fingerprints (qvl encode, qvl serve, the cache
+         * key) hold the checkpoint twice, as mapped file pages beside the panels (27B tower: peak RSS 1.78 GiB,
+         * 0.97 with this); dropped per tensor, the largest one would be resident at once. What the forward reads
+         * from the mapping (the position table, norms, biases: 6 MB of the 27B tower) stays as it was. */
         const unsigned char *p = t->data, *end = p + t->nbytes;
         const uintptr_t page = page_size();
         while (p < end) {
-            const uintptr_t stop = ((uintptr_t)p + FP_CHUNK) & ~(page - 1);
+            const uintptr_t stop = t->packed ? ((uintptr_t)p + FP_CHUNK) & ~(page - 1) : (uintptr_t)end;
             const size_t n = stop < (uintptr_t)end ? (size_t)(stop - (uintptr_t)p) : (size_t)(end - p);
             XXH3_128bits_update(st, p, n);
-            drop_mapped(m, p, n);
+            if (t->packed) drop_mapped(m, p, n);
             p += n;
         }
     }

@@ -52,6 +52,7 @@ typedef struct bound_tensor {
     int64_t shape[5];
     const void *data;
     uint64_t nbytes;
+    int packed; /* a matrix the forward reads only as packed panels: its mapped pages are dropped once read */
 } bound_tensor;
 
 struct qvl_model {
