@@ -26,10 +26,8 @@ cat > "$probe/t.c" <<'EOF'
 int main(void) { return errno + (int)sqrt((double)syscall(SYS_getpid) * 0.0); }
 EOF
 if ! gcc -m32 "$probe/t.c" -o "$probe/t" -lm -pthread 2>/dev/null; then
-  echo "check_i386: installing gcc-multilib" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends gcc-multilib >/dev/null
+  . scripts/apt_install.sh
+  apt_install check_i386 gcc-multilib
 fi
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DQVL_WERROR=ON -DQVL_MEDIA=OFF -DQVL_VIDEO=OFF \
       -DCMAKE_C_FLAGS=-m32 >/dev/null

@@ -24,10 +24,9 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p:arm64" 2>/dev/null | grep -q 'install ok installed' || need+=("$p:arm64")
 done
 if ((${#need[@]})); then
-  echo "cross_arm64: installing ${need[*]}" >&2
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then $SUDO dpkg --add-architecture arm64; fi
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  . scripts/apt_install.sh
+  apt_install cross_arm64 "${need[@]}"
 fi
 
 cmake -S . -B "$BUILD" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \

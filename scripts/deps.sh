@@ -16,8 +16,6 @@ pkg-config --exists libmicrohttpd 2>/dev/null || need+=(libmicrohttpd-dev) # qvl
 pkg-config --exists libavformat libavcodec libavutil libswscale 2>/dev/null ||
   need+=(libavformat-dev libavcodec-dev libavutil-dev libswscale-dev)
 if ((${#need[@]})); then
-  echo "deps: installing ${need[*]}" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  . "$(dirname "$0")/apt_install.sh"
+  apt_install deps "${need[@]}"
 fi

@@ -10,10 +10,8 @@ BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-python3}
 VENV=$ROOT/$BUILD/pyvenv
 if ! "$PYTHON" -m venv --help >/dev/null 2>&1 || ! "$PYTHON" -c 'import ensurepip' >/dev/null 2>&1; then
-  echo "test-python: installing python3-venv" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv python3-pip >/dev/null
+  . "$ROOT/scripts/apt_install.sh"
+  apt_install test-python python3-venv python3-pip
 fi
 rm -rf "$VENV" "$ROOT/$BUILD/wheel"
 "$PYTHON" -m venv "$VENV"
