@@ -1,0 +1,131 @@
+/* test_amx_refused.c — Linux refusing the AMX tile-data permission (arch_prctl(ARCH_REQ_XCOMP_PERM), as kernels
+ * before 5.16 or a seccomp policy do) on a CPU with AMX. In a child process whose seccomp filter answers that
+ * request with EPERM: the CPU state reads CPU_AMX_REFUSED; a model loaded with precision auto runs f32 (on such a
+ * CPU VDPBF16PS is slower than the f32 FMA: backend_auto_bf16), with precision bf16 the AVX512-BF16 set, with
+ * --isa amx it fails naming the refusal; qvl_model_get_info's amx (what `qvl info` prints) says it; and an encode
+ * on the bf16 fallback succeeds. The filter itself is checked on every x86-64 Linux (the request is answered
+ * EPERM); the rest needs a CPU with AMX-BF16 whose OS enables the tile state, and is skipped (77) elsewhere. */
+#include <stdio.h>
+#include <string.h>
+
+#include "qvl.h"
+#include "testutil.h"
+
+#if defined(__linux__) && defined(__x86_64__) && QVL_WITH_X86
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/cpu.h"
+
+enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+
+/* arch_prctl(ARCH_REQ_XCOMP_PERM, ...) → EPERM; every other system call as before. */
+static int refuse_tile_permission(void) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_arch_prctl, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])), /* its low half */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH_REQ_XCOMP_PERM, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return 0;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+/* What the child found: 0 every check passed, 77 the AMX part skipped, else the failing check's line. */
+static int child(const char *model) {
+    if (!refuse_tile_permission()) {
+        fprintf(stderr, "  cannot install the seccomp filter: %s\n", strerror(errno));
+        return __LINE__;
+    }
+    errno = 0;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != -1 || errno != EPERM) return __LINE__;
+    const cpu_amx st = cpu_amx_state();
+    if (st == CPU_AMX_ABSENT || st == CPU_AMX_NO_OS) {
+        printf("  the filter refuses the request; AMX here: %s, so the refused path is not reached (skipped)\n",
+               cpu_amx_describe(st));
+        return 77;
+    }
+    if (st != CPU_AMX_REFUSED) return __LINE__;
+    qvl_load_params lp;
+    qvl_model_info in;
+    qvl_error err;
+    qvl_model *m = NULL;
+    qvl_load_params_default(&lp);
+    lp.precision = QVL_PRECISION_AUTO;
+    if (qvl_model_load(model, &lp, &m, &err) != QVL_OK) return __LINE__;
+    qvl_model_get_info(m, &in);
+    printf("  auto: %s (%s); amx: %s\n", in.backend, in.precision == QVL_PRECISION_F32 ? "f32" : "bf16", in.amx);
+    if (in.precision != QVL_PRECISION_F32 || !strstr(in.amx, "refused") || strcmp(in.bf16_backend, "avx512bf16") != 0)
+        return __LINE__;
+    qvl_model_free(m);
+    lp.precision = QVL_PRECISION_BF16;
+    if (qvl_model_load(model, &lp, &m, &err) != QVL_OK) return __LINE__;
+    qvl_model_get_info(m, &in);
+    printf("  bf16: %s\n", in.backend);
+    if (strcmp(in.backend, "avx512bf16") != 0) return __LINE__;
+    qvl_ctx *ctx = NULL;
+    if (qvl_ctx_create(m, NULL, &ctx, &err) != QVL_OK) return __LINE__;
+    const int S = 16; /* one 1 x 4 x 4 grid of rows: 4 merged tokens */
+    float *rows = calloc((size_t)S * (size_t)in.row_len, sizeof(float));
+    float *out = calloc((size_t)S / 4 * (size_t)in.out_hidden, sizeof(float));
+    const qvl_grid g = {1, 4, 4};
+    int bad = !rows || !out;
+    for (size_t i = 0; !bad && i < (size_t)S * (size_t)in.row_len; i++) rows[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    if (!bad && qvl_encode(ctx, rows, (size_t)S, &g, 1, out, NULL, &err) != QVL_OK) {
+        fprintf(stderr, "  encode: %s\n", err.message);
+        bad = 1;
+    }
+    free(rows), free(out);
+    qvl_ctx_free(ctx);
+    qvl_model_free(m);
+    if (bad) return __LINE__;
+    lp.isa = QVL_ISA_AMX;
+    if (qvl_model_load(model, &lp, &m, &err) != QVL_ERR_UNSUPPORTED || m || !strstr(err.message, "refused"))
+        return __LINE__;
+    printf("  --isa amx: %s\n", err.message);
+    return 0;
+}
+
+int main(void) {
+    char dir[4096], model[4200];
+    CHECK(tu_tmpdir(dir, sizeof dir) != NULL);
+    snprintf(model, sizeof model, "%s/tiny", dir);
+    CHECK(tu_synth(model, "tiny", 1, QVL_LAYOUT_HF));
+    fflush(stdout);
+    /* A fresh process: the permission, once granted, and the CPU state qvl caches both outlive any later filter. */
+    const pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        const int r = child(model);
+        fflush(stdout);
+        _exit(r);
+    }
+    int wst = 0;
+    CHECK(waitpid(pid, &wst, 0) == pid && WIFEXITED(wst));
+    const int r = WIFEXITED(wst) ? WEXITSTATUS(wst) : -1;
+    if (r != 0 && r != 77) fprintf(stderr, "test_amx_refused: the child's check at line %d failed\n", r);
+    CHECK(r == 0 || r == 77);
+    CHECK(tu_rmtree(dir));
+    if (r == 77 && tu_finish("test_amx_refused") == 0) return TU_SKIP;
+    return tu_finish("test_amx_refused");
+}
+#else
+int main(void) {
+    printf("test_amx_refused: x86-64 Linux only (AMX and its arch_prctl permission); skipped\n");
+    return TU_SKIP;
+}
+#endif
