@@ -265,7 +265,9 @@ static inline void qvl_model_get_info(const qvl_model *m, qvl_model_info *info) 
 
 /* Content fingerprint of the tower's weights: XXH3-128 over canonical names, dtypes, shapes and bytes in canonical
  * order (conv weight in HF layout), the same for every layout, prefix and sharding of the same weights. Computed on
- * first call and cached; thread-safe. `hex` receives 32 lowercase hex digits and a NUL. */
+ * first call and cached; thread-safe. It reads the whole checkpoint once, through the model's file mapping, and
+ * drops the pages of the packed matrices from the resident set as it goes: it adds no resident memory. `hex`
+ * receives 32 lowercase hex digits and a NUL. */
 QVL_API qvl_status qvl_model_fingerprint(qvl_model *m, uint8_t digest[16], char hex[33], qvl_error *err);
 
 /* ---------------------------------------------------------------------------------------------------------------
