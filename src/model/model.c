@@ -350,6 +350,7 @@ static int fingerprint(qvl_model *m) {
     XXH3_128bits_reset(st);
     static const char tag[] = "qvl-fingerprint-v1";
     XXH3_128bits_update(st, tag, sizeof tag);
+    const uintptr_t page = page_size();
     for (size_t i = 0; i < m->n_bound; i++) {
         const bound_tensor *t = &m->bound[i];
         const char *dt = qvl_dtype_name(t->dtype);
@@ -368,10 +369,8 @@ static int fingerprint(qvl_model *m) {
          * key) hold the checkpoint twice, as mapped file pages beside the panels (27B tower: peak RSS 1.78 GiB,
          * 0.97 with this); dropped per tensor, the largest one would be resident at once. What the forward reads
          * from the mapping (the position table, norms, biases: 6 MB of the 27B tower) stays as it was. */
-        const unsigned char *p = t->data, *end = p + t->nbytes;
-        const uintptr_t page = page_size();
-        while (p < end) {
-            const uintptr_t stop = t->packed ? ((uintptr_t)p + FP_CHUNK) & ~(page - 1) : (uintptr_t)end;
+        for (const unsigned char *p = t->data, *end = p + t->nbytes; p < end;) {
+            const uintptr_t stop = ((uintptr_t)p + FP_CHUNK) & ~(page - 1);
             const size_t n = stop < (uintptr_t)end ? (size_t)(stop - (uintptr_t)p) : (size_t)(end - p);
             XXH3_128bits_update(st, p, n);
             if (t->packed) drop_mapped(m, p, n);

@@ -83,7 +83,37 @@ typedef struct report {
     char message[1024];
 } report;
 
-static void child(const char *model, const char *image, int fd) {
+/* Runs body(arg, fd) in a child process that writes a report of `size` bytes to fd and _exits; the parent reads it
+ * into rep (zeroed first) and waits, the child's resource usage into *ru. 1 when the whole report came back from a
+ * child that exited 0. */
+static int run_child(void (*body)(const void *arg, int fd), const void *arg, void *rep, size_t size,
+                     struct rusage *ru) {
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        body(arg, fds[1]);
+    }
+    close(fds[1]);
+    memset(rep, 0, size);
+    ssize_t got = read(fds[0], rep, size);
+    close(fds[0]);
+    int wst = 0;
+    CHECK(wait4(pid, &wst, 0, ru) == pid);
+    const int ok = got == (ssize_t)size && WIFEXITED(wst) && WEXITSTATUS(wst) == 0;
+    CHECK(ok);
+    return ok;
+}
+
+typedef struct paths {
+    const char *model, *image;
+} paths;
+
+static void child(const void *arg, int fd) {
+    const char *model = ((const paths *)arg)->model, *image = ((const paths *)arg)->image;
     report r;
     memset(&r, 0, sizeof r);
     qvl_error err;
@@ -150,7 +180,7 @@ typedef struct fp_report {
     char hex[33];
 } fp_report;
 
-static void fp_child(const char *model, int fd) {
+static void fp_child(const void *model, int fd) {
     fp_report r;
     memset(&r, 0, sizeof r);
     qvl_error err;
@@ -186,23 +216,9 @@ static void check_fingerprint_rss(const char *dir) {
     sp.n_deepstack = 0;
     qvl_error err;
     CHECK(qvl_synth_write(&sp, model, &err) == QVL_OK);
-    int fds[2];
-    CHECK(pipe(fds) == 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        fp_child(model, fds[1]);
-    }
-    close(fds[1]);
     fp_report r;
-    memset(&r, 0, sizeof r);
-    ssize_t got = read(fds[0], &r, sizeof r);
-    close(fds[0]);
-    int wst = 0;
-    CHECK(waitpid(pid, &wst, 0) == pid);
-    CHECK(got == (ssize_t)sizeof r && WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    struct rusage ru;
+    run_child(fp_child, model, &r, sizeof r, &ru);
     CHECK(r.status == QVL_OK && strlen(r.hex) == 32);
     const uint64_t grew = r.hashed_kib > r.loaded_kib ? (uint64_t)(r.hashed_kib - r.loaded_kib) << 10 : 0;
     printf("  fingerprint: weights %.0f MiB, peak RSS %.0f MiB loaded, %.0f MiB after hashing (+%.1f MiB)\n",
@@ -230,24 +246,10 @@ int main(void) {
     const uint64_t F = write_bmp(image, SIDE, SIDE);
     CHECK(F > 0);
     printf("  wrote a %dx%d BMP, %" PRIu64 " bytes, in %.1f s\n", SIDE, SIDE, F, tu_now() - t0);
-    int fds[2];
-    CHECK(pipe(fds) == 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        child(model, image, fds[1]);
-    }
-    close(fds[1]);
+    const paths in = {model, image};
     report r;
-    memset(&r, 0, sizeof r);
-    ssize_t got = read(fds[0], &r, sizeof r);
-    close(fds[0]);
-    int wst = 0;
     struct rusage ru;
-    CHECK(wait4(pid, &wst, 0, &ru) == pid);
-    CHECK(got == (ssize_t)sizeof r && WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+    run_child(child, &in, &r, sizeof r, &ru);
     if (r.status != QVL_OK) printf("  child failed: %s: %s\n", qvl_status_name((qvl_status)r.status), r.message);
     CHECK(r.status == QVL_OK && r.src_w == SIDE && r.src_h == SIDE);
     if (r.status == QVL_OK) {
