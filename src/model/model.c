@@ -367,7 +367,7 @@ static int fingerprint(qvl_model *m) {
         /* A packed matrix in chunks ending at page boundaries, each one's mapped pages dropped again once hashed,
          * as packing left them: kept, they made every process that fingerprints (qvl encode, qvl serve, the cache
          * key) hold the checkpoint twice, as mapped file pages beside the panels (27B tower: peak RSS 1.78 GiB,
-         * 0.97 with this); dropped per tensor, the largest one would be resident at once. What the forward reads
+         * 0.94 with this); dropped per tensor, the largest one would be resident at once. What the forward reads
          * from the mapping (the position table, norms, biases: 6 MB of the 27B tower) stays as it was. */
         for (const unsigned char *p = t->data, *end = p + t->nbytes; p < end;) {
             const uintptr_t stop = ((uintptr_t)p + FP_CHUNK) & ~(page - 1);
