@@ -4,7 +4,7 @@
  * Quick start (a complete program: README.md "Using libqvl from C")
  *   qvl_error err;
  *   qvl_model *m;  qvl_ctx *ctx;  qvl_plan *plan;
- *   qvl_model_load("/path/to/Qwen3-VL-8B", NULL, &m, &err);          // weights mmapped, validated
+ *   qvl_model_load("/path/to/Qwen3-VL-8B", NULL, &m, &err);          // weights read, validated, packed
  *   qvl_ctx_create(m, NULL, &ctx, &err);                              // scratch + thread pool
  *   qvl_item it;  qvl_item_default(&it);
  *   it.kind = QVL_ITEM_PATH;  it.path = "photo.jpg";
@@ -15,7 +15,7 @@
  *   qvl_plan_free(plan); qvl_ctx_free(ctx); qvl_model_free(m);
  *
  * Objects and threads
- *   qvl_model  the weights (mmapped, read-only after load). Any number of threads may use one model at once.
+ *   qvl_model  the weights (packed at load, read-only after it). Any number of threads may use one model at once.
  *   qvl_ctx    one worker: scratch memory and its own thread pool (n_threads threads, the calling thread
  *              included, started by qvl_ctx_create and joined by qvl_ctx_free). Calls on one ctx must not overlap;
  *              use one ctx per concurrent caller. Contexts share nothing, so several encode at once.
@@ -189,7 +189,7 @@ typedef struct qvl_model_info {
     qvl_weight_source source;         /* where the weights were found */
     char prefix[40];                  /* tensor name prefix found: "model.visual.", "vision_tower.", ... */
     int conv_layout_mlx;              /* 1 if patch_embed was stored (out, kT, kH, kW, in) */
-    int n_files;                      /* safetensors files mapped */
+    int n_files;                      /* safetensors files read (closed by the end of the load) */
     size_t n_tensors;                 /* tower tensors bound */
     uint64_t n_params;                /* tower parameters */
     uint64_t weight_bytes;            /* bytes of tower weights as stored */
@@ -250,9 +250,12 @@ static inline void qvl_load_params_default(qvl_load_params *p) { qvl_load_params
 
 /* Load the vision tower from a model directory as users have it on disk: config.json (vision_config or a
  * vision-only config) and weights from optiq/optiq_vision.safetensors, model.safetensors.index.json or
- * model.safetensors, under any known prefix. `params` may be NULL. On success *out owns the mapping. Every weight
- * is checked to be finite as it is packed: a NaN or an infinity fails the load with QVL_ERR_NONFINITE naming the
- * tensor and element (the scan reads 20+ GB/s on one core: about 50 ms of the qwen3.5-27b tower's 0.92 GB). */
+ * model.safetensors, under any known prefix. `params` may be NULL. The files are mapped and read once: every weight
+ * is checked to be finite as it is packed (a NaN or an infinity fails the load with QVL_ERR_NONFINITE naming the
+ * tensor and element; the scan reads 20+ GB/s on one core: about 50 ms of the qwen3.5-27b tower's 0.92 GB) and
+ * hashed for the fingerprint, and the files are closed before the load returns: the model holds no mapping or
+ * descriptor of them, so they may then be rewritten, truncated or removed without effect on it. (The model
+ * directory's preprocessing JSON files are read later, when a context or plan needs them.) */
 QVL_API qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err);
 QVL_API void qvl_model_free(qvl_model *m);
 /* Output structs (qvl_model_info, qvl_profile, qvl_item_info) are filled through *_sized functions that write at
@@ -264,10 +267,9 @@ static inline void qvl_model_get_info(const qvl_model *m, qvl_model_info *info) 
 }
 
 /* Content fingerprint of the tower's weights: XXH3-128 over canonical names, dtypes, shapes and bytes in canonical
- * order (conv weight in HF layout), the same for every layout, prefix and sharding of the same weights. Computed on
- * first call and cached; thread-safe. It reads the whole checkpoint once, through the model's file mapping, and
- * drops the pages of the packed matrices from the resident set as it goes: it adds no resident memory. `hex`
- * receives 32 lowercase hex digits and a NUL. */
+ * order (conv weight in HF layout), the same for every layout, prefix and sharding of the same weights. Computed by
+ * the load from the bytes it packed (about 60 ms of the qwen3.5-27b tower's load), so it always names the weights
+ * the model runs; this call only copies it (thread-safe). `hex` receives 32 lowercase hex digits and a NUL. */
 QVL_API qvl_status qvl_model_fingerprint(qvl_model *m, uint8_t digest[16], char hex[33], qvl_error *err);
 
 /* ---------------------------------------------------------------------------------------------------------------

@@ -357,7 +357,7 @@ int cmd_bench(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double mib = 1024.0 * 1024.0, rss = ru.ru_maxrss / 1024.0, wts = (double)in.weight_bytes / mib;
-    printf("\npeak RSS: %.1f MiB (weights as stored: %.1f MiB, mmapped)\n", rss, wts);
+    printf("\npeak RSS: %.1f MiB (weights as stored: %.1f MiB)\n", rss, wts);
     if (act_max > 0)
         printf("activations of the largest case (input rows + scratch + outputs): %.1f MiB; peak RSS = weights + "
                "%.2f x activations (weights + 1.25 x activations = %.1f MiB)\n",

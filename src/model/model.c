@@ -23,10 +23,10 @@ void qvl_model_free(qvl_model *m) {
     free(m->blocks);
     free(m->bound);
     free(m->owned_patch);
+    free(m->owned_pos);
     free(m->small);
     free(m->panels);
     free(m->dir);
-    pthread_mutex_destroy(&m->fp_lock);
     free(m);
 }
 
@@ -56,7 +56,6 @@ static void fill_info(qvl_model *m) {
     snprintf(in->bf16_backend, sizeof in->bf16_backend, "%s", bf ? bf->name : "");
     int amx_usable;
     snprintf(in->amx, sizeof in->amx, "%s", backend_amx_status(&amx_usable));
-    in->n_files = m->n_files;
     in->n_tensors = m->n_bound;
     in->n_params = 0;
     in->weight_bytes = 0;
@@ -149,28 +148,6 @@ static qvl_status nonfinite_weight(const char *name, size_t i, int cols, qvl_err
                     cols ? i % (size_t)cols : i);
 }
 
-/* The bound tensor whose data is `data` (its name for messages), or NULL. */
-static bound_tensor *bound_of(const qvl_model *m, const void *data) {
-    for (size_t i = 0; i < m->n_bound; i++)
-        if (m->bound[i].data == data) return &m->bound[i];
-    return NULL;
-}
-
-/* Every bound tensor that is not a packed matrix (biases, norms, the position table, an MLX-layout patch weight):
- * small, scanned before the packing. */
-static qvl_status scan_small(const qvl_model *m, linear *const *ls, size_t n_ls, thread_pool *pool, qvl_error *err) {
-    for (size_t i = 0; i < m->n_bound; i++) {
-        const bound_tensor *t = &m->bound[i];
-        int is_matrix = 0;
-        for (size_t k = 0; k < n_ls && !is_matrix; k++) is_matrix = ls[k]->w.data == t->data;
-        if (is_matrix) continue;
-        const size_t es = t->dtype == QVL_DTYPE_F32 ? 4 : 2, n = (size_t)t->nbytes / es;
-        const size_t bad = scan_weights(t->data, n, t->dtype, pool);
-        if (bad < n) return nonfinite_weight(t->name, bad, t->ndim >= 2 ? (int)t->shape[t->ndim - 1] : 0, err);
-    }
-    return QVL_OK;
-}
-
 /* Which Linears run in bf16 arithmetic under precision bf16: every block GEMM (97 % of the FLOPs of the 448²
  * Qwen3.5-27B tower) but the fc2 of the blocks feeding the first DeepStack feature (below). The patch embedding (0.4 %, on raw normalized pixels) and the mergers' fc1/fc2 (final and
  * DeepStack, 2.4 %) stay f32: measured at full depth (bench/bf16_fidelity.sh, 27 blocks at 448²), the merged
@@ -196,58 +173,123 @@ static be_arith arith_of(const qvl_model *m, const linear *l) {
     return m->be->split && l->w.dtype == QVL_DTYPE_BF16 ? BE_ARITH_BF16X2 : BE_ARITH_F32;
 }
 
-/* Pack every Linear's weight into GEMM panels once (bf16 stays bf16: the panels take the checkpoint's own bytes),
- * then let the kernel drop the mapped copies of the pages: encode reads only the panels, and anything that reads
- * the mapping later (the fingerprint, the position table) faults the pages back in from the file. */
-static qvl_status pack_weights(qvl_model *m, int n_threads, qvl_error *err) {
-    size_t cap = 3 + 4 * (size_t)m->cfg.depth + 2 * (size_t)m->cfg.n_deepstack, n, total = 0;
-    linear **ls = malloc(cap * sizeof *ls);
-    if (!ls) return err_fail(err, QVL_ERR_NOMEM, "out of memory packing weights");
-    n = linears(m, ls);
-    for (size_t i = 0; i < n; i++) {
-        size_t b = m->be->pack_size(ls[i]->w.rows, ls[i]->w.cols, ls[i]->w.dtype, arith_of(m, ls[i]));
-        if (size_add_overflow(total, b, &total)) {
-            free(ls);
-            return err_fail(err, QVL_ERR_LIMIT, "packed weights overflow");
+/* The fingerprint's header for one tensor: name, NUL, dtype name, NUL, ndim and dims as little-endian u64, byte
+ * count. Its bytes follow (fingerprint_bytes). */
+static void fingerprint_header(XXH3_state_t *st, const bound_tensor *t) {
+    const char *dt = qvl_dtype_name(t->dtype);
+    unsigned char le[8];
+    XXH3_128bits_update(st, t->name, strlen(t->name) + 1);
+    XXH3_128bits_update(st, dt, strlen(dt) + 1);
+    uint64_t vals[7] = {(uint64_t)t->ndim};
+    for (int d = 0; d < t->ndim; d++) vals[1 + d] = (uint64_t)t->shape[d];
+    vals[1 + t->ndim] = t->nbytes;
+    for (int v = 0; v < t->ndim + 2; v++) {
+        for (int k = 0; k < 8; k++) le[k] = (unsigned char)(vals[v] >> (8 * k));
+        XXH3_128bits_update(st, le, 8);
+    }
+}
+
+enum { FP_CHUNK = 4 << 20 }; /* bytes hashed between drops of the mapped pages */
+
+/* Hash a tensor's bytes in chunks ending at page boundaries; `drop`: drop each chunk's mapped pages once hashed (a
+ * packed matrix, read just before by the scan and the packing and not needed again), so the mapped copy and the
+ * panels are never both resident in full. */
+static void fingerprint_bytes(XXH3_state_t *st, const qvl_model *m, const bound_tensor *t, int drop) {
+    const uintptr_t page = page_size();
+    for (const unsigned char *p = t->data, *end = p + t->nbytes; p < end;) {
+        const uintptr_t stop = ((uintptr_t)p + FP_CHUNK) & ~(page - 1);
+        const size_t n = stop < (uintptr_t)end ? (size_t)(stop - (uintptr_t)p) : (size_t)(end - p);
+        XXH3_128bits_update(st, p, n);
+        if (drop) drop_mapped(m, p, n);
+        p += n;
+    }
+}
+
+/* Index in ls of the Linear whose weight is bound tensor `t` (n_ls: a vector or the position table). */
+static size_t linear_of(linear *const *ls, size_t n_ls, const bound_tensor *t) {
+    size_t k = 0;
+    while (k < n_ls && ls[k]->w.data != t->data) k++;
+    return k;
+}
+
+/* One pass over every bound tensor in canonical order, each read from the mapping once while its pages are
+ * resident: check it is finite; if it is a Linear's weight, pack it into GEMM panels at byte off[k] of m->panels
+ * for ls[k] (bf16 stays bf16: the panels take the checkpoint's own bytes); and hash it into the fingerprint:
+ * XXH3-128 over a versioned header, then per tensor in canonical order its header and bytes (the conv weight in
+ * HF layout whatever was stored). */
+static qvl_status load_pass(qvl_model *m, linear *const *ls, size_t n_ls, const size_t *off, thread_pool *pool,
+                            XXH3_state_t *st, qvl_error *err) {
+    static const char tag[] = "qvl-fingerprint-v1";
+    XXH3_128bits_reset(st);
+    XXH3_128bits_update(st, tag, sizeof tag);
+    for (size_t i = 0; i < m->n_bound; i++) {
+        const bound_tensor *t = &m->bound[i];
+        const size_t k = linear_of(ls, n_ls, t);
+        linear *l = k < n_ls ? ls[k] : NULL;
+        const size_t n = (size_t)t->nbytes / (t->dtype == QVL_DTYPE_F32 ? 4 : 2);
+        const size_t bad = scan_weights(t->data, n, t->dtype, pool);
+        if (bad < n) {
+            const int cols = l ? l->w.cols : t->ndim >= 2 ? (int)t->shape[t->ndim - 1] : 0;
+            return nonfinite_weight(t->name, bad, cols, err);
         }
-    }
-    m->panels = aligned_alloc(64, total ? total : 64);
-    if (!m->panels) {
-        free(ls);
-        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of packed weights", total);
-    }
-    thread_pool *pool = NULL; /* the load's own threads for the packing, gone when it is done */
-    qvl_status s = pool_create(&pool, n_threads, err);
-    if (s != QVL_OK) {
-        free(ls);
-        return s;
-    }
-    unsigned char *at = m->panels;
-    s = scan_small(m, ls, n, pool, err);
-    for (size_t i = 0; i < n && s == QVL_OK; i++) {
-        linear *l = ls[i];
-        const size_t count = (size_t)l->w.rows * (size_t)l->w.cols, bad = scan_weights(l->w.data, count, l->w.dtype, pool);
-        if (bad < count) {
-            const bound_tensor *t = bound_of(m, l->w.data);
-            char name[128];
-            snprintf(name, sizeof name, "%s", t ? t->name : "patch_embed.proj.weight (as permuted from MLX layout)");
-            s = nonfinite_weight(name, bad, l->w.cols, err);
-            break;
-        }
-        const be_arith ar = arith_of(m, l);
-        if (m->be->pack(m->be, &l->packed, at, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows, l->w.cols, ar,
-                        pool) != 0) {
-            pool_destroy(pool);
-            free(ls);
+        unsigned char *panel = l ? (unsigned char *)m->panels + off[k] : NULL;
+        if (l && m->be->pack(m->be, &l->packed, panel, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows, l->w.cols,
+                             arith_of(m, l), pool) != 0)
             return err_fail(err, QVL_ERR_INTERNAL, "packing a %dx%d weight failed", l->w.rows, l->w.cols);
-        }
-        at += m->be->pack_size(l->w.rows, l->w.cols, l->w.dtype, ar);
-        /* Page by page, so the mapped copy and the panels are never both resident in full. */
-        drop_mapped(m, l->w.data, (size_t)l->w.rows * (size_t)l->w.cols * (l->w.dtype == QVL_DTYPE_F32 ? 4 : 2));
-        bound_tensor *bt = bound_of(m, l->w.data);
-        if (bt) bt->packed = 1;
+        fingerprint_header(st, t);
+        fingerprint_bytes(st, m, t, l != NULL);
     }
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(st));
+    memcpy(m->fp, canon.digest, 16);
+    return QVL_OK;
+}
+
+/* Read the weights in (load_pass), copy the one tensor the forward reads in its stored form, the position table,
+ * into memory of the model's own, and close the checkpoint's files: a loaded model holds no mapping, so the files
+ * may be rewritten, truncated or deleted under it (a server's model directory updated in place) without the
+ * forward or the fingerprint ever reading the new bytes, or faulting on a truncated page. */
+static qvl_status load_weights(qvl_model *m, int n_threads, qvl_error *err) {
+    const size_t cap = 3 + 4 * (size_t)m->cfg.depth + 2 * (size_t)m->cfg.n_deepstack;
+    linear **ls = malloc(cap * sizeof *ls);
+    size_t *off = malloc(cap * sizeof *off);
+    XXH3_state_t *st = XXH3_createState();
+    thread_pool *pool = NULL; /* the load's own threads, gone when it is done */
+    qvl_status s = QVL_OK;
+    if (!ls || !off || !st) s = err_fail(err, QVL_ERR_NOMEM, "out of memory loading weights");
+    const size_t n = s == QVL_OK ? linears(m, ls) : 0;
+    size_t total = 0;
+    for (size_t i = 0; i < n && s == QVL_OK; i++) {
+        off[i] = total;
+        if (size_add_overflow(total, m->be->pack_size(ls[i]->w.rows, ls[i]->w.cols, ls[i]->w.dtype, arith_of(m, ls[i])),
+                              &total))
+            s = err_fail(err, QVL_ERR_LIMIT, "packed weights overflow");
+    }
+    if (s == QVL_OK && !(m->panels = aligned_alloc(64, total ? total : 64)))
+        s = err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of packed weights", total);
+    const size_t pos_bytes = (size_t)m->pos.rows * (size_t)m->pos.cols * (m->pos.dtype == QVL_DTYPE_F32 ? 4 : 2);
+    if (s == QVL_OK && !(m->owned_pos = malloc(pos_bytes ? pos_bytes : 1)))
+        s = err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for the position table", pos_bytes);
+    if (s == QVL_OK) s = pool_create(&pool, n_threads, err);
+    if (s == QVL_OK) s = load_pass(m, ls, n, off, pool, st, err);
     pool_destroy(pool);
+    XXH3_freeState(st);
+    free(off);
+    if (s == QVL_OK) {
+        memcpy(m->owned_pos, m->pos.data, pos_bytes);
+        m->pos.data = m->owned_pos;
+        /* Nothing points into the mappings from here on: the matrices are read only as panels, and the rest was
+         * widened into `small` or copied. */
+        for (size_t i = 0; i < n; i++) ls[i]->w.data = NULL;
+        for (size_t i = 0; i < m->n_bound; i++) m->bound[i].data = NULL;
+        free(m->owned_patch);
+        m->owned_patch = NULL;
+        m->info.n_files = m->n_files;
+        for (int i = 0; i < m->n_files; i++) st_close(m->files[i]);
+        free(m->files);
+        m->files = NULL;
+        m->n_files = 0;
+    }
     free(ls);
     return s;
 }
@@ -304,7 +346,6 @@ qvl_status model_load_on(const char *dir, const qvl_load_params *params, const b
     qvl_model *m = calloc(1, sizeof *m);
     if (!m) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     m->be = be;
-    pthread_mutex_init(&m->fp_lock, NULL);
     m->dir = strdup(dir);
     if (!m->dir) {
         qvl_model_free(m);
@@ -320,7 +361,7 @@ qvl_status model_load_on(const char *dir, const qvl_load_params *params, const b
         if (s == QVL_OK) checkpoint_take_files(&ck, &m->files, &m->n_files); /* the bound tensors point into them */
         checkpoint_close(&ck);
     }
-    if (s == QVL_OK) s = pack_weights(m, lp.n_threads, err);
+    if (s == QVL_OK) s = load_weights(m, lp.n_threads, err);
     if (s != QVL_OK) {
         qvl_model_free(m);
         return s;
@@ -340,59 +381,9 @@ void qvl_model_get_info_sized(const qvl_model *m, qvl_model_info *info, size_t s
     if (m) memcpy(info, &m->info, size < sizeof m->info ? size : sizeof m->info);
 }
 
-/* XXH3-128 over a versioned header, then per tensor in canonical order: name, NUL, dtype name, NUL, ndim and
- * dims as little-endian u64, byte count, bytes. The conv weight enters in HF layout whatever was stored. */
-enum { FP_CHUNK = 4 << 20 }; /* bytes hashed between drops of the mapped pages */
-
-static int fingerprint(qvl_model *m) {
-    XXH3_state_t *st = XXH3_createState();
-    if (!st) return 0;
-    XXH3_128bits_reset(st);
-    static const char tag[] = "qvl-fingerprint-v1";
-    XXH3_128bits_update(st, tag, sizeof tag);
-    const uintptr_t page = page_size();
-    for (size_t i = 0; i < m->n_bound; i++) {
-        const bound_tensor *t = &m->bound[i];
-        const char *dt = qvl_dtype_name(t->dtype);
-        unsigned char le[8];
-        XXH3_128bits_update(st, t->name, strlen(t->name) + 1);
-        XXH3_128bits_update(st, dt, strlen(dt) + 1);
-        uint64_t vals[7] = {(uint64_t)t->ndim};
-        for (int d = 0; d < t->ndim; d++) vals[1 + d] = (uint64_t)t->shape[d];
-        vals[1 + t->ndim] = t->nbytes;
-        for (int v = 0; v < t->ndim + 2; v++) {
-            for (int k = 0; k < 8; k++) le[k] = (unsigned char)(vals[v] >> (8 * k));
-            XXH3_128bits_update(st, le, 8);
-        }
-        /* A packed matrix in chunks ending at page boundaries, each one's mapped pages dropped again once hashed,
-         * as packing left them: kept, they made every process that fingerprints (qvl encode, qvl serve, the cache
-         * key) hold the checkpoint twice, as mapped file pages beside the panels (27B tower: peak RSS 1.78 GiB,
-         * 0.94 with this); dropped per tensor, the largest one would be resident at once. What the forward reads
-         * from the mapping (the position table, norms, biases: 6 MB of the 27B tower) stays as it was. */
-        for (const unsigned char *p = t->data, *end = p + t->nbytes; p < end;) {
-            const uintptr_t stop = ((uintptr_t)p + FP_CHUNK) & ~(page - 1);
-            const size_t n = stop < (uintptr_t)end ? (size_t)(stop - (uintptr_t)p) : (size_t)(end - p);
-            XXH3_128bits_update(st, p, n);
-            if (t->packed) drop_mapped(m, p, n);
-            p += n;
-        }
-    }
-    XXH128_hash_t h = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
-    XXH128_canonical_t canon;
-    XXH128_canonicalFromHash(&canon, h);
-    memcpy(m->fp, canon.digest, 16);
-    return 1;
-}
-
 qvl_status qvl_model_fingerprint(qvl_model *m, uint8_t digest[16], char hex[33], qvl_error *err) {
     err_clear(err);
     if (!m) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_fingerprint: model is NULL");
-    pthread_mutex_lock(&m->fp_lock);
-    if (!m->fp_done) m->fp_done = fingerprint(m);
-    int done = m->fp_done;
-    pthread_mutex_unlock(&m->fp_lock);
-    if (!done) return err_fail(err, QVL_ERR_NOMEM, "out of memory hashing the weights");
     if (digest) memcpy(digest, m->fp, 16);
     if (hex) {
         for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", m->fp[i]);

@@ -2,7 +2,6 @@
 #ifndef QVL_MODEL_MODEL_H
 #define QVL_MODEL_MODEL_H
 
-#include <pthread.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -10,14 +9,15 @@
 #include "io/safetensors.h"
 #include "qvl.h"
 
-/* A weight matrix [rows = out, cols = in] in its stored dtype (may point into a mapping, unaligned). */
+/* A weight matrix [rows = out, cols = in] in its stored dtype (points into a mapping, unaligned, during the load;
+ * after it, a Linear's is NULL: read only as panels, and the position table's points at owned_pos). */
 typedef struct wmat {
     const void *data;
     qvl_dtype dtype;
     int rows, cols;
 } wmat;
 
-/* A Linear layer: weight in stored dtype (as mapped), the same weight packed into GEMM panels at load, bias
+/* A Linear layer: weight in stored dtype (as mapped, during the load), the same weight packed into GEMM panels, bias
  * widened to f32. */
 typedef struct linear {
     wmat w;
@@ -50,15 +50,14 @@ typedef struct bound_tensor {
     qvl_dtype dtype;
     int ndim;
     int64_t shape[5];
-    const void *data;
+    const void *data; /* during the load; NULL after it */
     uint64_t nbytes;
-    int packed; /* a matrix the forward reads only as packed panels: its mapped pages are dropped once read */
 } bound_tensor;
 
 struct qvl_model {
     tower_config cfg;
     qvl_model_info info;
-    st_file **files;     /* the checkpoint's mapped files, owned */
+    st_file **files;     /* the checkpoint's mapped files, owned during the load; closed at its end */
     int n_files;
     linear patch;       /* [H, row_len], columns in (c, t, y, x) order */
     wmat pos;           /* [num_pos, H] */
@@ -67,14 +66,13 @@ struct qvl_model {
     merger_w deepstack[QVL_MAX_DEEPSTACK];
     bound_tensor *bound; /* canonical order */
     size_t n_bound;
-    void *owned_patch;   /* the patch weight permuted from MLX layout, when it had to be */
+    void *owned_patch;   /* the patch weight permuted from MLX layout, when it had to be (during the load) */
+    void *owned_pos;     /* the position table, copied from the checkpoint in its stored dtype */
     float *small;        /* every f32-widened vector (biases, norms), one allocation */
     void *panels;        /* every Linear's packed weight panels, one allocation */
     const backend *be;   /* kernel set + precision the panels are packed for and the contexts run */
     char *dir;           /* the model directory as given to qvl_model_load (its preprocessing json files) */
-    pthread_mutex_t fp_lock;
-    int fp_done;
-    uint8_t fp[16];
+    uint8_t fp[16];      /* the fingerprint, computed by the load */
 };
 
 /* qvl_model_load on backend entry `on` (one of backend_table's, test-only ones included: the tests load a model
@@ -86,7 +84,8 @@ qvl_status model_load_on(const char *dir, const qvl_load_params *params, const b
 struct checkpoint;
 
 /* Bind every tower tensor of m->cfg from the checkpoint's table into `m`, and take its source and prefix into
- * m->info (bind.c). The table's data must stay mapped for the model's life: the caller hands the files to m. */
+ * m->info (bind.c). The table's data must stay mapped until the load has read it: the caller hands the files to
+ * m, and the load closes them. */
 qvl_status model_bind(qvl_model *m, const struct checkpoint *ck, qvl_error *err);
 
 #endif

@@ -1,0 +1,143 @@
+/* test_model_files.c — a loaded model reads nothing more from its checkpoint. Once qvl_model_load returns, the
+ * safetensors files may be rewritten in place, truncated and removed (a model directory updated under a running
+ * server), and the model still gives the same fingerprint and bit-identical outputs, holding no mapping or
+ * descriptor of them. Before the load closed its files, the fingerprint (computed later, through the mapping) read
+ * the new bytes, and a truncated file made the forward's read of the position table fault with SIGBUS. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qvl.h"
+#include "testutil.h"
+
+static const qvl_grid k_grids[] = {{1, 4, 6}, {2, 2, 4}};
+
+typedef struct result {
+    char hex[33];
+    float *out; /* merged, then each DeepStack feature */
+    size_t n;   /* floats in out */
+} result;
+
+/* Fingerprint and outputs of `m` on deterministic rows. */
+static int run(qvl_model *m, result *r) {
+    qvl_error err;
+    qvl_model_info in;
+    qvl_model_get_info(m, &in);
+    if (qvl_model_fingerprint(m, NULL, r->hex, &err) != QVL_OK) return 0;
+    const size_t S = qvl_patch_rows(k_grids, 2), per = S / 4 * (size_t)in.out_hidden;
+    float *px = malloc(S * (size_t)in.row_len * sizeof(float));
+    r->n = per * (size_t)(1 + in.n_deepstack);
+    r->out = malloc(r->n * sizeof(float));
+    if (!px || !r->out) return 0;
+    uint32_t seed = 7;
+    for (size_t i = 0; i < S * (size_t)in.row_len; i++) px[i] = tu_frand(&seed);
+    float *ds[QVL_MAX_DEEPSTACK];
+    for (int k = 0; k < in.n_deepstack; k++) ds[k] = r->out + per * (size_t)(1 + k);
+    qvl_ctx *ctx = NULL;
+    const int ok = qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK &&
+                   qvl_encode(ctx, px, S, k_grids, 2, r->out, ds, &err) == QVL_OK;
+    if (!ok) fprintf(stderr, "encode: %s\n", err.message);
+    qvl_ctx_free(ctx);
+    free(px);
+    return ok;
+}
+
+/* Every *.safetensors file under dir (one level of subdirectories: the sidecar layout's optiq/) overwritten in
+ * place with 0xff bytes (NaN in every float type), then truncated to nothing, then removed; the count. */
+static int clobber(const char *dir, int depth) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (depth == 0) n += clobber(path, 1);
+            continue;
+        }
+        const size_t len = strlen(e->d_name);
+        if (len < 12 || strcmp(e->d_name + len - 12, ".safetensors") != 0) continue;
+        const int fd = open(path, O_WRONLY);
+        CHECK(fd >= 0);
+        if (fd < 0) continue;
+        static unsigned char ff[1 << 16];
+        memset(ff, 0xff, sizeof ff);
+        int wrote = 1;
+        for (off_t at = 0; at < st.st_size && wrote; at += (off_t)sizeof ff) {
+            const size_t k = st.st_size - at < (off_t)sizeof ff ? (size_t)(st.st_size - at) : sizeof ff;
+            wrote = pwrite(fd, ff, k, at) == (ssize_t)k;
+        }
+        CHECK(wrote);
+        CHECK(ftruncate(fd, 0) == 0);
+        close(fd);
+        CHECK(unlink(path) == 0);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Lines of /proc/self/maps and entries of /proc/self/fd naming a path under dir. */
+static int held(const char *dir) {
+    int n = 0;
+    size_t len = 0;
+    char *maps = tu_read_file("/proc/self/maps", &len);
+    for (const char *p = maps; p && (p = strstr(p, dir)); p += strlen(dir)) n++;
+    free(maps);
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char link[320], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        const ssize_t k = readlink(link, target, sizeof target - 1);
+        if (k <= 0) continue;
+        target[k] = 0;
+        if (strstr(target, dir)) n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void check_layout(qvl_synth_layout layout, const char *what) {
+    char dir[256];
+    qvl_error err;
+    CHECK(tu_tmpdir(dir, sizeof dir) != NULL);
+    if (!tu_synth(dir, "tiny", 11, layout)) return;
+    result want = {0}, got = {0};
+    qvl_model *ref = NULL, *m = NULL;
+    CHECK(qvl_model_load(dir, NULL, &ref, &err) == QVL_OK);
+    CHECK(ref && run(ref, &want));
+    qvl_model_free(ref);
+
+    CHECK(qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
+    if (!m) return;
+    qvl_model_info in;
+    qvl_model_get_info(m, &in);
+    const int n_files = clobber(dir, 0);
+    printf("%s: %d checkpoint file(s) rewritten, truncated and removed after the load (info: %d)\n", what, n_files,
+           in.n_files);
+    CHECK(n_files >= 1 && in.n_files >= 1 && in.n_files <= n_files);
+    CHECK(held(dir) == 0);
+    CHECK(run(m, &got));
+    CHECK(strcmp(got.hex, want.hex) == 0);
+    CHECK(got.n == want.n && tu_same_bytes((const unsigned char *)got.out, (const unsigned char *)want.out,
+                                           want.n * sizeof(float), what));
+    qvl_model_free(m);
+    free(want.out);
+    free(got.out);
+    tu_rmtree(dir);
+}
+
+int main(void) {
+    check_layout(QVL_LAYOUT_HF, "hf");
+    check_layout(QVL_LAYOUT_MLX, "mlx");
+    check_layout(QVL_LAYOUT_SIDECAR, "sidecar");
+    check_layout(QVL_LAYOUT_SHARDED, "sharded");
+    return tu_finish("test_model_files");
+}
