@@ -268,8 +268,9 @@ static inline void qvl_model_get_info(const qvl_model *m, qvl_model_info *info) 
 
 /* Content fingerprint of the tower's weights: XXH3-128 over canonical names, dtypes, shapes and bytes in canonical
  * order (conv weight in HF layout), the same for every layout, prefix and sharding of the same weights. Computed by
- * the load from the bytes it packed (about 60 ms of the qwen3.5-27b tower's load), so it always names the weights
- * the model runs; this call only copies it (thread-safe). `hex` receives 32 lowercase hex digits and a NUL. */
+ * the load from the bytes it packs, each tensor hashed while it is resident (a few % of the load's time), so it
+ * always names the weights the model runs; this call only copies it (thread-safe). `hex` receives 32 lowercase hex
+ * digits and a NUL. */
 QVL_API qvl_status qvl_model_fingerprint(qvl_model *m, uint8_t digest[16], char hex[33], qvl_error *err);
 
 /* ---------------------------------------------------------------------------------------------------------------
