@@ -242,6 +242,9 @@ typedef struct qvl_load_params {
     int n_threads;      /* threads that pack the weights during the load (joined before it returns); 0 (default):
                            one per CPU this process may use */
     qvl_precision precision; /* arithmetic of the model's contexts (qvl_precision); default QVL_PRECISION_F32 */
+    int describe_only;  /* 1: read, check and fingerprint the weights without packing them, for qvl_model_get_info
+                           and qvl_model_fingerprint only (qvl info: a fraction of the load's time and memory);
+                           qvl_ctx_create then fails with QVL_ERR_INVALID_ARG. Default 0 */
 } qvl_load_params;
 
 /* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */

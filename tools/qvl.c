@@ -163,9 +163,10 @@ double cli_now_ms(void) {
 static const char info_help[] =
     "Usage: qvl info --model DIR\n"
     "\n"
-    "Load the vision tower of a model directory and describe it: family, dimensions, DeepStack taps, tensor and\n"
-    "parameter counts, weight dtype and bytes, where the weights were found, tensor prefix, conv layout and the\n"
-    "content fingerprint.\n"
+    "Read the vision tower of a model directory and describe it: family, dimensions, DeepStack taps, tensor and\n"
+    "parameter counts, weight dtype and bytes, where the weights were found, tensor prefix, conv layout, the\n"
+    "content fingerprint and the kernels an encode would run. Every weight is read and checked finite (the\n"
+    "exit status is 1 if one is not), but none is packed for the kernels.\n"
     "\n"
     "Options:\n"
     "  -m, --model DIR   model directory (config.json + safetensors)\n"
@@ -197,7 +198,10 @@ static int cmd_info(int argc, char **argv) {
 
     qvl_error err;
     qvl_model *m = NULL;
-    if (qvl_model_load(dir, NULL, &m, &err) != QVL_OK) return cli_fail("%s", err.message);
+    qvl_load_params lp;
+    qvl_load_params_default(&lp);
+    lp.describe_only = 1;
+    if (qvl_model_load(dir, &lp, &m, &err) != QVL_OK) return cli_fail("%s", err.message);
     qvl_model_info in;
     qvl_model_get_info(m, &in);
     char hex[33] = "";

@@ -97,7 +97,8 @@ class ModelInfo(Structure):
 
 
 class LoadParams(Structure):
-    _fields_ = [("struct_size", c_size_t), ("isa", c_int), ("n_threads", c_int), ("precision", c_int)]
+    _fields_ = [("struct_size", c_size_t), ("isa", c_int), ("n_threads", c_int), ("precision", c_int),
+                ("describe_only", c_int)]
 
 
 class Limits(Structure):

@@ -531,7 +531,7 @@ class Encoder:
 
     @property
     def fingerprint(self) -> str:
-        """The weights' content fingerprint (32 hex digits; hashed once, on first use)."""
+        """The weights' content fingerprint (32 hex digits, computed by the load)."""
         if self._fingerprint is None:
             self._live()
             err = _lib.Error()

@@ -232,9 +232,10 @@ static qvl_status load_pass(qvl_model *m, linear *const *ls, size_t n_ls, const 
             const int cols = l ? l->w.cols : t->ndim >= 2 ? (int)t->shape[t->ndim - 1] : 0;
             return nonfinite_weight(t->name, bad, cols, err);
         }
-        unsigned char *panel = l ? (unsigned char *)m->panels + off[k] : NULL;
-        if (l && m->be->pack(m->be, &l->packed, panel, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows, l->w.cols,
-                             arith_of(m, l), pool) != 0)
+        const int pack = l && !m->describe_only;
+        unsigned char *panel = pack ? (unsigned char *)m->panels + off[k] : NULL;
+        if (pack && m->be->pack(m->be, &l->packed, panel, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows,
+                                l->w.cols, arith_of(m, l), pool) != 0)
             return err_fail(err, QVL_ERR_INTERNAL, "packing a %dx%d weight failed", l->w.rows, l->w.cols);
         fingerprint_header(st, t);
         fingerprint_bytes(st, m, t, l != NULL);
@@ -259,7 +260,7 @@ static qvl_status load_weights(qvl_model *m, int n_threads, qvl_error *err) {
     if (!ls || !off || !st) s = err_fail(err, QVL_ERR_NOMEM, "out of memory loading weights");
     const size_t n = s == QVL_OK ? linears(m, ls) : 0;
     size_t total = 0;
-    for (size_t i = 0; i < n && s == QVL_OK; i++) {
+    for (size_t i = 0; i < n && s == QVL_OK && !m->describe_only; i++) {
         off[i] = total;
         if (size_add_overflow(total, m->be->pack_size(ls[i]->w.rows, ls[i]->w.cols, ls[i]->w.dtype, arith_of(m, ls[i])),
                               &total))
@@ -320,6 +321,7 @@ static void load_defaults(qvl_load_params *p) {
     p->isa = QVL_ISA_AUTO;
     p->n_threads = 0;
     p->precision = QVL_PRECISION_F32;
+    p->describe_only = 0;
 }
 
 void qvl_load_params_init(qvl_load_params *p, size_t struct_size) {
@@ -346,6 +348,7 @@ qvl_status model_load_on(const char *dir, const qvl_load_params *params, const b
     qvl_model *m = calloc(1, sizeof *m);
     if (!m) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     m->be = be;
+    m->describe_only = lp.describe_only != 0;
     m->dir = strdup(dir);
     if (!m->dir) {
         qvl_model_free(m);

@@ -71,6 +71,7 @@ struct qvl_model {
     float *small;        /* every f32-widened vector (biases, norms), one allocation */
     void *panels;        /* every Linear's packed weight panels, one allocation */
     const backend *be;   /* kernel set + precision the panels are packed for and the contexts run */
+    int describe_only;   /* loaded with qvl_load_params.describe_only: no panels, no contexts */
     char *dir;           /* the model directory as given to qvl_model_load (its preprocessing json files) */
     uint8_t fp[16];      /* the fingerprint, computed by the load */
 };

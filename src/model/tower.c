@@ -92,6 +92,9 @@ qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: out is NULL");
     *out = NULL;
     if (!m) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: model is NULL");
+    if (m->describe_only)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_create: the model was loaded with describe_only (its "
+                        "weights were not packed); load it without describe_only to encode");
     qvl_ctx *c = calloc(1, sizeof *c);
     if (!c) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     c->m = m;

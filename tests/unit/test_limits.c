@@ -559,6 +559,11 @@ static void test_nonfinite_weights(void) {
     printf("  NaN weight: %s\n", err.message);
     const char *w[] = {"blocks.2.mlp.linear_fc1.weight", "element 329 (row 5, column 9)", NULL};
     CHECK(is_err(s, &err, QVL_ERR_NONFINITE, w) && m == NULL);
+    qvl_load_params lp; /* a describe-only load (qvl info) reads and checks every weight too */
+    qvl_load_params_default(&lp);
+    lp.describe_only = 1;
+    m = (qvl_model *)1;
+    CHECK(is_err(qvl_model_load(dir, &lp, &m, &err), &err, QVL_ERR_NONFINITE, w) && m == NULL);
     poke_bf16(dir, "model.visual.blocks.2.mlp.linear_fc1.weight", 64 * 5 + 9, 0x3f80);
     poke_bf16(dir, "model.visual.blocks.1.attn.qkv.bias", 17, 0xff80); /* -inf in a bias */
     s = qvl_model_load(dir, NULL, &m, &err);

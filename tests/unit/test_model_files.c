@@ -2,7 +2,9 @@
  * safetensors files may be rewritten in place, truncated and removed (a model directory updated under a running
  * server), and the model still gives the same fingerprint and bit-identical outputs, holding no mapping or
  * descriptor of them. Before the load closed its files, the fingerprint (computed later, through the mapping) read
- * the new bytes, and a truncated file made the forward's read of the position table fault with SIGBUS. */
+ * the new bytes, and a truncated file made the forward's read of the position table fault with SIGBUS.
+ * A describe-only load (qvl info) gives the same description and fingerprint as a full one, holds nothing of the
+ * files either, and refuses to make a context. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -134,7 +136,38 @@ static void check_layout(qvl_synth_layout layout, const char *what) {
     tu_rmtree(dir);
 }
 
+static void check_describe_only(void) {
+    char dir[256];
+    qvl_error err;
+    CHECK(tu_tmpdir(dir, sizeof dir) != NULL);
+    if (!tu_synth(dir, "tiny", 12, QVL_LAYOUT_SHARDED)) return;
+    qvl_model *full = NULL, *d = NULL;
+    qvl_load_params lp;
+    qvl_load_params_default(&lp);
+    CHECK(lp.describe_only == 0);
+    lp.describe_only = 1;
+    CHECK(qvl_model_load(dir, NULL, &full, &err) == QVL_OK);
+    CHECK(qvl_model_load(dir, &lp, &d, &err) == QVL_OK);
+    if (!full || !d) return;
+    CHECK(held(dir) == 0);
+    qvl_model_info a, b;
+    qvl_model_get_info(full, &a);
+    qvl_model_get_info(d, &b);
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    char ha[33], hb[33];
+    CHECK(qvl_model_fingerprint(full, NULL, ha, &err) == QVL_OK && qvl_model_fingerprint(d, NULL, hb, &err) == QVL_OK);
+    CHECK(strcmp(ha, hb) == 0);
+    qvl_ctx *ctx = (qvl_ctx *)1;
+    CHECK(qvl_ctx_create(d, NULL, &ctx, &err) == QVL_ERR_INVALID_ARG && ctx == NULL);
+    CHECK(strstr(err.message, "describe_only") != NULL);
+    printf("describe_only: fingerprint %s; qvl_ctx_create: %s\n", hb, err.message);
+    qvl_model_free(d);
+    qvl_model_free(full);
+    tu_rmtree(dir);
+}
+
 int main(void) {
+    check_describe_only();
     check_layout(QVL_LAYOUT_HF, "hf");
     check_layout(QVL_LAYOUT_MLX, "mlx");
     check_layout(QVL_LAYOUT_SIDECAR, "sidecar");
