@@ -257,8 +257,9 @@ static inline void qvl_load_params_default(qvl_load_params *p) { qvl_load_params
  * is checked to be finite as it is packed (a NaN or an infinity fails the load with QVL_ERR_NONFINITE naming the
  * tensor and element; the scan reads 20+ GB/s on one core: about 50 ms of the qwen3.5-27b tower's 0.92 GB) and
  * hashed for the fingerprint, and the files are closed before the load returns: the model holds no mapping or
- * descriptor of them, so they may then be rewritten, truncated or removed without effect on it. (The model
- * directory's preprocessing JSON files are read later, when a context or plan needs them.) */
+ * descriptor of them, so they may then be rewritten, truncated or removed without effect on it. The directory's
+ * preprocessor_config.json and video_preprocessor_config.json are read by the load too, for plans and keys that
+ * give no preprocessing of their own; a bad one fails those plans and keys with its message, not the load. */
 QVL_API qvl_status qvl_model_load(const char *dir, const qvl_load_params *params, qvl_model **out, qvl_error *err);
 QVL_API void qvl_model_free(qvl_model *m);
 /* Output structs (qvl_model_info, qvl_profile, qvl_item_info) are filled through *_sized functions that write at
@@ -714,7 +715,8 @@ typedef struct qvl_plan_params {
     size_t max_batch_rows;      /* items are encoded together (one forward pass over several attention segments,
                                    the same bits as one by one) in groups of at most this many patch rows; an item
                                    above it runs alone. 0: 16384 */
-    /* Defaults for items that give none. NULL: what the model directory's json files say (read once per plan). */
+    /* Defaults for items that give none. NULL: what the model directory's json files said when the model was
+       loaded (a file that could not be read or parsed fails the plan, with the load's message). */
     const qvl_preprocess_params *preprocess;
     const qvl_video_params *video;
     const qvl_decode_params *decode;
@@ -798,7 +800,7 @@ QVL_API qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *plan, void *const *ou
  * ("qvl-key-v1", spelt out in src/model/key.c) of: the weights' fingerprint (qvl_model_fingerprint), the
  * context's compute precision ("f32" or "bf16") and pos_mode, the output dtype, layout and deepstack choice of
  * `params`, how the content was given, the item's resolved decode / preprocess / video params (the item's own, else `params`'
- * defaults, else the model directory's json files, exactly as qvl_plan_create resolves them), and the SHA-256 of
+ * defaults, else the model directory's json files as loaded, exactly as qvl_plan_create resolves them), and the SHA-256 of
  * its content: the bytes of a PATH file (never the path: the same bytes as PATH or ENCODED give the same key),
  * each frame file of a PATH directory in name order, the pixels and their size and channels for PIXELS (the
  * stride does not count), the frames and fps for FRAMES, the rows and grid for ROWS. Not part of it: limits that

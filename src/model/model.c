@@ -12,6 +12,7 @@
 #include "core/limits.h"
 #include "core/params.h"
 #include "core/pool.h"
+#include "image/image_params.h"
 #include "io/checkpoint.h"
 #include "io/fileutil.h"
 #include "model/model.h"
@@ -26,7 +27,6 @@ void qvl_model_free(qvl_model *m) {
     free(m->owned_pos);
     free(m->small);
     free(m->panels);
-    free(m->dir);
     free(m);
 }
 
@@ -349,14 +349,16 @@ qvl_status model_load_on(const char *dir, const qvl_load_params *params, const b
     if (!m) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     m->be = be;
     m->describe_only = lp.describe_only != 0;
-    m->dir = strdup(dir);
-    if (!m->dir) {
-        qvl_model_free(m);
-        return err_fail(err, QVL_ERR_NOMEM, "out of memory");
-    }
     char path[4096];
     qvl_status s = fu_join(path, sizeof path, dir, "config.json", err);
     if (s == QVL_OK) s = config_load(path, &m->cfg, err);
+    if (s == QVL_OK) {
+        preprocess_defaults(&m->pre);
+        video_defaults(&m->pre_video);
+        m->pre_status = qvl_preprocess_params_load(dir, &m->pre, &m->pre_video, &m->pre_err);
+        /* out of memory is not the files' fault: fail the load rather than every plan of the model's life */
+        if (m->pre_status == QVL_ERR_NOMEM) s = err_fail(err, QVL_ERR_NOMEM, "%s", m->pre_err.message);
+    }
     if (s == QVL_OK) {
         checkpoint ck;
         s = checkpoint_open(dir, &m->cfg, &ck, err);

@@ -72,7 +72,13 @@ struct qvl_model {
     void *panels;        /* every Linear's packed weight panels, one allocation */
     const backend *be;   /* kernel set + precision the panels are packed for and the contexts run */
     int describe_only;   /* loaded with qvl_load_params.describe_only: no panels, no contexts */
-    char *dir;           /* the model directory as given to qvl_model_load (its preprocessing json files) */
+    /* The model directory's preprocessing json files as the load read them, over the library's defaults: what
+     * plans and keys start from for items and params that give none; pre_status / pre_err: why they could not be
+     * read (reported by those plans and keys, not by the load). */
+    qvl_preprocess_params pre;
+    qvl_video_params pre_video;
+    qvl_status pre_status;
+    qvl_error pre_err;
     uint8_t fp[16];      /* the fingerprint, computed by the load */
 };
 

@@ -477,17 +477,16 @@ void qvl_plan_free(qvl_plan *p) {
     free(p);
 }
 
-/* The settings items without their own start from: the plan's, else the model directory's json files. */
+/* The settings items without their own start from: the plan's, else the model directory's json files as the load
+ * read them. */
 qvl_status plan_base_settings(const qvl_model *m, const qvl_plan_params *pp, item_settings *s, qvl_error *err) {
     preprocess_defaults(&s->pp);
     video_defaults(&s->vp);
     decode_defaults(&s->dp);
     if (m && (!pp->preprocess || !pp->video)) {
-        qvl_preprocess_params fp = s->pp;
-        qvl_video_params fv = s->vp;
-        TRY(qvl_preprocess_params_load(m->dir, &fp, &fv, err));
-        if (!pp->preprocess) s->pp = fp;
-        if (!pp->video) s->vp = fv;
+        if (m->pre_status != QVL_OK) return err_fail(err, m->pre_status, "%s", m->pre_err.message);
+        if (!pp->preprocess) s->pp = m->pre;
+        if (!pp->video) s->vp = m->pre_video;
     }
     if (pp->preprocess) TRY(preprocess_params_take(&s->pp, pp->preprocess, err));
     if (pp->video) TRY(video_params_take(&s->vp, pp->video, err));

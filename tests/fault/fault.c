@@ -528,8 +528,8 @@ static void path_preprocess(result *r) {
     r->status = s;
 }
 
-/* Model load of the other layouts (a sharded checkpoint with its index; MLX names and conv layout), and the
- * weights' fingerprint. */
+/* Model load of the other layouts (a sharded checkpoint with its index; MLX names and conv layout), in full and
+ * describe-only, and the weights' fingerprint. */
 static char g_sharded[1200], g_mlx[1200];
 static void path_load_layouts(result *r) {
     const char *dirs[2] = {g_sharded, g_mlx};
@@ -537,9 +537,10 @@ static void path_load_layouts(result *r) {
     qvl_load_params_default(&lp);
     lp.n_threads = 1;
     r->status = QVL_OK;
-    for (int i = 0; i < 2 && r->status == QVL_OK; i++) {
+    for (int i = 0; i < 4 && r->status == QVL_OK; i++) { /* each layout loaded in full, then describe-only */
         qvl_model *m = NULL;
-        r->status = qvl_model_load(dirs[i], &lp, &m, &r->err);
+        lp.describe_only = i >= 2;
+        r->status = qvl_model_load(dirs[i % 2], &lp, &m, &r->err);
         uint8_t d[16];
         char hex[33];
         if (r->status == QVL_OK) r->status = qvl_model_fingerprint(m, d, hex, &r->err);

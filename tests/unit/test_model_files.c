@@ -3,6 +3,8 @@
  * server), and the model still gives the same fingerprint and bit-identical outputs, holding no mapping or
  * descriptor of them. Before the load closed its files, the fingerprint (computed later, through the mapping) read
  * the new bytes, and a truncated file made the forward's read of the position table fault with SIGBUS.
+ * The preprocessing json files are read by the load too: plans after a rewrite of preprocessor_config.json
+ * resize as before, and a bad one fails the plans (with its message), not the load.
  * A describe-only load (qvl info) gives the same description and fingerprint as a full one, holds nothing of the
  * files either, and refuses to make a context. */
 #include <dirent.h>
@@ -136,6 +138,60 @@ static void check_layout(qvl_synth_layout layout, const char *what) {
     tu_rmtree(dir);
 }
 
+/* The grid a plan on `m` gives a 640x360 RGB image (0 rows: the plan failed; its message in err). */
+static qvl_grid plan_grid(qvl_model *m, qvl_error *err) {
+    static uint8_t rgb[640 * 360 * 3];
+    qvl_grid g = {0, 0, 0};
+    qvl_ctx *ctx = NULL;
+    if (qvl_ctx_create(m, NULL, &ctx, err) != QVL_OK) return g;
+    qvl_item it;
+    qvl_item_default(&it);
+    it.kind = QVL_ITEM_PIXELS;
+    it.image = (qvl_pixels){rgb, 640, 360, 3, 0};
+    qvl_plan *plan = NULL;
+    if (qvl_plan_create(ctx, &it, 1, NULL, &plan, err) == QVL_OK) {
+        qvl_item_info info;
+        qvl_plan_item(plan, 0, &info);
+        if (info.status == QVL_OK) g = info.grid;
+    }
+    qvl_plan_free(plan);
+    qvl_ctx_free(ctx);
+    return g;
+}
+
+static void check_preprocess_files(void) {
+    char dir[256];
+    qvl_error err;
+    CHECK(tu_tmpdir(dir, sizeof dir) != NULL);
+    if (!tu_synth(dir, "tiny", 13, QVL_LAYOUT_HF)) return;
+    qvl_model *m = NULL, *bad = NULL;
+    CHECK(qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
+    if (!m) return;
+    const qvl_grid g = plan_grid(m, &err);
+    CHECK(g.h > 0 && g.w > 0);
+    static const char small[] = "{\"min_pixels\": 1024, \"max_pixels\": 4096}";
+    CHECK(tu_write_file(tu_path(dir, "preprocessor_config.json"), small, sizeof small - 1));
+    qvl_model *m2 = NULL; /* the new file is what a new load reads */
+    CHECK(qvl_model_load(dir, NULL, &m2, &err) == QVL_OK);
+    const qvl_grid g2 = m2 ? plan_grid(m2, &err) : (qvl_grid){0, 0, 0};
+    CHECK(g2.h > 0 && (size_t)g2.h * (size_t)g2.w * 256 <= 4096 * 4 && g2.h * g2.w < g.h * g.w);
+    qvl_model_free(m2);
+    static const char broken[] = "{\"patch_size\": \"x\"}";
+    CHECK(tu_write_file(tu_path(dir, "preprocessor_config.json"), broken, sizeof broken - 1));
+    const qvl_grid g3 = plan_grid(m, &err); /* the loaded model resizes as its load read */
+    CHECK(g3.t == g.t && g3.h == g.h && g3.w == g.w);
+    CHECK(qvl_model_load(dir, NULL, &bad, &err) == QVL_OK);
+    if (bad) {
+        const qvl_grid g4 = plan_grid(bad, &err);
+        printf("bad preprocessor_config.json: the load succeeds, a plan says: %s\n", err.message);
+        CHECK(g4.h == 0 && err.status != QVL_OK && strstr(err.message, "patch_size") != NULL);
+    }
+    printf("preprocessing: grid %dx%d as loaded, %dx%d after a rewrite and a new load\n", g.h, g.w, g2.h, g2.w);
+    qvl_model_free(bad);
+    qvl_model_free(m);
+    tu_rmtree(dir);
+}
+
 static void check_describe_only(void) {
     char dir[256];
     qvl_error err;
@@ -167,6 +223,7 @@ static void check_describe_only(void) {
 }
 
 int main(void) {
+    check_preprocess_files();
     check_describe_only();
     check_layout(QVL_LAYOUT_HF, "hf");
     check_layout(QVL_LAYOUT_MLX, "mlx");
