@@ -10,6 +10,7 @@
 #include <time.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <cjson/cJSON.h>
 
 #include "cli.h"
 #if QVL_WITH_SERVER
@@ -161,7 +162,7 @@ double cli_now_ms(void) {
  * ------------------------------------------------------------------------------------------------------------- */
 
 static const char info_help[] =
-    "Usage: qvl info --model DIR\n"
+    "Usage: qvl info --model DIR [--json]\n"
     "\n"
     "Read the vision tower of a model directory and describe it: family, dimensions, DeepStack taps, tensor and\n"
     "parameter counts, weight dtype and bytes, where the weights were found, tensor prefix, conv layout, the\n"
@@ -170,6 +171,8 @@ static const char info_help[] =
     "\n"
     "Options:\n"
     "  -m, --model DIR   model directory (config.json + safetensors)\n"
+    "      --json        one JSON object on stdout instead (the same fields; numbers as numbers, deepstack as a\n"
+    "                    list, bf16_kernels null where there is no bf16 kernel set)\n"
     "  -h, --help        show this help\n";
 
 static const char *source_name(qvl_weight_source s) {
@@ -181,14 +184,57 @@ static const char *source_name(qvl_weight_source s) {
     return "?";
 }
 
+/* qvl info --json: the description as one JSON object (printed with a newline; 0 on success). */
+static int print_info_json(const char *dir, const qvl_model_info *in, const char *hex) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return cli_fail("out of memory");
+    cJSON_AddStringToObject(o, "model", dir);
+    cJSON_AddStringToObject(o, "family", in->model_type);
+    cJSON_AddNumberToObject(o, "depth", in->depth);
+    cJSON_AddNumberToObject(o, "hidden", in->hidden);
+    cJSON_AddNumberToObject(o, "heads", in->heads);
+    cJSON_AddNumberToObject(o, "head_dim", in->head_dim);
+    cJSON_AddNumberToObject(o, "intermediate", in->intermediate);
+    cJSON_AddNumberToObject(o, "out_hidden", in->out_hidden);
+    cJSON_AddNumberToObject(o, "patch", in->patch);
+    cJSON_AddNumberToObject(o, "temporal_patch", in->temporal_patch);
+    cJSON_AddNumberToObject(o, "merge", in->merge);
+    cJSON_AddNumberToObject(o, "in_channels", in->in_channels);
+    cJSON_AddNumberToObject(o, "row_len", in->row_len);
+    cJSON_AddNumberToObject(o, "pos_embed", in->num_pos);
+    cJSON *ds = cJSON_AddArrayToObject(o, "deepstack");
+    for (int k = 0; ds && k < in->n_deepstack; k++) cJSON_AddItemToArray(ds, cJSON_CreateNumber(in->deepstack_index[k]));
+    cJSON_AddNumberToObject(o, "tensors", (double)in->n_tensors);
+    cJSON_AddNumberToObject(o, "params", (double)in->n_params);      /* exact below 2^53 */
+    cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
+    cJSON_AddStringToObject(o, "dtype", qvl_dtype_name(in->weight_dtype));
+    cJSON_AddStringToObject(o, "kernels", qvl_isa_name(in->isa));
+    if (in->bf16_backend[0]) cJSON_AddStringToObject(o, "bf16_kernels", in->bf16_backend);
+    else cJSON_AddNullToObject(o, "bf16_kernels");
+    cJSON_AddStringToObject(o, "amx", in->amx);
+    cJSON_AddStringToObject(o, "source", source_name(in->source));
+    cJSON_AddNumberToObject(o, "files", in->n_files);
+    cJSON_AddStringToObject(o, "prefix", in->prefix);
+    cJSON_AddStringToObject(o, "conv_layout", in->conv_layout_mlx ? "mlx" : "hf");
+    cJSON_AddStringToObject(o, "fingerprint", hex);
+    cJSON_AddStringToObject(o, "version", qvl_version());
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!js) return cli_fail("out of memory");
+    puts(js);
+    cJSON_free(js);
+    return 0;
+}
+
 static int cmd_info(int argc, char **argv) {
-    static const struct option opts[] = {{"model", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"model", required_argument, NULL, 'm'}, {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char *dir = NULL;
-    int c;
+    int c, json = 0;
     while ((c = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': dir = optarg; break;
+        case 'j': json = 1; break;
         case 'h': fputs(info_help, stdout); return 0;
         default: return cli_bad_option("info", c, argv);
         }
@@ -209,6 +255,11 @@ static int cmd_info(int argc, char **argv) {
     if (qvl_model_fingerprint(m, digest, hex, &err) != QVL_OK) {
         qvl_model_free(m);
         return cli_fail("%s", err.message);
+    }
+    if (json) {
+        const int rc = print_info_json(dir, &in, hex);
+        qvl_model_free(m);
+        return rc;
     }
     char ds[16 * QVL_MAX_DEEPSTACK] = "none";
     if (in.n_deepstack > 0) {
