@@ -127,15 +127,16 @@ done
 expect 0 "info json" "$QVL" info --model "$T/sharded" --json
 if [[ $(wc -l <"$T/out") -eq 1 ]]; then ok; else bad "info --json: $(wc -l <"$T/out") lines"; fi
 out_has "info json fingerprint" "\"fingerprint\":\"$fp\""
-out_has "info json deepstack" '"deepstack":\[1,3\]'
-out_has "info json numbers" '"tensors":69,.*"files":[0-9]+,'
+out_has "info json deepstack" '"n_deepstack":2,"deepstack_index":\[1,3\]'
+out_has "info json numbers" '"n_tensors":69,.*"n_files":[0-9]+,'
+out_has "info json type" '"model_type":"qwen3_vl"'
 out_has "info json source" '"source":"sharded"'
 out_has "info json bf16 kernels" '"bf16_kernels":(null|"[a-z0-9-]+")'
 expect 0 "info qwen3.5 depth 2" "$QVL" info --model "$T/d2"
 out_has "info qwen3.5 tensors" "^tensors: +33$"
 out_has "info qwen3.5 deepstack" "^deepstack: +none$"
 expect 0 "info qwen3.5 json" "$QVL" info --model "$T/d2" --json
-out_has "info qwen3.5 json deepstack" '"deepstack":\[\],'
+out_has "info qwen3.5 json deepstack" '"n_deepstack":0,"deepstack_index":\[\],'
 expect 1 "info missing dir" "$QVL" info --model "$T/nope"
 one_line_error "info missing dir"
 

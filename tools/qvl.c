@@ -171,8 +171,9 @@ static const char info_help[] =
     "\n"
     "Options:\n"
     "  -m, --model DIR   model directory (config.json + safetensors)\n"
-    "      --json        one JSON object on stdout instead (the same fields; numbers as numbers, deepstack as a\n"
-    "                    list, bf16_kernels null where there is no bf16 kernel set)\n"
+    "      --json        one JSON object on stdout instead: the same values under the names qvl serve's GET /info\n"
+    "                    uses (model_type, fingerprint, weight_dtype, kernels, qvl_version, ...), deepstack_index a\n"
+    "                    list, bf16_kernels null where there is no bf16 kernel set\n"
     "  -h, --help        show this help\n";
 
 static const char *source_name(qvl_weight_source s) {
@@ -184,40 +185,43 @@ static const char *source_name(qvl_weight_source s) {
     return "?";
 }
 
-/* qvl info --json: the description as one JSON object (printed with a newline; 0 on success). */
+/* qvl info --json: the description as one JSON object (printed with a newline; 0 on success). Keys are those of
+ * qvl serve's GET /info where it has them (model_type, fingerprint, weight_dtype, kernels, qvl_version, ...), else
+ * qvl_model_info's field names. */
 static int print_info_json(const char *dir, const qvl_model_info *in, const char *hex) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return cli_fail("out of memory");
+    cJSON_AddStringToObject(o, "qvl_version", qvl_version());
     cJSON_AddStringToObject(o, "model", dir);
-    cJSON_AddStringToObject(o, "family", in->model_type);
+    cJSON_AddStringToObject(o, "model_type", in->model_type);
+    cJSON_AddStringToObject(o, "fingerprint", hex);
     cJSON_AddNumberToObject(o, "depth", in->depth);
     cJSON_AddNumberToObject(o, "hidden", in->hidden);
     cJSON_AddNumberToObject(o, "heads", in->heads);
     cJSON_AddNumberToObject(o, "head_dim", in->head_dim);
     cJSON_AddNumberToObject(o, "intermediate", in->intermediate);
     cJSON_AddNumberToObject(o, "out_hidden", in->out_hidden);
+    cJSON_AddNumberToObject(o, "n_deepstack", in->n_deepstack);
+    cJSON *ds = cJSON_AddArrayToObject(o, "deepstack_index");
+    for (int k = 0; ds && k < in->n_deepstack; k++) cJSON_AddItemToArray(ds, cJSON_CreateNumber(in->deepstack_index[k]));
     cJSON_AddNumberToObject(o, "patch", in->patch);
     cJSON_AddNumberToObject(o, "temporal_patch", in->temporal_patch);
     cJSON_AddNumberToObject(o, "merge", in->merge);
     cJSON_AddNumberToObject(o, "in_channels", in->in_channels);
     cJSON_AddNumberToObject(o, "row_len", in->row_len);
-    cJSON_AddNumberToObject(o, "pos_embed", in->num_pos);
-    cJSON *ds = cJSON_AddArrayToObject(o, "deepstack");
-    for (int k = 0; ds && k < in->n_deepstack; k++) cJSON_AddItemToArray(ds, cJSON_CreateNumber(in->deepstack_index[k]));
-    cJSON_AddNumberToObject(o, "tensors", (double)in->n_tensors);
-    cJSON_AddNumberToObject(o, "params", (double)in->n_params);      /* exact below 2^53 */
+    cJSON_AddNumberToObject(o, "num_pos", in->num_pos);
+    cJSON_AddNumberToObject(o, "n_tensors", (double)in->n_tensors);
+    cJSON_AddNumberToObject(o, "n_params", (double)in->n_params); /* exact below 2^53 */
     cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
-    cJSON_AddStringToObject(o, "dtype", qvl_dtype_name(in->weight_dtype));
+    cJSON_AddStringToObject(o, "weight_dtype", qvl_dtype_name(in->weight_dtype));
     cJSON_AddStringToObject(o, "kernels", qvl_isa_name(in->isa));
     if (in->bf16_backend[0]) cJSON_AddStringToObject(o, "bf16_kernels", in->bf16_backend);
     else cJSON_AddNullToObject(o, "bf16_kernels");
     cJSON_AddStringToObject(o, "amx", in->amx);
     cJSON_AddStringToObject(o, "source", source_name(in->source));
-    cJSON_AddNumberToObject(o, "files", in->n_files);
+    cJSON_AddNumberToObject(o, "n_files", in->n_files);
     cJSON_AddStringToObject(o, "prefix", in->prefix);
     cJSON_AddStringToObject(o, "conv_layout", in->conv_layout_mlx ? "mlx" : "hf");
-    cJSON_AddStringToObject(o, "fingerprint", hex);
-    cJSON_AddStringToObject(o, "version", qvl_version());
     char *js = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!js) return cli_fail("out of memory");
