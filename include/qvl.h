@@ -242,9 +242,12 @@ typedef struct qvl_load_params {
     int n_threads;      /* threads that pack the weights during the load (joined before it returns); 0 (default):
                            one per CPU this process may use */
     qvl_precision precision; /* arithmetic of the model's contexts (qvl_precision); default QVL_PRECISION_F32 */
+    int reserved0;      /* ignored: where 1.0's struct had its tail padding, which struct_size cannot tell from a
+                           field (a caller built against 1.0 passes 24 whatever it left there) */
     int describe_only;  /* 1: read, check and fingerprint the weights without packing them, for qvl_model_get_info
                            and qvl_model_fingerprint only (qvl info: a fraction of the load's time and memory);
-                           qvl_ctx_create then fails with QVL_ERR_INVALID_ARG. Default 0 */
+                           qvl_ctx_create then fails with QVL_ERR_INVALID_ARG. 0 (default) or 1 */
+    int reserved1;      /* must be 0: fills the struct to a multiple of 8 bytes, so no later field lands in padding */
 } qvl_load_params;
 
 /* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */

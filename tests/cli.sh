@@ -130,7 +130,11 @@ out_has "info json fingerprint" "\"fingerprint\":\"$fp\""
 out_has "info json deepstack" '"n_deepstack":2,"deepstack_index":\[1,3\]'
 out_has "info json numbers" '"n_tensors":69,.*"n_files":[0-9]+,'
 out_has "info json type" '"model_type":"qwen3_vl"'
-out_has "info json source" '"source":"sharded"'
+out_has "info json source" '"source":"sharded","n_files":2,'
+for fmt in "" --json; do # output that cannot be written is an error, not a silent exit 0
+    if "$QVL" info --model "$T/hf" $fmt >/dev/full 2>"$T/err"; then bad "info $fmt to /dev/full: exit 0"
+    elif grep -q 'writing to stdout' "$T/err"; then ok; else bad "info $fmt to /dev/full: $(cat "$T/err")"; fi
+done
 out_has "info json bf16 kernels" '"bf16_kernels":(null|"[a-z0-9-]+")'
 expect 0 "info qwen3.5 depth 2" "$QVL" info --model "$T/d2"
 out_has "info qwen3.5 tensors" "^tensors: +33$"

@@ -185,44 +185,88 @@ static const char *source_name(qvl_weight_source s) {
     return "?";
 }
 
+/* 0 when everything printed reached stdout; else the failure (a full disk, a closed pipe) as an error, 1. */
+static int stdout_flushed(void) {
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    return cli_fail("writing to stdout: %s", strerror(errno));
+}
+
+/* `s` with every byte that is not part of well-formed UTF-8 replaced by '?', into out (n bytes): JSON strings are
+ * Unicode, and a path is any bytes. */
+static const char *utf8_or_marks(const char *s, char *out, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+    while (*p && o + 5 < n) {
+        const int len = p[0] < 0x80 ? 1 : (p[0] & 0xe0) == 0xc0 && p[0] >= 0xc2 ? 2 : (p[0] & 0xf0) == 0xe0 ? 3
+                        : (p[0] & 0xf8) == 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+        int ok = len > 0;
+        for (int k = 1; ok && k < len; k++) ok = (p[k] & 0xc0) == 0x80;
+        if (ok && len == 3) { /* no overlong forms, no surrogates */
+            const unsigned cp = (p[0] & 0x0fu) << 12 | (p[1] & 0x3fu) << 6;
+            ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
+        }
+        if (ok && len == 4) {
+            const unsigned cp = (p[0] & 0x07u) << 18 | (p[1] & 0x3fu) << 12;
+            ok = cp >= 0x10000 && cp <= 0x10ffff;
+        }
+        if (!ok) {
+            out[o++] = '?', p++;
+            continue;
+        }
+        for (int k = 0; k < len; k++) out[o++] = (char)*p++;
+    }
+    out[o] = 0;
+    return out;
+}
+
 /* qvl info --json: the description as one JSON object (printed with a newline; 0 on success). Keys are those of
  * qvl serve's GET /info where it has them (model_type, fingerprint, weight_dtype, kernels, qvl_version, ...), else
  * qvl_model_info's field names. */
 static int print_info_json(const char *dir, const qvl_model_info *in, const char *hex) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return cli_fail("out of memory");
-    cJSON_AddStringToObject(o, "qvl_version", qvl_version());
-    cJSON_AddStringToObject(o, "model", dir);
-    cJSON_AddStringToObject(o, "model_type", in->model_type);
-    cJSON_AddStringToObject(o, "fingerprint", hex);
-    cJSON_AddNumberToObject(o, "depth", in->depth);
-    cJSON_AddNumberToObject(o, "hidden", in->hidden);
-    cJSON_AddNumberToObject(o, "heads", in->heads);
-    cJSON_AddNumberToObject(o, "head_dim", in->head_dim);
-    cJSON_AddNumberToObject(o, "intermediate", in->intermediate);
-    cJSON_AddNumberToObject(o, "out_hidden", in->out_hidden);
-    cJSON_AddNumberToObject(o, "n_deepstack", in->n_deepstack);
+    char path[4096 + 8];
+    int ok = 1; /* every Add succeeded */
+#define ADD_STR(k, v) ok &= cJSON_AddStringToObject(o, k, v) != NULL
+#define ADD_NUM(k, v) ok &= cJSON_AddNumberToObject(o, k, (double)(v)) != NULL
+    ADD_STR("qvl_version", qvl_version());
+    ADD_STR("model", utf8_or_marks(dir, path, sizeof path));
+    ADD_STR("model_type", in->model_type);
+    ADD_STR("fingerprint", hex);
+    ADD_NUM("depth", in->depth);
+    ADD_NUM("hidden", in->hidden);
+    ADD_NUM("heads", in->heads);
+    ADD_NUM("head_dim", in->head_dim);
+    ADD_NUM("intermediate", in->intermediate);
+    ADD_NUM("out_hidden", in->out_hidden);
+    ADD_NUM("n_deepstack", in->n_deepstack);
     cJSON *ds = cJSON_AddArrayToObject(o, "deepstack_index");
-    for (int k = 0; ds && k < in->n_deepstack; k++) cJSON_AddItemToArray(ds, cJSON_CreateNumber(in->deepstack_index[k]));
-    cJSON_AddNumberToObject(o, "patch", in->patch);
-    cJSON_AddNumberToObject(o, "temporal_patch", in->temporal_patch);
-    cJSON_AddNumberToObject(o, "merge", in->merge);
-    cJSON_AddNumberToObject(o, "in_channels", in->in_channels);
-    cJSON_AddNumberToObject(o, "row_len", in->row_len);
-    cJSON_AddNumberToObject(o, "num_pos", in->num_pos);
-    cJSON_AddNumberToObject(o, "n_tensors", (double)in->n_tensors);
-    cJSON_AddNumberToObject(o, "n_params", (double)in->n_params); /* exact below 2^53 */
-    cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
-    cJSON_AddStringToObject(o, "weight_dtype", qvl_dtype_name(in->weight_dtype));
-    cJSON_AddStringToObject(o, "kernels", qvl_isa_name(in->isa));
-    if (in->bf16_backend[0]) cJSON_AddStringToObject(o, "bf16_kernels", in->bf16_backend);
-    else cJSON_AddNullToObject(o, "bf16_kernels");
-    cJSON_AddStringToObject(o, "amx", in->amx);
-    cJSON_AddStringToObject(o, "source", source_name(in->source));
-    cJSON_AddNumberToObject(o, "n_files", in->n_files);
-    cJSON_AddStringToObject(o, "prefix", in->prefix);
-    cJSON_AddStringToObject(o, "conv_layout", in->conv_layout_mlx ? "mlx" : "hf");
-    char *js = cJSON_PrintUnformatted(o);
+    ok &= ds != NULL;
+    for (int k = 0; ds && k < in->n_deepstack; k++) {
+        cJSON *v = cJSON_CreateNumber(in->deepstack_index[k]);
+        ok &= v && cJSON_AddItemToArray(ds, v);
+    }
+    ADD_NUM("patch", in->patch);
+    ADD_NUM("temporal_patch", in->temporal_patch);
+    ADD_NUM("merge", in->merge);
+    ADD_NUM("in_channels", in->in_channels);
+    ADD_NUM("row_len", in->row_len);
+    ADD_NUM("num_pos", in->num_pos);
+    ADD_NUM("n_tensors", in->n_tensors);
+    ADD_NUM("n_params", in->n_params); /* exact below 2^53 */
+    ADD_NUM("weight_bytes", in->weight_bytes);
+    ADD_STR("weight_dtype", qvl_dtype_name(in->weight_dtype));
+    ADD_STR("kernels", qvl_isa_name(in->isa));
+    if (in->bf16_backend[0]) ADD_STR("bf16_kernels", in->bf16_backend);
+    else ok &= cJSON_AddNullToObject(o, "bf16_kernels") != NULL;
+    ADD_STR("amx", in->amx);
+    ADD_STR("source", source_name(in->source));
+    ADD_NUM("n_files", in->n_files);
+    ADD_STR("prefix", in->prefix);
+    ADD_STR("conv_layout", in->conv_layout_mlx ? "mlx" : "hf");
+#undef ADD_STR
+#undef ADD_NUM
+    char *js = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (!js) return cli_fail("out of memory");
     puts(js);
@@ -263,7 +307,7 @@ static int cmd_info(int argc, char **argv) {
     if (json) {
         const int rc = print_info_json(dir, &in, hex);
         qvl_model_free(m);
-        return rc;
+        return rc ? rc : stdout_flushed();
     }
     char ds[16 * QVL_MAX_DEEPSTACK] = "none";
     if (in.n_deepstack > 0) {
@@ -295,7 +339,7 @@ static int cmd_info(int argc, char **argv) {
     printf("conv_layout:   %s\n", in.conv_layout_mlx ? "mlx" : "hf");
     printf("fingerprint:   %s\n", hex);
     qvl_model_free(m);
-    return 0;
+    return stdout_flushed();
 }
 
 /* ---------------------------------------------------------------------------------------------------------------

@@ -98,7 +98,7 @@ class ModelInfo(Structure):
 
 class LoadParams(Structure):
     _fields_ = [("struct_size", c_size_t), ("isa", c_int), ("n_threads", c_int), ("precision", c_int),
-                ("describe_only", c_int)]
+                ("reserved0", c_int), ("describe_only", c_int), ("reserved1", c_int)]
 
 
 class Limits(Structure):

@@ -248,7 +248,7 @@ qvl_status qvl_item_key(const qvl_ctx *ctx, const qvl_item *item, const qvl_plan
     if (it.label && *it.label) snprintf(label, sizeof label, "%s", it.label);
     else if (it.kind == QVL_ITEM_PATH && it.path && *it.path) snprintf(label, sizeof label, "%s", it.path);
     else snprintf(label, sizeof label, "item");
-    /* the fingerprint is computed once under the model's lock and cached: the only write, and a thread-safe one */
+    /* the fingerprint was computed by the load; reading it writes nothing (the API takes a non-const model) */
     qvl_model *m = (qvl_model *)ctx_model(ctx);
     uint8_t fp[16];
     TRY(qvl_model_fingerprint(m, fp, NULL, err));

@@ -230,7 +230,10 @@ static qvl_status load_pass(qvl_model *m, linear *const *ls, size_t n_ls, const 
         const size_t bad = scan_weights(t->data, n, t->dtype, pool);
         if (bad < n) {
             const int cols = l ? l->w.cols : t->ndim >= 2 ? (int)t->shape[t->ndim - 1] : 0;
-            return nonfinite_weight(t->name, bad, cols, err);
+            char name[128]; /* an MLX-layout conv weight is scanned as permuted: its row and column are HF's */
+            snprintf(name, sizeof name, "%s%s", t->name,
+                     l == &m->patch && m->info.conv_layout_mlx ? " (as permuted from MLX layout)" : "");
+            return nonfinite_weight(name, bad, cols, err);
         }
         const int pack = l && !m->describe_only;
         unsigned char *panel = pack ? (unsigned char *)m->panels + off[k] : NULL;
@@ -340,6 +343,11 @@ qvl_status model_load_on(const char *dir, const qvl_load_params *params, const b
     qvl_load_params lp;
     load_defaults(&lp);
     TRY(params_take(&lp, sizeof lp, params, "qvl_load_params", err));
+    if (lp.describe_only != 0 && lp.describe_only != 1)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: describe_only is %d (0 or 1)", lp.describe_only);
+    if (lp.reserved1 != 0)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: qvl_load_params.reserved1 is %d (must be 0: "
+                        "initialise the struct with qvl_load_params_default)", lp.reserved1);
     if (lp.n_threads < 0 || lp.n_threads > QVL_MAX_THREADS)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: n_threads %d is outside 0..%d (0: one per CPU)",
                         lp.n_threads, QVL_MAX_THREADS);
@@ -348,7 +356,7 @@ qvl_status model_load_on(const char *dir, const qvl_load_params *params, const b
     qvl_model *m = calloc(1, sizeof *m);
     if (!m) return err_fail(err, QVL_ERR_NOMEM, "out of memory");
     m->be = be;
-    m->describe_only = lp.describe_only != 0;
+    m->describe_only = lp.describe_only;
     char path[4096];
     qvl_status s = fu_join(path, sizeof path, dir, "config.json", err);
     if (s == QVL_OK) s = config_load(path, &m->cfg, err);

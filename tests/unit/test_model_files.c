@@ -93,9 +93,11 @@ static int held(const char *dir) {
     int n = 0;
     size_t len = 0;
     char *maps = tu_read_file("/proc/self/maps", &len);
+    CHECK(maps != NULL && strstr(maps, "[stack]") != NULL);
     for (const char *p = maps; p && (p = strstr(p, dir)); p += strlen(dir)) n++;
     free(maps);
     DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
     for (struct dirent *e; d && (e = readdir(d));) {
         char link[320], target[4096];
         snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
@@ -171,6 +173,8 @@ static void check_preprocess_files(void) {
     CHECK(g.h > 0 && g.w > 0);
     static const char small[] = "{\"min_pixels\": 1024, \"max_pixels\": 4096}";
     CHECK(tu_write_file(tu_path(dir, "preprocessor_config.json"), small, sizeof small - 1));
+    const qvl_grid g1 = plan_grid(m, &err); /* a re-read would give g2's smaller grid */
+    CHECK(g1.t == g.t && g1.h == g.h && g1.w == g.w);
     qvl_model *m2 = NULL; /* the new file is what a new load reads */
     CHECK(qvl_model_load(dir, NULL, &m2, &err) == QVL_OK);
     const qvl_grid g2 = m2 ? plan_grid(m2, &err) : (qvl_grid){0, 0, 0};
@@ -213,6 +217,14 @@ static void check_describe_only(void) {
     char ha[33], hb[33];
     CHECK(qvl_model_fingerprint(full, NULL, ha, &err) == QVL_OK && qvl_model_fingerprint(d, NULL, hb, &err) == QVL_OK);
     CHECK(strcmp(ha, hb) == 0);
+    qvl_model *x = (qvl_model *)1;
+    lp.describe_only = 2;
+    CHECK(qvl_model_load(dir, &lp, &x, &err) == QVL_ERR_INVALID_ARG && x == NULL && strstr(err.message, "describe_only"));
+    lp.describe_only = 1, lp.reserved1 = 7;
+    CHECK(qvl_model_load(dir, &lp, &x, &err) == QVL_ERR_INVALID_ARG && x == NULL && strstr(err.message, "reserved1"));
+    lp.reserved0 = 123, lp.reserved1 = 0; /* the old struct's padding: ignored */
+    CHECK(qvl_model_load(dir, &lp, &x, &err) == QVL_OK && x != NULL);
+    qvl_model_free(x);
     qvl_ctx *ctx = (qvl_ctx *)1;
     CHECK(qvl_ctx_create(d, NULL, &ctx, &err) == QVL_ERR_INVALID_ARG && ctx == NULL);
     CHECK(strstr(err.message, "describe_only") != NULL);
