@@ -840,6 +840,7 @@ typedef struct qvl_cache_params {
     size_t struct_size;
     uint64_t max_bytes; /* size budget of the entries' bytes; a put over it collects. 0 (default): unbounded */
     int vllm_links;     /* nonzero: put also links root/vllm-ec/<key>/encoder_cache.safetensors. Default 0 */
+    int reserved0;      /* ignored: 1.0's tail padding here, so that a field appended later is one struct_size sees */
 } qvl_cache_params;
 QVL_API void qvl_cache_params_init(qvl_cache_params *p, size_t struct_size);
 /* Open a cache root, creating its directories and CACHEDIR.TAG; scans objects/ once for the bytes and entries. */

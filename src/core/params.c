@@ -1,9 +1,26 @@
 /* params.c — versioned params structs: the caller's struct_size says which fields it has. */
 #include "core/params.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "core/error.h"
+
+/* struct_size says which fields a caller has only if no field ever lands where an older version had padding (an
+ * older caller passes its sizeof, padding included, and may have left anything there): every versioned struct
+ * ends with its last field, on every ABI the library builds for. A struct that fails this needs a reserved field
+ * in its padding before anything is appended. */
+#define ENDS_WITH(T, f) _Static_assert(offsetof(T, f) + sizeof(((T *)0)->f) == sizeof(T), #T " ends in padding")
+ENDS_WITH(qvl_load_params, reserved1);
+ENDS_WITH(qvl_limits, max_call_patches);
+ENDS_WITH(qvl_ctx_params, limits);
+ENDS_WITH(qvl_preprocess_params, n_threads);
+ENDS_WITH(qvl_video_params, limits);
+ENDS_WITH(qvl_decode_params, limits);
+ENDS_WITH(qvl_item, decode);
+ENDS_WITH(qvl_plan_params, limits);
+ENDS_WITH(qvl_synth_params, deepstack_index);
+ENDS_WITH(qvl_cache_params, reserved0);
 
 void params_init(void *dst, size_t dst_size, const void *full, size_t full_size) {
     if (!dst || dst_size < sizeof(size_t)) return;
