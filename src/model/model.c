@@ -264,9 +264,9 @@ static qvl_status load_weights(qvl_model *m, int n_threads, qvl_error *err) {
     const size_t n = s == QVL_OK ? linears(m, ls) : 0;
     size_t total = 0;
     for (size_t i = 0; i < n && s == QVL_OK && !m->describe_only; i++) {
+        const wmat *w = &ls[i]->w;
         off[i] = total;
-        if (size_add_overflow(total, m->be->pack_size(ls[i]->w.rows, ls[i]->w.cols, ls[i]->w.dtype, arith_of(m, ls[i])),
-                              &total))
+        if (size_add_overflow(total, m->be->pack_size(w->rows, w->cols, w->dtype, arith_of(m, ls[i])), &total))
             s = err_fail(err, QVL_ERR_LIMIT, "packed weights overflow");
     }
     if (s == QVL_OK && !(m->panels = aligned_alloc(64, total ? total : 64)))
