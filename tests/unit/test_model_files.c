@@ -219,7 +219,8 @@ static void check_describe_only(void) {
     CHECK(strcmp(ha, hb) == 0);
     qvl_model *x = (qvl_model *)1;
     lp.describe_only = 2;
-    CHECK(qvl_model_load(dir, &lp, &x, &err) == QVL_ERR_INVALID_ARG && x == NULL && strstr(err.message, "describe_only"));
+    CHECK(qvl_model_load(dir, &lp, &x, &err) == QVL_ERR_INVALID_ARG && x == NULL &&
+          strstr(err.message, "describe_only"));
     lp.describe_only = 1, lp.reserved1 = 7;
     CHECK(qvl_model_load(dir, &lp, &x, &err) == QVL_ERR_INVALID_ARG && x == NULL && strstr(err.message, "reserved1"));
     lp.reserved0 = 123, lp.reserved1 = 0; /* the old struct's padding: ignored */
