@@ -316,6 +316,7 @@ _SIGNATURES = {
     "qvl_version_number": (c_int, []),
     "qvl_status_name": (c_char_p, [c_int]),
     "qvl_isa_name": (c_char_p, [c_int]),
+    "qvl_dtype_name": (c_char_p, [c_int]),
     "qvl_load_params_init": (None, [POINTER(LoadParams), c_size_t]),
     "qvl_model_load": (_status, [c_char_p, POINTER(LoadParams), POINTER(c_void_p), _err]),
     "qvl_model_free": (None, [c_void_p]),

@@ -830,3 +830,34 @@ def synth(out_dir: str | os.PathLike, preset: str = "tiny", seed: int = 1, *, de
     err = _lib.Error()
     _check(lib.qvl_synth_write(ctypes.byref(sp), os.fsencode(out_dir), ctypes.byref(err)), err)
     return os.fspath(out_dir)
+
+
+def describe(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """Describe a model directory's vision tower without loading it for encoding: every weight is read, checked
+    finite and fingerprinted, none is packed (a fraction of an Encoder's load time and memory). The keys and
+    values are those of ``qvl info --json`` (model_type, fingerprint, depth, hidden, ..., kernels, bf16_kernels);
+    raises QvlError as an Encoder's load would (a NaN weight, a missing tensor, ...)."""
+    lp = _lib.init(_lib.LoadParams)
+    lp.describe_only = 1
+    m = ctypes.c_void_p()
+    err = _lib.Error()
+    _check(lib.qvl_model_load(os.fsencode(model_dir), ctypes.byref(lp), ctypes.byref(m), ctypes.byref(err)), err)
+    try:
+        mi = _lib.ModelInfo()
+        lib.qvl_model_get_info_sized(m, ctypes.byref(mi), ctypes.sizeof(mi))
+        hexbuf = ctypes.create_string_buffer(33)
+        _check(lib.qvl_model_fingerprint(m, None, hexbuf, ctypes.byref(err)), err)
+    finally:
+        lib.qvl_model_free(m)
+    return {
+        "qvl_version": version(), "model": os.fspath(model_dir), "model_type": mi.model_type.decode(),
+        "fingerprint": hexbuf.value.decode(), "depth": mi.depth, "hidden": mi.hidden, "heads": mi.heads,
+        "head_dim": mi.head_dim, "intermediate": mi.intermediate, "out_hidden": mi.out_hidden,
+        "n_deepstack": mi.n_deepstack, "deepstack_index": list(mi.deepstack_index[: mi.n_deepstack]),
+        "patch": mi.patch, "temporal_patch": mi.temporal_patch, "merge": mi.merge, "in_channels": mi.in_channels,
+        "row_len": mi.row_len, "num_pos": mi.num_pos, "n_tensors": int(mi.n_tensors), "n_params": int(mi.n_params),
+        "weight_bytes": int(mi.weight_bytes), "weight_dtype": lib.qvl_dtype_name(mi.weight_dtype).decode(),
+        "kernels": lib.qvl_isa_name(mi.isa).decode(), "bf16_kernels": mi.bf16_backend.decode() or None,
+        "amx": mi.amx.decode(), "source": {0: "sidecar", 1: "sharded", 2: "single"}.get(mi.source, "?"),
+        "n_files": mi.n_files, "prefix": mi.prefix.decode(), "conv_layout": "mlx" if mi.conv_layout_mlx else "hf",
+    }

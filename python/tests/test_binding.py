@@ -36,6 +36,23 @@ def test_info(enc: qvl.Encoder) -> None:
     assert i.version == qvl.version() == qvl.__version__
 
 
+def test_describe(enc: qvl.Encoder, model_dir: str, tmp_path) -> None:
+    d = qvl.describe(model_dir)  # read and fingerprinted, not packed
+    assert d["fingerprint"] == enc.fingerprint and d["model_type"] == "qwen3_vl"
+    assert (d["out_hidden"], d["n_deepstack"], d["deepstack_index"], d["n_tensors"]) == (96, 2, [1, 3], 69)
+    assert (d["source"], d["n_files"], d["conv_layout"]) == ("single", 1, "hf") and d["qvl_version"] == qvl.version()
+    with pytest.raises(qvl.QvlError, match="config.json"):
+        qvl.describe(tmp_path / "nothing-here")
+
+
+def test_describe_matches_cli(model_dir: str, qvl_bin: str) -> None:
+    import json
+    import subprocess
+    cli = json.loads(subprocess.run([qvl_bin, "info", "--model", model_dir, "--json"], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert qvl.describe(model_dir) == cli
+
+
 def test_path_bytes_key(enc: qvl.Encoder) -> None:
     raw = open(PHOTO, "rb").read()
     rs = enc.encode([PHOTO, raw, bytearray(raw), memoryview(raw)])
