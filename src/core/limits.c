@@ -97,7 +97,7 @@ size_t first_nonfinite_f32(const void *data, size_t n) {
 
 static inline uint16_t ld16(const unsigned char *p) {
     uint16_t v;
-    memcpy(&v, p, 2); /* mapped weights need not be 2-byte aligned */
+    memcpy(&v, p, 2); /* stored weights need not be 2-byte aligned */
     return v;
 }
 

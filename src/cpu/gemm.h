@@ -4,7 +4,7 @@
  *
  * A and C are float32, row-major with leading dimensions lda/ldc (in elements). B is a weight matrix stored
  * row-major [N, K] (nn.Linear's [out, in]) in its stored dtype (f32, f16, bf16), leading dimension ldb; it is
- * widened to f32 in registers, never copied to f32 as a whole. B's data may be unaligned (mmapped safetensors).
+ * widened to f32 in registers, never copied to f32 as a whole. B's data may be unaligned (a tensor as stored).
  * Accumulation is f32. With accumulate != 0, the result is added to C (residual add) after bias and epilogue:
  * C = C + epi(A·Bᵀ + bias). Threads: splits work over the threads of `pool` (core/pool.h; NULL: the calling
  * thread alone); the result does not depend on the thread count. `ws` is a workspace of

@@ -109,7 +109,7 @@ static qvl_status build_table(checkpoint *ck, const tower_config *cfg, qvl_error
                 e->layout = CKPT_LAYOUT_MLX_CONV;
                 mlx_to_hf(t->shape, e->shape);
             }
-            e->data = t->data;
+            e->src = t;
             e->nbytes = t->nbytes;
             e->file = i;
         }

@@ -100,7 +100,7 @@ static qvl_status read_grids(const st_file *f, const char *path, const qvl_limit
     return QVL_OK;
 }
 
-/* pixel_values and grid_thw of a validated safetensors file (mapped or in memory), every size checked against
+/* pixel_values and grid_thw of a validated safetensors file in memory, every size checked against
  * *lim before the rows are allocated. Outputs set only on success. */
 static qvl_status st_rows(const st_file *f, const char *path, const qvl_limits *lim, float **rows, size_t *n_rows,
                           size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
@@ -193,7 +193,7 @@ static qvl_status read_rows(const char *fn, const char *path, const qvl_limits *
     FILE *f;
     size_t fsize;
     TRY(fu_open_regular(path, &f, &fsize, err));
-    if ((uint64_t)fsize > lim.max_input_bytes) { /* before a byte is read or mapped */
+    if ((uint64_t)fsize > lim.max_input_bytes) { /* before a byte is read */
         fclose(f);
         return limit_fail(err, "max_input_bytes", lim.max_input_bytes, "%s: %zu bytes, more than the %llu allowed",
                           path, fsize, (unsigned long long)lim.max_input_bytes);
@@ -208,7 +208,9 @@ static qvl_status read_rows(const char *fn, const char *path, const qvl_limits *
     TRY(sniff_rows(magic, got, path, &npy, err));
     if (npy) return npy_read_f32(path, &lim, rows, n_rows, row_len, err);
     st_file *sf = NULL;
-    TRY(st_open(path, &sf, err));
+    /* read whole (at most max_input_bytes, checked again as it is read): the rows are copied out of it */
+    const size_t cap = lim.max_input_bytes < SIZE_MAX ? (size_t)lim.max_input_bytes : SIZE_MAX;
+    TRY(st_load(path, cap, &sf, err));
     qvl_status s = st_rows(sf, path, &lim, rows, n_rows, row_len, grids, n_grids, err);
     st_close(sf);
     return s;

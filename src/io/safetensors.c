@@ -1,5 +1,9 @@
-/* safetensors.c — the reader half of safetensors.h: map a file, validate its header completely, and expose the
- * tensors as pointers into the mapping. (The writer, st_write, lives in st_write.c.)
+/* safetensors.c — the reader half of safetensors.h: validate a file's header completely, and read the tensors'
+ * bytes with pread (st_open) or from memory (st_parse, st_load). (The writer, st_write, lives in st_write.c.)
+ *
+ * Files are read, never mapped: a mapped file that shrinks or fails to read (truncated by another process, an NFS
+ * or FUSE I/O error) raises SIGBUS in whatever touches the page, which no status can report; pread returns the
+ * error or the short count, reported as QVL_ERR_IO naming the file and the tensor.
  *
  * Everything read from the file is untrusted: every size is bounded and overflow-checked before it is used, every
  * failure returns a status with a message naming the file, the tensor and the numbers involved, and every failure
@@ -11,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,7 +64,8 @@ void st_close(st_file *f) {
     }
     free(f->meta_keys);
     free(f->meta_vals);
-    if (f->map) munmap(f->map, f->size);
+    if (f->fd >= 0) close(f->fd);
+    free(f->buf);
     free(f->path);
     free(f);
 }
@@ -87,8 +91,8 @@ static int st_json_uint(const cJSON *j, uint64_t *out) {
 
 /* Parse one tensor entry `e` (already known not to be __metadata__) into `t`; its name is copied last so that a
  * failure leaves nothing to free. `begin`/`end` receive the span relative to the data section. */
-static qvl_status st_parse_entry(const cJSON *e, const char *label, const uint8_t *data, size_t data_size,
-                                 st_tensor *t, uint64_t *begin, uint64_t *end, qvl_error *err) {
+static qvl_status st_parse_entry(const cJSON *e, const char *label, const uint8_t *data, uint64_t data_start,
+                                 size_t data_size, st_tensor *t, uint64_t *begin, uint64_t *end, qvl_error *err) {
     const char *name = e->string;
     if (!cJSON_IsObject(e))
         return err_fail(err, QVL_ERR_FORMAT, "%s: tensor '" ST_NAME_FMT "' is not a JSON object", label, name);
@@ -154,7 +158,8 @@ static qvl_status st_parse_entry(const cJSON *e, const char *label, const uint8_
                         label, name, st_dtype_name(t->dtype), (unsigned long long)nbytes,
                         (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)(*end - *begin));
     t->nbytes = nbytes;
-    t->data = data + *begin;
+    t->offset = data_start + *begin;
+    t->data = data ? data + *begin : NULL;
 
     t->name = st_strdup(name);
     if (!t->name) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying a tensor name", label);
@@ -250,9 +255,10 @@ static qvl_status st_check_nul(const char *json, size_t n, const char *label, qv
     return QVL_OK;
 }
 
-/* Parse the JSON header text `json` (NUL-terminated copy, `n` bytes) into f. */
+/* Parse the JSON header text `json` (NUL-terminated copy, `n` bytes) into f; the data section of `data_size` bytes
+ * starts at byte `data_start` of the file, and at `data` in memory (NULL: a file read with st_read). */
 static qvl_status st_parse_header(const char *json, size_t n, const char *label, const uint8_t *data,
-                                  size_t data_size, st_file *f, qvl_error *err) {
+                                  uint64_t data_start, size_t data_size, st_file *f, qvl_error *err) {
     TRY(st_check_nul(json, n, label, err));
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
@@ -302,7 +308,8 @@ static qvl_status st_parse_header(const char *json, size_t n, const char *label,
     size_t i = 0;
     for (const cJSON *e = root->child; e; e = e->next) {
         if (strcmp(e->string, "__metadata__") == 0) continue;
-        s = st_parse_entry(e, label, data, data_size, &f->tensors[i], &spans[i].begin, &spans[i].end, err);
+        s = st_parse_entry(e, label, data, data_start, data_size, &f->tensors[i], &spans[i].begin, &spans[i].end,
+                           err);
         if (s != QVL_OK) goto done;
         spans[i].idx = i;
         f->n_tensors = ++i;
@@ -345,36 +352,39 @@ done:
     return s;
 }
 
-/* Validate `buf` and fill a fresh st_file (map/path left to the caller). */
-static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
-    *out = NULL;
-    if (len < 8)
+/* The header length in the first 8 bytes `len8` of a file of `size` bytes, checked: at most ST_MAX_HEADER, inside
+ * the file, long enough for a JSON object. */
+static qvl_status st_header_len(const uint8_t *len8, size_t size, const char *label, size_t *out, qvl_error *err) {
+    if (size < 8)
         return err_fail(err, QVL_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", label,
-                        len);
+                        size);
     uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = (n << 8) | buf[i];
+    for (int i = 7; i >= 0; i--) n = (n << 8) | len8[i];
     if (n > ST_MAX_HEADER)
         return err_fail(err, QVL_ERR_FORMAT, "%s: header length %llu exceeds the %u-byte limit", label,
                         (unsigned long long)n, (unsigned)ST_MAX_HEADER);
-    if (n > len - 8)
+    if (n > size - 8)
         return err_fail(err, QVL_ERR_FORMAT, "%s: header length %llu exceeds the %zu bytes after the length field",
-                        label, (unsigned long long)n, len - 8);
+                        label, (unsigned long long)n, size - 8);
     if (n < 2) return err_fail(err, QVL_ERR_FORMAT, "%s: header length %llu is too short for a JSON object", label,
                                (unsigned long long)n);
+    *out = (size_t)n;
+    return QVL_OK;
+}
 
+/* A fresh st_file (fd -1) from the header text `json` (a malloc'd NUL-terminated copy of its n bytes, freed here)
+ * of a file of `size` bytes whose data section is at `data` in memory (NULL: to be read with st_read). */
+static qvl_status st_from_header(char *json, size_t n, size_t size, const uint8_t *data, const char *label,
+                                 st_file **out, qvl_error *err) {
+    *out = NULL;
     st_file *f = calloc(1, sizeof *f);
-    /* A NUL-terminated copy keeps the JSON parser inside the header even if it looked one byte too far. */
-    char *json = malloc((size_t)n + 1);
-    if (!f || !json) {
-        free(f);
+    if (!f) {
         free(json);
-        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for a %llu-byte header", label,
-                        (unsigned long long)n);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for a %zu-byte header", label, n);
     }
-    memcpy(json, buf + 8, (size_t)n);
-    json[n] = '\0';
-    f->size = len;
-    qvl_status s = st_parse_header(json, (size_t)n, label, buf + 8 + n, len - 8 - (size_t)n, f, err);
+    f->fd = -1;
+    f->size = size;
+    qvl_status s = st_parse_header(json, n, label, data, 8 + (uint64_t)n, size - 8 - n, f, err);
     free(json);
     if (s != QVL_OK) {
         st_close(f);
@@ -382,6 +392,19 @@ static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *labe
     }
     *out = f;
     return QVL_OK;
+}
+
+/* Validate `buf` and fill a fresh st_file whose tensors point into it (path left to the caller). */
+static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
+    *out = NULL;
+    size_t n;
+    TRY(st_header_len(buf, len, label, &n, err));
+    /* A NUL-terminated copy keeps the JSON parser inside the header even if it looked one byte too far. */
+    char *json = malloc(n + 1);
+    if (!json) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for a %zu-byte header", label, n);
+    memcpy(json, buf + 8, n);
+    json[n] = '\0';
+    return st_from_header(json, n, len, buf + 8 + n, label, out, err);
 }
 
 qvl_status st_parse(const void *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
@@ -401,40 +424,102 @@ static const char *st_errstr(int e, char *buf, size_t n) {
 #endif
 }
 
+/* Read exactly n bytes at `at` of fd; `what` and the tensor name (NULL: none) are for the message. A short count
+ * is the file ending early: it shrank since it was opened and validated. */
+static qvl_status st_pread(int fd, void *dst, size_t n, uint64_t at, size_t opened_size, const char *path,
+                           const char *what, qvl_error *err) {
+    unsigned char *p = dst;
+    char eb[128];
+    while (n > 0) {
+        const size_t want = n < (1u << 30) ? n : (1u << 30);
+        if (at > (uint64_t)INT64_MAX - want)
+            return err_fail(err, QVL_ERR_IO, "%s: %s: offset %llu is out of range", path, what,
+                            (unsigned long long)at);
+        const ssize_t got = pread(fd, p, want, (off_t)at);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            const int e = errno;
+            return err_fail(err, e == ENOMEM ? QVL_ERR_NOMEM : QVL_ERR_IO, "%s: read error in %s at byte %llu: %s",
+                            path, what, (unsigned long long)at, st_errstr(e, eb, sizeof eb));
+        }
+        if (got == 0) {
+            struct stat st;
+            const long long now = fstat(fd, &st) == 0 ? (long long)st.st_size : (long long)at;
+            return err_fail(err, QVL_ERR_IO, "%s: the file ends at byte %lld, before byte %llu of %s, but was %zu "
+                            "bytes when it was opened (truncated or rewritten while being read)", path, now,
+                            (unsigned long long)at, what, opened_size);
+        }
+        p += got;
+        at += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return QVL_OK;
+}
+
 qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "st_open: out is NULL");
     *out = NULL;
     if (!path) return err_fail(err, QVL_ERR_INVALID_ARG, "st_open: path is NULL");
-    char eb[128];
     int fd;
-    size_t size;
+    size_t size, n = 0;
     TRY(fu_open_fd(path, &fd, &size, err)); /* a FIFO or device fails here instead of blocking */
-    if (size < 8) { /* mmap of 0 bytes fails; report the format problem instead */
-        close(fd);
-        return err_fail(err, QVL_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length", path,
-                        size);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED)
-        return err_fail(err, QVL_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, st_errstr(e, eb, sizeof eb));
-
+    uint8_t len8[8];
+    char *json = NULL;
     st_file *f = NULL;
-    qvl_status s = st_parse_impl(map, size, path, &f, err);
+    qvl_status s = size < 8 ? QVL_OK : st_pread(fd, len8, 8, 0, size, path, "the header length", err);
+    if (s == QVL_OK) s = st_header_len(len8, size, path, &n, err);
+    if (s == QVL_OK && !(json = malloc(n + 1)))
+        s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for a %zu-byte header", path, n);
+    if (s == QVL_OK) s = st_pread(fd, json, n, 8, size, path, "the header", err);
+    if (s == QVL_OK) {
+        json[n] = '\0';
+        s = st_from_header(json, n, size, NULL, path, &f, err); /* frees json */
+        json = NULL;
+    }
+    free(json);
+    if (s == QVL_OK && !(f->path = st_strdup(path))) s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     if (s != QVL_OK) {
-        munmap(map, size);
+        st_close(f);
+        close(fd);
         return s;
     }
-    f->map = map;
-    f->size = size;
-    f->path = st_strdup(path);
-    if (!f->path) {
-        st_close(f);
-        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory copying the path", path);
-    }
+    f->fd = fd;
     *out = f;
     return QVL_OK;
+}
+
+qvl_status st_load(const char *path, size_t limit, st_file **out, qvl_error *err) {
+    if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "st_load: out is NULL");
+    *out = NULL;
+    if (!path) return err_fail(err, QVL_ERR_INVALID_ARG, "st_load: path is NULL");
+    char *buf;
+    size_t len;
+    TRY(fu_read_file(path, limit, &buf, &len, err));
+    st_file *f = NULL;
+    qvl_status s = st_parse_impl((const uint8_t *)buf, len, path, &f, err);
+    if (s == QVL_OK && !(f->path = st_strdup(path))) s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    if (s != QVL_OK) {
+        st_close(f);
+        free(buf);
+        return s;
+    }
+    f->buf = buf;
+    *out = f;
+    return QVL_OK;
+}
+
+qvl_status st_read(const st_file *f, const st_tensor *t, uint64_t off, size_t n, void *dst, qvl_error *err) {
+    if (!f || !t || (n && !dst) || off > t->nbytes || n > t->nbytes - off)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "st_read: bytes [%llu, +%zu) of %s are not inside the tensor",
+                        (unsigned long long)off, n, t && t->name ? t->name : "(no tensor)");
+    if (t->data) {
+        if (n) memcpy(dst, (const unsigned char *)t->data + off, n);
+        return QVL_OK;
+    }
+    char what[256];
+    snprintf(what, sizeof what, "tensor '" ST_NAME_FMT "' (%llu bytes from byte %llu)", t->name,
+             (unsigned long long)t->nbytes, (unsigned long long)t->offset);
+    return st_pread(f->fd, dst, n, t->offset + off, f->size, f->path ? f->path : "<file>", what, err);
 }
 
 /* Index of `key` among n names sorted by strcmp, the name of entry i at base + i·stride (a `const char *`

@@ -1,4 +1,4 @@
-/* safetensors.h — zero-copy reader (mmap) and writer for the safetensors format.
+/* safetensors.h — reader (pread, or a buffer in memory) and writer for the safetensors format.
  *
  * Format: an 8-byte little-endian header length N, N bytes of UTF-8 JSON mapping tensor names to
  * {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the byte after the header) plus an
@@ -27,13 +27,16 @@ typedef struct st_tensor {
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     uint64_t nbytes;
-    const void *data;          /* points into the mapping (or the parsed buffer); alignment not guaranteed */
+    uint64_t offset;           /* byte offset of the data in the file (or buffer) */
+    const void *data;          /* into the buffer (st_parse, st_load; alignment not guaranteed); NULL for a file
+                                * opened with st_open, whose bytes st_read reads */
 } st_tensor;
 
 typedef struct st_file {
     char *path;                /* owned copy, may be NULL for buffers */
-    void *map;                 /* mmap base, NULL for buffers */
-    size_t size;
+    int fd;                    /* st_open: the open file, read by st_read; -1 otherwise */
+    void *buf;                 /* st_load: the file's bytes, owned */
+    size_t size;               /* the file's size when it was opened */
     st_tensor *tensors;        /* sorted by name */
     size_t n_tensors;
     char **meta_keys;          /* __metadata__ keys and values, owned */
@@ -45,8 +48,14 @@ typedef struct st_file {
 size_t st_dtype_size(st_dtype d);
 const char *st_dtype_name(st_dtype d);
 
-/* Map and validate a file. On failure *out is NULL and nothing leaks. */
+/* Open a file and validate its header, keeping it open for st_read (the data is not read). On failure *out is NULL
+ * and nothing leaks. */
 qvl_status st_open(const char *path, st_file **out, qvl_error *err);
+/* Read a whole file of at most `limit` bytes into memory and validate it; the tensors' data point into it. */
+qvl_status st_load(const char *path, size_t limit, st_file **out, qvl_error *err);
+/* Copy bytes [off, off + n) of tensor t of f to dst: pread for st_open's files, a copy for the others. A read error,
+ * or the file ending early (shrunk since it was opened), is QVL_ERR_IO naming the file, the tensor and the byte. */
+qvl_status st_read(const st_file *f, const st_tensor *t, uint64_t off, size_t n, void *dst, qvl_error *err);
 /* Validate a buffer in memory (used by the fuzz target); tensors point into `buf`, which must outlive the result. */
 qvl_status st_parse(const void *buf, size_t len, const char *label, st_file **out, qvl_error *err);
 void st_close(st_file *f);

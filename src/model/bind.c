@@ -1,9 +1,10 @@
 /* bind.c — bind every tensor the configuration calls for, from a checkpoint's table, into the model.
  *
  * In canonical order: the patch embedding, the position table, each block, the merger, each DeepStack merger.
- * Matrices point into the mappings in their stored dtype; biases and norms are widened to f32 in one allocation;
- * a patch-embed weight stored in MLX order is permuted once into an owned buffer in the HF column order
- * (c, t, y, x). Each bound tensor is recorded for the fingerprint under its canonical name and HF shape. */
+ * Matrices are recorded with where they are stored, for the load to read, check, pack and hash; biases and norms
+ * are read here and widened to f32 in one allocation; a patch-embed weight stored in MLX order is read and permuted
+ * once into an owned buffer in the HF column order (c, t, y, x). Each bound tensor is recorded for the fingerprint
+ * under its canonical name and HF shape. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@ typedef struct binder {
     qvl_model *m;
     const checkpoint *ck;
     size_t small_cap, small_used;
+    void *scratch; /* a vector's stored bytes, read before they are widened */
+    size_t scratch_cap;
     qvl_error *err;
 } binder;
 
@@ -33,7 +36,9 @@ static qvl_status lookup(binder *b, const char *canonical, int ndim, const int64
     bt->dtype = t->dtype;
     bt->ndim = ndim;
     memcpy(bt->shape, shape, (size_t)ndim * sizeof *shape);
-    bt->data = t->data;
+    bt->file = b->ck->files[t->file];
+    bt->src = t->src;
+    bt->data = NULL;
     bt->nbytes = t->nbytes;
     *out = t;
     return QVL_OK;
@@ -43,7 +48,8 @@ static qvl_status bind_mat(binder *b, const char *canonical, int rows, int cols,
     const ckpt_tensor *t = NULL;
     int64_t shape[2] = {rows, cols};
     TRY(lookup(b, canonical, 2, shape, &t));
-    w->data = t->data;
+    w->data = NULL;
+    w->bound = b->m->n_bound - 1;
     w->rows = rows;
     w->cols = cols;
     w->dtype = t->dtype;
@@ -56,8 +62,15 @@ static qvl_status bind_vec(binder *b, const char *canonical, int n, const float 
     TRY(lookup(b, canonical, 1, shape, &t));
     if (b->small_used + (size_t)n > b->small_cap)
         return err_fail(b->err, QVL_ERR_INTERNAL, "vector storage undersized at '%s'", canonical);
+    if (t->nbytes > b->scratch_cap) {
+        void *grown = realloc(b->scratch, (size_t)t->nbytes);
+        if (!grown) return err_fail(b->err, QVL_ERR_NOMEM, "out of memory reading '%s'", canonical);
+        b->scratch = grown;
+        b->scratch_cap = (size_t)t->nbytes;
+    }
+    TRY(st_read(b->ck->files[t->file], t->src, 0, (size_t)t->nbytes, b->scratch, b->err));
     float *dst = b->m->small + b->small_used;
-    op_to_f32(t->data, t->dtype, dst, (size_t)n);
+    op_to_f32(b->scratch, t->dtype, dst, (size_t)n);
     b->small_used += (size_t)n;
     *out = dst;
     return QVL_OK;
@@ -100,15 +113,24 @@ static qvl_status bind_patch(binder *b) {
     const ckpt_tensor *found = NULL;
     TRY(lookup(b, "patch_embed.proj.weight", 5, hf, &found));
     m->patch.w.dtype = found->dtype;
-    m->patch.w.data = found->data;
+    m->patch.w.data = NULL;
+    m->patch.w.bound = m->n_bound - 1;
     int is_mlx = found->layout == CKPT_LAYOUT_MLX_CONV;
     if (is_mlx) {
         size_t es = st_dtype_size(found->stored_dtype);
-        unsigned char *dst = malloc((size_t)found->nbytes);
-        if (!dst)
-            return err_fail(b->err, QVL_ERR_NOMEM, "cannot allocate %llu bytes for the patch weight",
+        unsigned char *dst = malloc((size_t)found->nbytes), *src = malloc((size_t)found->nbytes);
+        if (!dst || !src) {
+            free(dst);
+            free(src);
+            return err_fail(b->err, QVL_ERR_NOMEM, "cannot allocate 2 x %llu bytes for the patch weight",
                             (unsigned long long)found->nbytes);
-        const unsigned char *src = found->data;
+        }
+        qvl_status s = st_read(b->ck->files[found->file], found->src, 0, (size_t)found->nbytes, src, b->err);
+        if (s != QVL_OK) {
+            free(dst);
+            free(src);
+            return s;
+        }
         int C = c->in_channels, T = c->temporal_patch, P = c->patch;
         for (int o = 0; o < c->hidden; o++)
             for (int ci = 0; ci < C; ci++)
@@ -119,8 +141,8 @@ static qvl_status bind_patch(binder *b) {
                             size_t si = ((((size_t)o * T + ti) * P + y) * P + x) * C + ci;
                             memcpy(dst + di * es, src + si * es, es);
                         }
+        free(src);
         m->owned_patch = dst;
-        m->patch.w.data = dst;
         m->bound[m->n_bound - 1].data = dst; /* the fingerprint sees HF layout whatever was stored */
     }
     m->patch.w.rows = c->hidden;
@@ -172,7 +194,9 @@ qvl_status model_bind(qvl_model *m, const checkpoint *ck, qvl_error *err) {
     m->bound = calloc(n_tensors, sizeof *m->bound);
     m->blocks = calloc((size_t)c->depth, sizeof *m->blocks);
     if (!m->small || !m->bound || !m->blocks) return err_fail(err, QVL_ERR_NOMEM, "out of memory binding weights");
-    TRY(bind_all(&b));
+    qvl_status s = bind_all(&b);
+    free(b.scratch);
+    if (s != QVL_OK) return s;
     if (m->n_bound != n_tensors)
         return err_fail(err, QVL_ERR_INTERNAL, "bound %zu tensors, expected %zu", m->n_bound, n_tensors);
     return QVL_OK;

@@ -1,11 +1,10 @@
 /* model.c — load, describe, fingerprint and free a vision tower. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/error.h"
@@ -86,60 +85,63 @@ static size_t linears(qvl_model *m, linear **out) {
     return n;
 }
 
-/* The mapping's page size (64 KiB on some arm64 kernels; madvise refuses a start that is not page-aligned). */
-static uintptr_t page_size(void) {
-    const long p = sysconf(_SC_PAGESIZE);
-    return p > 0 && (p & (p - 1)) == 0 ? (uintptr_t)p : 4096;
-}
-
-/* Drop the resident pages wholly inside [p, p + n) of a file mapping (no-op for memory we own). */
-static void drop_mapped(const qvl_model *m, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (int i = 0; i < m->n_files; i++) {
-        const unsigned char *map = m->files[i]->map;
-        if (!map || b < map || b + n > map + m->files[i]->size) continue;
-        const uintptr_t page = page_size();
-        const uintptr_t lo = ((uintptr_t)b + page - 1) & ~(page - 1), hi = ((uintptr_t)b + n) & ~(page - 1);
-        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
-        return;
-    }
-}
-
-/* ---- finiteness of the weights ---------------------------------------------------------------------------------
+/* ---- reading and checking each tensor ---------------------------------------------------------------------------
  * A NaN or an infinity anywhere in the tower's weights turns every embedding into NaN; a checkpoint is checked at
- * load (each matrix just before it is packed, while its pages are resident anyway), so that it fails there with
- * QVL_ERR_NONFINITE naming the tensor and the element rather than returning NaN embeddings as a success. */
+ * load, each tensor as it is read, so that it fails there with QVL_ERR_NONFINITE naming the tensor and the element
+ * rather than returning NaN embeddings as a success. The pool's threads each read a chunk (pread; none when the
+ * bytes are already in memory) and scan it while it is in their cache. */
 typedef struct scan_job {
-    const unsigned char *data;
+    const st_file *file; /* NULL: the bytes are at data already */
+    const st_tensor *src;
+    unsigned char *data;
     size_t n, esize;
     qvl_dtype dtype;
     atomic_size_t first; /* smallest non-finite index found (n: none) */
+    pthread_mutex_t lock; /* guards the read error below */
+    long err_chunk;       /* the lowest chunk whose read failed (-1: none), its error in err */
+    qvl_error err;
 } scan_job;
 
-enum { SCAN_CHUNK = 1 << 18 };
+enum { SCAN_CHUNK = 1 << 18 }; /* elements */
 
 static void scan_range(void *ctx, long c0, long c1, int thread) {
     (void)thread;
     scan_job *j = ctx;
     for (long c = c0; c < c1; c++) {
         const size_t i0 = (size_t)c * SCAN_CHUNK, n = j->n - i0 < SCAN_CHUNK ? j->n - i0 : SCAN_CHUNK;
-        const unsigned char *p = j->data + i0 * j->esize;
+        unsigned char *p = j->data + i0 * j->esize;
+        if (j->file) {
+            qvl_error e;
+            err_clear(&e);
+            if (st_read(j->file, j->src, i0 * j->esize, n * j->esize, p, &e) != QVL_OK) {
+                pthread_mutex_lock(&j->lock);
+                if (j->err_chunk < 0 || c < j->err_chunk) j->err_chunk = c, j->err = e;
+                pthread_mutex_unlock(&j->lock);
+                return;
+            }
+        }
         const size_t k = j->dtype == QVL_DTYPE_F32 ? first_nonfinite_f32(p, n)
                                                    : first_nonfinite_16(p, n, j->dtype == QVL_DTYPE_BF16);
         if (k == n) continue;
         size_t want = i0 + k, cur = atomic_load(&j->first);
         while (want < cur && !atomic_compare_exchange_weak(&j->first, &cur, want)) {
         }
-        return;
     }
 }
 
-/* Index of the first non-finite element of n values of `dtype` at data (n when all are finite). */
-static size_t scan_weights(const void *data, size_t n, qvl_dtype dtype, thread_pool *pool) {
-    scan_job j = {.data = data, .n = n, .esize = dtype == QVL_DTYPE_F32 ? 4 : 2, .dtype = dtype};
+/* Read bound tensor t into dst (when it is not in memory already: data NULL) and find its first non-finite
+ * element (*bad = n, its element count, when all are finite). */
+static qvl_status read_scan(const bound_tensor *t, void *dst, size_t n, size_t *bad, thread_pool *pool,
+                            qvl_error *err) {
+    scan_job j = {.file = t->data ? NULL : t->file, .src = t->src, .data = t->data ? (void *)t->data : dst, .n = n,
+                  .esize = t->dtype == QVL_DTYPE_F32 ? 4 : 2, .dtype = t->dtype, .err_chunk = -1};
     atomic_init(&j.first, n);
+    if (pthread_mutex_init(&j.lock, NULL) != 0) return err_fail(err, QVL_ERR_NOMEM, "cannot create a mutex");
     if (n) pool_for(pool, (long)((n + SCAN_CHUNK - 1) / SCAN_CHUNK), 1, scan_range, &j);
-    return atomic_load(&j.first);
+    pthread_mutex_destroy(&j.lock);
+    *bad = atomic_load(&j.first);
+    if (j.err_chunk >= 0) return err_fail(err, j.err.status, "%s", j.err.message);
+    return QVL_OK;
 }
 
 static qvl_status nonfinite_weight(const char *name, size_t i, int cols, qvl_error *err) {
@@ -189,45 +191,31 @@ static void fingerprint_header(XXH3_state_t *st, const bound_tensor *t) {
     }
 }
 
-enum { FP_CHUNK = 4 << 20 }; /* bytes hashed between drops of the mapped pages */
-
-/* Hash a tensor's bytes in chunks ending at page boundaries; `drop`: drop each chunk's mapped pages once hashed (a
- * packed matrix, read just before by the scan and the packing and not needed again), so the mapped copy and the
- * panels are never both resident in full. */
-static void fingerprint_bytes(XXH3_state_t *st, const qvl_model *m, const bound_tensor *t, int drop) {
-    const uintptr_t page = page_size();
-    for (const unsigned char *p = t->data, *end = p + t->nbytes; p < end;) {
-        const uintptr_t stop = ((uintptr_t)p + FP_CHUNK) & ~(page - 1);
-        const size_t n = stop < (uintptr_t)end ? (size_t)(stop - (uintptr_t)p) : (size_t)(end - p);
-        XXH3_128bits_update(st, p, n);
-        if (drop) drop_mapped(m, p, n);
-        p += n;
-    }
-}
-
-/* Index in ls of the Linear whose weight is bound tensor `t` (n_ls: a vector or the position table). */
-static size_t linear_of(linear *const *ls, size_t n_ls, const bound_tensor *t) {
+/* Index in ls of the Linear whose weight is bound tensor i (n_ls: a vector or the position table). */
+static size_t linear_of(linear *const *ls, size_t n_ls, size_t i) {
     size_t k = 0;
-    while (k < n_ls && ls[k]->w.data != t->data) k++;
+    while (k < n_ls && ls[k]->w.bound != i) k++;
     return k;
 }
 
-/* One pass over every bound tensor in canonical order, each read from the mapping once while its pages are
- * resident: check it is finite; if it is a Linear's weight, pack it into GEMM panels at byte off[k] of m->panels
- * for ls[k] (bf16 stays bf16: the panels take the checkpoint's own bytes); and hash it into the fingerprint:
- * XXH3-128 over a versioned header, then per tensor in canonical order its header and bytes (the conv weight in
- * HF layout whatever was stored). */
-static qvl_status load_pass(qvl_model *m, linear *const *ls, size_t n_ls, const size_t *off, thread_pool *pool,
-                            XXH3_state_t *st, qvl_error *err) {
+/* One pass over every bound tensor in canonical order, each read from its file once (into `bounce`, or the
+ * position table straight into owned_pos; bind made the MLX conv weight's bytes itself): check it is finite; if it
+ * is a Linear's weight, pack it into GEMM panels at byte off[k] of m->panels for ls[k] (bf16 stays bf16: the panels
+ * take the checkpoint's own bytes); and hash it into the fingerprint: XXH3-128 over a versioned header, then per
+ * tensor in canonical order its header and bytes (the conv weight in HF layout whatever was stored). */
+static qvl_status load_pass(qvl_model *m, linear *const *ls, size_t n_ls, const size_t *off, void *bounce,
+                            thread_pool *pool, XXH3_state_t *st, qvl_error *err) {
     static const char tag[] = "qvl-fingerprint-v1";
     XXH3_128bits_reset(st);
     XXH3_128bits_update(st, tag, sizeof tag);
     for (size_t i = 0; i < m->n_bound; i++) {
         const bound_tensor *t = &m->bound[i];
-        const size_t k = linear_of(ls, n_ls, t);
+        const size_t k = linear_of(ls, n_ls, i);
         linear *l = k < n_ls ? ls[k] : NULL;
+        const void *data = t->data ? t->data : i == m->pos.bound ? m->owned_pos : bounce;
         const size_t n = (size_t)t->nbytes / (t->dtype == QVL_DTYPE_F32 ? 4 : 2);
-        const size_t bad = scan_weights(t->data, n, t->dtype, pool);
+        size_t bad = n;
+        TRY(read_scan(t, (void *)data, n, &bad, pool, err));
         if (bad < n) {
             const int cols = l ? l->w.cols : t->ndim >= 2 ? (int)t->shape[t->ndim - 1] : 0;
             char name[128]; /* an MLX-layout conv weight is scanned as permuted: its row and column are HF's */
@@ -237,11 +225,11 @@ static qvl_status load_pass(qvl_model *m, linear *const *ls, size_t n_ls, const 
         }
         const int pack = l && !m->describe_only;
         unsigned char *panel = pack ? (unsigned char *)m->panels + off[k] : NULL;
-        if (pack && m->be->pack(m->be, &l->packed, panel, l->w.data, l->w.dtype, (size_t)l->w.cols, l->w.rows,
+        if (pack && m->be->pack(m->be, &l->packed, panel, data, l->w.dtype, (size_t)l->w.cols, l->w.rows,
                                 l->w.cols, arith_of(m, l), pool) != 0)
             return err_fail(err, QVL_ERR_INTERNAL, "packing a %dx%d weight failed", l->w.rows, l->w.cols);
         fingerprint_header(st, t);
-        fingerprint_bytes(st, m, t, l != NULL);
+        XXH3_128bits_update(st, data, (size_t)t->nbytes);
     }
     XXH128_canonical_t canon;
     XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(st));
@@ -249,10 +237,11 @@ static qvl_status load_pass(qvl_model *m, linear *const *ls, size_t n_ls, const 
     return QVL_OK;
 }
 
-/* Read the weights in (load_pass), copy the one tensor the forward reads in its stored form, the position table,
- * into memory of the model's own, and close the checkpoint's files: a loaded model holds no mapping, so the files
- * may be rewritten, truncated or deleted under it (a server's model directory updated in place) without the
- * forward or the fingerprint ever reading the new bytes, or faulting on a truncated page. */
+/* Read the weights in (load_pass), the one tensor the forward reads in its stored form, the position table, into
+ * memory of the model's own, and close the checkpoint's files: a loaded model holds no file, so the files may be
+ * rewritten, truncated or deleted under it (a server's model directory updated in place) without the forward or
+ * the fingerprint ever reading the new bytes. The files are read (pread), never mapped, so a file that shrinks or
+ * fails to read during the load fails it with QVL_ERR_IO instead of raising SIGBUS. */
 static qvl_status load_weights(qvl_model *m, int n_threads, qvl_error *err) {
     const size_t cap = 3 + 4 * (size_t)m->cfg.depth + 2 * (size_t)m->cfg.n_deepstack;
     linear **ls = malloc(cap * sizeof *ls);
@@ -274,18 +263,26 @@ static qvl_status load_weights(qvl_model *m, int n_threads, qvl_error *err) {
     const size_t pos_bytes = (size_t)m->pos.rows * (size_t)m->pos.cols * (m->pos.dtype == QVL_DTYPE_F32 ? 4 : 2);
     if (s == QVL_OK && !(m->owned_pos = malloc(pos_bytes ? pos_bytes : 1)))
         s = err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for the position table", pos_bytes);
+    size_t most = 64; /* the largest tensor read through the bounce buffer */
+    for (size_t i = 0; i < m->n_bound; i++)
+        if (i != m->pos.bound && !m->bound[i].data && m->bound[i].nbytes > most) most = (size_t)m->bound[i].nbytes;
+    void *bounce = s == QVL_OK ? aligned_alloc(64, (most + 63) & ~(size_t)63) : NULL;
+    if (s == QVL_OK && !bounce) s = err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes to read weights", most);
     if (s == QVL_OK) s = pool_create(&pool, n_threads, err);
-    if (s == QVL_OK) s = load_pass(m, ls, n, off, pool, st, err);
+    if (s == QVL_OK) s = load_pass(m, ls, n, off, bounce, pool, st, err);
     pool_destroy(pool);
+    free(bounce);
     XXH3_freeState(st);
     free(off);
     if (s == QVL_OK) {
-        memcpy(m->owned_pos, m->pos.data, pos_bytes);
         m->pos.data = m->owned_pos;
-        /* Nothing points into the mappings from here on: the matrices are read only as panels, and the rest was
-         * widened into `small` or copied. */
-        for (size_t i = 0; i < n; i++) ls[i]->w.data = NULL;
-        for (size_t i = 0; i < m->n_bound; i++) m->bound[i].data = NULL;
+        /* Nothing points into the files from here on: the matrices are read only as panels, and the rest was
+         * widened into `small` or read into owned_pos. */
+        for (size_t i = 0; i < m->n_bound; i++) {
+            m->bound[i].data = NULL;
+            m->bound[i].file = NULL;
+            m->bound[i].src = NULL;
+        }
         free(m->owned_patch);
         m->owned_patch = NULL;
         m->info.n_files = m->n_files;

@@ -9,16 +9,17 @@
 #include "io/safetensors.h"
 #include "qvl.h"
 
-/* A weight matrix [rows = out, cols = in] in its stored dtype (points into a mapping, unaligned, during the load;
- * after it, a Linear's is NULL: read only as panels, and the position table's points at owned_pos). */
+/* A weight matrix [rows = out, cols = in] in its stored dtype, bound tensor m->bound[bound]. A Linear's is read
+ * only as panels (data NULL); the position table's data is owned_pos once the load has read it. */
 typedef struct wmat {
     const void *data;
+    size_t bound;
     qvl_dtype dtype;
     int rows, cols;
 } wmat;
 
-/* A Linear layer: weight in stored dtype (as mapped, during the load), the same weight packed into GEMM panels, bias
- * widened to f32. */
+/* A Linear layer: weight in stored dtype, the same weight packed into GEMM panels (by the load), bias widened to
+ * f32. */
 typedef struct linear {
     wmat w;
     be_weight packed; /* panels in the model's `panels` block, packed by the model's backend */
@@ -44,20 +45,22 @@ typedef struct merger_w {
     linear fc2;     /* [O, 4H] */
 } merger_w;
 
-/* One bound tower tensor, for the fingerprint: canonical name, dtype, canonical (HF) shape, bytes. */
+/* One bound tower tensor: canonical name, dtype, canonical (HF) shape, bytes, and where the load reads them. */
 typedef struct bound_tensor {
     char name[96];
     qvl_dtype dtype;
     int ndim;
     int64_t shape[5];
-    const void *data; /* during the load; NULL after it */
+    const st_file *file;  /* during the load: the stored tensor src of file (NULL after it) */
+    const st_tensor *src;
+    const void *data;     /* or, where bind made the bytes itself (the MLX conv weight permuted), these */
     uint64_t nbytes;
 } bound_tensor;
 
 struct qvl_model {
     tower_config cfg;
     qvl_model_info info;
-    st_file **files;     /* the checkpoint's mapped files, owned during the load; closed at its end */
+    st_file **files;     /* the checkpoint's open files, owned during the load; closed at its end */
     int n_files;
     linear patch;       /* [H, row_len], columns in (c, t, y, x) order */
     wmat pos;           /* [num_pos, H] */
@@ -91,8 +94,9 @@ qvl_status model_load_on(const char *dir, const qvl_load_params *params, const b
 struct checkpoint;
 
 /* Bind every tower tensor of m->cfg from the checkpoint's table into `m`, and take its source and prefix into
- * m->info (bind.c). The table's data must stay mapped until the load has read it: the caller hands the files to
- * m, and the load closes them. */
+ * m->info (bind.c); the vectors (widened to f32) and an MLX conv weight (permuted) are read here, the rest by the
+ * load. The files must stay open until the load has read them: the caller hands them to m, and the load closes
+ * them. */
 qvl_status model_bind(qvl_model *m, const struct checkpoint *ck, qvl_error *err);
 
 #endif

@@ -13,7 +13,9 @@
  *     libwebp, giflib and libc (stdio buffers, threads). They count while armed and forward to ASan's allocator
  *     (__interceptor_*) in a sanitizer build, to glibc's (__libc_*) otherwise.
  *   - reads and writes: the link wraps the library's own calls (-Wl,--wrap=...; the static internal library is
- *     linked into this program), so only what qvl itself calls is counted: reads are fread, read, pread, mmap;
+ *     linked into this program), so only what qvl itself calls is counted: reads are fread, read, pread, mmap
+ *     (a failed read is EIO; with --eof a failed pread returns 0 instead, the end of file a reader sees when the
+ *     file was truncated after it was opened);
  *     writes are fwrite, write, pwrite, fflush, fsync, ftruncate, rename and the fclose of a stream open for
  *     writing (whose buffered bytes are written then).
  * Workers would make the counts nondeterministic, so every path runs on one thread, and only the main thread's
@@ -24,7 +26,7 @@
  * allocations are never failed, because the dependency making them crashes on it (see spared()).
  *
  * Usage: qvl_fault [--stride K] [--max-runs M] [--path NAME] [--class alloc|read|write] [--at FUNC] [--n N]
- *                  [-v] [--trace]
+ *                  [--eof] [-v] [--trace]
  *   --stride K  try N = 1, 1+K, 1+2K, ... and the last; default 1 (every N)
  *   --max-runs M  per path and class, at most about M values of N (the stride is raised to fit): the bounded
  *               slice every ctest run has (fault_slice)
@@ -32,6 +34,7 @@
  *   --at FUNC   count (and fail) only the calls made with FUNC on the stack (ASan builds; elsewhere exit 77).
  *               Each frame is named by its innermost function: a function inlined into its caller hides the
  *               caller at that call (WebPAnimDecoderNew, from webp/demux.h, hides dec_webp)
+ *   --eof       an injected pread fault reads 0 bytes (end of file) instead of failing with EIO
  *   --trace     print where each fault is injected (the stack, in ASan builds); -v prints each outcome
  * The source tree is found through QVL_SOURCE_DIR (test images). Exit status 0 when every N passed. */
 #include <dirent.h>
@@ -76,6 +79,7 @@ static volatile long g_target = -1;       /* the call of class g_class that fail
 static volatile int g_class;
 static volatile int g_hit;                /* the fault was injected */
 static int g_trace;                       /* --trace: print the stack of each injected fault (ASan builds) */
+static int g_eof;                         /* --eof: an injected pread fault is an end of file, not EIO */
 
 /* --at FUNC: only calls with FUNC on their stack count (and can fail), found by symbolizing the stack (ASan builds:
  * the sanitizer's symbolizer). A regression test names the function it covers instead of an N that moves with
@@ -271,7 +275,7 @@ ssize_t __wrap_write(int fd, const void *p, size_t n) {
     return __real_write(fd, p, n);
 }
 ssize_t __wrap_pread(int fd, void *p, size_t n, off_t o) {
-    if (fault_now(C_READ)) return errno = EIO, -1;
+    if (fault_now(C_READ)) return g_eof ? 0 : (errno = EIO, -1);
     return __real_pread(fd, p, n, o);
 }
 ssize_t __wrap_pwrite(int fd, const void *p, size_t n, off_t o) {
@@ -799,7 +803,7 @@ static int reference(const path_def *p, result *ref, long counts[N_CLASSES]) {
 
 static void usage(void) {
     fprintf(stderr, "usage: qvl_fault [--stride K] [--max-runs M] [--path NAME] [--class alloc|read|write] [--at FUNC] [--n N] "
-                    "[-v] [--trace]\n");
+                    "[--eof] [-v] [--trace]\n");
     exit(2);
 }
 
@@ -820,6 +824,7 @@ int main(int argc, char **argv) {
             if (only_class < 0) usage();
         } else if (!strcmp(argv[i], "-v")) g_verbose = 1;
         else if (!strcmp(argv[i], "--trace")) g_trace = 1;
+        else if (!strcmp(argv[i], "--eof")) g_eof = 1;
         else usage();
     }
     if (stride < 1) stride = 1;

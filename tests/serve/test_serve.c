@@ -589,7 +589,7 @@ int main(void) {
     for (int i = 0; i < n_files; i++) k += snprintf(cmd + k, sizeof cmd - (size_t)k, " '%s'", paths[i]);
     CHECK(system(cmd) == 0);
     st_file *ref = NULL;
-    CHECK(st_open(ref_path, &ref, &err) == QVL_OK);
+    CHECK(st_load(ref_path, SIZE_MAX, &ref, &err) == QVL_OK);
     if (!ref) return tu_finish("test_serve");
     ref_item ri[4];
     for (int i = 0; i < n_files; i++) ref_of(ref, i, &ri[i]);
@@ -926,7 +926,7 @@ int main(void) {
         for (int i = 0; i < n_files; i++) q += snprintf(cmd + q, sizeof cmd - (size_t)q, " '%s'", paths[i]);
         CHECK(system(cmd) == 0);
         st_file *f = NULL;
-        CHECK(st_open(out2, &f, &err) == QVL_OK);
+        CHECK(st_load(out2, SIZE_MAX, &f, &err) == QVL_OK);
         for (int i = 0; f && i < n_files; i++) {
             char name[32];
             snprintf(name, sizeof name, "item%d.cache", i);
@@ -960,7 +960,7 @@ int main(void) {
         char p[900];
         snprintf(p, sizeof p, "%s/%s/encoder_cache.safetensors", dir, ri[0].key ? ri[0].key : "x");
         st_file *f = NULL;
-        CHECK(st_open(p, &f, &err) == QVL_OK && st_find(f, "ec_cache"));
+        CHECK(st_load(p, SIZE_MAX, &f, &err) == QVL_OK && st_find(f, "ec_cache"));
         st_close(f);
         snprintf(cmd, sizeof cmd, "'%s' cache gc '%s/cache' --size 1 > '%s' && '%s' cache stat '%s/cache' > '%s'", bin,
                  tmp, out3, bin, tmp, out3);

@@ -107,7 +107,7 @@ static inline int pu_fixture_open(const char *path, pu_fixture *f) {
     memset(f, 0, sizeof *f);
     qvl_error err;
     err_clear(&err);
-    CHECK(st_open(path, &f->fx, &err) == QVL_OK);
+    CHECK(st_load(path, SIZE_MAX, &f->fx, &err) == QVL_OK);
     if (!f->fx) {
         fprintf(stderr, "%s: %s\n", path, err.message);
         return 0;

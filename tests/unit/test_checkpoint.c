@@ -37,7 +37,7 @@ static void rewrite(const char *from, const char *to, const char *drop, const ch
     st_file *f = NULL;
     qvl_error err;
     err_clear(&err);
-    CHECK(st_open(src, &f, &err) == QVL_OK);
+    CHECK(st_load(src, SIZE_MAX, &f, &err) == QVL_OK);
     if (!f) return;
     st_wtensor *w = calloc(f->n_tensors + 1, sizeof *w);
     unsigned char *flipped = NULL;

@@ -251,7 +251,7 @@ int main(void) {
     st_file *f = NULL;
     qvl_error err;
     err_clear(&err);
-    qvl_status s = st_open(path, &f, &err);
+    qvl_status s = st_load(path, SIZE_MAX, &f, &err);
     CHECK(s == QVL_OK);
     if (s != QVL_OK) {
         fprintf(stderr, "%s\n", err.message);

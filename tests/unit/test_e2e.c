@@ -107,7 +107,7 @@ static void run_cli(const char *bin, const char *ckpt, const char *image, const 
 
     qvl_error err;
     st_file *o = NULL, *p = NULL;
-    CHECK(st_open(out, &o, &err) == QVL_OK);
+    CHECK(st_load(out, SIZE_MAX, &o, &err) == QVL_OK);
     if (o) {
         const st_tensor *g = st_find(o, "grid_thw");
         int64_t got[3] = {0};
@@ -133,7 +133,7 @@ static void run_cli(const char *bin, const char *ckpt, const char *image, const 
         CHECK(st_find(o, extra_ds) == NULL); /* no more DeepStack features than the reference */
         st_close(o);
     }
-    CHECK(st_open(pre, &p, &err) == QVL_OK);
+    CHECK(st_load(pre, SIZE_MAX, &p, &err) == QVL_OK);
     if (p) {
         const st_tensor *t = st_find(p, "item0.pixel_values");
         int same = t && xxh64_matches(fx, "pixel_values.xxh64", t->data, t->nbytes);
@@ -194,7 +194,7 @@ static void run_fixture(const char *path) {
     qvl_error err;
     err_clear(&err);
     st_file *fx = NULL;
-    CHECK(st_open(path, &fx, &err) == QVL_OK);
+    CHECK(st_load(path, SIZE_MAX, &fx, &err) == QVL_OK);
     if (!fx) { printf("%s: %s\n", path, err.message); return; }
     const char *preset = st_meta(fx, "synth_preset"), *fp_want = st_meta(fx, "fingerprint");
     const char *image_rel = st_meta(fx, "image"), *max_pixels = st_meta(fx, "max_pixels");

@@ -536,7 +536,7 @@ static void poke_bf16(const char *dir, const char *name, size_t index, uint16_t 
     if (!f) return;
     const st_tensor *t = st_find(f, name);
     CHECK(t != NULL);
-    off_t off = t ? (off_t)((const unsigned char *)t->data - (const unsigned char *)f->map) + (off_t)(2 * index) : 0;
+    off_t off = t ? (off_t)(t->offset + (off_t)(2 * index)) : 0;
     st_close(f);
     if (!t) return;
     int fd = open(path, O_WRONLY);

@@ -166,8 +166,9 @@ static void child(const void *arg, int fd) {
 }
 
 /* Fingerprinting a loaded model (every front end does: qvl encode's metadata, qvl serve, the cache key) reads
- * the whole checkpoint through its mapping; it must not leave those pages resident beside the packed panels (it
- * did: the 27B tower's processes peaked at 1.78 GiB instead of 0.97). In a child: the peak RSS with the model
+ * every tensor of the checkpoint; that must not leave the checkpoint's bytes resident beside the packed panels (it
+ * did, when it read them through a mapping: the 27B tower's processes peaked at 1.78 GiB instead of 0.97; the load
+ * now reads each tensor once with pread into one reused buffer). In a child: the peak RSS with the model
  * loaded, then after qvl_model_fingerprint; the growth must stay far below the weights' bytes (what it was). Not
  * under qemu-user, which takes MADV_DONTNEED as a no-op (and where loading the model costs a minute). */
 #ifndef QVL_TEST_UNDER_EMULATOR

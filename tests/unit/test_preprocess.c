@@ -157,7 +157,7 @@ static void run_video_cases(void) {
     st_file *fx = NULL;
     qvl_error err;
     err_clear(&err);
-    CHECK(st_open(path, &fx, &err) == QVL_OK);
+    CHECK(st_load(path, SIZE_MAX, &fx, &err) == QVL_OK);
     if (!fx) return;
     const st_tensor *lut = st_find(fx, "pre.lut");
     CHECK(lut && lut->nbytes == 3 * 256 * 4);
@@ -217,7 +217,7 @@ int main(void) {
     st_file *fx = NULL;
     qvl_error err;
     err_clear(&err);
-    CHECK(st_open(path, &fx, &err) == QVL_OK);
+    CHECK(st_load(path, SIZE_MAX, &fx, &err) == QVL_OK);
     if (!fx) return tu_finish("test_preprocess");
     const char *cases = st_meta(fx, "cases");
     CHECK(cases != NULL);

@@ -71,7 +71,7 @@ static void test_corpus(void) {
     qvl_error err;
     err_clear(&err);
     tu_source_path("tests/fixtures/resize/corpus.safetensors", path, sizeof path);
-    CHECK(st_open(path, &f, &err) == QVL_OK);
+    CHECK(st_load(path, SIZE_MAX, &f, &err) == QVL_OK);
     if (!f) {
         fprintf(stderr, "%s\n", err.message);
         return;

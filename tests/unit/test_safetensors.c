@@ -1,6 +1,7 @@
 /* test_safetensors.c — the safetensors reader against hand-built files: every malformed header gives a status and a
  * message (never a crash, checked under ASan/LSan), and valid files expose the right names, shapes, dtypes, data
- * pointers and metadata. Uses only st_open/st_parse, not the writer. */
+ * pointers and metadata; a file that shrinks after it was opened. Uses only the reader (st_open/st_load/st_parse/st_read),
+ * not the writer. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,7 +194,7 @@ static void test_valid_empty(void) {
     b = make_st("{\"__metadata__\": null}", NULL, 0);
     err_clear(&err);
     CHECK(st_parse(b.p, b.n, "nullmeta", &f, &err) == QVL_OK);
-    if (f) CHECK(f->n_tensors == 0 && f->n_meta == 0 && f->path == NULL && f->map == NULL);
+    if (f) CHECK(f->n_tensors == 0 && f->n_meta == 0 && f->path == NULL && f->fd == -1 && f->buf == NULL);
     st_close(f);
     free(b.p);
 
@@ -238,47 +239,99 @@ static void test_valid_several(void) {
     buf b = make_st(json, data, sizeof data);
     char path[512];
     write_file("several.safetensors", &b, path, sizeof path);
+    for (int loaded = 0; loaded < 2; loaded++) { /* st_open (pread), then st_load (in memory) */
+        qvl_error err;
+        err_clear(&err);
+        st_file *f = NULL;
+        CHECK((loaded ? st_load(path, b.n, &f, &err) : st_open(path, &f, &err)) == QVL_OK);
+        if (!f) {
+            fprintf(stderr, "  several: %s\n", err.message);
+            break;
+        }
+        CHECK(err.status == QVL_OK);
+        CHECK(loaded ? f->fd == -1 && f->buf != NULL : f->fd >= 0 && f->buf == NULL);
+        CHECK(f->n_tensors == 5);
+        const char *sorted[] = {"alpha.weight", "b", "f8", "mid", "zeta"};
+        for (size_t i = 0; i < 5 && i < f->n_tensors; i++) CHECK(strcmp(f->tensors[i].name, sorted[i]) == 0);
+        const uint64_t base = b.n - sizeof data; /* the data section's offset in the file */
+        const struct {
+            const char *name;
+            st_dtype dtype;
+            uint64_t begin, nbytes;
+        } want[] = {{"alpha.weight", ST_BF16, 0, 12}, {"mid", ST_I64, 16, 16}, {"f8", ST_F8_E4M3, 32, 4},
+                    {"zeta", ST_F32, 40, 16}, {"b", ST_U8, 56, 8}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            const st_tensor *t = st_find(f, want[i].name);
+            CHECK(t && t->dtype == want[i].dtype && t->nbytes == want[i].nbytes);
+            if (!t) continue;
+            CHECK(t->offset == base + want[i].begin);
+            CHECK(loaded ? (const uint8_t *)t->data == (const uint8_t *)f->buf + t->offset : t->data == NULL);
+            uint8_t got[16] = {0};
+            CHECK(st_read(f, t, 0, (size_t)t->nbytes, got, &err) == QVL_OK);
+            CHECK(memcmp(got, data + want[i].begin, (size_t)t->nbytes) == 0);
+            CHECK(st_read(f, t, 2, 2, got, &err) == QVL_OK && got[0] == data[want[i].begin + 2]);
+            /* outside the tensor: refused, nothing read */
+            CHECK(st_read(f, t, 0, (size_t)t->nbytes + 1, got, &err) == QVL_ERR_INVALID_ARG);
+            CHECK(st_read(f, t, t->nbytes + 1, 0, got, &err) == QVL_ERR_INVALID_ARG);
+        }
+        const st_tensor *t = st_find(f, "alpha.weight");
+        CHECK(t && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3);
+        t = st_find(f, "mid");
+        CHECK(t && t->ndim == 3 && t->shape[2] == 2);
+        CHECK(st_find(f, "alpha") == NULL);
+        CHECK(st_find(f, "zz") == NULL);
+        CHECK(st_find(f, "") == NULL);
+        CHECK(st_find(f, "__metadata__") == NULL);
+        CHECK(st_find(NULL, "b") == NULL);
+
+        CHECK(f->n_meta == 3);
+        CHECK(st_meta(f, "format") && strcmp(st_meta(f, "format"), "pt") == 0);
+        CHECK(st_meta(f, "note") && strcmp(st_meta(f, "note"), "qvl test") == 0);
+        CHECK(st_meta(f, "a") && st_meta(f, "a")[0] == '\0');
+        CHECK(st_meta(f, "missing") == NULL);
+        CHECK(st_meta(NULL, "format") == NULL);
+        st_close(f);
+    }
+    /* st_load's byte limit: one byte short of the file is refused before anything is read */
     qvl_error err;
-    err_clear(&err);
+    st_file *f = (st_file *)1;
+    CHECK(st_load(path, b.n - 1, &f, &err) == QVL_ERR_LIMIT && f == NULL);
+    st_close(NULL);
+    free(b.p);
+}
+
+/* A file that shrinks after st_open validated it (another process truncating or rewriting it): st_read must report
+ * QVL_ERR_IO naming the file, the tensor and where the file now ends. A mapping would have raised SIGBUS here. */
+static void test_shrunk_after_open(void) {
+    uint8_t data[4096];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)(i * 7);
+    buf b = make_st("{\"w\": {\"dtype\": \"U8\", \"shape\": [4096], \"data_offsets\": [0, 4096]}}", data,
+                    sizeof data);
+    char path[512];
+    write_file("shrinks.safetensors", &b, path, sizeof path);
+    qvl_error err;
     st_file *f = NULL;
     CHECK(st_open(path, &f, &err) == QVL_OK);
-    if (!f) {
-        fprintf(stderr, "  several: %s\n", err.message);
-        free(b.p);
-        return;
+    const st_tensor *t = f ? st_find(f, "w") : NULL;
+    CHECK(t != NULL);
+    if (t) {
+        CHECK(truncate(path, (off_t)(b.n - 1000)) == 0);
+        uint8_t got[4096];
+        CHECK(st_read(f, t, 0, 1000, got, &err) == QVL_OK && memcmp(got, data, 1000) == 0); /* still there */
+        err_clear(&err);
+        CHECK(st_read(f, t, 0, sizeof got, got, &err) == QVL_ERR_IO);
+        printf("  shrunk: %s\n", err.message);
+        char ends[64];
+        snprintf(ends, sizeof ends, "ends at byte %zu", b.n - 1000);
+        CHECK(strstr(err.message, path) && strstr(err.message, "tensor 'w'") && strstr(err.message, ends) &&
+              strstr(err.message, "truncated"));
+        CHECK(truncate(path, 0) == 0);
+        err_clear(&err);
+        CHECK(st_read(f, t, 4000, 96, got, &err) == QVL_ERR_IO);
+        printf("  emptied: %s\n", err.message);
+        CHECK(strstr(err.message, "ends at byte 0,") != NULL);
     }
-    CHECK(err.status == QVL_OK);
-    CHECK(f->n_tensors == 5);
-    const char *sorted[] = {"alpha.weight", "b", "f8", "mid", "zeta"};
-    for (size_t i = 0; i < 5 && i < f->n_tensors; i++) CHECK(strcmp(f->tensors[i].name, sorted[i]) == 0);
-    const uint8_t *base = (const uint8_t *)f->map + (b.n - sizeof data);
-
-    const st_tensor *t = st_find(f, "alpha.weight");
-    CHECK(t && t->dtype == ST_BF16 && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3 && t->nbytes == 12);
-    CHECK(t && (const uint8_t *)t->data == base && memcmp(t->data, data, 12) == 0);
-    t = st_find(f, "mid");
-    CHECK(t && t->dtype == ST_I64 && t->ndim == 3 && t->shape[2] == 2 && t->nbytes == 16);
-    CHECK(t && (const uint8_t *)t->data == base + 16 && ((const uint8_t *)t->data)[0] == 16);
-    t = st_find(f, "f8");
-    CHECK(t && t->dtype == ST_F8_E4M3 && t->nbytes == 4 && (const uint8_t *)t->data == base + 32);
-    t = st_find(f, "zeta");
-    CHECK(t && t->dtype == ST_F32 && t->nbytes == 16 && (const uint8_t *)t->data == base + 40);
-    t = st_find(f, "b");
-    CHECK(t && t->dtype == ST_U8 && t->nbytes == 8 && ((const uint8_t *)t->data)[7] == 63);
-    CHECK(st_find(f, "alpha") == NULL);
-    CHECK(st_find(f, "zz") == NULL);
-    CHECK(st_find(f, "") == NULL);
-    CHECK(st_find(f, "__metadata__") == NULL);
-    CHECK(st_find(NULL, "b") == NULL);
-
-    CHECK(f->n_meta == 3);
-    CHECK(st_meta(f, "format") && strcmp(st_meta(f, "format"), "pt") == 0);
-    CHECK(st_meta(f, "note") && strcmp(st_meta(f, "note"), "qvl test") == 0);
-    CHECK(st_meta(f, "a") && st_meta(f, "a")[0] == '\0');
-    CHECK(st_meta(f, "missing") == NULL);
-    CHECK(st_meta(NULL, "format") == NULL);
     st_close(f);
-    st_close(NULL);
     free(b.p);
 }
 
@@ -353,6 +406,7 @@ int main(void) {
     test_valid_empty();
     test_valid_several();
     test_nul_in_header();
+    test_shrunk_after_open();
 
     /* Clean up the temp dir. */
     if (!tu_rmtree(g_dir)) fprintf(stderr, "test_safetensors: could not remove %s\n", g_dir);

@@ -49,7 +49,7 @@ static void roundtrip(size_t reserve, int n_meta) {
     CHECK(qvl_st_writer_finish(w, &err) == QVL_OK && err.status == QVL_OK);
     CHECK(tu_dotfiles(tmp) == 0);
     st_file *f = NULL;
-    CHECK(st_open(path, &f, &err) == QVL_OK);
+    CHECK(st_load(path, SIZE_MAX, &f, &err) == QVL_OK);
     if (!f) return;
     const st_tensor *t = st_find(f, "x");
     CHECK(t && t->dtype == ST_F32 && t->ndim == 2 && t->shape[0] == 6 && t->shape[1] == 5 &&

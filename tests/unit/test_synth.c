@@ -71,7 +71,7 @@ static void test_st_roundtrip(void) {
 
     st_file *sf = NULL;
     err_clear(&err);
-    CHECK(st_open(tpath("rt.safetensors"), &sf, &err) == QVL_OK);
+    CHECK(st_load(tpath("rt.safetensors"), SIZE_MAX, &sf, &err) == QVL_OK);
     if (!sf) {
         fprintf(stderr, "st_open: %s\n", err.message);
         return;
@@ -107,7 +107,7 @@ static void test_st_roundtrip(void) {
     err_clear(&err);
     CHECK(st_write(tpath("empty.safetensors"), NULL, 0, NULL, 0, &err) == QVL_OK);
     err_clear(&err);
-    CHECK(st_open(tpath("empty.safetensors"), &sf, &err) == QVL_OK);
+    CHECK(st_load(tpath("empty.safetensors"), SIZE_MAX, &sf, &err) == QVL_OK);
     if (sf) CHECK(sf->n_tensors == 0);
     st_close(sf);
 }
@@ -242,7 +242,7 @@ static float *load_f32(const char *file, const char *name, size_t *n, int mlx_co
     st_file *f = NULL;
     qvl_error err;
     err_clear(&err);
-    if (st_open(file, &f, &err) != QVL_OK) return NULL;
+    if (st_load(file, SIZE_MAX, &f, &err) != QVL_OK) return NULL;
     const st_tensor *t = st_find(f, name);
     float *out = NULL;
     if (t) {
@@ -271,7 +271,7 @@ static size_t count_tensors(const char *file) {
     st_file *f = NULL;
     qvl_error err;
     err_clear(&err);
-    if (st_open(file, &f, &err) != QVL_OK) return 0;
+    if (st_load(file, SIZE_MAX, &f, &err) != QVL_OK) return 0;
     size_t n = f->n_tensors;
     st_close(f);
     return n;

@@ -388,7 +388,7 @@ int main(void) {
     tu_source_path("tests/fixtures/video.safetensors", path, sizeof path);
     st_file *f = NULL;
     qvl_error err;
-    CHECK(st_open(path, &f, &err) == QVL_OK);
+    CHECK(st_load(path, SIZE_MAX, &f, &err) == QVL_OK);
     if (!QVL_WITH_VIDEO) printf("test_video: video files not tested, built without FFmpeg (QVL_VIDEO=OFF)\n");
     if (f) {
         printf("oracle: transformers %s, av %s\n", st_meta(f, "transformers") ? st_meta(f, "transformers") : "?",
