@@ -120,14 +120,8 @@ long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off) {
         memcpy(buf, src->data + off, n);
         return (long)n;
     }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(src->fd, (uint8_t *)buf + got, n - got, (off_t)(off + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return got ? (long)got : -1;
-        if (r == 0) break;
-        got += (size_t)r;
-    }
+    size_t got;
+    if (fu_pread_full(src->fd, buf, n, off, &got) != 0 && got == 0) return -1;
     return (long)got;
 }
 

@@ -59,6 +59,19 @@ qvl_status fu_open_fd(const char *path, int *fd, size_t *size, qvl_error *err) {
     return QVL_OK;
 }
 
+int fu_pread_full(int fd, void *p, size_t n, uint64_t off, size_t *got) {
+    *got = 0;
+    if (off > (uint64_t)INT64_MAX || n > (uint64_t)INT64_MAX - off) return errno = EOVERFLOW, -1;
+    while (*got < n) {
+        const ssize_t r = pread(fd, (unsigned char *)p + *got, n - *got, (off_t)(off + *got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
 qvl_status fu_open_regular(const char *path, FILE **f, size_t *size, qvl_error *err) {
     *f = NULL;
     int fd;

@@ -18,6 +18,10 @@ qvl_status fu_open_fd(const char *path, int *fd, size_t *size, qvl_error *err);
 qvl_status fu_open_regular(const char *path, FILE **f, size_t *size, qvl_error *err);
 /* Read a whole regular file of at most `limit` bytes into a NUL-terminated malloc'd buffer. */
 qvl_status fu_read_file(const char *path, size_t limit, char **out, size_t *len, qvl_error *err);
+/* pread n bytes at byte `off` of fd into p, retrying interrupted and short reads; *got: the bytes read. 0 when
+ * they all were or the file ended first (*got < n), -1 with errno set on a read error (EOVERFLOW: off + n past
+ * what off_t holds). */
+int fu_pread_full(int fd, void *p, size_t n, uint64_t off, size_t *got);
 /* 1 if `path` names an existing regular file. */
 int fu_is_file(const char *path);
 /* 1 if something exists at `path` (following links): a loader that finds it opens it and reports what it is. */

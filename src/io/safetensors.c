@@ -424,36 +424,29 @@ static const char *st_errstr(int e, char *buf, size_t n) {
 #endif
 }
 
-/* Read exactly n bytes at `at` of fd; `what` and the tensor name (NULL: none) are for the message. A short count
- * is the file ending early: it shrank since it was opened and validated. */
+/* Read exactly n bytes at `at` of fd: of tensor t (NULL: of `what`), named in the message only on failure. A short
+ * count is the file ending early: it shrank since it was opened and validated. */
 static qvl_status st_pread(int fd, void *dst, size_t n, uint64_t at, size_t opened_size, const char *path,
-                           const char *what, qvl_error *err) {
-    unsigned char *p = dst;
-    char eb[128];
-    while (n > 0) {
-        const size_t want = n < (1u << 30) ? n : (1u << 30);
-        if (at > (uint64_t)INT64_MAX - want)
-            return err_fail(err, QVL_ERR_IO, "%s: %s: offset %llu is out of range", path, what,
-                            (unsigned long long)at);
-        const ssize_t got = pread(fd, p, want, (off_t)at);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
-            const int e = errno;
-            return err_fail(err, e == ENOMEM ? QVL_ERR_NOMEM : QVL_ERR_IO, "%s: read error in %s at byte %llu: %s",
-                            path, what, (unsigned long long)at, st_errstr(e, eb, sizeof eb));
-        }
-        if (got == 0) {
-            struct stat st;
-            const long long now = fstat(fd, &st) == 0 ? (long long)st.st_size : (long long)at;
-            return err_fail(err, QVL_ERR_IO, "%s: the file ends at byte %lld, before byte %llu of %s, but was %zu "
-                            "bytes when it was opened (truncated or rewritten while being read)", path, now,
-                            (unsigned long long)at, what, opened_size);
-        }
-        p += got;
-        at += (uint64_t)got;
-        n -= (size_t)got;
-    }
-    return QVL_OK;
+                           const st_tensor *t, const char *what, qvl_error *err) {
+    size_t got;
+    const int rc = fu_pread_full(fd, dst, n, at, &got);
+    if (rc == 0 && got == n) return QVL_OK;
+    const int e = errno;
+    char desc[256], eb[128];
+    if (t)
+        snprintf(desc, sizeof desc, "tensor '" ST_NAME_FMT "' (%llu bytes from byte %llu)", t->name,
+                 (unsigned long long)t->nbytes, (unsigned long long)t->offset);
+    else
+        snprintf(desc, sizeof desc, "%s", what);
+    at += got;
+    if (rc != 0)
+        return err_fail(err, e == ENOMEM ? QVL_ERR_NOMEM : QVL_ERR_IO, "%s: read error in %s at byte %llu: %s",
+                        path, desc, (unsigned long long)at, st_errstr(e, eb, sizeof eb));
+    struct stat st;
+    const long long now = fstat(fd, &st) == 0 ? (long long)st.st_size : (long long)at;
+    return err_fail(err, QVL_ERR_IO, "%s: the file ends at byte %lld, before byte %llu of %s, but was %zu bytes when "
+                    "it was opened (truncated or rewritten while being read)", path, now, (unsigned long long)at,
+                    desc, opened_size);
 }
 
 qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
@@ -466,11 +459,11 @@ qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
     uint8_t len8[8];
     char *json = NULL;
     st_file *f = NULL;
-    qvl_status s = size < 8 ? QVL_OK : st_pread(fd, len8, 8, 0, size, path, "the header length", err);
+    qvl_status s = size < 8 ? QVL_OK : st_pread(fd, len8, 8, 0, size, path, NULL, "the header length", err);
     if (s == QVL_OK) s = st_header_len(len8, size, path, &n, err);
     if (s == QVL_OK && !(json = malloc(n + 1)))
         s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for a %zu-byte header", path, n);
-    if (s == QVL_OK) s = st_pread(fd, json, n, 8, size, path, "the header", err);
+    if (s == QVL_OK) s = st_pread(fd, json, n, 8, size, path, NULL, "the header", err);
     if (s == QVL_OK) {
         json[n] = '\0';
         s = st_from_header(json, n, size, NULL, path, &f, err); /* frees json */
@@ -516,10 +509,7 @@ qvl_status st_read(const st_file *f, const st_tensor *t, uint64_t off, size_t n,
         if (n) memcpy(dst, (const unsigned char *)t->data + off, n);
         return QVL_OK;
     }
-    char what[256];
-    snprintf(what, sizeof what, "tensor '" ST_NAME_FMT "' (%llu bytes from byte %llu)", t->name,
-             (unsigned long long)t->nbytes, (unsigned long long)t->offset);
-    return st_pread(f->fd, dst, n, t->offset + off, f->size, f->path ? f->path : "<file>", what, err);
+    return st_pread(f->fd, dst, n, t->offset + off, f->size, f->path ? f->path : "<file>", t, NULL, err);
 }
 
 /* Index of `key` among n names sorted by strcmp, the name of entry i at base + i·stride (a `const char *`

@@ -18,7 +18,7 @@ typedef struct binder {
     qvl_model *m;
     const checkpoint *ck;
     size_t small_cap, small_used;
-    void *scratch; /* a vector's stored bytes, read before they are widened */
+    void *scratch; /* a tensor's stored bytes, read before they are widened or permuted */
     size_t scratch_cap;
     qvl_error *err;
 } binder;
@@ -44,6 +44,21 @@ static qvl_status lookup(binder *b, const char *canonical, int ndim, const int64
     return QVL_OK;
 }
 
+/* Read checkpoint tensor t's stored bytes into the binder's scratch (*out), which grows to the largest read. */
+static qvl_status read_stored(binder *b, const ckpt_tensor *t, const unsigned char **out) {
+    if (t->nbytes > b->scratch_cap) {
+        void *grown = realloc(b->scratch, (size_t)t->nbytes);
+        if (!grown)
+            return err_fail(b->err, QVL_ERR_NOMEM, "cannot allocate %llu bytes to read '%s'",
+                            (unsigned long long)t->nbytes, t->name);
+        b->scratch = grown;
+        b->scratch_cap = (size_t)t->nbytes;
+    }
+    TRY(st_read(b->ck->files[t->file], t->src, 0, (size_t)t->nbytes, b->scratch, b->err));
+    *out = b->scratch;
+    return QVL_OK;
+}
+
 static qvl_status bind_mat(binder *b, const char *canonical, int rows, int cols, wmat *w) {
     const ckpt_tensor *t = NULL;
     int64_t shape[2] = {rows, cols};
@@ -62,15 +77,10 @@ static qvl_status bind_vec(binder *b, const char *canonical, int n, const float 
     TRY(lookup(b, canonical, 1, shape, &t));
     if (b->small_used + (size_t)n > b->small_cap)
         return err_fail(b->err, QVL_ERR_INTERNAL, "vector storage undersized at '%s'", canonical);
-    if (t->nbytes > b->scratch_cap) {
-        void *grown = realloc(b->scratch, (size_t)t->nbytes);
-        if (!grown) return err_fail(b->err, QVL_ERR_NOMEM, "out of memory reading '%s'", canonical);
-        b->scratch = grown;
-        b->scratch_cap = (size_t)t->nbytes;
-    }
-    TRY(st_read(b->ck->files[t->file], t->src, 0, (size_t)t->nbytes, b->scratch, b->err));
+    const unsigned char *src = NULL;
+    TRY(read_stored(b, t, &src));
     float *dst = b->m->small + b->small_used;
-    op_to_f32(b->scratch, t->dtype, dst, (size_t)n);
+    op_to_f32(src, t->dtype, dst, (size_t)n);
     b->small_used += (size_t)n;
     *out = dst;
     return QVL_OK;
@@ -118,19 +128,12 @@ static qvl_status bind_patch(binder *b) {
     int is_mlx = found->layout == CKPT_LAYOUT_MLX_CONV;
     if (is_mlx) {
         size_t es = st_dtype_size(found->stored_dtype);
-        unsigned char *dst = malloc((size_t)found->nbytes), *src = malloc((size_t)found->nbytes);
-        if (!dst || !src) {
-            free(dst);
-            free(src);
-            return err_fail(b->err, QVL_ERR_NOMEM, "cannot allocate 2 x %llu bytes for the patch weight",
+        const unsigned char *src = NULL;
+        TRY(read_stored(b, found, &src));
+        unsigned char *dst = malloc((size_t)found->nbytes);
+        if (!dst)
+            return err_fail(b->err, QVL_ERR_NOMEM, "cannot allocate %llu bytes for the patch weight",
                             (unsigned long long)found->nbytes);
-        }
-        qvl_status s = st_read(b->ck->files[found->file], found->src, 0, (size_t)found->nbytes, src, b->err);
-        if (s != QVL_OK) {
-            free(dst);
-            free(src);
-            return s;
-        }
         int C = c->in_channels, T = c->temporal_patch, P = c->patch;
         for (int o = 0; o < c->hidden; o++)
             for (int ci = 0; ci < C; ci++)
@@ -141,7 +144,6 @@ static qvl_status bind_patch(binder *b) {
                             size_t si = ((((size_t)o * T + ti) * P + y) * P + x) * C + ci;
                             memcpy(dst + di * es, src + si * es, es);
                         }
-        free(src);
         m->owned_patch = dst;
         m->bound[m->n_bound - 1].data = dst; /* the fingerprint sees HF layout whatever was stored */
     }
