@@ -17,6 +17,7 @@
 #include "core/cpu.h"
 #include "cpu/attention.h"
 #include "cpu/bf16.h"
+#include "cpu/kernels_avx2.h" /* attn_query_tiles */
 #include "testutil.h"
 
 static void fill(float *x, size_t n, uint32_t *st, float scale) {
@@ -146,12 +147,16 @@ static void attn_case(const int *lens, int n_seg, int hd) {
         }
     /* With scratch for the K and V pack (attention_bf16.c): room for every head, for one head at a time (two
      * groups; the odd size also leaves the buffer unaligned), and one byte short of one head (the per-item path).
-     * The scratch starts as NaN bytes, so a pair the pack leaves unwritten shows. */
+     * Only segments of more than one query tile are packed; when none is, any scratch is left alone (4 KiB here).
+     * The scratch starts as NaN bytes, so a pair the pack leaves unwritten shows, and a scratch too small for one
+     * head (or not needed) must come back untouched. */
     size_t keys = 0;
-    for (int s = 0; s < n_seg; s++) keys += ((size_t)lens[s] + 7) & ~(size_t)7;
+    for (int s = 0; s < n_seg; s++)
+        if (attn_query_tiles(lens[s]) > 1) keys += ((size_t)lens[s] + 7) & ~(size_t)7;
     const size_t head_bytes = keys * (size_t)hd * sizeof(uint32_t);
-    const size_t sizes[3] = {(size_t)nh * head_bytes + 64, head_bytes + 63, head_bytes - 1};
-    for (int z = 0; z < 3; z++) {
+    const size_t sizes[3] = {keys ? (size_t)nh * head_bytes + 64 : 4096, head_bytes + 63, head_bytes - 1};
+    for (int z = 0; z < (keys ? 3 : 1); z++) {
+        const int untouched = !keys || z == 2;
         unsigned char *scratch = tu_guarded_alloc(sizes[z]);
         a.scratch = scratch;
         a.scratch_bytes = sizes[z];
@@ -164,6 +169,10 @@ static void attn_case(const int *lens, int n_seg, int hd) {
                 snprintf(what, sizeof what, "attention S %d (%d segments, first %d) hd %d set %d threads %d scratch %zu",
                          S, n_seg, lens[0], hd, set, nt, sizes[z]);
                 CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)ref, on * sizeof(float), what));
+                size_t w = 0;
+                while (untouched && w < sizes[z] && scratch[w] == 0xff) w++;
+                if (untouched && w < sizes[z]) printf("%s: scratch byte %zu written\n", what, w);
+                CHECK(!untouched || w == sizes[z]);
             }
         tu_guarded_free(scratch);
     }
@@ -372,11 +381,12 @@ int main(void) {
         }
     attn_overflow_case();
     /* Edges of the AVX512-BF16 block: 16-row vectors, 48-row blocks (3 vectors; tails of 1 and 2), 8-key score
-     * chunks and key pairs (odd key counts), 64/80-key tiles, 192/240-row query tiles (208 = 13 vectors). */
+     * chunks and key pairs (odd key counts), 64/80-key tiles, 192/240-row query tiles (208 = 13 vectors); with
+     * scratch, segments of one query tile (not packed) before and after one of two (packed). */
     static const int segs[][4] = {{1, 2, 3, 0},    {7, 8, 9, 0},     {15, 16, 17, 0}, {31, 32, 33, 0},
                                   {47, 48, 49, 0},  {63, 64, 65, 0},  {79, 80, 81, 0}, {144, 31, 0, 0},
                                   {192, 193, 0, 0}, {208, 95, 0, 0}, {240, 241, 0, 0}, {433, 0, 0, 0},
-                                  {784, 0, 0, 0}};
+                                  {784, 0, 0, 0},   {33, 241, 7, 0}};
     for (size_t i = 0; i < sizeof segs / sizeof *segs; i++) {
         int n = 0;
         while (n < 4 && segs[i][n]) n++;
