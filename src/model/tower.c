@@ -341,6 +341,8 @@ qvl_status qvl_limits_check_grids(const qvl_limits *limits, const qvl_grid *grid
 }
 
 qvl_status tower_check_grid(int merge, const qvl_grid *g, const char *label, qvl_error *err) {
+    if (merge < 1) /* a caller's bug, not the grid's: refused before the divisions below */
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: merge size %d (want at least 1)", label, merge);
     if (g->t < 1 || g->h < merge || g->w < merge || g->h % merge || g->w % merge || g->h > MAX_GRID_SIDE ||
         g->w > MAX_GRID_SIDE)
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s (t=%d, h=%d, w=%d): t must be ≥ 1 and h, w positive multiples "

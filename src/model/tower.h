@@ -22,8 +22,8 @@ qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *ite
                         qvl_error *err);
 /* Scratch bytes for `rows` patch rows (with the staging buffer that bf16/f16 sinks need when `stage`); 0 on
  * overflow. Reserve it (growing only). */
-/* The one check of a grid (t ≥ 1; h, w positive multiples of the merge size, at most MAX_GRID_SIDE); `label`
- * names it in the message. */
+/* The one check of a grid (t ≥ 1; h, w positive multiples of the merge size, at most MAX_GRID_SIDE; a merge size
+ * below 1 is refused too); `label` names it in the message. */
 qvl_status tower_check_grid(int merge, const qvl_grid *g, const char *label, qvl_error *err);
 size_t tower_scratch_bytes(const qvl_ctx *c, size_t rows, int stage);
 qvl_status tower_reserve(qvl_ctx *c, size_t rows, int stage, qvl_error *err);

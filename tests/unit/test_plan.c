@@ -1,7 +1,7 @@
 /* test_plan.c — the plan API: every item kind, each failing alone; outputs equal qvl_encode of the plan's rows bit
  * for bit whatever the grouping, in both layouts and all three dtypes; video timing; cancellation (before, and
  * between groups through the callback); a reserved context encodes without allocating; plans without a context;
- * the items array of an older (shorter) qvl_item. */
+ * the items array of an older (shorter) qvl_item; ROWS items with a patch geometry out of range. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu/ops.h"
+#include "model/tower.h"
 #include "qvl.h"
 #include "testutil.h"
 
@@ -259,6 +260,49 @@ static void test_kinds(void) {
     qvl_ctx_free(c);
 }
 
+/* ROWS items whose preprocessing gives a patch geometry out of range (a merge of 0 divided the grid check by zero
+ * without a ctx: SIGFPE, the whole batch lost) fail alone, with or without a ctx; so does a grid checked against
+ * a merge of 0 by the tower itself. */
+static void test_rows_geometry(void) {
+    static float rows[16 * 1536];
+    qvl_preprocess_params bad[6];
+    for (int i = 0; i < 6; i++) qvl_preprocess_params_default(&bad[i]);
+    bad[0].merge = 0, bad[1].patch = 0, bad[2].temporal_patch = 0;
+    bad[3].merge = 17, bad[4].patch = 1025, bad[5].merge = -2;
+    enum { N = 8 };
+    qvl_item it[N];
+    for (int i = 0; i < N; i++) {
+        qvl_item_default(&it[i]);
+        it[i].kind = QVL_ITEM_ROWS, it[i].rows = rows, it[i].grid = (qvl_grid){1, 4, 4};
+        if (i >= 1 && i <= 6) it[i].preprocess = &bad[i - 1];
+    }
+    const char *why[N] = {NULL, "merge 0", "patch 0", "temporal_patch 0", "merge 17", "patch 1025", "merge -2", NULL};
+    qvl_ctx *c = new_ctx(g_m, 1);
+    for (int with_ctx = 0; with_ctx < 2; with_ctx++) {
+        qvl_plan *plan = NULL;
+        qvl_error err;
+        CHECK(qvl_plan_create(with_ctx ? c : NULL, it, N, NULL, &plan, &err) == QVL_OK);
+        CHECK(qvl_plan_ok_count(plan) == 2);
+        for (int i = 0; i < N; i++) {
+            qvl_item_info in;
+            qvl_plan_item(plan, i, &in);
+            if (!why[i]) {
+                CHECK(in.status == QVL_OK && in.n_rows == 16 && in.n_tokens == 4);
+                continue;
+            }
+            CHECK(in.status == QVL_ERR_INVALID_ARG && strstr(in.message, why[i]) != NULL);
+            if (i == 1) printf("  %s: %s\n", with_ctx ? "ctx" : "no ctx", in.message);
+        }
+        qvl_plan_free(plan);
+    }
+    qvl_ctx_free(c);
+    qvl_error err;
+    const qvl_grid g = {1, 4, 4};
+    CHECK(tower_check_grid(0, &g, "grid", &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "merge size 0"));
+    CHECK(tower_check_grid(-1, &g, "grid", &err) == QVL_ERR_INVALID_ARG);
+    CHECK(tower_check_grid(2, &g, "grid", &err) == QVL_OK);
+}
+
 static int g_polls, g_cancel_after;
 static int cancel_after(void *user) {
     (void)user;
@@ -458,7 +502,8 @@ int main(void) {
     CHECK(qvl_model_load(g_dir2, NULL, &g_m2, &err) == QVL_OK);
     if (!g_m || !g_m2) return tu_finish("test_plan");
     qvl_model_get_info(g_m, &g_in);
-    test_cancel(); /* patch rows only */
+    test_rows_geometry(); /* patch rows only */
+    test_cancel();
     test_cancel_thread();
     if (QVL_WITH_MEDIA) {
         test_kinds();
