@@ -795,7 +795,8 @@ QVL_API qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *plan, qvl_
  * the first failed item (err names it), with each item's own status in qvl_plan_item. Encoding failures
  * (cancellation and memory) mark the items of the failing group; an item whose output holds a NaN or an infinity
  * (scanned after its group: about 0.2 ms per 10^6 output values) fails alone with QVL_ERR_NONFINITE. The plan can be encoded
- * again (for example on another ctx over the same model). */
+ * again (for example on another ctx over the same model): there, an item over that ctx's max_item_patches or
+ * max_call_patches fails alone with QVL_ERR_LIMIT, and groups are kept within its max_call_patches. */
 QVL_API qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *plan, void *const *outputs, qvl_error *err);
 
 /* Content-addressed cache key of one item: 32 bytes (64 lowercase hex digits, the `uuid` a server hands to vLLM),

@@ -700,6 +700,23 @@ static qvl_status item_out_finite(const qvl_plan *p, const plan_item *pi, const 
                     "(non-finite weights, or activations past the float32 range)", pi->label, what, tok, col);
 }
 
+/* An item against the limits of the ctx that encodes it, which may be lower than those it was planned under (a
+ * plan can be encoded on another ctx over the same model): its rows against max_item_patches, and against
+ * max_call_patches as a group of its own. Checked per item so that one over a limit fails alone, named. */
+static qvl_status item_fits_ctx(const plan_item *pi, const qvl_limits *lim, qvl_error *err) {
+    const qvl_grid *g = &pi->grid;
+    if (pi->n_rows > lim->max_item_patches)
+        return limit_fail(err, "max_item_patches", lim->max_item_patches,
+                          "%s: grid %dx%dx%d (t x h x w) is %zu patch rows, more than the %llu this ctx allows per "
+                          "item", pi->label, g->t, g->h, g->w, pi->n_rows, (unsigned long long)lim->max_item_patches);
+    if (pi->n_rows > lim->max_call_patches)
+        return limit_fail(err, "max_call_patches", lim->max_call_patches,
+                          "%s: grid %dx%dx%d (t x h x w) is %zu patch rows, more than the %llu this ctx encodes in "
+                          "one call", pi->label, g->t, g->h, g->w, pi->n_rows,
+                          (unsigned long long)lim->max_call_patches);
+    return QVL_OK;
+}
+
 static void mark(qvl_plan *p, const size_t *idx, size_t n, qvl_status s, const char *msg) {
     for (size_t j = 0; j < n; j++) {
         plan_item *pi = &p->items[idx[j]];
@@ -717,6 +734,7 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
                         "only); make it on a ctx to encode it");
     if (ctx_model(ctx) != p->m)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_encode: the plan was made for another model");
+    const qvl_limits *lim = ctx_limits(ctx);
     for (size_t i = 0; i < p->n; i++) { /* a fresh encode: earlier encode failures are forgotten */
         plan_item *pi = &p->items[i];
         if (pi->status != QVL_OK) continue;
@@ -724,15 +742,22 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
         pi->message[0] = '\0';
         pi->encode_ms = 0;
         pi->encoded = 0;
+        qvl_error fe;
+        err_clear(&fe);
         if (!outputs[i]) {
             pi->enc_status = QVL_ERR_INVALID_ARG;
             snprintf(pi->message, sizeof pi->message, "%s: outputs[%zu] is NULL", pi->label, i);
+        } else if ((pi->enc_status = item_fits_ctx(pi, lim, &fe)) != QVL_OK) {
+            snprintf(pi->message, sizeof pi->message, "%s", fe.message);
         }
     }
-    const size_t cap = p->p.max_batch_rows;
+    /* Groups within this ctx's call limit too, so that no group-level limit can fail an item that fits it alone. */
+    const size_t cap = lim->max_call_patches < p->p.max_batch_rows ? (size_t)lim->max_call_patches
+                                                                   : p->p.max_batch_rows;
     int stop = 0;
     for (size_t i = 0; i < p->n && !stop;) {
-        /* the next group: consecutive ok items while their rows fit (the same rule as plan_groups) */
+        /* the next group: consecutive ok items while their rows fit (plan_groups' rule; on the planning ctx the call
+         * limit, which bounds the whole plan, lowers nothing) */
         size_t n = 0, rows = 0, tok = 0;
         for (; i < p->n; i++) {
             plan_item *pi = &p->items[i];

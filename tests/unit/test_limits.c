@@ -13,7 +13,8 @@
  * under a second, with the process's peak RSS (getrusage) growing by less than 64 MiB.
  * Then the limits as an API (qvl_limits), on the tiny synthetic model and without decoders: defaults, refusal of
  * zero limits, grids over max_item_patches / max_call_patches refused by qvl_encode, plans and
- * qvl_limits_check_grids before any allocation, a plan's limits lowering (never raising) its ctx's, PIXELS and
+ * qvl_limits_check_grids before any allocation, a plan's limits lowering (never raising) its ctx's, a plan encoded on
+ * a ctx of lower limits (each item over them failing alone, the groups within its call limit), PIXELS and
  * FRAMES items over the image and video limits, lowered decoder limits (scans, PNG chunks, canvas, input bytes);
  * NaN / infinity in ROWS items, qvl_encode input, weights (at load, naming the tensor) and outputs
  * (QVL_ERR_NONFINITE); an exact size above the budget; min_pixels in preprocessor_config.json bounded.
@@ -341,6 +342,85 @@ static qvl_model *load_model(const char *dir, qvl_error *err) {
     return m;
 }
 
+/* A plan made on a ctx of default limits, encoded on `low` (max_item_patches 24, max_call_patches 32) and on one
+ * whose call limit (20) is below an item: each item over a limit of the encoding ctx fails alone, named, and the
+ * groups shrink to that ctx's call limit, so every other item encodes, to the same bytes as on the first ctx. */
+static void test_encode_elsewhere(qvl_model *m, qvl_ctx *low) {
+    qvl_ctx *ctx, *call20;
+    qvl_error err;
+    CHECK(qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
+    qvl_limits l;
+    qvl_limits_default(&l);
+    l.max_call_patches = 20;
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    cp.limits = &l;
+    CHECK(qvl_ctx_create(m, &cp, &call20, &err) == QVL_OK);
+    if (!ctx || !call20) return;
+    const size_t row_len = 1536;
+    float *px = malloc(64 * row_len * sizeof *px);
+    uint32_t st = 3;
+    for (size_t i = 0; i < 64 * row_len; i++) px[i] = tu_frand(&st);
+    enum { N = 5 };
+    const qvl_grid g[N] = {{1, 4, 4}, {1, 8, 8}, {1, 4, 4}, {1, 4, 6}, {1, 4, 4}};
+    const char *labels[N] = {"a", "big", "c", "wide", "e"};
+    qvl_item it[N];
+    for (int i = 0; i < N; i++) {
+        qvl_item_default(&it[i]);
+        it[i].kind = QVL_ITEM_ROWS, it[i].rows = px, it[i].grid = g[i], it[i].label = labels[i];
+    }
+    qvl_plan *plan = NULL;
+    CHECK(qvl_plan_create(ctx, it, N, NULL, &plan, &err) == QVL_OK && qvl_plan_ok_count(plan) == N);
+    if (!plan) return;
+    void *want[N], *got[N];
+    size_t bytes[N];
+    for (int i = 0; i < N; i++) {
+        qvl_item_info in;
+        qvl_plan_item(plan, i, &in);
+        bytes[i] = in.out_bytes;
+        want[i] = calloc(1, bytes[i]);
+        got[i] = calloc(1, bytes[i]);
+    }
+    CHECK(qvl_plan_encode(ctx, plan, want, &err) == QVL_OK);
+    /* on `low`: only "big" (64 rows) is over max_item_patches; a + c + wide + e are 72 rows, grouped within 32 */
+    qvl_status s = qvl_plan_encode(low, plan, got, &err);
+    const char *big[] = {"big: grid 1x8x8", "64 patch rows", "max_item_patches = 24", NULL};
+    CHECK(is_err(s, &err, QVL_ERR_LIMIT, big));
+    for (int i = 0; i < N; i++) {
+        qvl_item_info in;
+        qvl_plan_item(plan, i, &in);
+        if (i == 1) {
+            printf("  encoded on a ctx of lower limits: %s\n", in.message);
+            CHECK(in.status == QVL_ERR_LIMIT && strstr(in.message, "big: grid 1x8x8") == in.message);
+        } else {
+            CHECK(in.status == QVL_OK && memcmp(got[i], want[i], in.out_bytes) == 0);
+        }
+    }
+    /* on call20: "big" (64) and "wide" (24) are each over its call limit; the 16-row items encode one by one */
+    for (int i = 0; i < N; i++) memset(got[i], 0, bytes[i]);
+    s = qvl_plan_encode(call20, plan, got, &err);
+    const char *call[] = {"big: grid 1x8x8", "max_call_patches = 20", NULL};
+    CHECK(is_err(s, &err, QVL_ERR_LIMIT, call));
+    for (int i = 0; i < N; i++) {
+        qvl_item_info in;
+        qvl_plan_item(plan, i, &in);
+        if (i == 1 || i == 3)
+            CHECK(in.status == QVL_ERR_LIMIT && strstr(in.message, labels[i]) == in.message &&
+                  strstr(in.message, "max_call_patches = 20") != NULL);
+        else
+            CHECK(in.status == QVL_OK && memcmp(got[i], want[i], in.out_bytes) == 0);
+    }
+    CHECK(qvl_plan_encode(ctx, plan, got, &err) == QVL_OK); /* and again on the first: every item */
+    for (int i = 0; i < N; i++) {
+        free(want[i]);
+        free(got[i]);
+    }
+    qvl_plan_free(plan);
+    free(px);
+    qvl_ctx_free(ctx);
+    qvl_ctx_free(call20);
+}
+
 /* A grid of 268 M rows handed to qvl_encode: refused from the grid alone, before the scratch for it is sized or any
  * pixel is read (the 16-float buffer behind it would be overrun otherwise); then a ctx whose limits were lowered. */
 static void test_encode_limits(qvl_model *m) {
@@ -409,6 +489,7 @@ static void test_encode_limits(qvl_model *m) {
           strstr(info.message, "max_call_patches = 20") != NULL);
     printf("  plan over its call limit: %s\n", info.message);
     qvl_plan_free(plan);
+    test_encode_elsewhere(m, ctx);
     free(px);
     free(o);
     qvl_ctx_free(ctx);
