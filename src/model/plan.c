@@ -247,6 +247,14 @@ static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, q
     if ((uint64_t)w * (uint64_t)h > lim->max_video_pixels / it->n_frames)
         return limit_fail(err, "max_video_pixels", lim->max_video_pixels, "%s: %zu frames of %dx%d are more than the "
                           "%llu pixels allowed", label, it->n_frames, w, h, (unsigned long long)lim->max_video_pixels);
+    /* every frame's size, and the image limit each is held to, before the frames' block is allocated */
+    if ((uint64_t)w * (uint64_t)h > lim->max_image_pixels)
+        return limit_fail(err, "max_image_pixels", lim->max_image_pixels, "%s frame 0: a %dx%d image has more than "
+                          "the %llu pixels allowed", label, w, h, (unsigned long long)lim->max_image_pixels);
+    for (size_t f = 1; f < it->n_frames; f++)
+        if (it->frames[f].width != w || it->frames[f].height != h)
+            return err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame %zu is %dx%d, frame 0 is %dx%d", label, f,
+                            it->frames[f].width, it->frames[f].height, w, h);
     v->rgb = malloc(all);
     v->indices = malloc(it->n_frames * sizeof *v->indices);
     if (!v->rgb || !v->indices) {
@@ -255,11 +263,6 @@ static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, q
     }
     for (size_t f = 0; f < it->n_frames; f++) {
         const qvl_pixels *px = &it->frames[f];
-        if (px->width != w || px->height != h) {
-            qvl_video_free(v);
-            return err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame %zu is %dx%d, frame 0 is %dx%d", label, f,
-                            px->width, px->height, w, h);
-        }
         char flabel[300];
         snprintf(flabel, sizeof flabel, "%s frame %zu", label, f);
         qvl_image img;

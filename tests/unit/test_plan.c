@@ -1,7 +1,8 @@
 /* test_plan.c — the plan API: every item kind, each failing alone; outputs equal qvl_encode of the plan's rows bit
  * for bit whatever the grouping, in both layouts and all three dtypes; video timing; cancellation (before, and
  * between groups through the callback); a reserved context encodes without allocating; plans without a context;
- * the items array of an older (shorter) qvl_item; ROWS items with a patch geometry out of range. */
+ * the items array of an older (shorter) qvl_item; ROWS items with a patch geometry out of range; FRAMES items
+ * refused before their frames are allocated. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -24,14 +25,20 @@ extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 extern void __libc_free(void *);
 static volatile long g_allocs;
-void *malloc(size_t n) { g_allocs++; return __libc_malloc(n); }
-void *calloc(size_t a, size_t b) { g_allocs++; return __libc_calloc(a, b); }
-void *realloc(void *p, size_t n) { g_allocs++; return __libc_realloc(p, n); }
-void free(void *p) { __libc_free(p); }
-void *aligned_alloc(size_t a, size_t n) { g_allocs++; return __libc_memalign(a, n); }
-void *memalign(size_t a, size_t n) { g_allocs++; return __libc_memalign(a, n); }
-int posix_memalign(void **p, size_t a, size_t n) {
+static _Atomic size_t g_largest; /* the largest request since it was last reset */
+static void count(size_t n) {
     g_allocs++;
+    size_t was = atomic_load(&g_largest);
+    while (n > was && !atomic_compare_exchange_weak(&g_largest, &was, n)) {}
+}
+void *malloc(size_t n) { count(n); return __libc_malloc(n); }
+void *calloc(size_t a, size_t b) { count(b && a > SIZE_MAX / b ? SIZE_MAX : a * b); return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { count(n); return __libc_realloc(p, n); }
+void free(void *p) { __libc_free(p); }
+void *aligned_alloc(size_t a, size_t n) { count(n); return __libc_memalign(a, n); }
+void *memalign(size_t a, size_t n) { count(n); return __libc_memalign(a, n); }
+int posix_memalign(void **p, size_t a, size_t n) {
+    count(n);
     *p = __libc_memalign(a, n);
     return *p ? 0 : 12;
 }
@@ -303,6 +310,44 @@ static void test_rows_geometry(void) {
     CHECK(tower_check_grid(2, &g, "grid", &err) == QVL_OK);
 }
 
+/* FRAMES items are held to the image limit frame by frame, and to equal sizes, before their frames are copied into
+ * one block: a frame claiming 4000x4000 pixels over max_image_pixels fails without that block (48 MB) being
+ * allocated (it was allocated, then the first frame refused). The frames' pixels are never read. */
+static void test_frames_alloc(void) {
+    static uint8_t tiny[16 * 16 * 3];
+    qvl_pixels big = {tiny, 4000, 4000, 3, 0}, small = {tiny, 16, 16, 3, 0};
+    qvl_pixels mixed[3] = {small, small, {tiny, 4000, 16, 3, 0}};
+    qvl_limits l;
+    qvl_limits_default(&l);
+    l.max_image_pixels = 1000;
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.limits = &l;
+    qvl_item it[2];
+    qvl_item_default(&it[0]);
+    qvl_item_default(&it[1]);
+    it[0].kind = QVL_ITEM_FRAMES, it[0].frames = &big, it[0].n_frames = 1, it[0].fps = 2;
+    it[1].kind = QVL_ITEM_FRAMES, it[1].frames = mixed, it[1].n_frames = 3, it[1].fps = 2;
+    qvl_plan *plan = NULL;
+    qvl_error err;
+#ifdef COUNT_ALLOCS
+    atomic_store(&g_largest, 0);
+#endif
+    CHECK(qvl_plan_create(NULL, it, 2, &pp, &plan, &err) == QVL_OK);
+#ifdef COUNT_ALLOCS
+    const size_t largest = atomic_load(&g_largest);
+    printf("  FRAMES over the image limit: largest allocation %zu bytes\n", largest);
+    CHECK(largest < (size_t)1 << 20);
+#endif
+    qvl_item_info in;
+    qvl_plan_item(plan, 0, &in);
+    CHECK(in.status == QVL_ERR_LIMIT && strstr(in.message, "frame 0: a 4000x4000 image") != NULL &&
+          strstr(in.message, "max_image_pixels = 1000") != NULL);
+    qvl_plan_item(plan, 1, &in);
+    CHECK(in.status == QVL_ERR_INVALID_ARG && strstr(in.message, "frame 2 is 4000x16, frame 0 is 16x16") != NULL);
+    qvl_plan_free(plan);
+}
+
 static int g_polls, g_cancel_after;
 static int cancel_after(void *user) {
     (void)user;
@@ -502,7 +547,8 @@ int main(void) {
     CHECK(qvl_model_load(g_dir2, NULL, &g_m2, &err) == QVL_OK);
     if (!g_m || !g_m2) return tu_finish("test_plan");
     qvl_model_get_info(g_m, &g_in);
-    test_rows_geometry(); /* patch rows only */
+    test_rows_geometry(); /* patch rows and caller frames only */
+    test_frames_alloc();
     test_cancel();
     test_cancel_thread();
     if (QVL_WITH_MEDIA) {
