@@ -100,6 +100,29 @@ static qvl_status read_grids(const st_file *f, const char *path, const qvl_limit
     return QVL_OK;
 }
 
+/* The rows pixel_values [rows, row_len] holds against max_call_patches. */
+static qvl_status rows_claim(const char *path, const qvl_limits *lim, uint64_t rows, qvl_error *err) {
+    if (rows > lim->max_call_patches)
+        return limit_fail(err, "max_call_patches", lim->max_call_patches,
+                          "%s: pixel_values has %llu rows, more than the %llu allowed in one call", path,
+                          (unsigned long long)rows, (unsigned long long)lim->max_call_patches);
+    return QVL_OK;
+}
+
+typedef struct claim_ctx {
+    const char *path;
+    const qvl_limits *lim;
+} claim_ctx;
+
+/* The st_shape_check of rows files: pixel_values' rows as the header declares them, before the reader checks the
+ * tensors' spans against the file, so that a truncated file claiming too many rows fails with the limit (as a .npy
+ * does) rather than as a short file. */
+static qvl_status check_claim(void *user, const char *name, int ndim, const int64_t *shape, qvl_error *err) {
+    const claim_ctx *c = user;
+    if (ndim != 2 || strcmp(name, "pixel_values") != 0) return QVL_OK; /* st_rows refuses another shape */
+    return rows_claim(c->path, c->lim, (uint64_t)shape[0], err);
+}
+
 /* pixel_values and grid_thw of a validated safetensors file in memory, every size checked against
  * *lim before the rows are allocated. Outputs set only on success. */
 static qvl_status st_rows(const st_file *f, const char *path, const qvl_limits *lim, float **rows, size_t *n_rows,
@@ -108,11 +131,8 @@ static qvl_status st_rows(const st_file *f, const char *path, const qvl_limits *
     if (!t) return err_fail(err, QVL_ERR_SHAPE, "%s: no tensor \"pixel_values\"", path);
     if (t->ndim != 2)
         return err_fail(err, QVL_ERR_SHAPE, "%s: pixel_values has %d dimensions (want 2)", path, t->ndim);
+    TRY(rows_claim(path, lim, (uint64_t)t->shape[0], err)); /* as check_claim did from the header */
     size_t r = (size_t)t->shape[0], c = (size_t)t->shape[1], n;
-    if ((uint64_t)r > lim->max_call_patches)
-        return limit_fail(err, "max_call_patches", lim->max_call_patches,
-                          "%s: pixel_values has %zu rows, more than the %llu allowed in one call", path, r,
-                          (unsigned long long)lim->max_call_patches);
     if (size_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float))
         return err_fail(err, QVL_ERR_LIMIT, "%s: pixel_values [%zu, %zu] size overflows", path, r, c);
     qvl_grid *g = NULL;
@@ -178,7 +198,8 @@ qvl_status rows_parse(const void *buf, size_t len, const char *label, const qvl_
     TRY(sniff_rows(buf, len, label, &npy, err));
     if (npy) return npy_parse_f32(buf, len, label, &lim, rows, n_rows, row_len, err);
     st_file *f = NULL;
-    TRY(st_parse(buf, len, label, &f, err));
+    claim_ctx cc = {label, &lim};
+    TRY(st_parse_checked(buf, len, label, check_claim, &cc, &f, err));
     qvl_status s = st_rows(f, label, &lim, rows, n_rows, row_len, grids, n_grids, err);
     st_close(f);
     return s;
@@ -210,7 +231,8 @@ static qvl_status read_rows(const char *fn, const char *path, const qvl_limits *
     st_file *sf = NULL;
     /* read whole (at most max_input_bytes, checked again as it is read): the rows are copied out of it */
     const size_t cap = lim.max_input_bytes < SIZE_MAX ? (size_t)lim.max_input_bytes : SIZE_MAX;
-    TRY(st_load(path, cap, &sf, err));
+    claim_ctx cc = {path, &lim};
+    TRY(st_load_checked(path, cap, check_claim, &cc, &sf, err));
     qvl_status s = st_rows(sf, path, &lim, rows, n_rows, row_len, grids, n_grids, err);
     st_close(sf);
     return s;

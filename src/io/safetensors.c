@@ -255,10 +255,27 @@ static qvl_status st_check_nul(const char *json, size_t n, const char *label, qv
     return QVL_OK;
 }
 
+/* An entry's "shape" as declared, for a caller's st_shape_check: 1 when it is a list of at most ST_MAX_DIMS integers
+ * below 2^53 (into shape[0..*ndim)), else 0. */
+static int st_declared_shape(const cJSON *e, int64_t *shape, int *ndim) {
+    const cJSON *js = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "shape") : NULL;
+    if (!cJSON_IsArray(js) || cJSON_GetArraySize(js) > ST_MAX_DIMS) return 0;
+    int k = 0;
+    for (const cJSON *d = js->child; d; d = d->next, k++) {
+        uint64_t v;
+        if (!st_json_uint(d, &v)) return 0;
+        shape[k] = (int64_t)v;
+    }
+    *ndim = k;
+    return 1;
+}
+
 /* Parse the JSON header text `json` (NUL-terminated copy, `n` bytes) into f; the data section of `data_size` bytes
- * starts at byte `data_start` of the file, and at `data` in memory (NULL: a file read with st_read). */
+ * starts at byte `data_start` of the file, and at `data` in memory (NULL: a file read with st_read). `check` (may be
+ * NULL) sees the declared shapes before anything is validated against the file. */
 static qvl_status st_parse_header(const char *json, size_t n, const char *label, const uint8_t *data,
-                                  uint64_t data_start, size_t data_size, st_file *f, qvl_error *err) {
+                                  uint64_t data_start, size_t data_size, st_shape_check check, void *user, st_file *f,
+                                  qvl_error *err) {
     TRY(st_check_nul(json, n, label, err));
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
@@ -281,6 +298,12 @@ static qvl_status st_parse_header(const char *json, size_t n, const char *label,
     if (!cJSON_IsObject(root)) {
         s = err_fail(err, QVL_ERR_FORMAT, "%s: header is JSON but not an object", label);
         goto done;
+    }
+    for (const cJSON *e = root->child; check && e; e = e->next) {
+        int64_t shape[ST_MAX_DIMS];
+        int ndim;
+        if (strcmp(e->string, "__metadata__") == 0 || !st_declared_shape(e, shape, &ndim)) continue;
+        if ((s = check(user, e->string, ndim, shape, err)) != QVL_OK) goto done;
     }
 
     size_t count = 0;
@@ -375,7 +398,7 @@ static qvl_status st_header_len(const uint8_t *len8, size_t size, const char *la
 /* A fresh st_file (fd -1) from the header text `json` (a malloc'd NUL-terminated copy of its n bytes, freed here)
  * of a file of `size` bytes whose data section is at `data` in memory (NULL: to be read with st_read). */
 static qvl_status st_from_header(char *json, size_t n, size_t size, const uint8_t *data, const char *label,
-                                 st_file **out, qvl_error *err) {
+                                 st_shape_check check, void *user, st_file **out, qvl_error *err) {
     *out = NULL;
     st_file *f = calloc(1, sizeof *f);
     if (!f) {
@@ -384,7 +407,7 @@ static qvl_status st_from_header(char *json, size_t n, size_t size, const uint8_
     }
     f->fd = -1;
     f->size = size;
-    qvl_status s = st_parse_header(json, n, label, data, 8 + (uint64_t)n, size - 8 - n, f, err);
+    qvl_status s = st_parse_header(json, n, label, data, 8 + (uint64_t)n, size - 8 - n, check, user, f, err);
     free(json);
     if (s != QVL_OK) {
         st_close(f);
@@ -395,7 +418,8 @@ static qvl_status st_from_header(char *json, size_t n, size_t size, const uint8_
 }
 
 /* Validate `buf` and fill a fresh st_file whose tensors point into it (path left to the caller). */
-static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
+static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *label, st_shape_check check, void *user,
+                                st_file **out, qvl_error *err) {
     *out = NULL;
     size_t n;
     TRY(st_header_len(buf, len, label, &n, err));
@@ -404,15 +428,20 @@ static qvl_status st_parse_impl(const uint8_t *buf, size_t len, const char *labe
     if (!json) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for a %zu-byte header", label, n);
     memcpy(json, buf + 8, n);
     json[n] = '\0';
-    return st_from_header(json, n, len, buf + 8 + n, label, out, err);
+    return st_from_header(json, n, len, buf + 8 + n, label, check, user, out, err);
 }
 
-qvl_status st_parse(const void *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
+qvl_status st_parse_checked(const void *buf, size_t len, const char *label, st_shape_check check, void *user,
+                            st_file **out, qvl_error *err) {
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "st_parse: out is NULL");
     *out = NULL;
     if (!label) label = "<buffer>";
     if (!buf && len) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: buffer is NULL but length is %zu", label, len);
-    return st_parse_impl(buf, len, label, out, err);
+    return st_parse_impl(buf, len, label, check, user, out, err);
+}
+
+qvl_status st_parse(const void *buf, size_t len, const char *label, st_file **out, qvl_error *err) {
+    return st_parse_checked(buf, len, label, NULL, NULL, out, err);
 }
 
 static const char *st_errstr(int e, char *buf, size_t n) {
@@ -466,7 +495,7 @@ qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
     if (s == QVL_OK) s = st_pread(fd, json, n, 8, size, path, NULL, "the header", err);
     if (s == QVL_OK) {
         json[n] = '\0';
-        s = st_from_header(json, n, size, NULL, path, &f, err); /* frees json */
+        s = st_from_header(json, n, size, NULL, path, NULL, NULL, &f, err); /* frees json */
         json = NULL;
     }
     free(json);
@@ -481,7 +510,8 @@ qvl_status st_open(const char *path, st_file **out, qvl_error *err) {
     return QVL_OK;
 }
 
-qvl_status st_load(const char *path, size_t limit, st_file **out, qvl_error *err) {
+qvl_status st_load_checked(const char *path, size_t limit, st_shape_check check, void *user, st_file **out,
+                           qvl_error *err) {
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "st_load: out is NULL");
     *out = NULL;
     if (!path) return err_fail(err, QVL_ERR_INVALID_ARG, "st_load: path is NULL");
@@ -489,7 +519,7 @@ qvl_status st_load(const char *path, size_t limit, st_file **out, qvl_error *err
     size_t len;
     TRY(fu_read_file(path, limit, &buf, &len, err));
     st_file *f = NULL;
-    qvl_status s = st_parse_impl((const uint8_t *)buf, len, path, &f, err);
+    qvl_status s = st_parse_impl((const uint8_t *)buf, len, path, check, user, &f, err);
     if (s == QVL_OK && !(f->path = st_strdup(path))) s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
     if (s != QVL_OK) {
         st_close(f);
@@ -499,6 +529,10 @@ qvl_status st_load(const char *path, size_t limit, st_file **out, qvl_error *err
     f->buf = buf;
     *out = f;
     return QVL_OK;
+}
+
+qvl_status st_load(const char *path, size_t limit, st_file **out, qvl_error *err) {
+    return st_load_checked(path, limit, NULL, NULL, out, err);
 }
 
 qvl_status st_read(const st_file *f, const st_tensor *t, uint64_t off, size_t n, void *dst, qvl_error *err) {

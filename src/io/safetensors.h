@@ -44,6 +44,13 @@ typedef struct st_file {
     size_t n_meta;
 } st_file;
 
+/* A caller's bound on the shapes a header declares (st_load_checked, st_parse_checked): called once the header has
+ * parsed as a JSON object and before any tensor is validated, with the name and declared shape of each tensor
+ * entry whose shape is a list of at most ST_MAX_DIMS integers below 2^53 (any other is left to the validation,
+ * which refuses it). A status other than QVL_OK ends the parse with it. So that a limit on what a header claims is
+ * reported as that limit, not as the spans of a truncated file being outside it. */
+typedef qvl_status (*st_shape_check)(void *user, const char *name, int ndim, const int64_t *shape, qvl_error *err);
+
 /* Size in bytes of one element; 0 for an invalid dtype. Name as written in the header ("BF16"...). */
 size_t st_dtype_size(st_dtype d);
 const char *st_dtype_name(st_dtype d);
@@ -53,11 +60,17 @@ const char *st_dtype_name(st_dtype d);
 qvl_status st_open(const char *path, st_file **out, qvl_error *err);
 /* Read a whole file of at most `limit` bytes into memory and validate it; the tensors' data point into it. */
 qvl_status st_load(const char *path, size_t limit, st_file **out, qvl_error *err);
+/* st_load with `check` (NULL: none) run over the declared shapes first, given `user`. */
+qvl_status st_load_checked(const char *path, size_t limit, st_shape_check check, void *user, st_file **out,
+                           qvl_error *err);
 /* Copy bytes [off, off + n) of tensor t of f to dst: pread for st_open's files, a copy for the others. A read error,
  * or the file ending early (shrunk since it was opened), is QVL_ERR_IO naming the file, the tensor and the byte. */
 qvl_status st_read(const st_file *f, const st_tensor *t, uint64_t off, size_t n, void *dst, qvl_error *err);
 /* Validate a buffer in memory (used by the fuzz target); tensors point into `buf`, which must outlive the result. */
 qvl_status st_parse(const void *buf, size_t len, const char *label, st_file **out, qvl_error *err);
+/* st_parse with `check` (NULL: none) run over the declared shapes first, given `user`. */
+qvl_status st_parse_checked(const void *buf, size_t len, const char *label, st_shape_check check, void *user,
+                            st_file **out, qvl_error *err);
 void st_close(st_file *f);
 
 /* Binary search by exact name; NULL if absent. */

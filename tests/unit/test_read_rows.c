@@ -1,7 +1,7 @@
 /* test_read_rows.c — qvl_read_rows / qvl_read_rows_limited on hostile and borderline files: the file's size against
  * max_input_bytes before a byte is read (a sparse 256 MiB file under a 1 MiB limit), the rows a header claims
  * against max_call_patches before the rows are allocated (a .npy claiming 1048577 x 1536 floats in 192 bytes, a
- * safetensors pixel_values of 1048577 rows), a .npy header length claiming 4 GiB (and 256 MiB, in a sparse file
+ * safetensors pixel_values of 1048577 rows, all present or in a file 64 bytes long), a .npy header length claiming 4 GiB (and 256 MiB, in a sparse file
  * that holds them) refused before anything is allocated for it, grid_thw against max_item_patches and
  * max_call_patches, each limit just at (read) and one above (refused, with a message naming the file, the limit
  * and how to raise it), truncated files, and rows_parse (the buffer form the fuzz target drives) agreeing.
@@ -133,6 +133,32 @@ static void test_hostile(void) {
            4194308);
     refused("safetensors rows claim", rd(tpath("claim.safetensors"), NULL, 1), "claim.safetensors", QVL_ERR_LIMIT,
             "max_call_patches", "1048577", "qvl_limits.max_call_patches");
+
+    /* The .npy's claim as a safetensors pixel_values of 1048577 x 1536 F32 in a file of 64 data bytes: the limit
+     * again, not the spans outside the data section (a format error before); through rows_parse too. A claim
+     * within the limit in the same short file is the format error, and so is a header that does not parse. */
+    put_st(tpath("claim_short.safetensors"),
+           "{\"pixel_values\":{\"dtype\":\"F32\",\"shape\":[1048577,1536],\"data_offsets\":[0,6442456064]}}",
+           h, 64, 64);
+    refused("safetensors truncated claim", rd(tpath("claim_short.safetensors"), NULL, 1), "claim_short.safetensors",
+            QVL_ERR_LIMIT, "max_call_patches", "1048577 rows", "qvl_limits.max_call_patches");
+    size_t blen = 0;
+    unsigned char *b = tu_read_file(tpath("claim_short.safetensors"), &blen);
+    CHECK(b != NULL);
+    got bg;
+    memset(&bg, 0, sizeof bg);
+    bg.s = rows_parse(b, blen, "claim buffer", NULL, &bg.rows, &bg.n_rows, &bg.row_len, &bg.grids, &bg.n_grids,
+                      &bg.err);
+    refused("safetensors buffer claim", bg, "claim buffer", QVL_ERR_LIMIT, "max_call_patches", "1048577", NULL);
+    free(b);
+    qvl_limits high = limits(0, 0, 2000000);
+    refused("truncated, claim within", rd(tpath("claim_short.safetensors"), &high, 1), "claim_short.safetensors",
+            QVL_ERR_FORMAT, "outside the data section", NULL, NULL);
+    put_st(tpath("claim_bad.safetensors"),
+           "{\"pixel_values\":{\"dtype\":\"F32\",\"shape\":[1048577,1536],\"data_offsets\":[0,6442456064]},}",
+           h, 64, 64);
+    refused("claim in a broken header", rd(tpath("claim_bad.safetensors"), NULL, 1), "claim_bad.safetensors",
+            QVL_ERR_FORMAT, "not valid JSON", NULL, NULL);
 
     /* A version 2.0 header length of 4 GiB - 1 in a 64-byte file, and of 256 MiB in a sparse file that holds it:
      * refused from the length field, before a buffer for the header is allocated. */
