@@ -597,11 +597,12 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         if (pi->status == QVL_OK) {
             const size_t merge = (size_t)pi->merge; /* the model's, once fits_model has passed */
             pi->n_tokens = pi->n_rows / (merge * merge);
-            size_t b;
+            size_t b, total; /* the plan's total only grows when the item is kept */
             if (size_mul_overflow(pi->n_tokens, p->out_cols * p->n_planes * p->esize, &b) ||
-                size_add_overflow(p->out_bytes, b, &p->out_bytes))
+                size_add_overflow(p->out_bytes, b, &total))
                 pi->status = err_fail(&ie, QVL_ERR_LIMIT, "%s: the output size overflows", pi->label);
-            pi->out_bytes = b;
+            else
+                pi->out_bytes = b, p->out_bytes = total;
         }
         if (pi->status != QVL_OK) {
             if (!pi->kind) pi->kind = it.kind == QVL_ITEM_ROWS ? "rows" : it.kind == QVL_ITEM_FRAMES ? "frames" : "image";
