@@ -746,7 +746,8 @@ typedef struct qvl_item_info {
     size_t out_bytes;         /* bytes of this item's output buffer: n_tokens · out_cols · n_planes · dtype size */
     int32_t src_width, src_height; /* the decoded image or frames, before resizing */
     int32_t resized_width, resized_height;
-    /* Videos (kind "video" or "frames"); 0 / NULL otherwise. */
+    /* Videos (kind "video" or "frames"); 0 / NULL otherwise, and n_frames 0 with frame_indices NULL for a video
+     * that failed before its frame table was made (a failed item may still give its source's size, frames, fps). */
     int32_t n_frames;             /* frames sampled */
     int64_t total_frames;         /* frames in the source */
     double source_fps;            /* the source's frame rate */

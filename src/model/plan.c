@@ -357,7 +357,7 @@ static qvl_status plan_image(plan_item *pi, const qvl_image *img, const qvl_prep
 static qvl_status plan_video(plan_item *pi, const qvl_video *v, const qvl_preprocess_params *pp,
                              const qvl_limits *lim, uint64_t planned, thread_pool *pool, qvl_error *err) {
     pi->src_w = v->width, pi->src_h = v->height;
-    pi->n_frames = v->n_frames, pi->total_frames = v->total_frames, pi->fps = v->fps;
+    pi->total_frames = v->total_frames, pi->fps = v->fps;
     TRY(qvl_video_grid(v, pp, &pi->grid, err));
     TRY(check_patches(pi, lim, planned, err));
     pi->indices = malloc((size_t)v->n_frames * sizeof *pi->indices);
@@ -365,6 +365,7 @@ static qvl_status plan_video(plan_item *pi, const qvl_video *v, const qvl_prepro
     if (!pi->indices || !pi->timestamps)
         return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for the frame table", pi->label);
     memcpy(pi->indices, v->indices, (size_t)v->n_frames * sizeof *pi->indices);
+    pi->n_frames = v->n_frames; /* with the table it counts: never n_frames > 0 beside frame_indices NULL */
     TRY(qvl_video_timestamps(v, pp->temporal_patch, pi->timestamps, (size_t)pi->grid.t, &pi->n_timestamps, err));
     TRY(alloc_rows(pi, row_len_of(pp), lim, planned, err));
     return preprocess_video_pool(v, pp, pi->rows_owned, &pi->grid, pool, err);

@@ -2,7 +2,7 @@
  * for bit whatever the grouping, in both layouts and all three dtypes; video timing; cancellation (before, and
  * between groups through the callback); a reserved context encodes without allocating; plans without a context;
  * the items array of an older (shorter) qvl_item; ROWS items with a patch geometry out of range; FRAMES items
- * refused before their frames are allocated. */
+ * refused before their frames are allocated, and one refused by its grid reporting no frame table. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -314,26 +314,27 @@ static void test_rows_geometry(void) {
  * one block: a frame claiming 4000x4000 pixels over max_image_pixels fails without that block (48 MB) being
  * allocated (it was allocated, then the first frame refused). The frames' pixels are never read. */
 static void test_frames_alloc(void) {
-    static uint8_t tiny[16 * 16 * 3];
+    static uint8_t tiny[300 * 3]; /* the largest frame whose pixels are read: 300x1 */
     qvl_pixels big = {tiny, 4000, 4000, 3, 0}, small = {tiny, 16, 16, 3, 0};
     qvl_pixels mixed[3] = {small, small, {tiny, 4000, 16, 3, 0}};
+    qvl_pixels thin[2] = {{tiny, 300, 1, 3, 0}, {tiny, 300, 1, 3, 0}}; /* aspect ratio 300: refused by the grid */
     qvl_limits l;
     qvl_limits_default(&l);
     l.max_image_pixels = 1000;
     qvl_plan_params pp;
     qvl_plan_params_default(&pp);
     pp.limits = &l;
-    qvl_item it[2];
-    qvl_item_default(&it[0]);
-    qvl_item_default(&it[1]);
+    qvl_item it[3];
+    for (int i = 0; i < 3; i++) qvl_item_default(&it[i]);
     it[0].kind = QVL_ITEM_FRAMES, it[0].frames = &big, it[0].n_frames = 1, it[0].fps = 2;
     it[1].kind = QVL_ITEM_FRAMES, it[1].frames = mixed, it[1].n_frames = 3, it[1].fps = 2;
+    it[2].kind = QVL_ITEM_FRAMES, it[2].frames = thin, it[2].n_frames = 2, it[2].fps = 2;
     qvl_plan *plan = NULL;
     qvl_error err;
 #ifdef COUNT_ALLOCS
     atomic_store(&g_largest, 0);
 #endif
-    CHECK(qvl_plan_create(NULL, it, 2, &pp, &plan, &err) == QVL_OK);
+    CHECK(qvl_plan_create(NULL, it, 3, &pp, &plan, &err) == QVL_OK);
 #ifdef COUNT_ALLOCS
     const size_t largest = atomic_load(&g_largest);
     printf("  FRAMES over the image limit: largest allocation %zu bytes\n", largest);
@@ -345,6 +346,10 @@ static void test_frames_alloc(void) {
           strstr(in.message, "max_image_pixels = 1000") != NULL);
     qvl_plan_item(plan, 1, &in);
     CHECK(in.status == QVL_ERR_INVALID_ARG && strstr(in.message, "frame 2 is 4000x16, frame 0 is 16x16") != NULL);
+    /* failed in qvl_video_grid: no frame table, so no frames counted for it (n_frames was 2 beside NULL) */
+    qvl_plan_item(plan, 2, &in);
+    CHECK(in.status == QVL_ERR_INVALID_ARG && strstr(in.message, "aspect ratio") != NULL);
+    CHECK(in.n_frames == 0 && in.frame_indices == NULL && in.src_width == 300 && in.total_frames == 2);
     qvl_plan_free(plan);
 }
 
