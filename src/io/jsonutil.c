@@ -191,8 +191,9 @@ qvl_status json_parse_object(const char *text, size_t len, const char *path, cJS
         return err_fail(err, QVL_ERR_FORMAT, "%s: invalid JSON: syntax error at byte %zu of %zu (line %zu, column %zu)",
                         path, pos, len, line, col);
     }
-    /* as serde and Python's json do: nothing but whitespace after the value */
-    for (const char *p = end ? end : text + len; p < text + len && *p; p++) {
+    /* as serde and Python's json do: nothing but whitespace after the value, to the end of the text (a NUL byte
+     * there is trailing bytes too: the files are read with their size, not as C strings) */
+    for (const char *p = end ? end : text + len; p < text + len; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
             cJSON_Delete(*root);
             *root = NULL;

@@ -185,6 +185,19 @@ static void check_config_geometry(void) {
     }
 }
 
+/* A config.json is read with its size: a NUL byte after the object, and bytes after it, are trailing bytes. */
+static void check_config_nul(void) {
+    static const char text[] = "{\"model_type\": \"qwen3_vl\", \"vision_config\": {\"hidden_size\": 64, "
+                               "\"num_heads\": 4}}\0junk";
+    tower_config cfg;
+    qvl_error err;
+    err_clear(&err);
+    CHECK(config_parse(text, strlen(text), "dir/config.json", &cfg, &err) == QVL_OK);
+    qvl_status s = config_parse(text, sizeof text - 1, "dir/config.json", &cfg, &err);
+    printf("  config.json with a NUL and junk after the object -> %s: %s\n", qvl_status_name(s), err.message);
+    CHECK(s == QVL_ERR_FORMAT && strstr(err.message, "dir/config.json") && strstr(err.message, "trailing bytes"));
+}
+
 static void expect_load_error(const char *dir, qvl_status want, const char *needle) {
     qvl_model *m = (qvl_model *)1;
     qvl_error err;
@@ -207,6 +220,7 @@ int main(void) {
 
     check_io_layering();
     check_config_geometry();
+    check_config_nul();
     check_table(good, QVL_LAYOUT_HF);
     snprintf(d, sizeof d, "%s/mlx", g_root);
     p.layout = QVL_LAYOUT_MLX;

@@ -1,7 +1,8 @@
 /* test_json.c — json_check, which tells why cJSON failed to parse a text without allocating: valid JSON (the
  * failure was an allocation), nested past cJSON's limit, or not JSON. It must never call valid what cJSON refuses,
  * or a malformed file would be reported as out of memory: every text here cJSON refuses must not be VALID, and
- * every text it accepts is checked against cJSON's own answer. */
+ * every text it accepts is checked against cJSON's own answer. json_parse_object refuses trailing bytes after the
+ * object, a NUL among them. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,5 +69,14 @@ int main(void) {
     free(deep);
     err_clear(&err);
     CHECK(json_parse_failure("{,}", 3, "bad.json", &err) == QVL_OK);
+
+    /* json_parse_object: what follows the value is checked to the end of the text, past a NUL byte too */
+    cJSON *root = NULL;
+    err_clear(&err);
+    CHECK(json_parse_object("{}\0junk", 7, "nul.json", &root, &err) == QVL_ERR_FORMAT && root == NULL &&
+          strstr(err.message, "nul.json") && strstr(err.message, "trailing bytes") && strstr(err.message, "byte 2 of 7"));
+    CHECK(json_parse_object("{}\0", 3, "nul.json", &root, &err) == QVL_ERR_FORMAT && root == NULL);
+    CHECK(json_parse_object("{\"a\": 1} \n\t", 11, "ok.json", &root, &err) == QVL_OK && root != NULL);
+    cJSON_Delete(root);
     return tu_finish("test_json");
 }
