@@ -139,7 +139,8 @@ typedef struct qvl_limits {
     uint64_t max_video_pixels;    /* frames · width · height of the frames held for one video, before they are
                                      decoded (default 2^30: 3 GiB of RGB) */
     uint64_t max_item_patches;    /* patch rows t·h·w of one item, before its rows are allocated (default 262144 =
-                                     4 times the default image budget of 65536 patches) */
+                                     4 times the default image budget of 65536 patches; a plan without a ctx
+                                     counts a longer row than 1536 values as several: qvl_plan_create) */
     uint64_t max_call_patches;    /* patch rows of one qvl_encode / qvl_run_blocks call, and of all the items of
                                      one plan together (default 1048576) */
 } qvl_limits;
@@ -762,7 +763,9 @@ typedef struct qvl_item_info {
 /* Decode and preprocess `items` on ctx's pool (the ctx's model decides patch size, merge and output widths).
  * ctx may be NULL for preprocessing alone (qvl_plan_rows): then the preprocessing params decide the patch
  * geometry, the defaults are Qwen3-VL's published values (no model directory to read), threads are started for
- * the call, outputs are 0 bytes and the plan cannot be encoded.
+ * the call, outputs are 0 bytes and the plan cannot be encoded; a row longer than Qwen3-VL's 1536 values
+ * (3·2·16·16) counts against max_item_patches and max_call_patches as one patch row per 1536 values or part of
+ * them, so that the limits bound the rows' memory whatever geometry the params choose.
  * Returns QVL_OK when the plan was made, even if some or all items failed: each item's own status and message
  * are in qvl_plan_item (qvl_plan_ok_count says how many succeeded); an error status only for bad arguments or
  * memory, with no plan. Items: an array of n_items structs, each initialised by qvl_item_default (the array's

@@ -39,6 +39,7 @@ typedef struct plan_item {
     size_t n_timestamps;
     double decode_ms, preprocess_ms, encode_ms;
     size_t row_len;        /* floats per row */
+    uint64_t row_units;    /* patch rows one row counts as against the patch limits (row_units_of) */
     int merge;             /* of the item's preprocessing */
     int encoded;           /* the last encode reached this item's group and it succeeded */
 } plan_item;
@@ -47,7 +48,8 @@ struct qvl_plan {
     const qvl_model *m;
     qvl_plan_params p;
     qvl_limits lim;               /* the ctx's limits lowered by the plan's own */
-    uint64_t planned_rows;        /* patch rows of the items planned so far (against lim.max_call_patches) */
+    uint64_t planned_rows;        /* patch rows of the items planned so far, counted by row_units (against
+                                     lim.max_call_patches) */
     int n_ds;                     /* DeepStack features in the outputs */
     size_t O, out_cols, n_planes, esize;
     size_t n;
@@ -311,22 +313,39 @@ static size_t row_len_of(const qvl_preprocess_params *pp) {
     return (size_t)3 * (size_t)pp->temporal_patch * (size_t)pp->patch * (size_t)pp->patch;
 }
 
+/* Qwen3-VL's patch row, 3 · 2 · 16 · 16 values: how long a row the patch limits count by. */
+#define ROW_UNIT 1536
+
+/* Patch rows one row of row_len values counts as against the patch limits: 1 on a ctx (its model fixes the row);
+ * without one, whose params may choose any geometry up to check_params' bounds (patch 1024 and temporal_patch 16
+ * make a row of 50 M values), one per ROW_UNIT values or part of them, so that the limits bound the rows' bytes as
+ * they do a model's rows. */
+static uint64_t row_units_of(const qvl_model *m, size_t row_len) {
+    return m || row_len <= ROW_UNIT ? 1 : ((uint64_t)row_len + ROW_UNIT - 1) / ROW_UNIT;
+}
+
 /* The item's grid against the patch limits, before its rows (or a resize) are allocated: its own rows, and the
- * plan's rows so far with them. */
+ * plan's rows so far with them, each row counted as pi->row_units. */
 static qvl_status check_patches(plan_item *pi, const qvl_limits *lim, uint64_t planned, qvl_error *err) {
     const qvl_grid *g = &pi->grid;
-    uint64_t n;
-    if (__builtin_mul_overflow((uint64_t)g->t, (uint64_t)g->h, &n) || __builtin_mul_overflow(n, (uint64_t)g->w, &n))
-        n = UINT64_MAX;
+    uint64_t rows, n;
+    if (__builtin_mul_overflow((uint64_t)g->t, (uint64_t)g->h, &rows) ||
+        __builtin_mul_overflow(rows, (uint64_t)g->w, &rows))
+        rows = UINT64_MAX;
+    if (__builtin_mul_overflow(rows, pi->row_units, &n)) n = UINT64_MAX;
+    char units[160] = "";
+    if (pi->row_units > 1)
+        snprintf(units, sizeof units, " of %zu values, counted as %llu rows of %d values (Qwen3-VL's 3·2·16·16, as a "
+                 "plan without a ctx counts them)", pi->row_len, (unsigned long long)n, ROW_UNIT);
     if (n > lim->max_item_patches)
         return limit_fail(err, "max_item_patches", lim->max_item_patches,
-                          "%s: grid %dx%dx%d (t x h x w) is %llu patch rows, more than the %llu allowed per item",
-                          pi->label, g->t, g->h, g->w, (unsigned long long)n,
+                          "%s: grid %dx%dx%d (t x h x w) is %llu patch rows%s, more than the %llu allowed per item",
+                          pi->label, g->t, g->h, g->w, (unsigned long long)rows, units,
                           (unsigned long long)lim->max_item_patches);
     if (planned > lim->max_call_patches || n > lim->max_call_patches - planned)
         return limit_fail(err, "max_call_patches", lim->max_call_patches,
-                          "%s: grid %dx%dx%d adds %llu patch rows to the %llu of the items before it, more than the "
-                          "%llu allowed in one plan", pi->label, g->t, g->h, g->w, (unsigned long long)n,
+                          "%s: grid %dx%dx%d adds %llu patch rows%s to the %llu of the items before it, more than the "
+                          "%llu allowed in one plan", pi->label, g->t, g->h, g->w, (unsigned long long)rows, units,
                           (unsigned long long)planned, (unsigned long long)lim->max_call_patches);
     return QVL_OK;
 }
@@ -396,6 +415,7 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     qvl_status st = QVL_OK;
     int video = 0;
     pi->row_len = row_len_of(&s.pp);
+    pi->row_units = row_units_of(m, pi->row_len); /* read once the geometry is checked */
     pi->merge = s.pp.merge;
     switch (it->kind) {
     case QVL_ITEM_ROWS:
@@ -612,7 +632,7 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
             continue;
         }
         p->n_ok++;
-        p->planned_rows += pi->n_rows;
+        p->planned_rows += pi->n_rows * pi->row_units; /* within max_call_patches: check_patches */
         p->held += pi->rows_owned ? pi->n_rows * pi->row_len * sizeof(float) : 0;
     }
     pool_destroy(own);

@@ -2,7 +2,8 @@
  * for bit whatever the grouping, in both layouts and all three dtypes; video timing; cancellation (before, and
  * between groups through the callback); a reserved context encodes without allocating; plans without a context;
  * the items array of an older (shorter) qvl_item; ROWS items with a patch geometry out of range; FRAMES items
- * refused before their frames are allocated, and one refused by its grid reporting no frame table. */
+ * refused before their frames are allocated, and one refused by its grid reporting no frame table; rows of a plan
+ * without a ctx counted by their length against the patch limits. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -353,6 +354,64 @@ static void test_frames_alloc(void) {
     qvl_plan_free(plan);
 }
 
+/* A plan without a ctx counts a row longer than Qwen3-VL's 1536 values as one patch row per 1536 values against the
+ * patch limits, so that they bound its rows' bytes: a 1x1 image at patch 1024, merge 16, temporal_patch 16 is 256
+ * rows of 50 M values (51 GB, requested before; refused now before anything is allocated for it). */
+static void test_rows_bytes(void) {
+    static uint8_t px[3] = {10, 20, 30};
+    qvl_preprocess_params huge, p64;
+    qvl_preprocess_params_default(&huge);
+    huge.patch = 1024, huge.merge = 16, huge.temporal_patch = 16;
+    qvl_preprocess_params_default(&p64);
+    p64.patch = 64; /* rows of 3·2·64·64 = 24576 values: 16 patch rows each */
+    qvl_item it[3];
+    for (int i = 0; i < 3; i++) {
+        qvl_item_default(&it[i]);
+        it[i].kind = QVL_ITEM_PIXELS, it[i].image = (qvl_pixels){px, 1, 1, 3, 0}, it[i].preprocess = &p64;
+    }
+    it[0].preprocess = &huge;
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    qvl_item_info in;
+#ifdef COUNT_ALLOCS
+    atomic_store(&g_largest, 0);
+#endif
+    CHECK(qvl_plan_create(NULL, it, 1, NULL, &plan, &err) == QVL_OK);
+#ifdef COUNT_ALLOCS
+    CHECK(atomic_load(&g_largest) < (size_t)1 << 20);
+#endif
+    qvl_plan_item(plan, 0, &in);
+    printf("  patch 1024 without a ctx: %s\n", in.message);
+    CHECK(in.status == QVL_ERR_LIMIT && strstr(in.message, "256 patch rows of 50331648 values") != NULL &&
+          strstr(in.message, "counted as 8388608 rows") != NULL && strstr(in.message, "max_item_patches = 262144"));
+    qvl_plan_free(plan);
+
+    /* each 1x1 image at patch 64 is a 1x4x4 grid: 16 rows, counted as 256 */
+    qvl_limits l;
+    qvl_limits_default(&l);
+    l.max_item_patches = 255;
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.limits = &l;
+    CHECK(qvl_plan_create(NULL, it + 1, 1, &pp, &plan, &err) == QVL_OK);
+    qvl_plan_item(plan, 0, &in);
+    CHECK(in.status == QVL_ERR_LIMIT && strstr(in.message, "16 patch rows of 24576 values, counted as 256") != NULL &&
+          strstr(in.message, "max_item_patches = 255") != NULL);
+    qvl_plan_free(plan);
+    l.max_item_patches = 256; /* at the limit */
+    l.max_call_patches = 511; /* the second item's 256 do not fit beside the first's */
+    CHECK(qvl_plan_create(NULL, it + 1, 2, &pp, &plan, &err) == QVL_OK && qvl_plan_ok_count(plan) == 1);
+    qvl_plan_item(plan, 0, &in);
+    CHECK(in.status == QVL_OK && in.n_rows == 16 && qvl_plan_held_bytes(plan) == 16 * 24576 * sizeof(float));
+    qvl_plan_item(plan, 1, &in);
+    CHECK(in.status == QVL_ERR_LIMIT && strstr(in.message, "to the 256 of the items before it") != NULL &&
+          strstr(in.message, "max_call_patches = 511") != NULL);
+    qvl_plan_free(plan);
+    l.max_call_patches = 512;
+    CHECK(qvl_plan_create(NULL, it + 1, 2, &pp, &plan, &err) == QVL_OK && qvl_plan_ok_count(plan) == 2);
+    qvl_plan_free(plan);
+}
+
 static int g_polls, g_cancel_after;
 static int cancel_after(void *user) {
     (void)user;
@@ -554,6 +613,7 @@ int main(void) {
     qvl_model_get_info(g_m, &g_in);
     test_rows_geometry(); /* patch rows and caller frames only */
     test_frames_alloc();
+    test_rows_bytes();
     test_cancel();
     test_cancel_thread();
     if (QVL_WITH_MEDIA) {
