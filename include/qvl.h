@@ -790,7 +790,8 @@ QVL_API size_t qvl_plan_held_bytes(const qvl_plan *plan);
 QVL_API const float *qvl_plan_rows(const qvl_plan *plan, size_t i);
 
 /* Reserve the ctx scratch for `plan` (and anything smaller): after it, qvl_plan_encode of this or any plan whose
- * qvl_plan_scratch_bytes is no larger allocates nothing. */
+ * qvl_plan_scratch_bytes is no larger allocates nothing. On a ctx whose max_call_patches is below the plan's
+ * largest group, the scratch of that many rows (no group there is larger). */
 QVL_API qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *plan, qvl_error *err);
 
 /* Encode every item that planned well: outputs[i] (ignored, may be NULL, for failed items) receives item i's

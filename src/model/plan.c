@@ -42,6 +42,7 @@ typedef struct plan_item {
     uint64_t row_units;    /* patch rows one row counts as against the patch limits (row_units_of) */
     int merge;             /* of the item's preprocessing */
     int encoded;           /* the last encode reached this item's group and it succeeded */
+    size_t group;          /* of the plan's groups (plan_groups); an encode's groups never reach past one */
 } plan_item;
 
 struct qvl_plan {
@@ -534,12 +535,13 @@ qvl_status plan_base_settings(const qvl_model *m, const qvl_plan_params *pp, ite
 /* The group structure: consecutive ok items while their rows fit max_batch_rows (an item above it alone). */
 static void plan_groups(qvl_plan *p, const qvl_ctx *ctx) {
     const size_t cap = p->p.max_batch_rows;
-    size_t rows = 0, largest = 0;
+    size_t rows = 0, largest = 0, group = 0;
     for (size_t i = 0; i < p->n; i++) {
-        const plan_item *pi = &p->items[i];
+        plan_item *pi = &p->items[i];
         if (pi->status != QVL_OK) continue;
-        if (rows && rows + pi->n_rows > cap) rows = 0;
+        if (rows && rows + pi->n_rows > cap) rows = 0, group++;
         rows += pi->n_rows;
+        pi->group = group;
         if (rows > largest) largest = rows;
     }
     p->max_group_rows = largest;
@@ -691,7 +693,10 @@ qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *p, qvl_error *err)
     if (ctx_model(ctx) != p->m)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_ctx_reserve_plan: the plan was made for another model");
     if (!p->max_group_rows) return QVL_OK;
-    return tower_reserve(ctx, p->max_group_rows, p->p.dtype != QVL_DTYPE_F32, err);
+    /* groups on this ctx are within the plan's and within its call limit (qvl_plan_encode) */
+    const uint64_t call = ctx_limits(ctx)->max_call_patches;
+    const size_t rows = call < p->max_group_rows ? (size_t)call : p->max_group_rows;
+    return tower_reserve(ctx, rows, p->p.dtype != QVL_DTYPE_F32, err);
 }
 
 /* Sink of item i (its own buffer `out`): CONCAT puts target k at column k·O of each row, SPLIT at plane k. */
@@ -776,18 +781,21 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
             snprintf(pi->message, sizeof pi->message, "%s", fe.message);
         }
     }
-    /* Groups within this ctx's call limit too, so that no group-level limit can fail an item that fits it alone. */
+    /* Groups within this ctx's call limit too, so that no group-level limit can fail an item that fits it alone;
+     * and within the plan's groups, so that an item skipped here joins no neighbours into a larger group than the
+     * plan reserved for. */
     const size_t cap = lim->max_call_patches < p->p.max_batch_rows ? (size_t)lim->max_call_patches
                                                                    : p->p.max_batch_rows;
     int stop = 0;
     for (size_t i = 0; i < p->n && !stop;) {
-        /* the next group: consecutive ok items while their rows fit (plan_groups' rule; on the planning ctx the call
-         * limit, which bounds the whole plan, lowers nothing) */
-        size_t n = 0, rows = 0, tok = 0;
+        /* the next group: consecutive ok items of one plan group while their rows fit (on the planning ctx, with
+         * every item encoded, the plan's groups: its call limit, which bounds the whole plan, lowers nothing) */
+        size_t n = 0, rows = 0, tok = 0, group = 0;
         for (; i < p->n; i++) {
             plan_item *pi = &p->items[i];
             if (pi->status != QVL_OK || pi->enc_status != QVL_OK) continue;
-            if (rows && rows + pi->n_rows > cap) break;
+            if (n && (pi->group != group || rows + pi->n_rows > cap)) break;
+            group = pi->group;
             p->g_rows[n] = pi->rows;
             p->g_grids[n] = pi->grid;
             item_sink(p, pi, tok, outputs[i], &p->g_sinks[n]);

@@ -3,7 +3,8 @@
  * between groups through the callback); a reserved context encodes without allocating; plans without a context;
  * the items array of an older (shorter) qvl_item; ROWS items with a patch geometry out of range; FRAMES items
  * refused before their frames are allocated, and one refused by its grid reporting no frame table; rows of a plan
- * without a ctx counted by their length against the patch limits. */
+ * without a ctx counted by their length against the patch limits; a plan reserved for and encoded on a ctx of
+ * lower limits. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -565,6 +566,69 @@ static void test_reserve(void) {
     qvl_ctx_free(c);
 }
 
+/* A plan reserved for and encoded on another ctx whose limits are lower: groups never reach past the plan's own
+ * (an item failing on that ctx does not join its neighbours into a larger group than planned), so the encode
+ * allocates nothing after qvl_ctx_reserve_plan; and the reserve stays within the ctx's call limit. */
+static void test_reserve_elsewhere(void) {
+    qvl_ctx *a = new_ctx(g_m, 1);
+    qvl_limits l;
+    qvl_limits_default(&l);
+    l.max_item_patches = 8;
+    qvl_ctx_params cp;
+    qvl_ctx_params_default(&cp);
+    cp.n_threads = 1;
+    cp.limits = &l;
+    qvl_ctx *b = NULL, *c = NULL;
+    qvl_error err;
+    CHECK(qvl_ctx_create(g_m, &cp, &b, &err) == QVL_OK);
+    l.max_item_patches = 16, l.max_call_patches = 8;
+    CHECK(qvl_ctx_create(g_m, &cp, &c, &err) == QVL_OK);
+    if (!b || !c) return;
+    const size_t RL = (size_t)g_in.row_len;
+    float *rows = calloc(12 * RL, sizeof *rows);
+    uint32_t st = 11;
+    for (size_t i = 0; i < 12 * RL; i++) rows[i] = tu_frand(&st);
+    /* 8, 12, 8 rows under max_batch_rows 16: three groups of one, the largest 12 rows */
+    const qvl_grid g[3] = {{1, 2, 4}, {1, 2, 6}, {1, 2, 4}};
+    qvl_item it[3];
+    for (int i = 0; i < 3; i++) {
+        qvl_item_default(&it[i]);
+        it[i].kind = QVL_ITEM_ROWS, it[i].rows = rows, it[i].grid = g[i];
+    }
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.max_batch_rows = 16;
+    qvl_plan *plan = NULL;
+    CHECK(qvl_plan_create(a, it, 3, &pp, &plan, &err) == QVL_OK && qvl_plan_ok_count(plan) == 3);
+    void *outs[3];
+    for (int i = 0; i < 3; i++) {
+        qvl_item_info in;
+        qvl_plan_item(plan, i, &in);
+        outs[i] = malloc(in.out_bytes);
+    }
+    CHECK(qvl_ctx_reserve_plan(b, plan, &err) == QVL_OK && qvl_ctx_scratch_size(b) == qvl_plan_scratch_bytes(plan));
+#ifdef COUNT_ALLOCS
+    long before = g_allocs;
+#endif
+    /* on b the 12-row item is over max_item_patches 8; the two 8-row items are not one group of 16 */
+    CHECK(qvl_plan_encode(b, plan, outs, &err) == QVL_ERR_LIMIT && strstr(err.message, "item 1: grid 1x2x6"));
+#ifdef COUNT_ALLOCS
+    const long n = g_allocs - before;
+    printf("  reserved, encoded on a ctx of lower limits: %ld allocations\n", n);
+    CHECK(n == 0);
+#endif
+    CHECK(qvl_ctx_scratch_size(b) == qvl_plan_scratch_bytes(plan));
+    /* c encodes at most 8 rows a call: its reserve is for 8 rows, not the plan's 12 */
+    CHECK(qvl_ctx_reserve_plan(c, plan, &err) == QVL_OK && qvl_ctx_scratch_size(c) > 0 &&
+          qvl_ctx_scratch_size(c) < qvl_plan_scratch_bytes(plan));
+    for (int i = 0; i < 3; i++) free(outs[i]);
+    qvl_plan_free(plan);
+    free(rows);
+    qvl_ctx_free(a);
+    qvl_ctx_free(b);
+    qvl_ctx_free(c);
+}
+
 /* Items of an older, shorter qvl_item (stride = its struct_size): the missing fields take their defaults. A
  * zeroed item array is refused. */
 static void test_item_abi(void) {
@@ -614,6 +678,7 @@ int main(void) {
     test_rows_geometry(); /* patch rows and caller frames only */
     test_frames_alloc();
     test_rows_bytes();
+    test_reserve_elsewhere();
     test_cancel();
     test_cancel_thread();
     if (QVL_WITH_MEDIA) {
