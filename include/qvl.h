@@ -587,13 +587,16 @@ QVL_API qvl_status qvl_video_load(const char *path, const qvl_video_params *p, q
  * Only `data`[size] is read (borrowed for the call); messages name it "<memory>". */
 QVL_API qvl_status qvl_video_decode(const void *data, size_t size, const qvl_video_params *p, qvl_video *out,
                                     qvl_error *err);
-/* A video given as frame images (in order), sampled like a file at p->default_fps frames per second. */
 /* Seconds of each temporal patch of a sampled video, as transformers' Qwen3VLProcessor computes them for the
  * prompt: the sampled indices padded to a multiple of temporal_patch by repeating the last, each divided by
  * v->fps, then the mean of the first and last of each group of temporal_patch. Writes up to `cap` values and the
  * count (ceil(n_frames / temporal_patch)) to *n. */
 QVL_API qvl_status qvl_video_timestamps(const qvl_video *v, int32_t temporal_patch, double *ts, size_t cap,
                                         size_t *n, qvl_error *err);
+/* A video given as frame images (in order), sampled like a file at p->default_fps frames per second. Each is decoded
+ * as qvl_image_load does with the default decode params (EXIF orientation applied, alpha over white) under
+ * p->max_pixels and p->limits; a PATH item naming a directory decodes them with the item's decode params instead,
+ * as it would the same file given as an image. */
 QVL_API qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
                                  qvl_error *err);
 QVL_API void qvl_video_free(qvl_video *v);

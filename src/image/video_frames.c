@@ -65,13 +65,21 @@ qvl_status video_sample_into(qvl_video *out, int32_t w, int32_t h, int64_t total
     return QVL_OK;
 }
 
+/* The decode params of a video's images (frame files, a still): the caller's `dp` (an item's, taken; NULL: the
+ * defaults), so that EXIF orientation and alpha are handled as for the same file given as an image, under the
+ * video's pixel limit (the smaller of the two max_pixels) and limits. */
+static void frame_decode_params(qvl_decode_params *out, const qvl_video_params *p, const qvl_decode_params *dp) {
+    if (dp) *out = *dp;
+    else qvl_decode_params_default(out);
+    if (!dp || p->max_pixels < out->max_pixels) out->max_pixels = p->max_pixels;
+    out->limits = p->limits;
+}
+
 /* Decode every image in order (each must have the first one's size) and keep the sampled ones. */
-static qvl_status from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
-                              qvl_error *err) {
+static qvl_status from_images(const char *const *paths, size_t n, const qvl_video_params *p,
+                              const qvl_decode_params *item_dp, qvl_video *out, qvl_error *err) {
     qvl_decode_params dp;
-    qvl_decode_params_default(&dp);
-    dp.max_pixels = p->max_pixels;
-    dp.limits = p->limits;
+    frame_decode_params(&dp, p, item_dp);
     size_t next = 0, fs = 0;
     for (size_t i = 0; i < n; i++) {
         if (!paths[i]) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: path %zu is NULL", i);
@@ -97,9 +105,8 @@ static qvl_status from_images(const char *const *paths, size_t n, const qvl_vide
     return QVL_OK;
 }
 
-qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
-                                 qvl_error *err) {
-    err_clear(err);
+qvl_status video_from_images_item(const char *const *paths, size_t n, const qvl_video_params *p,
+                                  const qvl_decode_params *dp, qvl_video *out, qvl_error *err) {
     if (out) memset(out, 0, sizeof *out);
     if (!paths || !out || n == 0)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: %s",
@@ -107,9 +114,15 @@ qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_v
     qvl_video_params def;
     TRY(video_params_take(&def, p, err));
     p = &def;
-    qvl_status s = from_images(paths, n, p, out, err);
+    qvl_status s = from_images(paths, n, p, dp, out, err);
     if (s != QVL_OK) qvl_video_free(out);
     return s;
+}
+
+qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
+                                 qvl_error *err) {
+    err_clear(err);
+    return video_from_images_item(paths, n, p, NULL, out, err);
 }
 
 long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off) {
@@ -125,10 +138,10 @@ long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off) {
     return (long)got;
 }
 
-/* An image as a one-frame video: decoded by qvl's decoders (default decode params, p->max_pixels), sampled at
+/* An image as a one-frame video: decoded by qvl's decoders (the decode params of frame_decode_params), sampled at
  * p->default_fps like qvl_video_from_images of that one file. */
-static qvl_status video_still(const video_src *src, const char *label, const qvl_video_params *p, qvl_video *out,
-                              qvl_error *err) {
+static qvl_status video_still(const video_src *src, const char *label, const qvl_video_params *p,
+                              const qvl_decode_params *item_dp, qvl_video *out, qvl_error *err) {
     const uint8_t *d = src->data;
     uint8_t *owned = NULL;
     if (src->fd >= 0) {
@@ -149,9 +162,7 @@ static qvl_status video_still(const video_src *src, const char *label, const qvl
         d = owned;
     }
     qvl_decode_params dp;
-    qvl_decode_params_default(&dp);
-    dp.max_pixels = p->max_pixels;
-    dp.limits = p->limits;
+    frame_decode_params(&dp, p, item_dp);
     qvl_image img;
     qvl_status s = image_decode_labeled(d, (size_t)src->size, &dp, label, &img, err);
     free(owned);
@@ -164,13 +175,13 @@ static qvl_status video_still(const video_src *src, const char *label, const qvl
 }
 
 /* The dispatch of every video entry point (see the top of this file). */
-static qvl_status video_read(const video_src *src, const char *label, const qvl_video_params *p, qvl_video *out,
-                             qvl_error *err) {
+static qvl_status video_read(const video_src *src, const char *label, const qvl_video_params *p,
+                             const qvl_decode_params *dp, qvl_video *out, qvl_error *err) {
     uint8_t head[VIDEO_HEAD_BYTES];
     long n = video_src_read(src, head, sizeof head, 0);
     if (n < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot read: %s", label, strerror(errno));
     const dec_format f = dec_sniff(head, (size_t)n);
-    if (dec_is_image(f)) return video_still(src, label, p, out, err);
+    if (dec_is_image(f)) return video_still(src, label, p, dp, out, err);
     if (dec_is_video(f)) return video_container(src, (int)f, label, p, out, err);
     char name[192];
     const char *ff = video_probe_name(head, (size_t)n, name, sizeof name);
@@ -181,11 +192,11 @@ static qvl_status video_read(const video_src *src, const char *label, const qvl_
     return dec_unrecognised(label, head, (size_t)n, src->size, err);
 }
 
-qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p, const char *label,
-                                qvl_video *out, qvl_error *err) {
+qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p,
+                                const qvl_decode_params *dp, const char *label, qvl_video *out, qvl_error *err) {
     memset(out, 0, sizeof *out);
     video_src src = {data, -1, size};
-    qvl_status s = video_read(&src, label, p, out, err);
+    qvl_status s = video_read(&src, label, p, dp, out, err);
     if (s != QVL_OK) qvl_video_free(out);
     return s;
 }
@@ -198,11 +209,16 @@ qvl_status qvl_video_decode(const void *data, size_t size, const qvl_video_param
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_decode: %s is NULL", out ? "data" : "out");
     qvl_video_params def;
     TRY(video_params_take(&def, p, err));
-    return video_decode_labeled(data, size, &def, "<memory>", out, err);
+    return video_decode_labeled(data, size, &def, NULL, "<memory>", out, err);
 }
 
 qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
     err_clear(err);
+    return video_load_item(path, p, NULL, out, err);
+}
+
+qvl_status video_load_item(const char *path, const qvl_video_params *p, const qvl_decode_params *dp, qvl_video *out,
+                           qvl_error *err) {
     if (out) memset(out, 0, sizeof *out);
     if (!path || !out)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: %s is NULL", path ? "out" : "path");
@@ -214,7 +230,7 @@ qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video
     size_t size;
     TRY(fu_open_fd(path, &fd, &size, err));
     video_src src = {NULL, fd, size};
-    qvl_status s = video_read(&src, path, &def, out, err);
+    qvl_status s = video_read(&src, path, &def, dp, out, err);
     close(fd);
     if (s != QVL_OK) qvl_video_free(out);
     return s;

@@ -40,8 +40,18 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
  * nothing. */
 const char *video_probe_name(const uint8_t *head, size_t n, char *buf, size_t cap);
 
-/* The plan's ENCODED items: qvl_video_decode with `label` naming the bytes in messages. `p` holds full params. */
-qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p, const char *label,
-                                qvl_video *out, qvl_error *err);
+/* The video entry points of a plan's items, with the item's resolved decode params `dp` (full, taken; NULL: the
+ * defaults, which is what the public calls pass): the images a video is read from (a frame directory's files, a
+ * still) are decoded with its EXIF and alpha settings, as the same file given as an image item would be, under
+ * the smaller of dp->max_pixels and p->max_pixels and p's limits.
+ *   video_load_item       qvl_video_load
+ *   video_decode_labeled  qvl_video_decode (ENCODED items), `label` naming the bytes in messages; `p` full
+ *   video_from_images_item  qvl_video_from_images (PATH directories) */
+qvl_status video_load_item(const char *path, const qvl_video_params *p, const qvl_decode_params *dp, qvl_video *out,
+                           qvl_error *err);
+qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p,
+                                const qvl_decode_params *dp, const char *label, qvl_video *out, qvl_error *err);
+qvl_status video_from_images_item(const char *const *paths, size_t n, const qvl_video_params *p,
+                                  const qvl_decode_params *dp, qvl_video *out, qvl_error *err);
 
 #endif

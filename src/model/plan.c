@@ -171,11 +171,12 @@ void plan_free_names(char **names, size_t n) {
 }
 
 /* The regular files of a directory, sorted by name, as one video's frames. */
-static qvl_status load_frames_dir(const char *dir, const qvl_video_params *vp, qvl_video *v, qvl_error *err) {
+static qvl_status load_frames_dir(const char *dir, const qvl_video_params *vp, const qvl_decode_params *dp,
+                                  qvl_video *v, qvl_error *err) {
     char **names;
     size_t n;
     TRY(plan_list_frames(dir, &names, &n, err));
-    qvl_status s = qvl_video_from_images((const char *const *)names, n, vp, v, err);
+    qvl_status s = video_from_images_item((const char *const *)names, n, vp, dp, v, err);
     plan_free_names(names, n);
     return s;
 }
@@ -448,8 +449,8 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
         video = dir || !image;
         pi->kind = dir ? "frames" : video ? "video" : "image";
         if (!video) st = qvl_image_load(it->path, &s.dp, &img, err);
-        else if (dir) st = load_frames_dir(it->path, &s.vp, &vid, err);
-        else st = qvl_video_load(it->path, &s.vp, &vid, err);
+        else if (dir) st = load_frames_dir(it->path, &s.vp, &s.dp, &vid, err);
+        else st = video_load_item(it->path, &s.vp, &s.dp, &vid, err);
         break;
     }
     case QVL_ITEM_ENCODED:
@@ -459,7 +460,7 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
         /* the same choice as for a path: images by their magic bytes, everything else to the video reader */
         video = !dec_is_image(dec_sniff(it->data, it->size));
         pi->kind = video ? "video" : "image";
-        if (video) st = video_decode_labeled(it->data, it->size, &s.vp, pi->label, &vid, err);
+        if (video) st = video_decode_labeled(it->data, it->size, &s.vp, &s.dp, pi->label, &vid, err);
         else st = image_decode_labeled(it->data, it->size, &s.dp, pi->label, &img, err);
         break;
     case QVL_ITEM_PIXELS:

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cpu/ops.h"
 #include "model/tower.h"
@@ -663,6 +664,50 @@ static void test_item_abi(void) {
     qvl_ctx_free(c);
 }
 
+/* A directory of frame images is decoded with the item's decode params (EXIF orientation, alpha), as the same file
+ * given as an image is: its frames, source size and rows are those of a FRAMES item holding that image's pixels
+ * (before, the directory took the default params: rotated, alpha over white, whatever the item said, while its
+ * key hashed the item's). */
+static void test_frames_dir_decode(const char *root) {
+    char dir[1100], src[1024];
+    snprintf(dir, sizeof dir, "%s/exif_frames", root);
+    CHECK(mkdir(dir, 0755) == 0);
+    tu_source_path("tests/data/images/png_rgba_exif_6.png", src, sizeof src); /* 48x40 RGBA, orientation 6 */
+    size_t n;
+    void *png = tu_read_file(src, &n);
+    CHECK(png && tu_write_file(tu_path(dir, "f0.png"), png, n) && tu_write_file(tu_path(dir, "f1.png"), png, n));
+    free(png);
+    for (int v = 0; v < 4; v++) {
+        qvl_decode_params dp;
+        qvl_decode_params_default(&dp);
+        dp.apply_exif = !(v & 1);
+        dp.alpha = v & 2 ? QVL_ALPHA_DROP : QVL_ALPHA_WHITE;
+        qvl_image img;
+        qvl_error err;
+        CHECK(qvl_image_load(src, &dp, &img, &err) == QVL_OK);
+        CHECK(img.width == (dp.apply_exif ? 40 : 48) && img.height == (dp.apply_exif ? 48 : 40));
+        qvl_pixels fr[2] = {{img.rgb, img.width, img.height, 3, 0}, {img.rgb, img.width, img.height, 3, 0}};
+        qvl_item it[2];
+        qvl_item_default(&it[0]);
+        it[0].kind = QVL_ITEM_PATH, it[0].path = dir, it[0].decode = &dp;
+        qvl_item_default(&it[1]);
+        it[1].kind = QVL_ITEM_FRAMES, it[1].frames = fr, it[1].n_frames = 2, it[1].decode = &dp;
+        qvl_plan *plan = NULL;
+        CHECK(qvl_plan_create(NULL, it, 2, NULL, &plan, &err) == QVL_OK);
+        qvl_item_info a = {0}, b = {0};
+        if (plan) qvl_plan_item(plan, 0, &a), qvl_plan_item(plan, 1, &b);
+        printf("frames dir, apply_exif %d, alpha %s: %s %dx%d (%s), frames %dx%d\n", dp.apply_exif,
+               v & 2 ? "drop" : "white", qvl_status_name(a.status), a.src_width, a.src_height, a.message,
+               b.src_width, b.src_height);
+        CHECK(a.status == QVL_OK && b.status == QVL_OK && strcmp(a.kind, "frames") == 0);
+        CHECK(a.src_width == img.width && a.src_height == img.height && a.n_frames == 2 && a.n_rows == b.n_rows);
+        const float *ra = plan ? qvl_plan_rows(plan, 0) : NULL, *rb = plan ? qvl_plan_rows(plan, 1) : NULL;
+        CHECK(ra && rb && a.n_rows > 0 && memcmp(ra, rb, a.n_rows * 1536 * sizeof *ra) == 0);
+        qvl_plan_free(plan);
+        qvl_image_free(&img);
+    }
+}
+
 int main(void) {
     char root[900];
     tu_tmpdir(root, sizeof root);
@@ -685,6 +730,7 @@ int main(void) {
         test_kinds();
         test_reserve();
         test_item_abi();
+        test_frames_dir_decode(root);
     } else {
         printf("test_plan: only the patch-row cases, built without image decoders (QVL_MEDIA=OFF)\n");
     }
