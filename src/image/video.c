@@ -34,6 +34,7 @@
 #include <libswscale/swscale.h>
 
 #include "core/error.h"
+#include "core/limits.h"
 #include "image/decode.h"
 #include "image/image_params.h"
 #include "image/video_frames.h"
@@ -151,6 +152,8 @@ typedef struct vdec {
     AVFrame *frame;
     struct SwsContext *sws;
     uint8_t *rgba;         /* [h·w·4] scratch for frames with alpha */
+    uint64_t max_pixels;   /* the frame-size limit, and the name of the setting it comes from (limit_fail) */
+    const char *max_pixels_name;
     int stream;
     int32_t width, height; /* every frame must have this size */
     int read_errno;        /* set when a read of src failed: the failure is an I/O error, whatever FFmpeg makes of it */
@@ -203,13 +206,16 @@ static void vdec_close(vdec *d) {
     if (d->pb) av_freep(&d->pb->buffer);
     avio_context_free(&d->pb);
     free(d->rgba);
-    const char *path = d->path;
+    const char *path = d->path, *max_pixels_name = d->max_pixels_name;
     const video_src *src = d->src;
     const AVInputFormat *ifmt = d->ifmt;
+    const uint64_t max_pixels = d->max_pixels;
     memset(d, 0, sizeof *d);
     d->path = path;
     d->src = src;
     d->ifmt = ifmt;
+    d->max_pixels = max_pixels;
+    d->max_pixels_name = max_pixels_name;
 }
 
 /* A failure of FFmpeg call `what` with its code `ret`, as status `s`, unless the cause lies below the container: a
@@ -243,9 +249,9 @@ static void decoder_names(char *buf, size_t cap) {
     }
 }
 
-/* Open the source with the sniffed demuxer, pick the best video stream, check its codec and frame size, and open
- * its decoder. */
-static qvl_status vdec_open(vdec *d, uint64_t max_pixels, qvl_error *err) {
+/* Open the source with the sniffed demuxer, pick the best video stream, check its codec and frame size (against
+ * d->max_pixels, before a frame is decoded), and open its decoder. */
+static qvl_status vdec_open(vdec *d, qvl_error *err) {
     const char *path = d->path;
     d->pos = 0;
     uint8_t *buf = av_malloc(VIDEO_AVIO_BUFFER);
@@ -283,10 +289,11 @@ static qvl_status vdec_open(vdec *d, uint64_t max_pixels, qvl_error *err) {
     if (par->width <= 0 || par->height <= 0)
         return err_fail(err, QVL_ERR_FORMAT, "%s: video stream has no frame size (%dx%d)", path, par->width,
                         par->height);
-    if ((uint64_t)par->width * (uint64_t)par->height > max_pixels)
-        return err_fail(err, QVL_ERR_LIMIT, "%s: frames of %dx%d = %llu pixels exceed the limit of %llu", path,
-                        par->width, par->height, (unsigned long long)par->width * (unsigned long long)par->height,
-                        (unsigned long long)max_pixels);
+    if ((uint64_t)par->width * (uint64_t)par->height > d->max_pixels)
+        return limit_fail(err, d->max_pixels_name, d->max_pixels, "%s: %dx%d frames (%llu pixels) have more than the "
+                          "%llu pixels allowed", path, par->width, par->height,
+                          (unsigned long long)par->width * (unsigned long long)par->height,
+                          (unsigned long long)d->max_pixels);
     d->width = par->width;
     d->height = par->height;
 
@@ -425,9 +432,27 @@ static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
     return drain(d, ps, &done, err);
 }
 
-static qvl_status video_load(vdec *d, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
+/* The frame-size limit: the smaller of max_image_pixels and p->max_pixels, named as the setting to raise. In a plan
+ * p->max_pixels is itself the smaller of the item's decode and video max_pixels; `dp` (the item's decode params,
+ * NULL outside a plan) tells which of the two it is. */
+static qvl_status frame_limit(vdec *d, const qvl_video_params *p, const qvl_decode_params *dp, qvl_error *err) {
+    qvl_limits lim;
+    TRY(limits_take(&lim, p->limits, "qvl_video_params.limits", err));
+    d->max_pixels = lim.max_image_pixels;
+    d->max_pixels_name = "max_image_pixels";
+    if (p->max_pixels < d->max_pixels) {
+        d->max_pixels = p->max_pixels;
+        d->max_pixels_name = dp && dp->max_pixels <= p->max_pixels ? "qvl_decode_params.max_pixels"
+                                                                   : "qvl_video_params.max_pixels";
+    }
+    return QVL_OK;
+}
+
+static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decode_params *dp, qvl_video *out,
+                             qvl_error *err) {
     const char *path = d->path;
-    TRY(vdec_open(d, p->max_pixels, err));
+    TRY(frame_limit(d, p, dp, err));
+    TRY(vdec_open(d, err));
     const AVStream *st = d->fmt->streams[d->stream];
     double fps = 0.0;
     if (st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0) fps = av_q2d(st->avg_frame_rate);
@@ -442,7 +467,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, qvl_video *out,
         total = count.decoded;
         counted = 1;
         vdec_close(d);
-        TRY(vdec_open(d, p->max_pixels, err));
+        TRY(vdec_open(d, err));
     }
     if (total <= 0) return err_fail(err, QVL_ERR_FORMAT, "%s: the video stream has no frames", path);
     TRY(video_sample_into(out, d->width, d->height, total, fps, p, path, err));
@@ -460,7 +485,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, qvl_video *out,
     out->rgb = NULL;
     out->indices = NULL;
     vdec_close(d);
-    TRY(vdec_open(d, p->max_pixels, err));
+    TRY(vdec_open(d, err));
     TRY(video_sample_into(out, d->width, d->height, have, fps, p, path, err));
     vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0};
     TRY(decode_pass(d, &again, err));
@@ -471,7 +496,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, qvl_video *out,
 }
 
 qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
-                           qvl_video *out, qvl_error *err) {
+                           const qvl_decode_params *dp, qvl_video *out, qvl_error *err) {
     static const char *const demuxer[] = {[DEC_MOV] = "mov", [DEC_MKV] = "matroska", [DEC_AVI] = "avi",
                                           [DEC_MPEGTS] = "mpegts"};
     if (!dec_is_video((dec_format)fmt))
@@ -486,7 +511,7 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
                                  label, dec_format_name((dec_format)fmt), demuxer[fmt]);
     vlog log;
     vlog *outer = vlog_enter(&log);
-    s = video_load(&d, p, out, err);
+    s = video_load(&d, p, dp, out, err);
     vdec_close(&d);
     if (s != QVL_OK) vlog_append(&log, err);
     tl_vlog = outer;

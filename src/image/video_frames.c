@@ -182,7 +182,7 @@ static qvl_status video_read(const video_src *src, const char *label, const qvl_
     if (n < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot read: %s", label, strerror(errno));
     const dec_format f = dec_sniff(head, (size_t)n);
     if (dec_is_image(f)) return video_still(src, label, p, dp, out, err);
-    if (dec_is_video(f)) return video_container(src, (int)f, label, p, out, err);
+    if (dec_is_video(f)) return video_container(src, (int)f, label, p, dp, out, err);
     char name[192];
     const char *ff = video_probe_name(head, (size_t)n, name, sizeof name);
     if (ff)

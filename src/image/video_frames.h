@@ -30,9 +30,10 @@ long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off);
 
 /* Read one video whose first bytes dec_sniff recognised as a container (`fmt`): FFmpeg in video.c; the
  * QVL_VIDEO=OFF build's video_none.c refuses it with QVL_ERR_UNSUPPORTED. `label` names it in messages; `p` holds
- * full (taken) params. On failure out may hold partial allocations (qvl_video_free). */
+ * full (taken) params; `dp` the item's decode params or NULL (only to name the frame-size limit that applied). On
+ * failure out may hold partial allocations (qvl_video_free). */
 qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
-                           qvl_video *out, qvl_error *err);
+                           const qvl_decode_params *dp, qvl_video *out, qvl_error *err);
 
 /* For bytes that are no image and no accepted container: FFmpeg's name for the format it would read them as (e.g.
  * "hls", "concat"), with its long name, when FFmpeg recognises them with confidence; NULL when it does not, and

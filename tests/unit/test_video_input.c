@@ -3,7 +3,9 @@
  * opened or read (inotify watches it); text and empty files named like images get qvl's own message; the accepted
  * containers (MP4, Matroska/WebM, AVI, MPEG-TS) are read and other codecs refused; FFmpeg's log text ends up in the
  * failure's message and never on stderr, per thread; plan items (PATH and ENCODED) choose image or video the same
- * way. In a QVL_VIDEO=OFF build the same entry points exist and refuse containers with QVL_ERR_UNSUPPORTED. */
+ * way; the limits refuse a video before its frames are decoded (the frames FFmpeg hands back are counted by a
+ * wrapper of avcodec_receive_frame defined here, which the program's own definition makes the one every caller
+ * reaches). In a QVL_VIDEO=OFF build the same entry points exist and refuse containers with QVL_ERR_UNSUPPORTED. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +16,10 @@
 #include <sys/inotify.h>
 #endif
 #if QVL_WITH_VIDEO
+#include <dlfcn.h>
+#include <stdatomic.h>
+
+#include <libavcodec/avcodec.h>
 #include <libavutil/log.h>
 #endif
 
@@ -21,6 +27,24 @@
 #include "testutil.h"
 
 static char g_tmp[1024];
+
+#if QVL_WITH_VIDEO
+/* Frames decoded so far, by anyone in the process (qvl, and FFmpeg's own stream probe). */
+static atomic_long g_frames;
+static int (*g_receive_frame)(AVCodecContext *, AVFrame *);
+
+static void count_frames_init(void) {
+    void *sym = dlsym(RTLD_NEXT, "avcodec_receive_frame");
+    memcpy(&g_receive_frame, &sym, sizeof g_receive_frame);
+}
+
+int avcodec_receive_frame(AVCodecContext *c, AVFrame *f) {
+    if (!g_receive_frame) return AVERROR(ENOSYS);
+    int ret = g_receive_frame(c, f);
+    if (ret == 0) atomic_fetch_add(&g_frames, 1);
+    return ret;
+}
+#endif
 
 static const char *tpath(const char *name) { return tu_path(g_tmp, name); }
 
@@ -376,7 +400,85 @@ static void test_log_threads(void) {
     printf("log, 4 threads x 20 failing loads: %d messages wrong\n", bad);
 }
 
+#if QVL_WITH_VIDEO
+/* qvl_video_load of tests/data/video/`file` under `lim` (NULL: the defaults) and p's other fields as given; the
+ * frames FFmpeg decoded for it. */
+static long load_counted(const char *file, const qvl_video_params *p, qvl_status *s, qvl_error *err) {
+    char rel[256], path[1024];
+    snprintf(rel, sizeof rel, "tests/data/video/%s", file);
+    tu_source_path(rel, path, sizeof path);
+    qvl_video v;
+    long before = atomic_load(&g_frames);
+    *s = qvl_video_load(path, p, &v, err);
+    long n = atomic_load(&g_frames) - before;
+    printf("%s: %s after %ld decoded frames: %s\n", file, qvl_status_name(*s), n, err->message);
+    qvl_video_free(&v);
+    return n;
+}
+
+/* The limits a video breaks are found from its header before its frames are decoded: the frame size against
+ * max_image_pixels and max_pixels (in a plan, the smaller of the decode and the video max_pixels, each named when
+ * it is the one that applied). video_25fps.mkv has no frame count in its header (Matroska): 40 frames, which
+ * the count would decode before. */
+static void test_limits_first(void) {
+    qvl_limits lim;
+    qvl_limits_default(&lim);
+    lim.max_image_pixels = 100;
+    qvl_video_params p;
+    qvl_video_params_default(&p);
+    p.limits = &lim;
+    qvl_status s;
+    qvl_error err;
+    long n = load_counted("video_25fps.mkv", NULL, &s, &err); /* counted (40), then 4 sampled: decoded twice */
+    CHECK(s == QVL_OK && n >= 44);
+    n = load_counted("video_25fps.mkv", &p, &s, &err);
+    CHECK(s == QVL_ERR_LIMIT && has(err.message, "62x44 frames") && has(err.message, "limit max_image_pixels = 100"));
+    CHECK(n <= 2); /* FFmpeg's stream probe alone */
+    qvl_video_params_default(&p);
+    p.max_pixels = 100;
+    n = load_counted("video_25fps.mkv", &p, &s, &err);
+    CHECK(s == QVL_ERR_LIMIT && has(err.message, "limit qvl_video_params.max_pixels = 100") && n <= 2);
+
+    char mkv[1024];
+    tu_source_path("tests/data/video/video_25fps.mkv", mkv, sizeof mkv);
+    size_t size;
+    void *bytes = tu_read_file(mkv, &size);
+    CHECK(bytes != NULL);
+    qvl_decode_params dp;
+    qvl_decode_params_default(&dp);
+    dp.max_pixels = 100;
+    qvl_video_params vp;
+    qvl_video_params_default(&vp);
+    vp.max_pixels = 100;
+    qvl_item it[3];
+    for (int i = 0; i < 3; i++) {
+        qvl_item_default(&it[i]);
+        it[i].kind = QVL_ITEM_ENCODED, it[i].data = bytes, it[i].size = size;
+    }
+    it[0].decode = &dp;
+    it[1].video = &vp;
+    it[2].kind = QVL_ITEM_PATH, it[2].path = mkv, it[2].decode = &dp;
+    qvl_plan *plan = NULL;
+    CHECK(bytes && qvl_plan_create(NULL, it, 3, NULL, &plan, &err) == QVL_OK);
+    static const char *const want[3] = {"limit qvl_decode_params.max_pixels = 100",
+                                        "limit qvl_video_params.max_pixels = 100",
+                                        "limit qvl_decode_params.max_pixels = 100"};
+    for (size_t i = 0; plan && i < 3; i++) {
+        qvl_item_info in;
+        qvl_plan_item(plan, i, &in);
+        printf("  item %zu: %s\n", i, in.message);
+        CHECK(in.status == QVL_ERR_LIMIT && has(in.message, want[i]));
+    }
+    qvl_plan_free(plan);
+    free(bytes);
+}
+#endif
+
 int main(void) {
+#if QVL_WITH_VIDEO
+    count_frames_init();
+    CHECK(g_receive_frame != NULL);
+#endif
     CHECK(tu_tmpdir(g_tmp, sizeof g_tmp) != NULL);
     test_memory();
     test_references();
@@ -384,6 +486,9 @@ int main(void) {
     test_codecs_and_items();
     test_log();
     test_log_threads();
+#if QVL_WITH_VIDEO
+    test_limits_first();
+#endif
     tu_rmtree(g_tmp);
     return tu_finish("test_video_input");
 }
