@@ -5,7 +5,10 @@
  * Frame rate and frame count are read the way transformers' PyAV reader reads them (video_utils.read_video_pyav):
  * the stream's average frame rate (avg_frame_rate; r_frame_rate, then p->default_fps, where the container has
  * none) and the stream header's frame count (nb_frames). Where the header has no count (Matroska/WebM, raw
- * streams) the frames are counted by decoding the stream once; PyAV would report 0 frames there and fail.
+ * streams) the frames are counted by decoding the stream once; PyAV would report 0 frames there and fail. That
+ * count stops with QVL_ERR_LIMIT as soon as what sampling picks from the frames counted so far breaks
+ * max_video_frames or max_video_pixels (video_count_check: the pick never shrinks as the count grows), so a video
+ * over the limits is refused after the frames that prove it, not decoded to its end first.
  * Decoding is sequential from the start and keeps only the sampled frames (a repeated index is copied), stopping
  * after the last one, as read_video_pyav does. If the stream ends before the last sampled index (a header count
  * that overstates, e.g. an edit list), the indices are taken again over the frames actually decoded.
@@ -369,18 +372,22 @@ static qvl_status convert_frame(vdec *d, const AVFrame *f, int64_t index, uint8_
     return QVL_OK;
 }
 
-/* Decoding state of one pass: the sorted indices to keep and where the next one goes. */
+/* Decoding state of one pass: the sorted indices to keep and where the next one goes. A counting pass (n = 0)
+ * checks the limits on every frame it counts: count_p holds the sampling params, fps the stream's rate. */
 typedef struct vpass {
     const int64_t *indices;
     size_t n, next;
     uint8_t *rgb;     /* [n][h·w·3] */
     int64_t decoded;  /* frames seen so far */
+    const qvl_video_params *count_p;
+    double fps;
 } vpass;
 
 /* Take one decoded frame: store it in every slot whose index it is. Sets *done once all slots are filled. */
 static qvl_status take_frame(vdec *d, vpass *ps, int *done, qvl_error *err) {
     size_t fs = (size_t)d->width * (size_t)d->height * 3;
     int64_t i = ps->decoded++;
+    if (ps->count_p) return video_count_check(ps->decoded, d->width, d->height, ps->fps, ps->count_p, d->path, err);
     size_t first = ps->next;
     while (ps->next < ps->n && ps->indices[ps->next] == i) {
         uint8_t *slot = ps->rgb + ps->next * fs;
@@ -461,8 +468,9 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
 
     int64_t total = st->nb_frames;
     int counted = 0;
-    if (total <= 0) { /* no count in the header: decode once to count */
-        vpass count = {0};
+    if (total <= 0) { /* no count in the header: decode once to count, within the limits */
+        TRY(video_count_check(0, d->width, d->height, fps, p, path, err));
+        vpass count = {NULL, 0, 0, NULL, 0, p, fps};
         TRY(decode_pass(d, &count, err));
         total = count.decoded;
         counted = 1;
@@ -472,7 +480,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
     if (total <= 0) return err_fail(err, QVL_ERR_FORMAT, "%s: the video stream has no frames", path);
     TRY(video_sample_into(out, d->width, d->height, total, fps, p, path, err));
 
-    vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0};
+    vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0, NULL, 0.0};
     TRY(decode_pass(d, &ps, err));
     if (ps.next == ps.n) return QVL_OK;
     /* The stream ended early: take the indices again over the frames it has. */
@@ -487,7 +495,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
     vdec_close(d);
     TRY(vdec_open(d, err));
     TRY(video_sample_into(out, d->width, d->height, have, fps, p, path, err));
-    vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0};
+    vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0, NULL, 0.0};
     TRY(decode_pass(d, &again, err));
     if (again.next != again.n)
         return err_fail(err, QVL_ERR_FORMAT, "%s: the stream has %lld decodable frames on a second read, %lld before",

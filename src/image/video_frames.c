@@ -40,24 +40,46 @@ static qvl_status alloc_frames(qvl_video *out, int32_t w, int32_t h, size_t n, c
     return QVL_OK;
 }
 
+/* The limits on holding n sampled frames of w x h, from the header's size and the sampled count, before any frame
+ * buffer exists. `counted` < 0: n is what sampling picks; else the header gives no frame count, `counted` frames
+ * of the stream are counted so far and n, what sampling picks from that many (at least 1), is a lower bound. */
+static qvl_status frames_fit(const qvl_limits *lim, int32_t w, int32_t h, size_t n, int64_t counted, const char *what,
+                             qvl_error *err) {
+    const char *least = counted >= 0 ? "at least " : "";
+    char so_far[96] = "";
+    if (counted >= 0)
+        snprintf(so_far, sizeof so_far, " (the header gives no frame count; %lld counted so far)", (long long)counted);
+    if (n > lim->max_video_frames)
+        return limit_fail(err, "max_video_frames", lim->max_video_frames, "%s: sampling picks %s%zu frames%s, more "
+                          "than the %u allowed", what, least, n, so_far, (unsigned)lim->max_video_frames);
+    if (w > 0 && h > 0 && (uint64_t)w * (uint64_t)h > lim->max_image_pixels)
+        return limit_fail(err, "max_image_pixels", lim->max_image_pixels, "%s: %dx%d frames have more than the %llu "
+                          "pixels allowed", what, (int)w, (int)h, (unsigned long long)lim->max_image_pixels);
+    if (n > 0 && w > 0 && h > 0 && (uint64_t)w * (uint64_t)h > lim->max_video_pixels / n)
+        return limit_fail(err, "max_video_pixels", lim->max_video_pixels, "%s: %s%zu frames of %dx%d are %llu "
+                          "pixels%s, more than the %llu allowed", what, least, n, (int)w, (int)h,
+                          (unsigned long long)((uint64_t)w * (uint64_t)h * n), so_far,
+                          (unsigned long long)lim->max_video_pixels);
+    return QVL_OK;
+}
+
+qvl_status video_count_check(int64_t counted, int32_t w, int32_t h, double fps, const qvl_video_params *p,
+                             const char *what, qvl_error *err) {
+    size_t n = 0;
+    TRY(qvl_video_sample_indices(counted > 1 ? counted : 1, fps, p, NULL, 0, &n, err));
+    qvl_limits lim;
+    TRY(limits_take(&lim, p->limits, "qvl_video_params.limits", err));
+    return frames_fit(&lim, w, h, n, counted, what, err);
+}
+
 qvl_status video_sample_into(qvl_video *out, int32_t w, int32_t h, int64_t total, double fps,
                              const qvl_video_params *p, const char *what, qvl_error *err) {
     size_t n = 0;
     TRY(qvl_video_sample_indices(total, fps, p, NULL, 0, &n, err));
     if (n == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: sampling picks no frames", what);
-    /* the frames to hold, from the header's size and the sampled count, before any frame buffer exists */
     qvl_limits lim;
     TRY(limits_take(&lim, p->limits, "qvl_video_params.limits", err));
-    if (n > lim.max_video_frames)
-        return limit_fail(err, "max_video_frames", lim.max_video_frames, "%s: sampling picks %zu frames, more than the "
-                          "%u allowed", what, n, (unsigned)lim.max_video_frames);
-    if (w > 0 && h > 0 && (uint64_t)w * (uint64_t)h > lim.max_image_pixels)
-        return limit_fail(err, "max_image_pixels", lim.max_image_pixels, "%s: %dx%d frames have more than the %llu "
-                          "pixels allowed", what, (int)w, (int)h, (unsigned long long)lim.max_image_pixels);
-    if (w > 0 && h > 0 && (uint64_t)w * (uint64_t)h > lim.max_video_pixels / n)
-        return limit_fail(err, "max_video_pixels", lim.max_video_pixels, "%s: %zu frames of %dx%d are %llu pixels, "
-                          "more than the %llu allowed", what, n, (int)w, (int)h,
-                          (unsigned long long)((uint64_t)w * (uint64_t)h * n), (unsigned long long)lim.max_video_pixels);
+    TRY(frames_fit(&lim, w, h, n, -1, what, err));
     TRY(alloc_frames(out, w, h, n, what, err));
     TRY(qvl_video_sample_indices(total, fps, p, out->indices, n, &n, err));
     out->total_frames = total;

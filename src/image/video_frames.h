@@ -16,6 +16,15 @@ enum { VIDEO_SWS_SLACK = 64 };
 qvl_status video_sample_into(qvl_video *out, int32_t w, int32_t h, int64_t total, double fps,
                              const qvl_video_params *p, const char *what, qvl_error *err);
 
+/* While a stream whose header gives no frame count is counted: what sampling (p, at `fps`) picks from the `counted`
+ * frames seen so far (at least 1) against max_video_frames and max_video_pixels for frames of w x h. The pick never
+ * shrinks as the count grows (each branch of sample_frames clamps a non-decreasing function of the frame count), so
+ * one over a limit now is over it for the whole stream: such a video is refused (QVL_ERR_LIMIT) as soon as that is
+ * certain, instead of after it is decoded to its end; one within the limits is counted exactly, as its indices
+ * need. */
+qvl_status video_count_check(int64_t counted, int32_t w, int32_t h, double fps, const qvl_video_params *p,
+                             const char *what, qvl_error *err);
+
 /* The bytes of one video: a caller's buffer (fd = -1), or a regular file we opened ourselves (fu_open_fd) and read
  * with pread at our own offsets, so that nothing ever opens the path again. `size` is the buffer's or the file's
  * size when it was opened: nothing past it is read. */

@@ -472,6 +472,50 @@ static void test_limits_first(void) {
     qvl_plan_free(plan);
     free(bytes);
 }
+
+/* A stream without a frame count is counted within the limits: refused as soon as what sampling picks from the
+ * frames counted so far breaks max_video_frames or max_video_pixels (before: only after all 40 frames were
+ * decoded), and read exactly as before when it keeps within them. */
+static void test_count_bounded(void) {
+    qvl_limits lim;
+    qvl_limits_default(&lim);
+    lim.max_video_frames = 1; /* the defaults pick 4: min_frames, all 4 under this limit from the 2nd frame on */
+    qvl_video_params p;
+    qvl_video_params_default(&p);
+    p.limits = &lim;
+    qvl_status s;
+    qvl_error err;
+    long n = load_counted("video_25fps.mkv", &p, &s, &err);
+    CHECK(s == QVL_ERR_LIMIT && has(err.message, "sampling picks at least 2 frames") &&
+          has(err.message, "limit max_video_frames = 1") && n <= 4);
+    lim.max_video_frames = 4; /* num_frames over the limit: refused before the count starts */
+    p.num_frames = 5;
+    n = load_counted("video_25fps.mkv", &p, &s, &err);
+    CHECK(s == QVL_ERR_LIMIT && has(err.message, "limit max_video_frames = 4") && n <= 2);
+    p.num_frames = 0;
+    p.fps = 0; /* every frame, up to max_frames: over 10 at the 11th */
+    lim.max_video_frames = 10;
+    n = load_counted("video_25fps.mkv", &p, &s, &err);
+    CHECK(s == QVL_ERR_LIMIT && has(err.message, "at least 11 frames") && n >= 11 && n <= 13);
+    qvl_video_params_default(&p);
+    p.limits = &lim;
+    lim.max_video_frames = 4096;
+    lim.max_video_pixels = 3 * 62 * 44; /* 4 frames picked: over it at the 4th counted */
+    n = load_counted("video_25fps.mkv", &p, &s, &err);
+    CHECK(s == QVL_ERR_LIMIT && has(err.message, "at least 4 frames of 62x44") &&
+          has(err.message, "limit max_video_pixels = 8184") && n <= 6);
+
+    /* At the limits: counted to the end, the same frames as without them. */
+    lim.max_video_frames = 4;
+    lim.max_video_pixels = 4 * 62 * 44;
+    char path[1024];
+    tu_source_path("tests/data/video/video_25fps.mkv", path, sizeof path);
+    qvl_video a, b;
+    CHECK(qvl_video_load(path, &p, &a, &err) == QVL_OK && qvl_video_load(path, NULL, &b, &err) == QVL_OK);
+    CHECK(a.total_frames == 40 && a.n_frames == 4 && same_video(&a, &b));
+    qvl_video_free(&a);
+    qvl_video_free(&b);
+}
 #endif
 
 int main(void) {
@@ -488,6 +532,7 @@ int main(void) {
     test_log_threads();
 #if QVL_WITH_VIDEO
     test_limits_first();
+    test_count_bounded();
 #endif
     tu_rmtree(g_tmp);
     return tu_finish("test_video_input");
