@@ -131,7 +131,10 @@ typedef struct qvl_limits {
                                      qvl_decode_params.max_pixels */
     uint64_t max_canvas_pixels;   /* the canvas of a GIF (logical screen, grown to hold the first frame) or an
                                      animated WebP, before it is allocated (default 178956970) */
-    uint64_t max_input_bytes;     /* bytes of one image file or ENCODED item (default 2 GiB) */
+    uint64_t max_input_bytes;     /* bytes of one image file (also one read as a one-frame video), and of one
+                                     buffer in memory: an ENCODED item, image or video, and the data of
+                                     qvl_image_decode / qvl_video_decode (default 2 GiB). Not a video file read
+                                     from a path, which FFmpeg reads in pieces, never whole */
     uint64_t max_png_chunk_bytes; /* a PNG chunk before the image data, and a text/ICC chunk's inflated size
                                      (default 8 MiB) */
     uint32_t max_jpeg_scans;      /* scans of a progressive JPEG (default 500) */
@@ -583,7 +586,8 @@ typedef struct qvl_video {
  * program that uses FFmpeg itself and wants its log may set its own av_log callback after its first qvl video
  * call; qvl's messages then go to it too. Without video support (QVL_VIDEO=OFF) a container is QVL_ERR_UNSUPPORTED. */
 QVL_API qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err);
-/* qvl_video_load of a file's bytes in memory (a request body): the same formats, checks and frames, bit for bit.
+/* qvl_video_load of a file's bytes in memory (a request body): the same formats, checks and frames, bit for bit,
+ * and `size` is held to p->limits' max_input_bytes before a byte is read (a video file, read in pieces, is not).
  * Only `data`[size] is read (borrowed for the call); messages name it "<memory>". */
 QVL_API qvl_status qvl_video_decode(const void *data, size_t size, const qvl_video_params *p, qvl_video *out,
                                     qvl_error *err);

@@ -217,6 +217,12 @@ static qvl_status video_read(const video_src *src, const char *label, const qvl_
 qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p,
                                 const qvl_decode_params *dp, const char *label, qvl_video *out, qvl_error *err) {
     memset(out, 0, sizeof *out);
+    /* the bytes in memory, as qvl_image_decode's, before anything reads them */
+    qvl_limits lim;
+    TRY(limits_take(&lim, p->limits, "qvl_video_params.limits", err));
+    if (size > lim.max_input_bytes)
+        return limit_fail(err, "max_input_bytes", lim.max_input_bytes, "%s: %zu bytes, more than the %llu allowed",
+                          label, size, (unsigned long long)lim.max_input_bytes);
     video_src src = {data, -1, size};
     qvl_status s = video_read(&src, label, p, dp, out, err);
     if (s != QVL_OK) qvl_video_free(out);

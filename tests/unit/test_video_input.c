@@ -516,6 +516,48 @@ static void test_count_bounded(void) {
     qvl_video_free(&a);
     qvl_video_free(&b);
 }
+
+/* A video in memory is held to max_input_bytes as an image buffer is (before, any size passed), standalone and as
+ * an ENCODED item; a video file read from its path is not (FFmpeg reads it in pieces). */
+static void test_input_bytes(void) {
+    char path[1024];
+    tu_source_path("tests/data/video/video_2997.mp4", path, sizeof path);
+    size_t size;
+    void *bytes = tu_read_file(path, &size);
+    CHECK(bytes != NULL && size > 1000);
+    if (!bytes) return;
+    qvl_limits lim;
+    qvl_limits_default(&lim);
+    lim.max_input_bytes = size - 1;
+    qvl_video_params p;
+    qvl_video_params_default(&p);
+    p.limits = &lim;
+    qvl_video v;
+    qvl_error err;
+    CHECK(qvl_video_decode(bytes, size, &p, &v, &err) == QVL_ERR_LIMIT && has(err.message, "<memory>") &&
+          has(err.message, "limit max_input_bytes = ") && v.rgb == NULL);
+    printf("video in memory over max_input_bytes: %s\n", err.message);
+    CHECK(qvl_video_load(path, &p, &v, &err) == QVL_OK);
+    qvl_video_free(&v);
+    lim.max_input_bytes = size;
+    CHECK(qvl_video_decode(bytes, size, &p, &v, &err) == QVL_OK && v.n_frames > 0);
+    qvl_video_free(&v);
+
+    lim.max_input_bytes = size - 1;
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.limits = &lim;
+    qvl_item it;
+    qvl_item_default(&it);
+    it.kind = QVL_ITEM_ENCODED, it.data = bytes, it.size = size, it.label = "clip";
+    qvl_plan *plan = NULL;
+    CHECK(qvl_plan_create(NULL, &it, 1, &pp, &plan, &err) == QVL_OK);
+    qvl_item_info in = {0};
+    if (plan) qvl_plan_item(plan, 0, &in);
+    CHECK(in.status == QVL_ERR_LIMIT && has(in.message, "clip: ") && has(in.message, "max_input_bytes"));
+    qvl_plan_free(plan);
+    free(bytes);
+}
 #endif
 
 int main(void) {
@@ -533,6 +575,7 @@ int main(void) {
 #if QVL_WITH_VIDEO
     test_limits_first();
     test_count_bounded();
+    test_input_bytes();
 #endif
     tu_rmtree(g_tmp);
     return tu_finish("test_video_input");
