@@ -635,8 +635,14 @@ static inline void qvl_preprocess_params_default(qvl_preprocess_params *p) { qvl
 QVL_API qvl_status qvl_preprocess_params_load(const char *model_dir, qvl_preprocess_params *p, qvl_video_params *v,
                                       qvl_error *err);
 
-/* transformers' smart_resize: sides rounded half-to-even to multiples of `factor`, then scaled into
- * [min_pixels, max_pixels]; refuses an aspect ratio above 200 and sides below `factor`. */
+/* transformers' smart_resize (models/qwen2_vl, what the Qwen3-VL image processors call), value for value: each side
+ * rounded half to even to a multiple of `factor`; if their product is above max_pixels, both sides divided by
+ * β = sqrt(h·w / max_pixels) and floored to multiples of factor (at least factor); else if it is below min_pixels,
+ * both multiplied by β = sqrt(min_pixels / (h·w)) and rounded up to multiples of factor. Sides below factor are
+ * accepted (the min_pixels branch scales them up), and the result may fall outside [min_pixels, max_pixels] (the
+ * flooring, the rounding up, the factor floor). QVL_ERR_INVALID_ARG: height, width or factor below 1; an aspect
+ * ratio above 200 and max_pixels 0 (the reference raises on both); min_pixels 0 where a side rounds to 0 (one of at
+ * most factor/2: the reference returns the 0, which no resize takes). A target side above 10^9: QVL_ERR_LIMIT. */
 QVL_API qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint64_t min_pixels, uint64_t max_pixels,
                             int32_t *out_height, int32_t *out_width, qvl_error *err);
 

@@ -53,6 +53,8 @@ qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint6
         return err_fail(err, QVL_ERR_INVALID_ARG,
                         "qvl_smart_resize: height %d, width %d, factor %d: each must be at least 1", height, width,
                         factor);
+    if (max_pixels == 0) /* the reference divides by it (ZeroDivisionError) */
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_smart_resize: max_pixels is 0 (want at least 1)");
     double hi = height > width ? height : width, lo = height > width ? width : height;
     if (hi / lo > 200)
         return err_fail(err, QVL_ERR_INVALID_ARG, "image %dx%d: aspect ratio %.1f is above 200", width, height, hi / lo);
@@ -68,7 +70,13 @@ qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t factor, uint6
         h_bar = ceil(height * beta / f) * f;
         w_bar = ceil(width * beta / f) * f;
     }
-    if (h_bar < 1 || w_bar < 1 || h_bar > 1e9 || w_bar > 1e9)
+    /* A side of at most factor/2 rounds to 0; with min_pixels ≥ 1 the min branch raises it to factor or more, so only
+       min_pixels 0 leaves it there (the reference returns the 0, which its resize then fails on). */
+    if (h_bar < 1 || w_bar < 1)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "image %dx%d: min_pixels %llu leaves the target size %.0fx%.0f "
+                        "(a side of at most factor/2 = %g rounds to 0, and only min_pixels ≥ 1 raises it)", width, height,
+                        (unsigned long long)min_pixels, w_bar, h_bar, f / 2);
+    if (h_bar > 1e9 || w_bar > 1e9)
         return err_fail(err, QVL_ERR_LIMIT, "image %dx%d: target size %.0fx%.0f out of range", width, height, w_bar,
                         h_bar);
     *out_h = (int32_t)h_bar;

@@ -211,6 +211,52 @@ static void run_video_cases(void) {
     st_close(fx);
 }
 
+/* smart_resize at its edges, against transformers 5.23's (models/qwen2_vl/image_processing_qwen2_vl.py) values for
+ * the same arguments: sides below factor (scaled up, not refused), aspect ratio exactly 200, min_pixels above
+ * max_pixels, factors other than 32, min_pixels 0 where no side rounds to 0. Then the arguments it raises on
+ * (max_pixels 0: ZeroDivisionError) or returns a 0 side for (min_pixels 0 and a side of at most factor/2), which
+ * qvl refuses as bad arguments naming the parameter: before, the first gave factor x factor and the second
+ * QVL_ERR_LIMIT, as if the image were too large. */
+static void test_smart_resize_edges(void) {
+    static const struct {
+        int32_t h, w, factor;
+        uint64_t min_px, max_px;
+        int32_t want_h, want_w;
+    } ok[] = {
+        {10, 20, 32, 65536, 16777216, 192, 384},       {1, 1, 32, 65536, 16777216, 256, 256},
+        {5, 7, 28, 3136, 12845056, 56, 84},            {15, 400, 32, 65536, 16777216, 64, 1344},
+        {1, 200, 32, 65536, 16777216, 32, 3648},       {3, 600, 32, 65536, 16777216, 32, 3648},
+        {20000, 30000, 32, 65536, 16777216, 3328, 4992}, {33, 33, 1, 0, 1u << 30, 33, 33},
+        {100, 100, 32, 1u << 20, 4096, 64, 64},        {400, 400, 32, 0, 1u << 24, 384, 384},
+        {17, 17, 32, 0, 1u << 24, 32, 32},             {31, 9, 16, 1, 1u << 24, 32, 16},
+    };
+    qvl_error err;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int32_t h = 0, w = 0;
+        qvl_status s = qvl_smart_resize(ok[i].h, ok[i].w, ok[i].factor, ok[i].min_px, ok[i].max_px, &h, &w, &err);
+        if (s != QVL_OK || h != ok[i].want_h || w != ok[i].want_w)
+            fprintf(stderr, "  smart_resize(%d, %d, %d, %llu, %llu): %s %dx%d, want %dx%d\n", ok[i].h, ok[i].w,
+                    ok[i].factor, (unsigned long long)ok[i].min_px, (unsigned long long)ok[i].max_px,
+                    qvl_status_name(s), h, w, ok[i].want_h, ok[i].want_w);
+        CHECK(s == QVL_OK && h == ok[i].want_h && w == ok[i].want_w);
+    }
+    int32_t h, w;
+    CHECK(qvl_smart_resize(8, 400, 32, 0, 1u << 24, &h, &w, &err) == QVL_ERR_INVALID_ARG); /* reference: (0, 384) */
+    CHECK(strstr(err.message, "min_pixels 0") && strstr(err.message, "384x0"));
+    printf("smart_resize 8x400, min_pixels 0: %s\n", err.message);
+    CHECK(qvl_smart_resize(16, 16, 32, 0, 1u << 24, &h, &w, &err) == QVL_ERR_INVALID_ARG); /* reference: (0, 0) */
+    CHECK(qvl_smart_resize(100, 100, 32, 65536, 0, &h, &w, &err) == QVL_ERR_INVALID_ARG); /* ZeroDivisionError */
+    CHECK(strstr(err.message, "max_pixels is 0") != NULL);
+    /* through the grid query, as a plan asks it */
+    static uint8_t rgb[400 * 8 * 3];
+    qvl_image img = {400, 8, rgb};
+    qvl_preprocess_params p;
+    qvl_preprocess_params_default(&p);
+    p.min_pixels = 0;
+    qvl_grid g;
+    CHECK(qvl_image_grid(&img, &p, &g, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "min_pixels 0"));
+}
+
 int main(void) {
     char path[1024];
     tu_source_path("tests/fixtures/preprocess.safetensors", path, sizeof path);
@@ -243,6 +289,7 @@ int main(void) {
     int32_t h, w;
     CHECK(qvl_smart_resize(1, 201, 32, 65536, 16777216, &h, &w, &err) == QVL_ERR_INVALID_ARG);
     CHECK(qvl_smart_resize(0, 10, 32, 65536, 16777216, &h, &w, &err) == QVL_ERR_INVALID_ARG);
+    test_smart_resize_edges();
     st_close(fx);
     return tu_finish("test_preprocess");
 }
