@@ -650,7 +650,9 @@ QVL_API qvl_status qvl_smart_resize(int32_t height, int32_t width, int32_t facto
 QVL_API qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode,
                             int n_threads, qvl_image *out, qvl_error *err);
 
-/* The grid an image or video will have (the size query: rows = t·h·w of row_len = 3·Tp·P² floats). */
+/* The grid an image or video will have (the size query: rows = t·h·w of row_len = 3·Tp·P² floats), by smart_resize
+ * or the exact size_h x size_w. Refused as qvl_preprocess_* would refuse it: an image or frames with a side below 1
+ * (QVL_ERR_INVALID_ARG, whichever way the target is chosen), a resize with a side above 2^20 (QVL_ERR_LIMIT). */
 QVL_API qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
 QVL_API qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
 

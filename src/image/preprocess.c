@@ -153,6 +153,26 @@ static qvl_status check_params(const qvl_preprocess_params *p, qvl_error *err) {
     return QVL_OK;
 }
 
+/* The image or frames a grid is asked for, whichever way its target is chosen (an exact size does not look at the
+ * source otherwise): sides of at least 1, else a qvl_image / qvl_video filled in wrong (QVL_ERR_INVALID_ARG). */
+static qvl_status check_source(int32_t w, int32_t h, const char *what, qvl_error *err) {
+    if (w < 1 || h < 1)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s is %dx%d pixels (width x height); both sides must be at least 1",
+                        what, w, h);
+    return QVL_OK;
+}
+
+/* The resize from w x h to the target tw x th, if one is needed, within the sides the resize takes: refused with the
+ * grid, as preprocessing would refuse it, so that a plan does not allocate the rows of an item that cannot be
+ * resized. */
+static qvl_status check_resize(int32_t w, int32_t h, int32_t tw, int32_t th, qvl_error *err) {
+    if ((w != tw || h != th) &&
+        (w > RESIZE_MAX_SIDE || h > RESIZE_MAX_SIDE || tw > RESIZE_MAX_SIDE || th > RESIZE_MAX_SIDE))
+        return err_fail(err, QVL_ERR_LIMIT, "resize %dx%d -> %dx%d: a side above %d, the most the resize takes", w, h,
+                        tw, th, RESIZE_MAX_SIDE);
+    return QVL_OK;
+}
+
 static qvl_status image_target(int32_t h, int32_t w, const qvl_preprocess_params *p, int32_t *th, int32_t *tw,
                                qvl_error *err) {
     if (p->size_h && p->size_w) {
@@ -177,8 +197,10 @@ qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, 
     TRY(preprocess_params_take(&pp, p, err));
     p = &pp;
     TRY(check_params(p, err));
+    TRY(check_source(img->width, img->height, "qvl_image_grid: the image", err));
     int32_t th = 0, tw = 0;
     TRY(image_target(img->height, img->width, p, &th, &tw, err));
+    TRY(check_resize(img->width, img->height, tw, th, err));
     *grid = (qvl_grid){1, th / p->patch, tw / p->patch};
     return QVL_OK;
 }
@@ -210,8 +232,10 @@ qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qv
     TRY(preprocess_params_take(&pp, p, err));
     p = &pp;
     TRY(check_params(p, err));
+    TRY(check_source(v->width, v->height, "qvl_video_grid: a frame", err));
     int32_t th = 0, tw = 0;
     TRY(video_target(v, p, &th, &tw, err));
+    TRY(check_resize(v->width, v->height, tw, th, err));
     int32_t t = (v->n_frames + p->temporal_patch - 1) / p->temporal_patch;
     *grid = (qvl_grid){t, th / p->patch, tw / p->patch};
     return QVL_OK;

@@ -257,6 +257,43 @@ static void test_smart_resize_edges(void) {
     CHECK(qvl_image_grid(&img, &p, &g, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "min_pixels 0"));
 }
 
+/* The grid query checks the image or frames it is asked about in both ways of choosing the target: a side below 1
+ * is a bad argument, with an exact size too (before, size_h x size_w gave a grid for a 0x-7 image, and
+ * preprocessing it then failed with QVL_ERR_LIMIT in the resize), and a resize the resize cannot do is refused
+ * with the grid, before a plan allocates the rows. */
+static void test_grid_source(void) {
+    static uint8_t rgb[64 * 3];
+    static float rows[4 * 1536];
+    qvl_preprocess_params exact, smart;
+    qvl_preprocess_params_default(&exact);
+    exact.size_h = exact.size_w = 32;
+    qvl_preprocess_params_default(&smart);
+    qvl_error err;
+    qvl_grid g;
+    static const int32_t bad[][2] = {{0, -7}, {0, 2}, {2, 0}, {-2, 2}, {INT32_MIN, 5}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char size[32];
+        snprintf(size, sizeof size, "%dx%d", bad[i][0], bad[i][1]);
+        for (int e = 0; e < 2; e++) {
+            const qvl_preprocess_params *p = e ? &exact : &smart;
+            qvl_image img = {bad[i][0], bad[i][1], rgb};
+            CHECK(qvl_image_grid(&img, p, &g, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, size));
+            CHECK(qvl_preprocess_image(&img, p, rows, &g, &err) == QVL_ERR_INVALID_ARG);
+            qvl_video v = {bad[i][0], bad[i][1], 2, rgb, NULL, 2, 1.0};
+            CHECK(qvl_video_grid(&v, p, &g, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, size));
+            CHECK(qvl_preprocess_video(&v, p, rows, &g, &err) == QVL_ERR_INVALID_ARG);
+            if (i == 0 && e) printf("grid of a %s image, exact size: %s\n", size, err.message);
+        }
+    }
+    /* a side the resize does not take (2^20 + 1) */
+    const int32_t wide = (1 << 20) + 1;
+    uint8_t *line = calloc((size_t)wide * 3, 1);
+    CHECK(line != NULL);
+    qvl_image img = {wide, 1, line};
+    CHECK(line && qvl_image_grid(&img, &exact, &g, &err) == QVL_ERR_LIMIT && strstr(err.message, "1048577x1 -> 32x32"));
+    free(line);
+}
+
 int main(void) {
     char path[1024];
     tu_source_path("tests/fixtures/preprocess.safetensors", path, sizeof path);
@@ -290,6 +327,7 @@ int main(void) {
     CHECK(qvl_smart_resize(1, 201, 32, 65536, 16777216, &h, &w, &err) == QVL_ERR_INVALID_ARG);
     CHECK(qvl_smart_resize(0, 10, 32, 65536, 16777216, &h, &w, &err) == QVL_ERR_INVALID_ARG);
     test_smart_resize_edges();
+    test_grid_source();
     st_close(fx);
     return tu_finish("test_preprocess");
 }
