@@ -14,6 +14,9 @@ qvl_status decode_params_take(qvl_decode_params *full, const qvl_decode_params *
 qvl_status preprocess_params_take(qvl_preprocess_params *full, const qvl_preprocess_params *p, qvl_error *err);
 qvl_status video_params_take(qvl_video_params *full, const qvl_video_params *p, qvl_error *err);
 
+/* The patch geometry every item is held to (patch 1..1024, merge and temporal_patch 1..16), before any division by
+ * it; `label` (may be NULL) starts the message. Items of preprocessed rows (plan.c) pass through nothing else. */
+qvl_status preprocess_geometry_check(const qvl_preprocess_params *p, const char *label, qvl_error *err);
 /* qvl_preprocess_image / _video on a caller's pool (a context's), with full (already taken) params. */
 qvl_status preprocess_image_pool(const qvl_image *img, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                  thread_pool *pool, qvl_error *err);

@@ -117,13 +117,19 @@ static qvl_status video_smart_resize(int32_t frames, int32_t height, int32_t wid
     return QVL_OK;
 }
 
-static qvl_status check_params(const qvl_preprocess_params *p, qvl_error *err) {
-    if (!p) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params is NULL");
+qvl_status preprocess_geometry_check(const qvl_preprocess_params *p, const char *label, qvl_error *err) {
     if (p->patch < 1 || p->patch > 1024 || p->merge < 1 || p->merge > 16 || p->temporal_patch < 1 ||
         p->temporal_patch > 16)
         return err_fail(err, QVL_ERR_INVALID_ARG,
-                        "qvl_preprocess_params: patch %d, merge %d, temporal_patch %d (want patch in 1..1024, merge "
-                        "and temporal_patch in 1..16)", p->patch, p->merge, p->temporal_patch);
+                        "%s%sqvl_preprocess_params: patch %d, merge %d, temporal_patch %d (want patch in 1..1024, "
+                        "merge and temporal_patch in 1..16)", label ? label : "", label ? ": " : "", p->patch,
+                        p->merge, p->temporal_patch);
+    return QVL_OK;
+}
+
+static qvl_status check_params(const qvl_preprocess_params *p, qvl_error *err) {
+    if (!p) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params is NULL");
+    TRY(preprocess_geometry_check(p, NULL, err));
     if (p->resize != QVL_RESIZE_TORCHVISION && p->resize != QVL_RESIZE_PIL && p->resize != QVL_RESIZE_PIL_LEGACY)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params.resize is %d, not a qvl_resize_mode (0..2)",
                         (int)p->resize);

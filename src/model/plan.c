@@ -298,18 +298,6 @@ static qvl_status fits_model(const qvl_model *m, const qvl_preprocess_params *pp
     return QVL_OK;
 }
 
-/* The patch geometry of a ROWS item's preprocessing, within the bounds qvl_image_grid and qvl_video_grid hold every
- * other item to (check_params in image/preprocess.c): rows go through neither, and without a ctx no model pins the
- * values, so a merge of 0 would reach the grid check's and the token count's divisions. */
-static qvl_status check_geometry(const qvl_preprocess_params *pp, const char *label, qvl_error *err) {
-    if (pp->patch < 1 || pp->patch > 1024 || pp->merge < 1 || pp->merge > 16 || pp->temporal_patch < 1 ||
-        pp->temporal_patch > 16)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: qvl_preprocess_params: patch %d, merge %d, temporal_patch %d "
-                        "(want patch in 1..1024, merge and temporal_patch in 1..16)", label, pp->patch, pp->merge,
-                        pp->temporal_patch);
-    return QVL_OK;
-}
-
 /* Row length of the preprocessing (the model's, once fits_model has passed). */
 static size_t row_len_of(const qvl_preprocess_params *pp) {
     return (size_t)3 * (size_t)pp->temporal_patch * (size_t)pp->patch * (size_t)pp->patch;
@@ -423,7 +411,7 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     case QVL_ITEM_ROWS:
         pi->kind = "rows";
         if (!it->rows) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: rows is NULL", pi->label);
-        TRY(check_geometry(&s.pp, pi->label, err));
+        TRY(preprocess_geometry_check(&s.pp, pi->label, err)); /* rows go through no grid query */
         TRY(fits_model(m, &s.pp, pi->label, err));
         if (it->row_len && it->row_len != pi->row_len)
             return err_fail(err, QVL_ERR_SHAPE, "%s: rows have %zu values, the %s expects %zu (3 · %d · %d · %d)",
