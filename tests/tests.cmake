@@ -80,6 +80,7 @@ if(QVL_HAVE_SERVER)
   foreach(src ${QVL_SERVE_TESTS})
     get_filename_component(name ${src} NAME_WE)
     qvl_unit_test(${name} ${src} qvl_serve_internal "${QVL_TEST_ENV}")
+    target_sources(${name} PRIVATE ${QVL_ROOT}/tests/serve/serve_client.c) # the client and server helpers they share
   endforeach()
 endif()
 
