@@ -119,8 +119,9 @@ static enum MHD_Result on_query(void *cls, enum MHD_ValueKind kind, const char *
     return MHD_YES;
 }
 
-/* A path item: under --allowed-media-path (resolved, so no ".." or link leads out), a regular file or a directory
- * of frames, its size within the item limit. 0 or -1 with e set. */
+/* A path item: under --allowed-media-path (resolved, so no ".." or link leads out), a regular file (not a directory
+ * of frames: the library would read its entries by name, and their sizes together are bounded by nothing), its size
+ * within the item limit. 0 or -1 with e set. */
 static int check_path(server *sv, srv_in_item *it, size_t i, srv_err *e) {
     if (!sv->allowed[0]) {
         srv_err_set(e, 400, (int)i, "item %zu: 'path' items are off (start the server with --allowed-media-path)", i);
@@ -137,12 +138,21 @@ static int check_path(server *sv, srv_in_item *it, size_t i, srv_err *e) {
         return -1;
     }
     struct stat st;
-    if (stat(real, &st) || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
-        srv_err_set(e, 422, (int)i, "item %zu: '%s' is not a file or a directory of frames", i, it->path);
+    if (stat(real, &st)) {
+        srv_err_set(e, 422, (int)i, "item %zu: cannot open '%s': %s", i, it->path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        srv_err_set(e, 400, (int)i, "item %zu: '%s' is a directory: the server does not accept a directory of frames "
+                    "(send a video file, or the items' bytes)", i, it->path);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        srv_err_set(e, 422, (int)i, "item %zu: '%s' is not a regular file", i, it->path);
         return -1;
     }
     const srv_limits *L = srv_limits_of(sv->st);
-    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > L->max_item_bytes) {
+    if ((uint64_t)st.st_size > L->max_item_bytes) {
         srv_err_set(e, 413, (int)i, "item %zu: %lld bytes, over the %zu-byte item limit (max_input_bytes)", i,
                     (long long)st.st_size, L->max_item_bytes);
         return -1;
@@ -723,7 +733,7 @@ static const char serve_help[] =
     "  --cache-size SIZE        cache budget (default 10G; K/M/G/T suffixes)\n"
     "  --vllm-links             also link DIR/vllm-ec/KEY/encoder_cache.safetensors (vLLM's shared storage)\n"
     "  --api-key K              require 'Authorization: Bearer K' (health and metrics stay open)\n"
-    "  --allowed-media-path D   serve JSON 'path' items under D only (off by default)\n"
+    "  --allowed-media-path D   serve JSON 'path' items under D only, files (no frame directories); off by default\n"
     "  --threads N              encoder threads (default: every CPU)\n"
     "  --workers N              decode/preprocess threads (default 2)\n"
     "  --isa auto|avx2|avx512|amx  kernel set\n"
