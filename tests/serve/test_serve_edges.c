@@ -2,6 +2,7 @@
  * process: serve_client.c; a synthetic tiny checkpoint; the media root a directory of the test's own):
  *   - a `path` item naming a directory of frames is refused with 400 (the library would have read its entries, links
  *     out of the root among them, by name)
+ *   - a path outside the root is 400 by its name alone, whether it exists or not (no existence oracle)
  * Every loop is bounded in count and time. */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +35,26 @@ static void frames_directory(void) {
     snprintf(dir, sizeof dir, "%s/frames", g_media);
     resp r;
     CHECK(post_path(NULL, dir, &r) == 0 && err_is(&r, 400, "invalid_request") && body_names(&r, "directory"));
+    resp_free(&r);
+}
+
+/* A path outside the root is refused by its name, whether or not it exists: 400 both ways (an existence oracle
+ * before, which resolved the path first and answered 422 "No such file" for a missing one). Inside, a missing file
+ * is still 422. */
+static void outside_names(void) {
+    char p[900];
+    const char *outside[] = {"/nowhere/x.png", "/m/config.json", "/media/../nowhere.png",
+                             "/media/frames/../../m/config.json", "/media/./..//m/config.json"};
+    for (size_t i = 0; i < sizeof outside / sizeof *outside; i++) {
+        snprintf(p, sizeof p, "%s%s", g_tmp, outside[i]);
+        resp r;
+        CHECK(post_path(NULL, p, &r) == 0 && err_is(&r, 400, "invalid_request") &&
+              body_names(&r, "not under the allowed media path"));
+        resp_free(&r);
+    }
+    snprintf(p, sizeof p, "%s/nowhere.png", g_media);
+    resp r;
+    CHECK(post_path(NULL, p, &r) == 0 && err_is(&r, 422, "undecodable_item") && body_names(&r, "No such file"));
     resp_free(&r);
 }
 
@@ -80,6 +101,7 @@ int main(void) {
     }
     snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", g_key);
     frames_directory();
+    outside_names();
     CHECK(stop_server(pid) == 0);
 
     if (tu_failures) {

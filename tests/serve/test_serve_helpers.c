@@ -1,6 +1,7 @@
 /* test_serve_helpers.c — the parsing helpers of `qvl serve` (tools/serve/serve_parse.c): base64 both ways, cache
  * keys (the path component of GET /v1/cache/KEY), media types; and admission's estimate of an item's patches from
- * its header (tools/serve/serve_admit.c) against the grid the decoder and preprocessing give, for every test image.
+ * its header (tools/serve/serve_admit.c) against the grid the decoder and preprocessing give, for every test image;
+ * path items' names normalised and placed under the allowed root (tools/serve/serve_path.c).
  * The cache itself is libqvl's (tests/unit/test_cache.c); size strings are `qvl cache`'s (tests/cli_cache.sh). */
 #include <dirent.h>
 #include <stdio.h>
@@ -76,6 +77,42 @@ static void admission_estimates(void) {
     CHECK(srv_header_dims(bmp_neg, sizeof bmp_neg, &w, &h) == 0 && w == 16 && h == 16);
 }
 
+/* Path names normalised by name alone (serve_path.c): absolute against the working directory, "//", "." and ".."
+ * resolved ("/.." is "/"), too long refused; under the root by either spelling of it, and nothing that only shares
+ * a prefix with it. */
+static void path_names(void) {
+    static const char *cases[][3] = {
+        {"/w", "a.png", "/w/a.png"},          {"/w/x", "../a.png", "/w/a.png"},
+        {"/w", "/m//a/./b.png", "/m/a/b.png"}, {"/w", "/m/a/../../../../b", "/b"},
+        {"/", "..", "/"},                      {"/w", "/m/a/..", "/m"},
+        {"/w", "./", "/w"},                    {"/w", "/m/.../b", "/m/.../b"},
+        {"/w", "/m/a/../b/", "/m/b"},          {"/w/", "x/.", "/w/x"},
+    };
+    char out[64];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const int rc = srv_path_normalize(cases[i][0], cases[i][1], out, sizeof out);
+        if (rc || strcmp(out, cases[i][2]))
+            printf("normalise %s in %s: %d '%s', want '%s'\n", cases[i][1], cases[i][0], rc, out, cases[i][2]);
+        CHECK(rc == 0 && !strcmp(out, cases[i][2]));
+    }
+    CHECK(srv_path_normalize("/w", "", out, sizeof out) == -1);
+    CHECK(srv_path_normalize("/w", "/0123456789/0123456789/0123456789/0123456789/0123456789/0123456789", out,
+                             sizeof out) == -1);
+    CHECK(srv_path_normalize("/w", "/0123456789/0123456789/../../0123456789/0123456789", out, sizeof out) == 0 &&
+          !strcmp(out, "/0123456789/0123456789"));
+    srv_root r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.real, sizeof r.real, "/data/media");
+    snprintf(r.given, sizeof r.given, "/srv/media");
+    const char *rel;
+    CHECK((rel = srv_path_below(&r, "/data/media/a/b.png")) && !strcmp(rel, "a/b.png"));
+    CHECK((rel = srv_path_below(&r, "/srv/media/b.png")) && !strcmp(rel, "b.png"));
+    CHECK((rel = srv_path_below(&r, "/data/media")) && !strcmp(rel, ""));
+    CHECK(!srv_path_below(&r, "/data/mediax/b.png") && !srv_path_below(&r, "/data") && !srv_path_below(&r, "/etc"));
+    snprintf(r.real, sizeof r.real, "/");
+    CHECK((rel = srv_path_below(&r, "/etc/passwd")) && !strcmp(rel, "etc/passwd"));
+}
+
 int main(void) {
     uint8_t *out;
     size_t len;
@@ -102,5 +139,6 @@ int main(void) {
     CHECK(srv_media_of("image/png", 9) == SRV_MEDIA_IMAGE && srv_media_of("Video/MP4; x=1", 14) == SRV_MEDIA_VIDEO);
     CHECK(srv_media_of("image/", 6) == 0 && srv_media_of("text/plain", 10) == 0);
     admission_estimates();
+    path_names();
     return tu_finish("test_serve_helpers");
 }

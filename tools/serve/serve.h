@@ -1,6 +1,7 @@
 /* serve.h — `qvl serve`, an HTTP encoder server on top of libqvl's public API (qvl.h).
  * Not part of the library: a program of its own files, one concern each:
  *   serve_parse.c    request parsing: options, JSON bodies, data URLs, base64 (no HTTP, no model: fuzzed)
+ *   serve_path.c     path items: their names under --allowed-media-path
  *   serve_out.c      response bodies: safetensors and .npy in memory, the vLLM content part, error JSON
  *   serve_batch.c    admission, the decode/preprocess workers, the continuous batcher, single flight
  *   serve_metrics.c  counters and histograms, Prometheus text
@@ -8,6 +9,7 @@
 #ifndef QVL_SERVE_H
 #define QVL_SERVE_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -110,6 +112,21 @@ int srv_b64_decode(const char *s, size_t n, size_t limit, uint8_t **out, size_t 
 char *srv_b64_encode(const void *data, size_t n, size_t *out_len);
 /* 1 if s is 64 lowercase hex digits. */
 int srv_is_key(const char *s);
+
+/* ---- path items (serve_path.c): JSON {"path": ...}, on only with --allowed-media-path ---- */
+typedef struct srv_root {
+    char real[PATH_MAX];   /* the root's realpath */
+    char given[PATH_MAX];  /* its name as given, made absolute and normalised: a path may name the root either way */
+    char cwd[PATH_MAX];    /* the server's working directory, which relative paths are taken against */
+} srv_root;
+/* The allowed root `dir` (it must exist): 0, or -1 with msg naming the cause. */
+int srv_root_open(srv_root *r, const char *dir, char *msg, size_t cap);
+/* `path` made absolute (against cwd when relative) with "", "." and ".." components resolved by name alone, never
+ * by looking at the filesystem ("/.." is "/"), into out: 0, or -1 when it does not fit cap (or path is empty). */
+int srv_path_normalize(const char *cwd, const char *path, char *out, size_t cap);
+/* The part of a normalised path below the root (either spelling; "" for the root itself), or NULL when it is not
+ * under the root. */
+const char *srv_path_below(const srv_root *r, const char *norm);
 
 /* ---- response bodies ---- */
 typedef struct srv_buf {

@@ -36,7 +36,8 @@
 typedef struct server {
     srv_state *st;
     const char *api_key;
-    char allowed[PATH_MAX]; /* realpath of --allowed-media-path, "" when paths are off */
+    int paths;              /* path items are on (--allowed-media-path) */
+    srv_root root;          /* --allowed-media-path */
     pthread_mutex_t mu;
     int active;             /* requests between their first callback and their completion */
     int draining;           /* set (under mu) when a drain starts: requests begun later are refused */
@@ -119,21 +120,29 @@ static enum MHD_Result on_query(void *cls, enum MHD_ValueKind kind, const char *
     return MHD_YES;
 }
 
-/* A path item: under --allowed-media-path (resolved, so no ".." or link leads out), a regular file (not a directory
- * of frames: the library would read its entries by name, and their sizes together are bounded by nothing), its size
- * within the item limit. 0 or -1 with e set. */
+/* A path item: under --allowed-media-path by its name (normalised, before anything is opened: whether a file outside
+ * exists is not told apart) and once resolved (no link leads out), a regular file (not a directory of frames: the
+ * library would read its entries by name, and their sizes together are bounded by nothing), its size within the
+ * item limit. 0 or -1 with e set. */
 static int check_path(server *sv, srv_in_item *it, size_t i, srv_err *e) {
-    if (!sv->allowed[0]) {
+    if (!sv->paths) {
         srv_err_set(e, 400, (int)i, "item %zu: 'path' items are off (start the server with --allowed-media-path)", i);
         return -1;
     }
-    char real[PATH_MAX];
+    char norm[PATH_MAX], real[PATH_MAX];
+    if (srv_path_normalize(sv->root.cwd, it->path, norm, sizeof norm)) {
+        srv_err_set(e, 400, (int)i, "item %zu: the path is too long", i);
+        return -1;
+    }
+    if (!srv_path_below(&sv->root, norm)) {
+        srv_err_set(e, 400, (int)i, "item %zu: '%s' is not under the allowed media path", i, it->path);
+        return -1;
+    }
     if (!realpath(it->path, real)) {
         srv_err_set(e, 422, (int)i, "item %zu: cannot open '%s': %s", i, it->path, strerror(errno));
         return -1;
     }
-    size_t n = strlen(sv->allowed);
-    if (strncmp(real, sv->allowed, n) || (real[n] != '/' && !(n == 1 && sv->allowed[0] == '/'))) {
+    if (!srv_path_below(&sv->root, real)) {
         srv_err_set(e, 400, (int)i, "item %zu: '%s' is not under the allowed media path", i, it->path);
         return -1;
     }
@@ -879,8 +888,11 @@ int cmd_serve(int argc, char **argv) {
     server sv;
     memset(&sv, 0, sizeof sv);
     sv.api_key = api_key && *api_key ? api_key : NULL;
-    if (allowed && !realpath(allowed, sv.allowed))
-        return cli_fail("--allowed-media-path %s: %s", allowed, strerror(errno));
+    if (allowed) {
+        char why[PATH_MAX + 64];
+        if (srv_root_open(&sv.root, allowed, why, sizeof why)) return cli_fail("--allowed-media-path %s", why);
+        sv.paths = 1;
+    }
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
