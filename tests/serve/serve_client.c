@@ -67,6 +67,37 @@ int connect_to_server(int timeout_s) {
     return fd;
 }
 
+/* The answer on fd, read to its close (fd closed), into r (status 0 when there is none). */
+static void read_answer(int fd, int head, resp *r) {
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
+        if (n <= 0) break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = 0;
+    uint8_t *end = (uint8_t *)strstr((char *)buf, "\r\n\r\n");
+    if (len < 12 || !end || strncmp((char *)buf, "HTTP/1.1 ", 9)) {
+        free(buf);
+        return;
+    }
+    r->status = atoi((char *)buf + 9);
+    size_t hl = (size_t)(end - buf) + 2;
+    r->head = malloc(hl + 1);
+    memcpy(r->head, buf, hl);
+    r->head[hl] = 0;
+    r->len = len - hl - 2;
+    r->body = malloc(r->len + 1);
+    memcpy(r->body, end + 4, r->len);
+    r->body[r->len] = 0;
+    char cl[32];
+    r->complete = head || (header(r, "Content-Length", cl, sizeof cl) && strtoull(cl, NULL, 10) == r->len);
+    free(buf);
+}
+
 int http(const char *method, const char *path, const char *extra, const void *body, size_t blen, resp *r) {
     memset(r, 0, sizeof *r);
     int fd = connect_to_server(120);
@@ -85,35 +116,14 @@ int http(const char *method, const char *path, const char *extra, const void *bo
         if (w <= 0) break; /* the server may answer (413) before reading it all */
         off += (size_t)w;
     }
-    size_t cap = 1 << 16, len = 0;
-    uint8_t *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
-        if (n <= 0) break;
-        len += (size_t)n;
-    }
-    close(fd);
-    buf[len] = 0;
-    uint8_t *end = (uint8_t *)strstr((char *)buf, "\r\n\r\n");
-    if (len < 12 || !end || strncmp((char *)buf, "HTTP/1.1 ", 9)) {
-        free(buf);
-        return 0;
-    }
-    r->status = atoi((char *)buf + 9);
-    size_t hl = (size_t)(end - buf) + 2;
-    r->head = malloc(hl + 1);
-    memcpy(r->head, buf, hl);
-    r->head[hl] = 0;
-    r->len = len - hl - 2;
-    r->body = malloc(r->len + 1);
-    memcpy(r->body, end + 4, r->len);
-    r->body[r->len] = 0;
-    char cl[32];
-    r->complete = !strcmp(method, "HEAD") ||
-                  (header(r, "Content-Length", cl, sizeof cl) && strtoull(cl, NULL, 10) == r->len);
-    free(buf);
+    read_answer(fd, !strcmp(method, "HEAD"), r);
     return 0;
+}
+
+int sock_answer(int fd, resp *r) {
+    memset(r, 0, sizeof *r);
+    read_answer(fd, 0, r);
+    return r->status;
 }
 
 int post(const char *path, const char *type, const void *body, size_t n, resp *r) {

@@ -64,6 +64,8 @@ int sock_connect(void);
 int sock_post(int fd, const char *path, const char *type, const void *body, size_t n);
 /* The status of the answer on fd (read to its close), 0 for none; the connection is closed. */
 int sock_status(int fd, int *complete);
+/* The answer on fd (read to its close; the connection is closed) into r, as http() gives it: its status. */
+int sock_answer(int fd, resp *r);
 /* A JSON body of n base64 data-URL BMP items. */
 char *json_items(uint8_t *const *img, const size_t *len, int n, size_t *out_len);
 /* A metric's value from GET /metrics, or -1. */

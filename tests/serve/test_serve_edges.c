@@ -3,9 +3,12 @@
  *   - a `path` item naming a directory of frames is refused with 400 (the library would have read its entries, links
  *     out of the root among them, by name)
  *   - a path outside the root is 400 by its name alone, whether it exists or not (no existence oracle)
+ *   - a path item's file swapped for a link to a file outside the root once its request is admitted: the answer
+ *     and the cache entry are the key and the embeddings of the file under the root; a link in the name is 400
  * Every loop is bounded in count and time. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +61,145 @@ static void outside_names(void) {
     resp_free(&r);
 }
 
+/* ---- a path item's file swapped once its request is admitted ----
+ * media/p.bmp is a hard link to one of N_SWAP images under the root when a request {"items": [<two fresh GIFs of a
+ * 2000² screen>, {"path": "media/p.bmp"}], "layout": "split"} is sent; once /metrics shows its items queued (keys
+ * computed), p.bmp is replaced (rename) by a symbolic link to an image outside the root, while the one worker still
+ * resizes the GIFs. The answer must be the key and the embeddings of the image under the root, bit for bit as `qvl
+ * encode` gives them, and that image sent as bytes afterwards a cache hit with the same embeddings. When the server
+ * checked the name and reopened it on the worker, the answer had the inside image's key and the outside image's
+ * embeddings, and the cache kept them under that key. A link named by the request itself is refused (400). */
+enum { N_SWAP = 6, N_FILL = 2 };
+
+/* The split answer's item `i` against reference item `ref`: the same token count and rows, plane by plane. */
+static int same_split_item(const st_file *f, int i, const ref_item *ref) {
+    const st_tensor *e = st_find(f, "embeddings"), *d = st_find(f, "deepstack"), *o = st_find(f, "offsets");
+    if (!e || !o || (n_ds && !d) || o->shape[0] <= i + 1 || e->shape[1] != out_hidden || out_hidden < 1) return 0;
+    const int64_t *off = o->data;
+    const size_t O = (size_t)out_hidden, N = (size_t)e->shape[0], t0 = (size_t)off[i];
+    const size_t nt = (size_t)(off[i + 1] - off[i]);
+    if (nt != ref->tokens || memcmp((const float *)e->data + t0 * O, ref->merged, nt * O * 4)) return 0;
+    for (int q = 0; q < n_ds; q++)
+        if (!ref->ds[q] || memcmp((const float *)d->data + ((size_t)q * N + t0) * O, ref->ds[q], nt * O * 4)) return 0;
+    return 1;
+}
+
+/* A GIF of a w x w logical screen holding one 1x1 frame of colour `seed`: under 40 bytes, which the decoder turns
+ * into a w x w canvas that preprocessing then resizes down to the model's 256² budget (slow for a large w). */
+static uint8_t *make_big_gif(int w, unsigned seed, size_t *len) {
+    static const uint8_t frame[] = {0x2c, 0, 0, 0, 0, 1, 0, 1, 0, 0, 2, 2, 0x44, 0x01, 0, 0x3b};
+    uint8_t *g = malloc(6 + 7 + 6 + sizeof frame);
+    if (!g) return NULL;
+    memcpy(g, "GIF89a", 6);
+    const uint8_t screen[] = {(uint8_t)w, (uint8_t)(w >> 8), (uint8_t)w, (uint8_t)(w >> 8), 0x80, 0, 0};
+    memcpy(g + 6, screen, 7);
+    const uint8_t colours[] = {(uint8_t)seed, (uint8_t)(seed >> 8), (uint8_t)(seed * 7), 0, 0, 0};
+    memcpy(g + 13, colours, 6);
+    memcpy(g + 19, frame, sizeof frame);
+    *len = 19 + sizeof frame;
+    return g;
+}
+
+static void swapped_file(const char *bin, const char *model) {
+    char target[800], tmp[800], outside[800], x[N_SWAP][800];
+    snprintf(target, sizeof target, "%s/p.bmp", g_media);
+    snprintf(tmp, sizeof tmp, "%s/.p-next", g_media);
+    snprintf(outside, sizeof outside, "%s/outside.bmp", g_tmp);
+    uint8_t *img[N_SWAP + 1];
+    size_t len[N_SWAP + 1];
+    char cmd[8192], ref_path[700];
+    snprintf(ref_path, sizeof ref_path, "%s/swap-ref.safetensors", g_tmp);
+    int k = snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s' -o '%s'", bin, model, ref_path);
+    for (int i = 0; i <= N_SWAP; i++) { /* the last one is the outside image */
+        img[i] = make_bmp(64, 64, (unsigned)(300 + i), &len[i]);
+        if (i < N_SWAP) snprintf(x[i], sizeof x[i], "%s/x%d.bmp", g_media, i);
+        const char *to = i < N_SWAP ? x[i] : outside;
+        CHECK(img[i] && tu_write_file(to, img[i], len[i]));
+        k += snprintf(cmd + k, sizeof cmd - (size_t)k, " '%s'", to);
+    }
+    CHECK(system(cmd) == 0);
+    st_file *ref = NULL;
+    qvl_error err;
+    CHECK(st_load(ref_path, SIZE_MAX, &ref, &err) == QVL_OK);
+    if (!ref) return;
+    ref_item ri[N_SWAP + 1];
+    for (int i = 0; i <= N_SWAP; i++) ref_of(ref, i, &ri[i]);
+    /* a link named in the request: not followed, even to a file under the root */
+    resp r;
+    CHECK(symlink(x[0], target) == 0);
+    CHECK(post_path(NULL, target, &r) == 0 && err_is(&r, 400, "invalid_request") && body_names(&r, "symbolic link"));
+    resp_free(&r);
+    int ok = 0, bad = 0, in_time = 0;
+    for (int i = 0; i < N_SWAP; i++) {
+        unlink(tmp);
+        CHECK(link(x[i], tmp) == 0 && rename(tmp, target) == 0);
+        char body[4096];
+        int n = snprintf(body, sizeof body, "{\"layout\": \"split\", \"items\": [");
+        for (int q = 0; q < N_FILL; q++) {
+            size_t gl, bl;
+            uint8_t *gif = make_big_gif(2000 + q, (unsigned)(900 + N_FILL * i + q), &gl);
+            char *b64 = gif ? b64_of(gif, gl, &bl) : NULL;
+            n += snprintf(body + n, sizeof body - (size_t)n, "{\"data\": \"data:image/gif;base64,%s\"}, ",
+                          b64 ? b64 : "");
+            free(gif), free(b64);
+        }
+        n += snprintf(body + n, sizeof body - (size_t)n, "{\"path\": \"%s\"}]}", target);
+        int fd = sock_connect();
+        CHECK(fd >= 0 && sock_post(fd, "/v1/encode", "application/json", body, (size_t)n) == 0);
+        long q = 0;
+        for (int w = 0; fd >= 0 && w < 5000 && (q = metric_of("qvl_queue_items")) <= 0; w++) usleep(200);
+        unlink(tmp);
+        CHECK(symlink(outside, tmp) == 0 && rename(tmp, target) == 0);
+        in_time += q > 0 && metric_of("qvl_queue_items") > 0; /* the worker had items left after the swap */
+        memset(&r, 0, sizeof r);
+        const int st = fd >= 0 ? sock_answer(fd, &r) : 0, complete = r.complete;
+        st_file *f = NULL;
+        const char *key = NULL;
+        int j = -1;
+        char kn[32];
+        snprintf(kn, sizeof kn, "item%d.key", N_FILL);
+        if (st == 200 && complete && st_parse(r.body, r.len, "answer", &f, &err) == QVL_OK && (key = st_meta(f, kn)))
+            for (int c = 0; c <= N_SWAP; c++)
+                if (ri[c].key && !strcmp(key, ri[c].key)) j = c;
+        if (j == i && same_split_item(f, N_FILL, &ri[i])) {
+            ok++;
+        } else {
+            bad++;
+            const char *what = j == N_SWAP ? "the outside image's"
+                               : j != i    ? "not the inside image's"
+                               : same_split_item(f, N_FILL, &ri[N_SWAP])
+                                   ? "the inside image's, with the outside image's embeddings"
+                                   : "the inside image's, with other embeddings";
+            fprintf(stderr, "  swap %d: status %d, key %s: %s\n", i, st, key ? key : "-", what);
+        }
+        st_close(f);
+        resp_free(&r);
+    }
+    printf("swapped file: %d answered right, %d wrong; %d of %d swapped while items were queued\n", ok, bad, in_time,
+           N_SWAP);
+    CHECK(bad == 0 && ok == N_SWAP);
+    /* the cache holds each inside image's own embeddings under its key (written once the answer has gone out:
+     * waited for, 5 s at most) */
+    for (int i = 0; i < N_SWAP; i++) {
+        char hv[16], url[128];
+        st_file *f = NULL;
+        snprintf(url, sizeof url, "/v1/cache/%s", ri[i].key ? ri[i].key : "");
+        for (int w = 0; w < 500; w++, usleep(10000)) {
+            const int there = http("HEAD", url, auth, NULL, 0, &r) == 0 && r.status == 200;
+            resp_free(&r);
+            if (there) break;
+        }
+        CHECK(post("/v1/encode?layout=split", "image/bmp", img[i], len[i], &r) == 0 && r.status == 200 &&
+              header(&r, "X-Qvl-Cache", hv, sizeof hv) && !strcmp(hv, "hit") &&
+              st_parse(r.body, r.len, "answer", &f, &err) == QVL_OK && same_split_item(f, 0, &ri[i]));
+        st_close(f);
+        resp_free(&r);
+    }
+    unlink(target);
+    for (int i = 0; i <= N_SWAP; i++) free(img[i]);
+    st_close(ref);
+}
+
 int main(void) {
 #if !QVL_WITH_MEDIA
     printf("test_serve_edges: skipped (no image decoding in this build)\n");
@@ -75,11 +217,31 @@ int main(void) {
     char model[600];
     tu_tmpdir(g_tmp, sizeof g_tmp);
     snprintf(model, sizeof model, "%s/m", g_tmp);
-    CHECK(tu_synth(model, "tiny", 7, QVL_LAYOUT_HF));
+    qvl_model *m = tu_synth_load(model, 7);
+    if (!m) return tu_finish("test_serve_edges");
+    qvl_model_info mi;
+    qvl_model_get_info(m, &mi);
+    n_ds = mi.n_deepstack;
+    out_hidden = mi.out_hidden;
+    qvl_model_free(m);
     /* The media root: two frames of one size in frames/. */
     snprintf(g_media, sizeof g_media, "%s/media", g_tmp);
     CHECK(mkdir(g_media, 0755) == 0);
     CHECK(mkdir(tu_path(g_media, "frames"), 0755) == 0);
+    /* A pixel budget of 256² (every item 256 patch rows), so that encodes are quick and a large image slow only to
+     * resize. */
+    {
+        char pc[700];
+        snprintf(pc, sizeof pc, "%s/preprocessor_config.json", model);
+        size_t n;
+        char *js = tu_read_file(pc, &n), *at = js ? strstr(js, "16777216") : NULL;
+        CHECK(at != NULL);
+        if (at) {
+            memcpy(at, "   65536", 8);
+            CHECK(tu_write_file(pc, js, n));
+        }
+        free(js);
+    }
     for (int i = 0; i < 2; i++) {
         char src[600], name[64];
         snprintf(name, sizeof name, "tests/data/video/frames/video_frame_%d.png", i);
@@ -103,6 +265,15 @@ int main(void) {
     frames_directory();
     outside_names();
     CHECK(stop_server(pid) == 0);
+
+    /* One worker, so that a request's first item holds its second back. */
+    char *ex1[] = {"--max-body", "8M", "--allowed-media-path", g_media, "--workers", "1"};
+    pid = start_server(g_tmp, model, ex1, 6);
+    CHECK(pid > 0);
+    if (pid > 0) {
+        swapped_file(bin, model);
+        CHECK(stop_server(pid) == 0);
+    }
 
     if (tu_failures) {
         snprintf(cmd, sizeof cmd, "tail -20 '%s/server.log' >&2", g_tmp);

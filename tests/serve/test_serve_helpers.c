@@ -1,12 +1,15 @@
 /* test_serve_helpers.c — the parsing helpers of `qvl serve` (tools/serve/serve_parse.c): base64 both ways, cache
  * keys (the path component of GET /v1/cache/KEY), media types; and admission's estimate of an item's patches from
  * its header (tools/serve/serve_admit.c) against the grid the decoder and preprocessing give, for every test image;
- * path items' names normalised and placed under the allowed root (tools/serve/serve_path.c).
+ * path items' names normalised and placed under the allowed root, and their files read beneath it following no link,
+ * with every refusal (tools/serve/serve_path.c).
  * The cache itself is libqvl's (tests/unit/test_cache.c); size strings are `qvl cache`'s (tests/cli_cache.sh). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "serve.h"
 #include "testutil.h"
@@ -113,6 +116,62 @@ static void path_names(void) {
     CHECK((rel = srv_path_below(&r, "/etc/passwd")) && !strcmp(rel, "etc/passwd"));
 }
 
+/* Path items read beneath the root (serve_path.c): the bytes of a regular file, and every refusal with its status,
+ * a FIFO among them refused without blocking the open. */
+static void path_reads(void) {
+    char tmp[512], root[600], msg[PATH_MAX + 64];
+    tu_tmpdir(tmp, sizeof tmp);
+    snprintf(root, sizeof root, "%s/root", tmp);
+    CHECK(mkdir(root, 0755) == 0 && mkdir(tu_path(root, "sub"), 0755) == 0);
+    CHECK(tu_write_file(tu_path(root, "sub/a.bin"), "0123456789", 10) && tu_write_file(tu_path(root, "e"), "", 0));
+    CHECK(tu_write_file(tu_path(tmp, "outside"), "secret", 6));
+    CHECK(symlink(tu_path(tmp, "outside"), tu_path(root, "out")) == 0 && symlink("sub", tu_path(root, "dirlink")) == 0);
+    CHECK(mkfifo(tu_path(root, "fifo"), 0644) == 0);
+    srv_root r;
+    CHECK(srv_root_open(&r, root, msg, sizeof msg) == 0);
+    CHECK(srv_root_open(&(srv_root){0}, tu_path(tmp, "nowhere"), msg, sizeof msg) == -1 && strstr(msg, "nowhere"));
+    static const struct {
+        const char *name;
+        int http;
+        const char *says;
+    } cases[] = {
+        {"sub/a.bin", 200, ""},          {"sub/../sub/./a.bin", 200, ""},  {"out", 400, "symbolic link"},
+        {"dirlink/a.bin", 400, "symbolic link"}, {"sub", 400, "directory of frames"}, {"", 400, "directory"},
+        {"fifo", 422, "not a regular file"},     {"e", 422, "empty"},            {"nope", 422, "No such file"},
+        {"sub/a.bin/x", 422, "Not a directory"}, {"../outside", 400, "not under"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char p[800];
+        snprintf(p, sizeof p, "%s/%s", root, cases[i].name);
+        srv_in_item it = {0};
+        it.path = strdup(p);
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        size_t budget = 100;
+        const int rc = srv_read_path(&r, &it, i, 1000, 100, &budget, &e);
+        const int http = rc == 0 ? 200 : e.http;
+        if (http != cases[i].http || (rc && !strstr(e.message, cases[i].says)))
+            printf("read %s: %d '%s', want %d '%s'\n", cases[i].name, http, rc ? e.message : "", cases[i].http,
+                   cases[i].says);
+        CHECK(http == cases[i].http && (rc == 0 || strstr(e.message, cases[i].says)));
+        if (rc == 0) CHECK(!it.path && it.size == 10 && !memcmp(it.data, "0123456789", 10) && budget == 90);
+        else CHECK(budget == 100 && !it.data && it.path);
+        free(it.data);
+        free(it.path);
+    }
+    /* the limits, from the size before any byte is read: the item's, then what is left of the request's */
+    srv_in_item it = {0};
+    srv_err e;
+    size_t budget = 100;
+    it.path = strdup(tu_path(root, "sub/a.bin"));
+    CHECK(srv_read_path(&r, &it, 0, 9, 100, &budget, &e) == -1 && e.http == 413 && strstr(e.message, "item limit"));
+    budget = 9;
+    CHECK(srv_read_path(&r, &it, 0, 1000, 100, &budget, &e) == -1 && e.http == 413 && strstr(e.message, "max_body"));
+    free(it.path);
+    srv_root_close(&r);
+    tu_rmtree(tmp);
+}
+
 int main(void) {
     uint8_t *out;
     size_t len;
@@ -140,5 +199,6 @@ int main(void) {
     CHECK(srv_media_of("image/", 6) == 0 && srv_media_of("text/plain", 10) == 0);
     admission_estimates();
     path_names();
+    path_reads();
     return tu_finish("test_serve_helpers");
 }

@@ -1,7 +1,7 @@
 /* serve.h — `qvl serve`, an HTTP encoder server on top of libqvl's public API (qvl.h).
  * Not part of the library: a program of its own files, one concern each:
  *   serve_parse.c    request parsing: options, JSON bodies, data URLs, base64 (no HTTP, no model: fuzzed)
- *   serve_path.c     path items: their names under --allowed-media-path
+ *   serve_path.c     path items: beneath --allowed-media-path, no link followed, read into memory once
  *   serve_out.c      response bodies: safetensors and .npy in memory, the vLLM content part, error JSON
  *   serve_batch.c    admission, the decode/preprocess workers, the continuous batcher, single flight
  *   serve_metrics.c  counters and histograms, Prometheus text
@@ -115,18 +115,28 @@ int srv_is_key(const char *s);
 
 /* ---- path items (serve_path.c): JSON {"path": ...}, on only with --allowed-media-path ---- */
 typedef struct srv_root {
-    char real[PATH_MAX];   /* the root's realpath */
+    int fd;                /* the root directory (O_PATH | O_DIRECTORY), -1 when path items are off */
+    char real[PATH_MAX];   /* its realpath */
     char given[PATH_MAX];  /* its name as given, made absolute and normalised: a path may name the root either way */
     char cwd[PATH_MAX];    /* the server's working directory, which relative paths are taken against */
 } srv_root;
-/* The allowed root `dir` (it must exist): 0, or -1 with msg naming the cause. */
+/* Open the allowed root `dir` (it must exist and be a directory): 0, or -1 with msg naming the cause. */
 int srv_root_open(srv_root *r, const char *dir, char *msg, size_t cap);
+void srv_root_close(srv_root *r);
 /* `path` made absolute (against cwd when relative) with "", "." and ".." components resolved by name alone, never
  * by looking at the filesystem ("/.." is "/"), into out: 0, or -1 when it does not fit cap (or path is empty). */
 int srv_path_normalize(const char *cwd, const char *path, char *out, size_t cap);
 /* The part of a normalised path below the root (either spelling; "" for the root itself), or NULL when it is not
  * under the root. */
 const char *srv_path_below(const srv_root *r, const char *norm);
+/* Turn path item i into ENCODED bytes: refused (400) unless its normalised name is under the root, by that name
+ * alone; then opened beneath the root's descriptor following no symbolic link (400 when the name goes through one,
+ * 422 when it cannot be opened), refused when a directory (400: no frames directories over HTTP), not a regular
+ * file or empty (422), over max_item_bytes or over *budget (413, sizes from fstat before any byte is read), and read
+ * whole into it->data / it->size (it->path freed and NULL). *budget, the bytes left of the request's body limit
+ * (max_body_bytes) for its path items, goes down by the size. 0, or -1 with e set. */
+int srv_read_path(const srv_root *r, srv_in_item *it, size_t i, size_t max_item_bytes, size_t max_body_bytes,
+                  size_t *budget, srv_err *e);
 
 /* ---- response bodies ---- */
 typedef struct srv_buf {

@@ -30,9 +30,9 @@ enum { J_PREP_QUEUED, J_PREPPING, J_ENC_QUEUED, J_ENCODING, J_DONE };
 struct srv_job {
     char key[QVL_KEY_HEX];
     srv_media media;
-    uint8_t *data;        /* the body's image or video bytes (ENCODED: decoded from memory) */
+    uint8_t *data;        /* the item's image or video bytes (ENCODED: decoded from memory; a path item's file was
+                             read by the HTTP layer, so nothing is opened by name here) */
     size_t size;
-    char *path;           /* a path item */
     srv_opts spec;
     int state;
     int refs;
@@ -111,7 +111,6 @@ static int same_spec(const srv_opts *a, const srv_opts *b) {
 
 static void job_free(srv_job *j) {
     if (!j) return;
-    free(j->path);
     free(j->data);
     qvl_plan_free(j->pre);
     if (j->entry_file) qvl_free(j->entry_file);
@@ -163,14 +162,9 @@ static void plan_params(const srv_state *s, const srv_opts *spec, qvl_plan_param
 static void prep_one(srv_state *s, srv_job *j) {
     qvl_item it;
     qvl_item_default(&it);
-    if (j->path) {
-        it.kind = QVL_ITEM_PATH;
-        it.path = j->path;
-    } else {
-        it.kind = QVL_ITEM_ENCODED;
-        it.data = j->data;
-        it.size = j->size;
-    }
+    it.kind = QVL_ITEM_ENCODED;
+    it.data = j->data;
+    it.size = j->size;
     it.label = "item";
     qvl_plan_params pl;
     plan_params(s, &j->spec, &pl);
@@ -426,7 +420,7 @@ static void *batcher_main(void *arg) {
 /* ---- admission ---- */
 
 static size_t estimate_patches(const srv_state *s, const srv_job *j) {
-    return srv_estimate_patches(&s->pp, s->cfg.lim.max_item_patches, j->media, j->data, j->size, j->path);
+    return srv_estimate_patches(&s->pp, s->cfg.lim.max_item_patches, j->media, j->data, j->size, NULL);
 }
 
 static int retry_after(const srv_state *s) {
@@ -466,18 +460,16 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
         j->spec = *opts;
         j->deadline = deadline;
         j->media = items[i].media;
-        if (items[i].path) {
-            j->path = items[i].path;
-            items[i].path = NULL;
-        } else { /* an image or a video: ENCODED, decoded from memory */
-            j->data = items[i].data;
-            j->size = items[i].size;
-            items[i].data = NULL;
+        if (items[i].path) { /* the HTTP layer reads path items into memory first (srv_read_path) */
+            srv_err_set(e, 500, (int)i, "item %zu: a path item was not read", i);
+            goto fail;
         }
+        j->data = items[i].data; /* an image or a video: ENCODED, decoded from memory */
+        j->size = items[i].size;
+        items[i].data = NULL;
         qvl_item it;
         qvl_item_default(&it);
-        it.kind = j->path ? QVL_ITEM_PATH : QVL_ITEM_ENCODED;
-        it.path = j->path;
+        it.kind = QVL_ITEM_ENCODED;
         it.data = j->data;
         it.size = j->size;
         qvl_error err;

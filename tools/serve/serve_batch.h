@@ -43,8 +43,9 @@ int srv_loaded(srv_state *s);
 void srv_drain(srv_state *s);
 void srv_stop(srv_state *s);
 
-/* Accept a request's items: each item gets its key, is looked up in the cache, joins an identical item queued or
- * running, or is queued for decoding. While draining only requests `accepted` (begun before the drain) are
+/* Accept a request's items, each of them bytes (path items are read into memory first, srv_read_path: one still
+ * naming a path is refused with 500): each item gets its key, is looked up in the cache, joins an identical item
+ * queued or running, or is queued for decoding. While draining only requests `accepted` (begun before the drain) are
  * admitted. On success jobs[i] holds a reference to each item. -1 with e set
  * (503 draining / not ready / queue full, 413, 415, 500). `modality` per item comes from the parsed request. */
 int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, int accepted,

@@ -120,59 +120,16 @@ static enum MHD_Result on_query(void *cls, enum MHD_ValueKind kind, const char *
     return MHD_YES;
 }
 
-/* A path item: under --allowed-media-path by its name (normalised, before anything is opened: whether a file outside
- * exists is not told apart) and once resolved (no link leads out), a regular file (not a directory of frames: the
- * library would read its entries by name, and their sizes together are bounded by nothing), its size within the
- * item limit. 0 or -1 with e set. */
-static int check_path(server *sv, srv_in_item *it, size_t i, srv_err *e) {
+/* A path item, read into memory as ENCODED bytes beneath --allowed-media-path (srv_read_path: by its name under the
+ * root first, then opened without following a link, a regular file within the item limit and what is left of the
+ * request's, *budget). 0 or -1 with e set. */
+static int read_path(server *sv, srv_in_item *it, size_t i, size_t *budget, srv_err *e) {
     if (!sv->paths) {
         srv_err_set(e, 400, (int)i, "item %zu: 'path' items are off (start the server with --allowed-media-path)", i);
         return -1;
     }
-    char norm[PATH_MAX], real[PATH_MAX];
-    if (srv_path_normalize(sv->root.cwd, it->path, norm, sizeof norm)) {
-        srv_err_set(e, 400, (int)i, "item %zu: the path is too long", i);
-        return -1;
-    }
-    if (!srv_path_below(&sv->root, norm)) {
-        srv_err_set(e, 400, (int)i, "item %zu: '%s' is not under the allowed media path", i, it->path);
-        return -1;
-    }
-    if (!realpath(it->path, real)) {
-        srv_err_set(e, 422, (int)i, "item %zu: cannot open '%s': %s", i, it->path, strerror(errno));
-        return -1;
-    }
-    if (!srv_path_below(&sv->root, real)) {
-        srv_err_set(e, 400, (int)i, "item %zu: '%s' is not under the allowed media path", i, it->path);
-        return -1;
-    }
-    struct stat st;
-    if (stat(real, &st)) {
-        srv_err_set(e, 422, (int)i, "item %zu: cannot open '%s': %s", i, it->path, strerror(errno));
-        return -1;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        srv_err_set(e, 400, (int)i, "item %zu: '%s' is a directory: the server does not accept a directory of frames "
-                    "(send a video file, or the items' bytes)", i, it->path);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        srv_err_set(e, 422, (int)i, "item %zu: '%s' is not a regular file", i, it->path);
-        return -1;
-    }
     const srv_limits *L = srv_limits_of(sv->st);
-    if ((uint64_t)st.st_size > L->max_item_bytes) {
-        srv_err_set(e, 413, (int)i, "item %zu: %lld bytes, over the %zu-byte item limit (max_input_bytes)", i,
-                    (long long)st.st_size, L->max_item_bytes);
-        return -1;
-    }
-    free(it->path);
-    it->path = strdup(real);
-    if (!it->path) {
-        srv_err_set(e, 500, (int)i, "out of memory");
-        return -1;
-    }
-    return 0;
+    return srv_read_path(&sv->root, it, i, L->max_item_bytes, L->max_body_bytes, budget, e);
 }
 
 /* The request's items from its body: JSON, or one raw image / video. */
@@ -191,8 +148,9 @@ static int parse_request(server *sv, struct MHD_Connection *c, conn_ctx *cc, srv
     }
     if (strncasecmp(ct, "application/json", 16) == 0) {
         if (srv_parse_json((const char *)cc->body.p, cc->body.len, L, o, req, e)) return -1;
+        size_t budget = L->max_body_bytes; /* the path items' files of one request, read into memory, as a body */
         for (size_t i = 0; i < req->n; i++)
-            if (req->items[i].path && check_path(sv, &req->items[i], i, e)) {
+            if (req->items[i].path && read_path(sv, &req->items[i], i, &budget, e)) {
                 srv_request_items_free(req);
                 return -1;
             }
@@ -989,6 +947,7 @@ int cmd_serve(int argc, char **argv) {
     MHD_stop_daemon(d);
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
     srv_stop(sv.st);
+    if (sv.paths) srv_root_close(&sv.root);
     pthread_mutex_destroy(&sv.mu);
     fprintf(stderr, "qvl serve: stopped\n");
     return 0;
