@@ -5,6 +5,8 @@
  *   - a path outside the root is 400 by its name alone, whether it exists or not (no existence oracle)
  *   - a path item's file swapped for a link to a file outside the root once its request is admitted: the answer
  *     and the cache entry are the key and the embeddings of the file under the root; a link in the name is 400
+ *   - no API key, no route, a wrong method, a raw image over the item limit: answered on the headers, before any of
+ *     the body is read (no 100 Continue)
  * Every loop is bounded in count and time. */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,6 +62,60 @@ static void outside_names(void) {
     resp r;
     CHECK(post_path(NULL, p, &r) == 0 && err_is(&r, 422, "undecodable_item") && body_names(&r, "No such file"));
     resp_free(&r);
+}
+
+/* ---- refused on the headers ----
+ * The first line the server sends for a request's headers alone (Expect: 100-continue, no byte of the body sent),
+ * in line; 0, or -1 when nothing came within 10 s. */
+static int first_line(const char *method, const char *url, const char *extra, size_t content_length, char *line,
+                      size_t cap) {
+    int fd = connect_to_server(10);
+    if (fd < 0) return -1;
+    char h[1024];
+    int k = snprintf(h, sizeof h, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu\r\n"
+                                  "Expect: 100-continue\r\n\r\n", method, url, extra, content_length);
+    ssize_t n = send(fd, h, (size_t)k, MSG_NOSIGNAL) == k ? recv(fd, line, cap - 1, 0) : -1;
+    close(fd);
+    if (n <= 0) return -1;
+    line[n] = 0;
+    line[strcspn(line, "\r\n")] = 0;
+    return 0;
+}
+
+/* Refusals that need no body come before it is read: no 100 Continue, so a client without the API key (or with a
+ * wrong route or method, or a raw item over the item limit) cannot have the server buffer a body. Before, the key
+ * was checked once the whole body (up to --max-body) was in. A body the server takes still gets its 100. */
+static void refused_on_headers(void) {
+    char line[256], hv[512];
+    CHECK(first_line("POST", "/v1/encode", "Content-Type: image/png\r\n", 900000, line, sizeof line) == 0 &&
+          !strncmp(line, "HTTP/1.1 401", 12));
+    printf("no API key, a 900000-byte body announced: '%s'\n", line);
+    snprintf(hv, sizeof hv, "%sContent-Type: image/png\r\n", auth);
+    CHECK(first_line("POST", "/nope", hv, 900000, line, sizeof line) == 0 && !strncmp(line, "HTTP/1.1 404", 12));
+    CHECK(first_line("PUT", "/v1/encode", hv, 900000, line, sizeof line) == 0 && !strncmp(line, "HTTP/1.1 405", 12));
+    CHECK(first_line("POST", "/v1/encode", hv, 900000, line, sizeof line) == 0 &&
+          !strncmp(line, "HTTP/1.1 100", 12));
+}
+
+/* On a server whose item limit (--limit max_input_bytes=100000) is below its body limit (1M): a raw image body
+ * announced over the item limit is 413 on its headers (it was read whole first); a JSON body of that size is not. */
+static void raw_over_item_limit(void) {
+    char line[256], hv[512];
+    snprintf(hv, sizeof hv, "%sContent-Type: image/png\r\n", auth);
+    CHECK(first_line("POST", "/v1/encode", hv, 200000, line, sizeof line) == 0 && !strncmp(line, "HTTP/1.1 413", 12));
+    printf("a raw 200000-byte body over the 100000-byte item limit: '%s'\n", line);
+    CHECK(first_line("POST", "/v1/vllm/image_embeds", hv, 200000, line, sizeof line) == 0 &&
+          !strncmp(line, "HTTP/1.1 413", 12));
+    snprintf(hv, sizeof hv, "%sContent-Type: application/json\r\n", auth);
+    CHECK(first_line("POST", "/v1/encode", hv, 200000, line, sizeof line) == 0 && !strncmp(line, "HTTP/1.1 100", 12));
+    /* the same limit on a raw body sent whole */
+    size_t n = 150000;
+    uint8_t *z = calloc(1, n);
+    resp r;
+    CHECK(z && post("/v1/encode", "image/png", z, n, &r) == 0 && err_is(&r, 413, "too_large") &&
+          body_names(&r, "item limit"));
+    resp_free(&r);
+    free(z);
 }
 
 /* ---- a path item's file swapped once its request is admitted ----
@@ -264,7 +321,16 @@ int main(void) {
     snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", g_key);
     frames_directory();
     outside_names();
+    refused_on_headers();
     CHECK(stop_server(pid) == 0);
+
+    char *ex2[] = {"--max-body", "1M", "--limit", "max_input_bytes=100000"};
+    pid = start_server(g_tmp, model, ex2, 4);
+    CHECK(pid > 0);
+    if (pid > 0) {
+        raw_over_item_limit();
+        CHECK(stop_server(pid) == 0);
+    }
 
     /* One worker, so that a request's first item holds its second back. */
     char *ex1[] = {"--max-body", "8M", "--allowed-media-path", g_media, "--workers", "1"};

@@ -45,7 +45,9 @@ typedef struct server {
 
 typedef struct conn_ctx {
     srv_buf body;
+    size_t body_limit;      /* the body's bytes at most: --max-body, or the item limit for a raw image / video */
     int too_big;
+    int route;              /* RT_*, decided from the headers */
     double t0;
     int endpoint;
     /* an encode request between its admission and its answer (the connection suspended meanwhile) */
@@ -551,29 +553,50 @@ static int endpoint_of(const char *url) {
     return SRV_EP_OTHER;
 }
 
-static enum MHD_Result route(server *sv, struct MHD_Connection *c, conn_ctx *cc, const char *url,
-                             const char *method) {
+/* What a request is, from its method and URL. */
+enum { RT_LIVE = 1, RT_READY, RT_METRICS, RT_INFO, RT_ENCODE, RT_VLLM, RT_CACHE_GET, RT_CACHE_HEAD };
+
+/* A request's route from its headers alone (its first call, before any of its body is read): the route, or 0 with e
+ * set: 401 without the API key (health and metrics stay open), 404 no route, 405 the wrong method. */
+static int route_of(server *sv, struct MHD_Connection *c, const char *url, const char *method, int ep, srv_err *e) {
+    const int get = strcmp(method, "GET") == 0, head = strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
+    if (ep == SRV_EP_HEALTH && (get || head)) {
+        if (strcmp(url, "/health/live") == 0) return RT_LIVE;
+        if (strcmp(url, "/health/ready") == 0 || strcmp(url, "/health") == 0) return RT_READY;
+    }
+    if (ep == SRV_EP_METRICS && get) return RT_METRICS;
+    if (!auth_ok(sv, c)) {
+        srv_err_set(e, 401, -1, "missing or wrong API key (Authorization: Bearer ...)");
+        return 0;
+    }
+    if (ep == SRV_EP_INFO && get) return RT_INFO;
+    if ((ep == SRV_EP_ENCODE || ep == SRV_EP_VLLM) && post) return ep == SRV_EP_VLLM ? RT_VLLM : RT_ENCODE;
+    if (ep == SRV_EP_CACHE && (get || head)) return head ? RT_CACHE_HEAD : RT_CACHE_GET;
+    if (ep == SRV_EP_OTHER || ep == SRV_EP_HEALTH) srv_err_set(e, 404, -1, "no route %.200s", url);
+    else srv_err_set(e, 405, -1, "method %.16s not allowed on %.200s", method, url);
+    return 0;
+}
+
+/* A request whose body is in: answered on its route. */
+static enum MHD_Result route(server *sv, struct MHD_Connection *c, conn_ctx *cc, const char *url) {
     srv_err e;
     memset(&e, 0, sizeof e);
     e.item = -1;
-    const int get = strcmp(method, "GET") == 0, head = strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
     const int ep = cc->endpoint;
-    if (ep == SRV_EP_HEALTH && (get || head)) {
-        if (strcmp(url, "/health/live") == 0) {
-            srv_metrics_request(srv_metrics_of(sv->st), ep, 200, 0);
-            return send_text(c, 200, "application/json", "{\"status\":\"live\"}");
-        }
-        if (strcmp(url, "/health/ready") == 0 || strcmp(url, "/health") == 0) {
-            if (srv_ready(sv->st)) {
-                srv_metrics_request(srv_metrics_of(sv->st), ep, 200, 0);
-                return send_text(c, 200, "application/json", "{\"status\":\"ready\"}");
-            }
-            srv_err_set(&e, 503, -1, "%s", srv_draining(sv->st) ? "draining" : "not ready (saturated or loading)");
-            e.retry_after_s = 1;
-            return send_err(sv, cc, c, &e);
-        }
+    if (cc->route == RT_LIVE) {
+        srv_metrics_request(srv_metrics_of(sv->st), ep, 200, 0);
+        return send_text(c, 200, "application/json", "{\"status\":\"live\"}");
     }
-    if (ep == SRV_EP_METRICS && get) {
+    if (cc->route == RT_READY) {
+        if (srv_ready(sv->st)) {
+            srv_metrics_request(srv_metrics_of(sv->st), ep, 200, 0);
+            return send_text(c, 200, "application/json", "{\"status\":\"ready\"}");
+        }
+        srv_err_set(&e, 503, -1, "%s", srv_draining(sv->st) ? "draining" : "not ready (saturated or loading)");
+        e.retry_after_s = 1;
+        return send_err(sv, cc, c, &e);
+    }
+    if (cc->route == RT_METRICS) {
         srv_gauges g;
         srv_gauges_of(sv->st, &g);
         pthread_mutex_lock(&sv->mu);
@@ -588,35 +611,25 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, conn_ctx *cc,
         }
         return send_buf(c, 200, "text/plain; version=0.0.4", b.p, b.len, NULL);
     }
-    if (!auth_ok(sv, c)) {
-        srv_err_set(&e, 401, -1, "missing or wrong API key (Authorization: Bearer ...)");
-        return send_err(sv, cc, c, &e);
-    }
-    if ((ep == SRV_EP_INFO || ep == SRV_EP_ENCODE || ep == SRV_EP_VLLM || ep == SRV_EP_CACHE) &&
-        !srv_loaded(sv->st)) {
+    if (!srv_loaded(sv->st)) { /* the rest need the model */
         srv_err_set(&e, 503, -1, "the server is not ready (loading the model)");
         e.retry_after_s = 1;
         return send_err(sv, cc, c, &e);
     }
-    if (ep == SRV_EP_INFO && get) {
+    if (cc->route == RT_INFO) {
         char *js = srv_info_json(sv->st);
         if (!js) return MHD_NO;
         return send_ok(sv, cc, c, "application/json", js, strlen(js));
     }
-    if ((ep == SRV_EP_ENCODE || ep == SRV_EP_VLLM) && post) {
+    if (cc->route == RT_ENCODE || cc->route == RT_VLLM) {
         if (cc->too_big) {
-            srv_err_set(&e, 413, -1, "the body is over the %zu-byte limit", srv_limits_of(sv->st)->max_body_bytes);
+            srv_err_set(&e, 413, -1, "the body is over the %zu-byte limit%s", cc->body_limit,
+                        cc->body_limit < srv_limits_of(sv->st)->max_body_bytes ? " of one item (max_input_bytes)" : "");
             return send_err(sv, cc, c, &e);
         }
-        return handle_encode(sv, c, cc, ep == SRV_EP_VLLM);
+        return handle_encode(sv, c, cc, cc->route == RT_VLLM);
     }
-    if (ep == SRV_EP_CACHE && (get || head)) return handle_cache(sv, c, cc, url + 10, head);
-    if (ep == SRV_EP_OTHER || (ep == SRV_EP_HEALTH)) {
-        srv_err_set(&e, 404, -1, "no route %.200s", url);
-        return send_err(sv, cc, c, &e);
-    }
-    srv_err_set(&e, 405, -1, "method %.16s not allowed on %.200s", method, url);
-    return send_err(sv, cc, c, &e);
+    return handle_cache(sv, c, cc, url + 10, cc->route == RT_CACHE_HEAD);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -624,7 +637,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     server *sv = cls;
     conn_ctx *cc = *con_cls;
-    if (!cc) { /* the first call: headers only */
+    if (!cc) { /* the first call: headers only, nothing of the body read (libmicrohttpd answers 100-continue only
+                  if we go on) */
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         cc->t0 = srv_now();
@@ -634,16 +648,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         sv->active++;
         cc->accepted = !sv->draining;
         pthread_mutex_unlock(&sv->mu);
+        srv_err e;
+        memset(&e, 0, sizeof e);
+        e.item = -1;
+        /* the key, the route and the method first: a client without the key cannot have a body buffered */
+        if (!(cc->route = route_of(sv, c, url, method, cc->endpoint, &e))) return send_err(sv, cc, c, &e);
+        const srv_limits *L = srv_limits_of(sv->st);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
         unsigned long long cl_n = cl ? strtoull(cl, NULL, 10) : 0;
-        if (cl && cl_n > srv_limits_of(sv->st)->max_body_bytes) {
-            /* refused before the body is read (libmicrohttpd answers 100-continue only if we go on) */
-            srv_err e;
-            srv_err_set(&e, 413, -1, "a body of %s bytes is over the %zu-byte limit", cl,
-                        srv_limits_of(sv->st)->max_body_bytes);
+        /* a raw image or video body is one item: the item limit (max_input_bytes, at most --max-body) bounds it */
+        const int raw = ct && (cc->route == RT_ENCODE || cc->route == RT_VLLM) && srv_media_of(ct, strlen(ct));
+        cc->body_limit = raw ? L->max_item_bytes : L->max_body_bytes;
+        if (cl && cl_n > cc->body_limit) {
+            if (raw)
+                srv_err_set(&e, 413, 0, "a body of %s bytes is over the %zu-byte item limit (max_input_bytes)", cl,
+                            cc->body_limit);
+            else
+                srv_err_set(&e, 413, -1, "a body of %s bytes is over the %zu-byte limit", cl, cc->body_limit);
             return send_err(sv, cc, c, &e);
         }
-        if (cl_n > 0 && (cc->body.p = malloc((size_t)cl_n + 1))) cc->body.cap = (size_t)cl_n + 1; /* one copy in */
+        if (cl_n > 0 && (cc->route == RT_ENCODE || cc->route == RT_VLLM) && (cc->body.p = malloc((size_t)cl_n + 1)))
+            cc->body.cap = (size_t)cl_n + 1; /* one copy in */
         return MHD_YES;
     }
     if (cc->waiting) { /* resumed: the items are done, or the deadline passed */
@@ -651,7 +677,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return finish_encode(sv, c, cc);
     }
     if (*upload_size) {
-        if (!cc->too_big && cc->body.len + *upload_size > srv_limits_of(sv->st)->max_body_bytes) {
+        if (!cc->too_big && cc->body.len + *upload_size > cc->body_limit) {
             cc->too_big = 1; /* chunked bodies have no Content-Length: stop keeping it */
             free(cc->body.p);
             memset(&cc->body, 0, sizeof cc->body);
@@ -665,7 +691,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         srv_err_set(&e, 500, -1, "out of memory for the body");
         return send_err(sv, cc, c, &e);
     }
-    return route(sv, c, cc, url, method);
+    return route(sv, c, cc, url);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
