@@ -7,6 +7,7 @@
  *     and the cache entry are the key and the embeddings of the file under the root; a link in the name is 400
  *   - no API key, no route, a wrong method, a raw image over the item limit: answered on the headers, before any of
  *     the body is read (no 100 Continue)
+ *   - /v1/vllm/image_embeds refuses a video found from its bytes (415), whatever type it was sent as
  * Every loop is bounded in count and time. */
 #include <errno.h>
 #include <fcntl.h>
@@ -62,6 +63,38 @@ static void outside_names(void) {
     resp r;
     CHECK(post_path(NULL, p, &r) == 0 && err_is(&r, 422, "undecodable_item") && body_names(&r, "No such file"));
     resp_free(&r);
+}
+
+/* /v1/vllm/image_embeds takes images only, told by their bytes: an MP4 sent as image/png, as a data URL of type
+ * image/png or as a path item is 415 (it was encoded as a video, grid t > 1, when only a declared video type was
+ * refused); a PNG is still answered. */
+static void vllm_images_only(void) {
+    char src[600], p[800], body[8192];
+    size_t n, bl;
+    uint8_t *mp4 = tu_read_file(tu_source_path("tests/data/video/video_3frames.mp4", src, sizeof src), &n);
+    CHECK(mp4 != NULL);
+    if (!mp4) return;
+    snprintf(p, sizeof p, "%s/clip.mp4", g_media);
+    CHECK(tu_write_file(p, mp4, n));
+    resp r;
+    CHECK(post("/v1/vllm/image_embeds", "image/png", mp4, n, &r) == 0 && err_is(&r, 415, "unsupported_media_type"));
+    resp_free(&r);
+    char *b64 = b64_of(mp4, n, &bl);
+    int k = snprintf(body, sizeof body, "{\"items\": [{\"data\": \"data:image/png;base64,%s\"}]}", b64 ? b64 : "");
+    CHECK(post("/v1/vllm/image_embeds", "application/json", body, (size_t)k, &r) == 0 &&
+          err_is(&r, 415, "unsupported_media_type"));
+    resp_free(&r);
+    k = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}]}", p);
+    CHECK(post("/v1/vllm/image_embeds", "application/json", body, (size_t)k, &r) == 0 &&
+          err_is(&r, 415, "unsupported_media_type") && body_names(&r, "takes one image"));
+    resp_free(&r);
+    free(b64);
+    free(mp4);
+    uint8_t *png = tu_read_file(tu_source_path("tests/data/video/frames/video_frame_0.png", src, sizeof src), &n);
+    CHECK(png && post("/v1/vllm/image_embeds", "image/png", png, n, &r) == 0 && r.status == 200 &&
+          body_names(&r, "\"image_embeds\""));
+    resp_free(&r);
+    free(png);
 }
 
 /* ---- refused on the headers ----
@@ -322,6 +355,7 @@ int main(void) {
     frames_directory();
     outside_names();
     refused_on_headers();
+    vllm_images_only();
     CHECK(stop_server(pid) == 0);
 
     char *ex2[] = {"--max-body", "1M", "--limit", "max_input_bytes=100000"};

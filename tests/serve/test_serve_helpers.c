@@ -50,6 +50,7 @@ static void admission_estimates(void) {
                    (int)g.t, (int)g.h, (int)g.w, want, by_bytes, by_path);
         CHECK(by_bytes == want && by_path == want);
         CHECK(srv_estimate_patches(&pp, 7, SRV_MEDIA_IMAGE, d, n, NULL) == (want < 7 ? want : 7)); /* the cap */
+        CHECK(srv_is_image(d, n)); /* what the vLLM endpoint takes */
         free(d);
         n_img++;
     }
@@ -172,6 +173,25 @@ static void path_reads(void) {
     tu_rmtree(tmp);
 }
 
+/* Images by their first bytes (the vLLM endpoint's rule): every test video is not one, nor text, nor a prefix of
+ * a magic number; every test image is (admission_estimates). */
+static void image_or_not(void) {
+    static const char *videos[] = {"video_25fps.mkv", "video_2997.mp4", "video_3frames.mp4", "video_alpha.mov",
+                                   "video_editlist.mp4", "video_mpeg2.ts", "video_mpeg4.avi", "video_testsrc_30.webm"};
+    for (size_t i = 0; i < sizeof videos / sizeof *videos; i++) {
+        char rel[128], path[4400];
+        snprintf(rel, sizeof rel, "tests/data/video/%s", videos[i]);
+        size_t n;
+        uint8_t *d = tu_read_file(tu_source_path(rel, path, sizeof path), &n);
+        CHECK(d && n > 16 && !srv_is_image(d, n));
+        free(d);
+    }
+    CHECK(!srv_is_image((const uint8_t *)"hello world", 11) && !srv_is_image(NULL, 0));
+    CHECK(!srv_is_image((const uint8_t *)"\xff\xd8", 2) && !srv_is_image((const uint8_t *)"\x89PNG\r\n", 6));
+    CHECK(!srv_is_image((const uint8_t *)"RIFF\0\0\0\0AVI LIST", 16));
+    CHECK(srv_is_image((const uint8_t *)"BM", 2) && srv_is_image((const uint8_t *)"RIFF\0\0\0\0WEBPVP8 ", 16));
+}
+
 int main(void) {
     uint8_t *out;
     size_t len;
@@ -200,5 +220,6 @@ int main(void) {
     admission_estimates();
     path_names();
     path_reads();
+    image_or_not();
     return tu_finish("test_serve_helpers");
 }

@@ -61,6 +61,10 @@ void srv_limits_default(srv_limits *l);
  * its first frame, BMP info header, JPEG SOFn, WebP VP8 / VP8L / VP8X): 0, or -1 when they are not found there (or
  * are zero). Only an estimate for admission: the decoder checks the real header. */
 int srv_header_dims(const uint8_t *d, size_t n, uint32_t *w, uint32_t *h);
+/* 1 when the n bytes at d start as one of the images the library decodes (JPEG, PNG, WebP, GIF, BMP: the magic
+ * numbers by which it tells an ENCODED item's image from a video, qvl.h), 0 for anything else: a video, or bytes
+ * that are no image at all. */
+int srv_is_image(const uint8_t *d, size_t n);
 /* An item's patch rows before it is decoded (the queue bound counts admitted items by it): for an image (media
  * SRV_MEDIA_IMAGE, its bytes data/size, or its file's first 64 KiB when path is set), its header's size through the
  * resize rule of p (smart_resize onto the patch·merge grid within [min_pixels, max_pixels]) — the grid decoding

@@ -1,6 +1,7 @@
-/* serve_admit.c — what an item will cost before it is decoded, for admission (srv_submit's queue bounds): its
- * image header's width and height, through the preprocessing's resize rule, or a conservative bound. Reads only
- * the first bytes of the item (untrusted: fuzz/fuzz_serve_request.c, mode 4). */
+/* serve_admit.c — what an item is and will cost before it is decoded, for admission: an image or not by its first
+ * bytes (the vLLM endpoint takes images only), and for srv_submit's queue bounds its image header's width and
+ * height, through the preprocessing's resize rule, or a conservative bound. Reads only the first bytes of the item
+ * (untrusted: fuzz/fuzz_serve_request.c, mode 4). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +65,17 @@ int srv_header_dims(const uint8_t *d, size_t n, uint32_t *w, uint32_t *h) {
         return -1;
     }
     return *w && *h ? 0 : -1;
+}
+
+/* serve.h. The library's rule (dec_sniff in src/image/decode.c tries these first, in this order, and hands anything
+ * else to the video reader or refuses it): the server reads only qvl.h, so it is spelt out again here. */
+int srv_is_image(const uint8_t *d, size_t n) {
+    if (!d) return 0;
+    if (n >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff) return 1;                 /* JPEG */
+    if (n >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8)) return 1;                          /* PNG */
+    if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4)) return 1;          /* WebP */
+    if (n >= 6 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6))) return 1;         /* GIF */
+    return n >= 2 && d[0] == 'B' && d[1] == 'M';                                          /* BMP */
 }
 
 size_t srv_estimate_patches(const qvl_preprocess_params *p, size_t max_item_patches, int media, const uint8_t *data,

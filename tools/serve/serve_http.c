@@ -444,8 +444,12 @@ static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_
         if (req->n != 1) srv_err_set(&e, 400, -1, "%s answers one item, the request has %zu",
                                      vllm ? "/v1/vllm/image_embeds" : "application/x-npy", req->n);
         else if (!npy_descr(req->opts.dtype)) srv_err_set(&e, 400, -1, "npy has no bf16: ask for dtype f32 or f16");
-        else if (vllm && req->items[0].media == SRV_MEDIA_VIDEO)
-            srv_err_set(&e, 415, 0, "/v1/vllm/image_embeds takes one image");
+        else if (vllm && (req->items[0].media == SRV_MEDIA_VIDEO || !srv_is_image(req->items[0].data,
+                                                                                  req->items[0].size)))
+            /* by its bytes too, as the library tells a video from an image: a path item has no declared type, and a
+             * declared one may be wrong */
+            srv_err_set(&e, 415, 0, "/v1/vllm/image_embeds takes one image (JPEG, PNG, WebP, GIF or BMP): item 0 is %s",
+                        req->items[0].media == SRV_MEDIA_VIDEO ? "a video" : "not one (a video, or no image format)");
         if (vllm) req->opts.layout = QVL_OUTPUT_CONCAT;
         if (e.http) {
             conn_release(sv, cc);
