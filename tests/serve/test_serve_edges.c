@@ -8,6 +8,7 @@
  *   - no API key, no route, a wrong method, a raw image over the item limit: answered on the headers, before any of
  *     the body is read (no 100 Continue)
  *   - /v1/vllm/image_embeds refuses a video found from its bytes (415), whatever type it was sent as
+ *   - --max-batch-items above its bound is a usage error (it was taken, and the server never encoded)
  * Every loop is bounded in count and time. */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -373,6 +375,29 @@ int main(void) {
     if (pid > 0) {
         swapped_file(bin, model);
         CHECK(stop_server(pid) == 0);
+    }
+
+    /* --max-batch-items: 1T was taken, the batcher's slots failed to allocate and it stopped at once, yet the server
+     * said ready and every encode waited for its deadline; now a usage error (exit 2) above 65536, and 65536 is
+     * served. `timeout`: a server that starts anyway is stopped, and fails the check. */
+    {
+        const char *bad[] = {"1T", "65537", "0"};
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            snprintf(cmd, sizeof cmd, "timeout -s KILL 20 '%s' serve --model '%s' --port 0 --max-batch-items %s "
+                     "2>/dev/null", bin, model, bad[i]);
+            const int st = system(cmd);
+            CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+        }
+        char *ex3[] = {"--max-batch-items", "65536"};
+        pid = start_server(g_tmp, model, ex3, 2);
+        CHECK(pid > 0);
+        size_t n;
+        uint8_t *bmp = make_bmp(64, 64, 77, &n);
+        resp r;
+        CHECK(pid > 0 && post("/v1/encode?timeout_ms=20000", "image/bmp", bmp, n, &r) == 0 && r.status == 200);
+        resp_free(&r);
+        free(bmp);
+        if (pid > 0) CHECK(stop_server(pid) == 0);
     }
 
     if (tu_failures) {

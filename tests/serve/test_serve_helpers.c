@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "serve.h"
+#include "serve_batch.h"
 #include "testutil.h"
 
 /* The estimate is the decoded grid's patches for every image the decoder reads (as bytes and as a path); bytes
@@ -192,6 +193,32 @@ static void image_or_not(void) {
     CHECK(srv_is_image((const uint8_t *)"BM", 2) && srv_is_image((const uint8_t *)"RIFF\0\0\0\0WEBPVP8 ", 16));
 }
 
+/* A service whose batcher cannot have its slots fails to load, naming them (it loaded, said ready and never
+ * encoded: the batcher's allocation failed on its own thread, which then stopped). Not under ASan, whose allocator
+ * aborts on a request that size rather than fail it. */
+static void batcher_slots(void) {
+#if !defined(__SANITIZE_ADDRESS__)
+    char tmp[512], model[600];
+    tu_tmpdir(tmp, sizeof tmp);
+    snprintf(model, sizeof model, "%s/m", tmp);
+    CHECK(tu_synth(model, "tiny", 7, QVL_LAYOUT_HF));
+    srv_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.model_dir = model;
+    cfg.threads = 1;
+    cfg.workers = 1;
+    srv_limits_default(&cfg.lim);
+    qvl_limits_default(&cfg.qlim);
+    cfg.lim.max_batch_items = SIZE_MAX / 2;
+    srv_state *st = srv_create(&cfg);
+    char msg[1200] = "";
+    CHECK(st && srv_load(st, msg, sizeof msg) == -1 && strstr(msg, "batcher") && !srv_ready(st));
+    printf("a batcher of %zu slots: %s\n", cfg.lim.max_batch_items, msg);
+    srv_stop(st);
+    tu_rmtree(tmp);
+#endif
+}
+
 int main(void) {
     uint8_t *out;
     size_t len;
@@ -221,5 +248,6 @@ int main(void) {
     path_names();
     path_reads();
     image_or_not();
+    batcher_slots();
     return tu_finish("test_serve_helpers");
 }

@@ -50,12 +50,14 @@ typedef struct srv_limits {
                                   undecoded ones by their header's estimate (srv_estimate_patches) */
     size_t max_queue_items;    /* items accepted and not yet encoded (503 above it) */
     size_t max_batch_patches;  /* the batcher's patch budget */
-    size_t max_batch_items;    /* and item cap */
+    size_t max_batch_items;    /* and item cap (1..SRV_MAX_BATCH_ITEMS) */
     int max_wait_us;           /* idle wait for more items when the batch is small */
     size_t min_batch_patches;  /* "small" */
     int timeout_ms;            /* default request deadline */
 } srv_limits;
 void srv_limits_default(srv_limits *l);
+/* --max-batch-items at most (the batcher's slots are allocated when it starts). */
+#define SRV_MAX_BATCH_ITEMS 65536
 
 /* An image's width and height from its first n bytes, without decoding it (PNG IHDR, GIF logical screen grown to
  * its first frame, BMP info header, JPEG SOFn, WebP VP8 / VP8L / VP8X): 0, or -1 when they are not found there (or

@@ -82,6 +82,7 @@ struct srv_state {
     int n_workers;
     pthread_t batcher;
     int batcher_started;
+    srv_job **batch_jobs; /* the batcher's max_batch_items slots, allocated by srv_load before it starts */
 };
 
 double srv_now(void) {
@@ -361,9 +362,9 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
 static void *batcher_main(void *arg) {
     srv_state *s = arg;
     const srv_limits *L = &s->cfg.lim;
-    srv_job **jobs = calloc(L->max_batch_items ? L->max_batch_items : 1, sizeof *jobs);
+    srv_job **jobs = s->batch_jobs;
     pthread_mutex_lock(&s->mu);
-    while (jobs) {
+    for (;;) {
         while (!s->enc_head && !(s->stop && !s->prep_head && !s->prep_items)) pthread_cond_wait(&s->enc_cv, &s->mu);
         if (!s->enc_head) break;
         /* The encoder was idle: when the batch would be small and more items are being preprocessed, wait for
@@ -413,7 +414,6 @@ static void *batcher_main(void *arg) {
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    free(jobs);
     return NULL;
 }
 
@@ -801,6 +801,12 @@ int srv_load(srv_state *s, char *msg, size_t cap) {
         }
     }
     if (warm_up(s, msg, cap)) return -1;
+    /* the batcher's slots before any thread starts: a server that could not batch must not say it is ready */
+    const size_t slots = cfg->lim.max_batch_items ? cfg->lim.max_batch_items : 1;
+    if (slots > SIZE_MAX / sizeof *s->batch_jobs || !(s->batch_jobs = calloc(slots, sizeof *s->batch_jobs))) {
+        snprintf(msg, cap, "out of memory for the batcher's %zu item slots (--max-batch-items)", slots);
+        return -1;
+    }
     s->n_workers = cfg->workers > 0 ? cfg->workers : 2;
     s->workers = calloc((size_t)s->n_workers, sizeof *s->workers);
     int started = 0;
@@ -854,6 +860,7 @@ void srv_stop(srv_state *s) {
     pthread_cond_broadcast(&s->enc_cv);
     pthread_mutex_unlock(&s->mu);
     if (s->batcher_started) pthread_join(s->batcher, NULL);
+    free(s->batch_jobs);
     free(s->workers);
     qvl_cache_close(s->cache);
     free(s->prep_json);

@@ -748,6 +748,8 @@ static const char serve_help[] =
     "                           max_item_patches (default 65536); an item's bytes are at most max_input_bytes,\n"
     "                           default 48M or --max-body, and never above --max-body)\n"
     "  --max-batch-patches N  --max-batch-items N  --max-queue-patches N  --max-queue-items N  --max-wait-us N\n"
+    "                           (--max-batch-items: 1..65536, default 256; the batcher allocates a slot for each\n"
+    "                           when it starts, and 65536 items of 4 patch rows, the least, are already 262144 rows)\n"
     "  --timeout-ms N           default request deadline (default 120000)\n"
     "  --drain-timeout-s N      longest a drain waits for accepted requests (default 300)\n";
 
@@ -827,6 +829,8 @@ int cmd_serve(int argc, char **argv) {
         case O_MAX_BATCH_ITEMS: case O_MAX_QUEUE_PATCHES: case O_MAX_QUEUE_ITEMS:
             if (cli_parse_size(optarg, &u) || u == 0 || u > ((uint64_t)1 << 40))
                 return cli_usage("%s: a positive number", argv[optind - 1]);
+            if (c == O_MAX_BATCH_ITEMS && u > SRV_MAX_BATCH_ITEMS)
+                return cli_usage("--max-batch-items: 1..%d (the batcher holds a slot for each)", SRV_MAX_BATCH_ITEMS);
             if (c == O_MAX_BODY) cfg.lim.max_body_bytes = (size_t)u, cfg.lim.max_item_bytes = (size_t)u;
             else if (c == O_MAX_ITEMS) cfg.lim.max_items = (size_t)u;
             else if (c == O_MAX_PIXELS) cfg.lim.max_pixels = u, set_pixels = 1;
