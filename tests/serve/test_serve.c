@@ -749,10 +749,11 @@ int main(void) {
         }
         printf("queue full: %d refused with 503, %d other failures\n", full, other);
         CHECK(full >= 1 && other == 0);
-        if (p2 > 0) {
-            char pa[700], body[1600];
+        if (p2 > 0) { /* two items to queue (an item repeated would be one, and cache hits none) */
+            char pa[700], pb[700], body[1600];
             tu_source_path("tests/data/images/bmp_24.bmp", pa, sizeof pa);
-            int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"path\": \"%s\"}]}", pa, pa);
+            tu_source_path("tests/data/images/gif_single.gif", pb, sizeof pb);
+            int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"path\": \"%s\"}]}", pa, pb);
             CHECK(post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 && err_is(&r, 413, "too_large"));
             resp_free(&r);
             CHECK(stop_server(p2) == 0);

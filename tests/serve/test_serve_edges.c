@@ -9,6 +9,7 @@
  *     the body is read (no 100 Continue)
  *   - /v1/vllm/image_embeds refuses a video found from its bytes (415), whatever type it was sent as
  *   - --max-batch-items above its bound is a usage error (it was taken, and the server never encoded)
+ *   - --max-queue-items bounds the items a request adds to the queue: cache hits and repeats are not refused
  * Every loop is bounded in count and time. */
 #include <errno.h>
 #include <fcntl.h>
@@ -97,6 +98,51 @@ static void vllm_images_only(void) {
           body_names(&r, "\"image_embeds\""));
     resp_free(&r);
     free(png);
+}
+
+/* ---- the queue's item bound counts what a request adds to the queue ----
+ * With --max-queue-items 1: two new items in one request are 413 (they could never be queued), but two items both in
+ * the cache are answered (hits add nothing to the queue), and so is one new item given twice (it is queued once).
+ * Before, the request's raw item count was held against the bound before the cache was looked at: 413 for both. */
+static int cached(const char *key) {
+    char url[128];
+    snprintf(url, sizeof url, "/v1/cache/%s", key);
+    for (int w = 0; w < 500; w++, usleep(10000)) { /* written once the answer is out: 5 s at most */
+        resp r;
+        const int there = http("HEAD", url, auth, NULL, 0, &r) == 0 && r.status == 200;
+        resp_free(&r);
+        if (there) return 1;
+    }
+    return 0;
+}
+
+static void queue_counts_added(void) {
+    uint8_t *img[3];
+    size_t len[3], bl;
+    for (int i = 0; i < 3; i++) img[i] = make_bmp(64, 64, (unsigned)(700 + i), &len[i]);
+    resp r;
+    char *body = json_items(img, len, 2, &bl);
+    CHECK(body && post("/v1/encode", "application/json", body, bl, &r) == 0 && err_is(&r, 413, "too_large"));
+    resp_free(&r);
+    for (int i = 0; i < 2; i++) {
+        char key[80] = "";
+        CHECK(post("/v1/encode", "image/bmp", img[i], len[i], &r) == 0 && r.status == 200 &&
+              header(&r, "X-Qvl-Key", key, sizeof key) && cached(key));
+        resp_free(&r);
+    }
+    char hv[16];
+    CHECK(post("/v1/encode", "application/json", body, bl, &r) == 0 && r.status == 200 &&
+          header(&r, "X-Qvl-Cache", hv, sizeof hv) && !strcmp(hv, "hit"));
+    if (r.status != 200) fprintf(stderr, "  two cache hits: %d %.200s\n", r.status, r.body ? (char *)r.body : "");
+    resp_free(&r);
+    free(body);
+    uint8_t *twice[2] = {img[2], img[2]};
+    size_t tl[2] = {len[2], len[2]};
+    body = json_items(twice, tl, 2, &bl);
+    CHECK(body && post("/v1/encode", "application/json", body, bl, &r) == 0 && r.status == 200);
+    resp_free(&r);
+    free(body);
+    for (int i = 0; i < 3; i++) free(img[i]);
 }
 
 /* ---- refused on the headers ----
@@ -374,6 +420,14 @@ int main(void) {
     CHECK(pid > 0);
     if (pid > 0) {
         swapped_file(bin, model);
+        CHECK(stop_server(pid) == 0);
+    }
+
+    char *ex4[] = {"--max-queue-items", "1", "--workers", "1"};
+    pid = start_server(g_tmp, model, ex4, 4);
+    CHECK(pid > 0);
+    if (pid > 0) {
+        queue_counts_added();
         CHECK(stop_server(pid) == 0);
     }
 

@@ -432,10 +432,6 @@ static int retry_after(const srv_state *s) {
 int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, int accepted,
                srv_job **jobs, srv_err *e) {
     for (size_t i = 0; i < n; i++) jobs[i] = NULL;
-    if (n > s->cfg.lim.max_queue_items) { /* could never be queued: no use retrying */
-        srv_err_set(e, 413, -1, "%zu items, more than the queue holds (%zu)", n, s->cfg.lim.max_queue_items);
-        return -1;
-    }
     pthread_mutex_lock(&s->mu);
     int refuse = s->draining && !accepted ? 1 : !s->ready || s->stop ? 2 : 0;
     if (refuse) {
@@ -497,8 +493,9 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
     /* Misses: join an identical item in flight, or queue for a worker. The queue bounds count what is admitted and
      * not yet encoded: items waiting for or in decoding by their header-estimated patches, items decoded by their
      * rows. A request is refused (503) when the items it would add overflow them, unless the queue is empty (a
-     * request larger than the whole bound then runs alone, as an item larger than the batch budget does). Cache
-     * hits and joins add nothing, so they are answered even while the queue is full. */
+     * request larger than the whole bound then runs alone, as an item larger than the batch budget does); one that
+     * would add more items than the queue holds could never be queued (413). Cache hits, joins and an item repeated
+     * in the request add nothing, so they count in neither and are answered even while the queue is full. */
     pthread_mutex_lock(&s->mu);
     size_t add_items = 0, add_patches = 0;
     for (size_t i = 0; i < n; i++) {
@@ -511,6 +508,12 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
         if (dup || f) continue;
         add_items++;
         add_patches += j->est_patches;
+    }
+    if (add_items > s->cfg.lim.max_queue_items) { /* no use retrying */
+        srv_err_set(e, 413, -1, "%zu items to queue, more than the queue holds (%zu)", add_items,
+                    s->cfg.lim.max_queue_items);
+        pthread_mutex_unlock(&s->mu);
+        goto fail;
     }
     const size_t q_items = s->prep_items + s->enc_items, q_patches = s->prep_patches + s->enc_patches;
     if (add_items && q_items && (q_items + add_items > s->cfg.lim.max_queue_items ||
