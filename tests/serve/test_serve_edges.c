@@ -10,6 +10,7 @@
  *   - /v1/vllm/image_embeds refuses a video found from its bytes (415), whatever type it was sent as
  *   - --max-batch-items above its bound is a usage error (it was taken, and the server never encoded)
  *   - --max-queue-items bounds the items a request adds to the queue: cache hits and repeats are not refused
+ *   - a request answered 503 for its deadline counts in qvl_rejected_requests_total{reason="deadline"}
  * Every loop is bounded in count and time. */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +38,22 @@ static int post_path(const char *query, const char *p, resp *r) {
     int n = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}]}", p);
     snprintf(url, sizeof url, "/v1/encode%s", query ? query : "");
     return post(url, "application/json", body, (size_t)n, r);
+}
+
+/* A GIF of a w x w logical screen holding one 1x1 frame of colour `seed`: under 40 bytes, which the decoder turns
+ * into a w x w canvas that preprocessing then resizes down to the model's 256² budget (slow for a large w). */
+static uint8_t *make_big_gif(int w, unsigned seed, size_t *len) {
+    static const uint8_t frame[] = {0x2c, 0, 0, 0, 0, 1, 0, 1, 0, 0, 2, 2, 0x44, 0x01, 0, 0x3b};
+    uint8_t *g = malloc(6 + 7 + 6 + sizeof frame);
+    if (!g) return NULL;
+    memcpy(g, "GIF89a", 6);
+    const uint8_t screen[] = {(uint8_t)w, (uint8_t)(w >> 8), (uint8_t)w, (uint8_t)(w >> 8), 0x80, 0, 0};
+    memcpy(g + 6, screen, 7);
+    const uint8_t colours[] = {(uint8_t)seed, (uint8_t)(seed >> 8), (uint8_t)(seed * 7), 0, 0, 0};
+    memcpy(g + 13, colours, 6);
+    memcpy(g + 19, frame, sizeof frame);
+    *len = 19 + sizeof frame;
+    return g;
 }
 
 /* A directory of frames as a path item: 400 naming the directory (before, the library read it as one video). */
@@ -145,6 +162,37 @@ static void queue_counts_added(void) {
     for (int i = 0; i < 3; i++) free(img[i]);
 }
 
+/* ---- metrics and headers ---- */
+
+/* A request answered 503 for its deadline counts once in qvl_rejected_requests_total{reason="deadline"} (it never
+ * counted: not when the wait ran out, nor when a worker dropped the item, and the batcher counted jobs, not requests,
+ * only while someone still waited). A GIF of a 2000² screen takes far longer than 1 ms to preprocess. */
+static void deadline_counted(void) {
+    const char *name = "qvl_rejected_requests_total{reason=\"deadline\"}";
+    const long before = metric_of(name);
+    for (int i = 0; i < 2; i++) {
+        size_t gl, bl;
+        uint8_t *gif = make_big_gif(2000, (unsigned)(40 + i), &gl);
+        resp r;
+        if (i == 0) {
+            CHECK(gif && post("/v1/encode?timeout_ms=1", "image/gif", gif, gl, &r) == 0 &&
+                  err_is(&r, 503, "unavailable"));
+        } else {
+            char body[512], *b64 = gif ? b64_of(gif, gl, &bl) : NULL;
+            int n = snprintf(body, sizeof body,
+                             "{\"timeout_ms\": 1, \"items\": [{\"data\": \"data:image/gif;base64,%s\"}]}", b64 ? b64 : "");
+            CHECK(post("/v1/encode", "application/json", body, (size_t)n, &r) == 0 && err_is(&r, 503, "unavailable"));
+            free(b64);
+        }
+        resp_free(&r);
+        free(gif);
+    }
+    const long after = metric_of(name);
+    printf("deadline: rejected{reason=\"deadline\"} %ld -> %ld over two requests past their deadline\n", before,
+           after);
+    CHECK(before >= 0 && after == before + 2);
+}
+
 /* ---- refused on the headers ----
  * The first line the server sends for a request's headers alone (Expect: 100-continue, no byte of the body sent),
  * in line; 0, or -1 when nothing came within 10 s. */
@@ -220,22 +268,6 @@ static int same_split_item(const st_file *f, int i, const ref_item *ref) {
     for (int q = 0; q < n_ds; q++)
         if (!ref->ds[q] || memcmp((const float *)d->data + ((size_t)q * N + t0) * O, ref->ds[q], nt * O * 4)) return 0;
     return 1;
-}
-
-/* A GIF of a w x w logical screen holding one 1x1 frame of colour `seed`: under 40 bytes, which the decoder turns
- * into a w x w canvas that preprocessing then resizes down to the model's 256² budget (slow for a large w). */
-static uint8_t *make_big_gif(int w, unsigned seed, size_t *len) {
-    static const uint8_t frame[] = {0x2c, 0, 0, 0, 0, 1, 0, 1, 0, 0, 2, 2, 0x44, 0x01, 0, 0x3b};
-    uint8_t *g = malloc(6 + 7 + 6 + sizeof frame);
-    if (!g) return NULL;
-    memcpy(g, "GIF89a", 6);
-    const uint8_t screen[] = {(uint8_t)w, (uint8_t)(w >> 8), (uint8_t)w, (uint8_t)(w >> 8), 0x80, 0, 0};
-    memcpy(g + 6, screen, 7);
-    const uint8_t colours[] = {(uint8_t)seed, (uint8_t)(seed >> 8), (uint8_t)(seed * 7), 0, 0, 0};
-    memcpy(g + 13, colours, 6);
-    memcpy(g + 19, frame, sizeof frame);
-    *len = 19 + sizeof frame;
-    return g;
 }
 
 static void swapped_file(const char *bin, const char *model) {
@@ -404,6 +436,7 @@ int main(void) {
     outside_names();
     refused_on_headers();
     vllm_images_only();
+    deadline_counted();
     CHECK(stop_server(pid) == 0);
 
     char *ex2[] = {"--max-body", "1M", "--limit", "max_input_bytes=100000"};

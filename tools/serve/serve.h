@@ -206,6 +206,10 @@ typedef struct srv_metrics {
 void srv_metrics_init(srv_metrics *m);
 void srv_metrics_destroy(srv_metrics *m);
 void srv_metrics_request(srv_metrics *m, int endpoint, int http, double seconds);
+/* One request refused with 503, for qvl_rejected_requests_total{reason}: counted once per request where its answer
+ * is decided (srv_submit; the HTTP layer for a deadline, whether it passed in a queue or while waiting). */
+enum { SRV_REJECT_QUEUE_FULL, SRV_REJECT_NOT_READY, SRV_REJECT_DEADLINE };
+void srv_metrics_rejected(srv_metrics *m, int reason);
 void srv_hist_add(srv_metrics *m, srv_hist *h, double v);
 /* Prometheus text 0.0.4 (gauges passed in). */
 typedef struct srv_gauges {

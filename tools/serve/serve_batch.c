@@ -324,8 +324,7 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
             qvl_plan_item(plan, i, &info);
             if (info.status != QVL_OK) {
                 http = info.status == QVL_ERR_CANCELLED ? 503 : srv_http_of_status(info.status);
-                m = info.message;
-                if (http == 503) MET(s, s->metrics.rejected_deadline++);
+                m = info.message; /* a 503 is counted per request, by the HTTP layer */
             }
         }
         if (!ok) http = 500, m = "out of memory";
@@ -397,8 +396,7 @@ static void *batcher_main(void *arg) {
             j->next = NULL;
             s->enc_items--;
             s->enc_patches -= j->n_rows;
-            if (expired) {
-                MET(s, s->metrics.rejected_deadline += j->refs > 1);
+            if (expired) { /* counted per request by the HTTP layer, as the worker's drop is */
                 job_done(s, j, 503, "the request's deadline passed in the queue", 0);
                 continue;
             }

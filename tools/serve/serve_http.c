@@ -345,12 +345,15 @@ static enum MHD_Result finish_encode(server *sv, struct MHD_Connection *c, conn_
     const srv_result *res = cc->res;
     enum MHD_Result ret;
     if (cc->timed_out) {
-        srv_err_set(&e, 503, -1, "%s", srv_draining(sv->st) && srv_now() < cc->watch.deadline
-                                           ? "the server is draining and ran out of time for this request"
-                                           : "the request's deadline passed before its items were encoded");
+        const int drained = srv_draining(sv->st) && srv_now() < cc->watch.deadline;
+        srv_err_set(&e, 503, -1, "%s", drained ? "the server is draining and ran out of time for this request"
+                                               : "the request's deadline passed before its items were encoded");
         e.retry_after_s = 1;
+        srv_metrics_rejected(srv_metrics_of(sv->st), drained ? SRV_REJECT_NOT_READY : SRV_REJECT_DEADLINE);
         ret = send_err(sv, cc, c, &e);
     } else if (results_of(cc, &e)) {
+        /* an item's 503 is its deadline, passed in a queue or when its batch was cancelled */
+        if (e.http == 503) srv_metrics_rejected(srv_metrics_of(sv->st), SRV_REJECT_DEADLINE);
         ret = send_err(sv, cc, c, &e);
     } else if (cc->vllm) {
         uint8_t *a = NULL, *b = NULL;

@@ -57,6 +57,14 @@ void srv_metrics_request(srv_metrics *m, int endpoint, int http, double seconds)
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_rejected(srv_metrics *m, int reason) {
+    pthread_mutex_lock(&m->mu);
+    if (reason == SRV_REJECT_QUEUE_FULL) m->rejected_queue_full++;
+    else if (reason == SRV_REJECT_NOT_READY) m->rejected_not_ready++;
+    else m->rejected_deadline++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void hist_render(srv_buf *o, const char *name, const char *help, const srv_hist *h) {
     srv_buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
