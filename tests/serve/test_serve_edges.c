@@ -11,6 +11,7 @@
  *   - --max-batch-items above its bound is a usage error (it was taken, and the server never encoded)
  *   - --max-queue-items bounds the items a request adds to the queue: cache hits and repeats are not refused
  *   - a request answered 503 for its deadline counts in qvl_rejected_requests_total{reason="deadline"}
+ *   - X-Qvl-Cache is hit, partial or miss as all, some or none of a request's items came from the cache
  * Every loop is bounded in count and time. */
 #include <errno.h>
 #include <fcntl.h>
@@ -191,6 +192,42 @@ static void deadline_counted(void) {
     printf("deadline: rejected{reason=\"deadline\"} %ld -> %ld over two requests past their deadline\n", before,
            after);
     CHECK(before >= 0 && after == before + 2);
+}
+
+/* X-Qvl-Cache speaks for every item of the request: hit when all came from the cache, miss when none, partial for
+ * some (it said res[0]'s: "hit" for a first item cached and a second encoded). */
+static void cache_header(void) {
+    uint8_t *img[4];
+    size_t len[4], bl;
+    for (int i = 0; i < 4; i++) img[i] = make_bmp(64, 64, (unsigned)(800 + i), &len[i]);
+    resp r;
+    char key[80] = "", hv[16];
+    CHECK(post("/v1/encode", "image/bmp", img[0], len[0], &r) == 0 && r.status == 200 &&
+          header(&r, "X-Qvl-Key", key, sizeof key));
+    resp_free(&r);
+    CHECK(cached(key));
+    static const char *want[] = {"partial", "hit"};
+    for (int round = 0; round < 2; round++) { /* [cached, new], then both cached */
+        char *body = json_items(img, len, 2, &bl);
+        CHECK(body && post("/v1/encode", "application/json", body, bl, &r) == 0 && r.status == 200 &&
+              header(&r, "X-Qvl-Cache", hv, sizeof hv));
+        printf("X-Qvl-Cache of two items, %s: %s\n", round ? "both cached" : "the first cached", hv);
+        CHECK(!strcmp(hv, want[round]));
+        resp_free(&r);
+        free(body);
+        if (!round) {
+            CHECK(post("/v1/encode", "image/bmp", img[1], len[1], &r) == 0 && r.status == 200 &&
+                  header(&r, "X-Qvl-Key", key, sizeof key));
+            resp_free(&r);
+            CHECK(cached(key));
+        }
+    }
+    char *body = json_items(img + 2, len + 2, 2, &bl);
+    CHECK(body && post("/v1/encode", "application/json", body, bl, &r) == 0 && r.status == 200 &&
+          header(&r, "X-Qvl-Cache", hv, sizeof hv) && !strcmp(hv, "miss"));
+    resp_free(&r);
+    free(body);
+    for (int i = 0; i < 4; i++) free(img[i]);
 }
 
 /* ---- refused on the headers ----
@@ -437,6 +474,7 @@ int main(void) {
     refused_on_headers();
     vllm_images_only();
     deadline_counted();
+    cache_header();
     CHECK(stop_server(pid) == 0);
 
     char *ex2[] = {"--max-body", "1M", "--limit", "max_input_bytes=100000"};

@@ -422,7 +422,9 @@ static enum MHD_Result finish_encode(server *sv, struct MHD_Connection *c, conn_
             srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 200, srv_now() - cc->t0);
             MHD_add_response_header(rs, "Content-Type", cc->npy ? "application/x-npy" : "application/x-safetensors");
             if (req->n == 1) MHD_add_response_header(rs, "X-Qvl-Key", res[0].key);
-            MHD_add_response_header(rs, "X-Qvl-Cache", res[0].cached ? "hit" : "miss");
+            size_t hits = 0;
+            for (size_t i = 0; i < req->n; i++) hits += res[i].cached != 0;
+            MHD_add_response_header(rs, "X-Qvl-Cache", hits == req->n ? "hit" : hits ? "partial" : "miss");
             char g[64];
             snprintf(g, sizeof g, "%d,%d,%d", res[0].grid.t, res[0].grid.h, res[0].grid.w);
             MHD_add_response_header(rs, "X-Qvl-Grid-Thw", g);
