@@ -12,9 +12,13 @@
  *   - --max-queue-items bounds the items a request adds to the queue: cache hits and repeats are not refused
  *   - a request answered 503 for its deadline counts in qvl_rejected_requests_total{reason="deadline"}
  *   - X-Qvl-Cache is hit, partial or miss as all, some or none of a request's items came from the cache
+ *   - SIGTERM with a client whose body stopped midway (FIN sent): exit within seconds (it was 61), while a body still
+ *     coming is waited for and answered
  * Every loop is bounded in count and time. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -228,6 +232,80 @@ static void cache_header(void) {
     resp_free(&r);
     free(body);
     for (int i = 0; i < 4; i++) free(img[i]);
+}
+
+/* ---- the drain and a body that stopped coming ----
+ * A client that sent headers, part of its body and its FIN in one burst is never noticed as gone by libmicrohttpd
+ * (0.9.75) before its 60 s connection timeout (nothing else wakes the polling thread that holds it), and the drain
+ * waited for it: the server exited a minute after SIGTERM with nothing to do. Now a drain waits for a request still
+ * receiving its body only while the body keeps coming: the server exits within seconds. And a client whose body is
+ * still coming at SIGTERM is waited for and answered 200. */
+
+/* SIGTERM to pid and its exit status once it exits (30 s at most, then SIGKILL: -1), the seconds it took in *dt. */
+static int drain_exit(pid_t pid, double *dt) {
+    const double t0 = tu_now();
+    kill(pid, SIGTERM);
+    int ws = 0, exited = 0;
+    while (!exited && tu_now() - t0 < 30) {
+        exited = waitpid(pid, &ws, WNOHANG) == pid;
+        if (!exited) usleep(20000);
+    }
+    *dt = tu_now() - t0;
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &ws, 0);
+        return -1;
+    }
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+static void drain_stalled_body(pid_t pid) {
+    int fd = connect_to_server(30);
+    CHECK(fd >= 0);
+    uint8_t burst[4096];
+    int k = snprintf((char *)burst, sizeof burst, "POST /v1/encode HTTP/1.1\r\nHost: 127.0.0.1\r\n%s"
+                     "Content-Type: image/bmp\r\nContent-Length: 10000\r\n\r\n", auth);
+    memset(burst + k, 0x42, 3000);
+    /* corked: the bytes and the FIN leave in one segment, so the server's one read finds them together */
+    const int one = 1;
+    CHECK(fd >= 0 && setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one) == 0);
+    CHECK(fd >= 0 && send(fd, burst, (size_t)k + 3000, MSG_NOSIGNAL) == k + 3000 && shutdown(fd, SHUT_WR) == 0);
+    usleep(300000);
+    double dt;
+    const int rc = drain_exit(pid, &dt);
+    printf("drain with a body stopped midway (FIN sent): exit %d after %.1f s\n", rc, dt);
+    CHECK(rc == 0 && dt < 10);
+    if (fd >= 0) close(fd);
+}
+
+static void drain_slow_body(pid_t pid) {
+    size_t n;
+    uint8_t *bmp = make_bmp(64, 64, 4242, &n);
+    int fd = connect_to_server(30);
+    CHECK(bmp && fd >= 0);
+    if (!bmp || fd < 0) {
+        if (fd >= 0) close(fd);
+        free(bmp);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return;
+    }
+    char h[512];
+    int k = snprintf(h, sizeof h, "POST /v1/encode HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s"
+                     "Content-Type: image/bmp\r\nContent-Length: %zu\r\n\r\n", auth, n);
+    CHECK(send(fd, h, (size_t)k, MSG_NOSIGNAL) == k && send(fd, bmp, n / 2, MSG_NOSIGNAL) == (ssize_t)(n / 2));
+    usleep(300000);
+    kill(pid, SIGTERM);
+    usleep(500000); /* the rest of the body, half a second into the drain */
+    CHECK(send(fd, bmp + n / 2, n - n / 2, MSG_NOSIGNAL) == (ssize_t)(n - n / 2));
+    resp r;
+    const int st = sock_answer(fd, &r);
+    resp_free(&r);
+    double dt;
+    const int rc = drain_exit(pid, &dt);
+    printf("drain with a body still coming: answered %d, exit %d\n", st, rc);
+    CHECK(st == 200 && rc == 0);
+    free(bmp);
 }
 
 /* ---- refused on the headers ----
@@ -501,6 +579,13 @@ int main(void) {
         queue_counts_added();
         CHECK(stop_server(pid) == 0);
     }
+
+    pid = start_server(g_tmp, model, NULL, 0);
+    CHECK(pid > 0);
+    if (pid > 0) drain_stalled_body(pid);
+    pid = start_server(g_tmp, model, NULL, 0);
+    CHECK(pid > 0);
+    if (pid > 0) drain_slow_body(pid);
 
     /* --max-batch-items: 1T was taken, the batcher's slots failed to allocate and it stopped at once, yet the server
      * said ready and every encode waited for its deadline; now a usage error (exit 2) above 65536, and 65536 is

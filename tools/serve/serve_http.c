@@ -33,6 +33,8 @@
 #include "serve.h"
 #include "serve_batch.h"
 
+typedef struct conn_ctx conn_ctx;
+
 typedef struct server {
     srv_state *st;
     const char *api_key;
@@ -40,10 +42,18 @@ typedef struct server {
     srv_root root;          /* --allowed-media-path */
     pthread_mutex_t mu;
     int active;             /* requests between their first callback and their completion */
+    conn_ctx *requests;     /* those requests (under mu): a drain looks at the ones still receiving a body */
     int draining;           /* set (under mu) when a drain starts: requests begun later are refused */
 } server;
 
-typedef struct conn_ctx {
+/* How long a drain waits for a request whose body stopped coming (libmicrohttpd 0.9.75 does not notice a client that
+ * sent part of a body and its FIN in one burst before the connection timeout, 60 s). */
+#define DRAIN_STALLED_S 2.0
+
+struct conn_ctx {
+    conn_ctx *prev, *next;  /* server.requests */
+    double last_rx;         /* (under mu) when its headers or the last piece of its body came */
+    int body_in;            /* (under mu) its body is all in, or it was answered on its headers */
     srv_buf body;
     size_t body_limit;      /* the body's bytes at most: --max-body, or the item limit for a raw image / video */
     int too_big;
@@ -61,7 +71,7 @@ typedef struct conn_ctx {
     srv_job **jobs;         /* req.n, referenced until answered (or handed to the response) */
     srv_result *res;
     srv_watch watch;
-} conn_ctx;
+};
 
 /* ---- responses ---- */
 
@@ -641,6 +651,21 @@ static enum MHD_Result route(server *sv, struct MHD_Connection *c, conn_ctx *cc,
     return handle_cache(sv, c, cc, url + 10, cc->route == RT_CACHE_HEAD);
 }
 
+/* The request's body is all in (or it is answered without one): a drain waits for it from now on, however long. */
+static void body_in(server *sv, conn_ctx *cc) {
+    pthread_mutex_lock(&sv->mu);
+    cc->body_in = 1;
+    pthread_mutex_unlock(&sv->mu);
+}
+
+/* Under mu: the requests a drain waits for. A request still receiving its body counts while the body keeps coming,
+ * not once nothing came for DRAIN_STALLED_S (the daemon's stop then closes its connection). */
+static int drain_waits_for(const server *sv, double now) {
+    int n = 0;
+    for (const conn_ctx *cc = sv->requests; cc; cc = cc->next) n += cc->body_in || now - cc->last_rx < DRAIN_STALLED_S;
+    return n;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -656,12 +681,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_lock(&sv->mu); /* counted and judged at once: a request counted before the drain is served */
         sv->active++;
         cc->accepted = !sv->draining;
+        cc->last_rx = cc->t0;
+        cc->next = sv->requests;
+        if (sv->requests) sv->requests->prev = cc;
+        sv->requests = cc;
         pthread_mutex_unlock(&sv->mu);
         srv_err e;
         memset(&e, 0, sizeof e);
         e.item = -1;
         /* the key, the route and the method first: a client without the key cannot have a body buffered */
-        if (!(cc->route = route_of(sv, c, url, method, cc->endpoint, &e))) return send_err(sv, cc, c, &e);
+        if (!(cc->route = route_of(sv, c, url, method, cc->endpoint, &e))) {
+            body_in(sv, cc);
+            return send_err(sv, cc, c, &e);
+        }
         const srv_limits *L = srv_limits_of(sv->st);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
@@ -675,6 +707,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                             cc->body_limit);
             else
                 srv_err_set(&e, 413, -1, "a body of %s bytes is over the %zu-byte limit", cl, cc->body_limit);
+            body_in(sv, cc);
             return send_err(sv, cc, c, &e);
         }
         if (cl_n > 0 && (cc->route == RT_ENCODE || cc->route == RT_VLLM) && (cc->body.p = malloc((size_t)cl_n + 1)))
@@ -686,6 +719,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return finish_encode(sv, c, cc);
     }
     if (*upload_size) {
+        pthread_mutex_lock(&sv->mu);
+        cc->last_rx = srv_now();
+        pthread_mutex_unlock(&sv->mu);
         if (!cc->too_big && cc->body.len + *upload_size > cc->body_limit) {
             cc->too_big = 1; /* chunked bodies have no Content-Length: stop keeping it */
             free(cc->body.p);
@@ -695,6 +731,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    body_in(sv, cc);
     if (cc->body.bad) {
         srv_err e;
         srv_err_set(&e, 500, -1, "out of memory for the body");
@@ -709,13 +746,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     server *sv = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
+    pthread_mutex_lock(&sv->mu);
+    sv->active--;
+    if (cc->prev) cc->prev->next = cc->next;
+    else sv->requests = cc->next;
+    if (cc->next) cc->next->prev = cc->prev;
+    pthread_mutex_unlock(&sv->mu);
     conn_release(sv, cc);
     free(cc->body.p);
     free(cc);
     *con_cls = NULL;
-    pthread_mutex_lock(&sv->mu);
-    sv->active--;
-    pthread_mutex_unlock(&sv->mu);
 }
 
 /* ---- qvl serve ---- */
@@ -960,17 +1000,18 @@ int cmd_serve(int argc, char **argv) {
      * still hold it in its epoll set for a moment); those accepted finish their requests. */
     MHD_socket lfd = MHD_quiesce_daemon(d);
     if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
-    /* Until no request is in progress (suspended ones included) and the connections are gone or have been idle
-     * a while (keep-alive clients that send nothing more; a request already on its way gets half a second to
-     * arrive). Out of time: every waiting request is answered 503, then those answers get a moment to go out. */
+    /* Until no request is in progress (suspended ones included; one still receiving its body while the body keeps
+     * coming: drain_waits_for) and the connections are gone or have been idle a while (keep-alive clients that send
+     * nothing more; a request already on its way gets half a second to arrive). Out of time: every waiting request
+     * is answered 503, then those answers get a moment to go out. */
     double until = srv_now() + (double)drain_s, idle_since = 0;
     int flushed = 0;
     for (;;) {
+        double now = srv_now();
         pthread_mutex_lock(&sv.mu);
-        int active = sv.active;
+        int active = drain_waits_for(&sv, now);
         pthread_mutex_unlock(&sv.mu);
         const union MHD_DaemonInfo *ci = MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-        double now = srv_now();
         if (active) idle_since = 0;
         else if (!idle_since) idle_since = now;
         if (!active && (!ci || ci->num_connections == 0 || now - idle_since >= 0.5)) break;
