@@ -401,7 +401,20 @@ static qvl_status lookup(qvl_cache *c, const char *key, qvl_cache_entry *e, int 
         free(file);
         memset(e, 0, sizeof *e);
         e->result = QVL_CACHE_CORRUPT;
-        int gone = unlink(path) == 0;
+        int gone = 0;
+        /* Only the file that was read: a put may have renamed a good entry into place since (its inode differs),
+         * and that one stays. The entry's vLLM link (a hard link to the same inode) goes with it, or vLLM would
+         * go on loading the damaged bytes, which no collection (it walks objects/) would ever remove. */
+        struct stat now;
+        if (lstat(path, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino) {
+            gone = unlink(path) == 0;
+            char link[PATH_MAX + 64];
+            snprintf(link, sizeof link, "%s/vllm-ec/%.64s/encoder_cache.safetensors", c->root, key);
+            if (lstat(link, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino && unlink(link) == 0) {
+                snprintf(link, sizeof link, "%s/vllm-ec/%.64s", c->root, key);
+                rmdir(link);
+            }
+        }
         pthread_mutex_lock(&c->mu);
         c->st.corrupt++;
         if (count) c->st.misses++;

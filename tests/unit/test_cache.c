@@ -245,6 +245,10 @@ int main(void) {
     CHECK(qvl_cache_get(c, key, &e, &err) == QVL_OK && e.result == QVL_CACHE_CORRUPT && !e.file);
     struct stat sst;
     CHECK(stat(path, &sst) != 0); /* deleted */
+    snprintf(path, sizeof path, "%s/vllm-ec/%s/encoder_cache.safetensors", root, key);
+    CHECK(lstat(path, &sst) != 0); /* and its vLLM link, the same damaged inode, with it */
+    snprintf(path, sizeof path, "%s/vllm-ec/%s", root, key);
+    CHECK(lstat(path, &sst) != 0);
     CHECK(check(c, 1) == 0);
     qvl_cache_get_stats(c, &st);
     CHECK(st.corrupt == before.corrupt + 1 && st.misses == before.misses + 2 && st.hits == before.hits);
