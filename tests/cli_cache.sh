@@ -45,8 +45,8 @@ printf '\x7f' | dd of="$f" bs=1 seek=$(($(wc -c <"$f") - 40)) conv=notrunc statu
 expect 1 "verify a damaged entry" "$QVL" cache verify "$C"
 has "verify: one corrupt" "$T/out" '^corrupt 1 \(deleted\)$'
 if [[ ! -e $f ]]; then ok; else bad "the damaged entry is still there"; fi
-expect 0 "gc to 1 byte" "$QVL" cache gc "$C" --size 1
-has "gc: the rest evicted" "$T/out" '^evicted 1 entries, [0-9]+ bytes$'
+expect 0 "gc to 0 bytes" "$QVL" cache gc "$C" --size 0
+has "gc --size 0: the rest evicted" "$T/out" '^evicted 1 entries, [0-9]+ bytes$'
 expect 0 "stat empty" "$QVL" cache stat "$C"
 has "stat: empty" "$T/out" '^entries 0$'
 expect 0 "gc size with a suffix" "$QVL" cache gc "$C" --size 512KiB

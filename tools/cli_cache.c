@@ -75,7 +75,9 @@ int cmd_cache(int argc, char **argv) {
     } else if (strcmp(sub, "gc") == 0) {
         uint64_t ev;
         size_t n;
-        if (qvl_cache_gc(c, target_given ? size : 0, &ev, &n, &err) != QVL_OK) rc = cli_fail("%s", err.message);
+        /* --size 0: everything (a target of 0 means the cache's own size to qvl_cache_gc; no entry is 1 byte) */
+        const uint64_t target = !target_given ? 0 : size ? size : 1;
+        if (qvl_cache_gc(c, target, &ev, &n, &err) != QVL_OK) rc = cli_fail("%s", err.message);
         else printf("evicted %zu entries, %llu bytes\n", n, (unsigned long long)ev);
     } else if (strcmp(sub, "verify") == 0) {
         size_t ok, bad;
