@@ -37,6 +37,16 @@ _NP = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
 _QVL_DTYPE = {"F32": _lib.DTYPE_F32, "F16": _lib.DTYPE_F16, "BF16": _lib.DTYPE_BF16}
 
 
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns, rounded to nearest even (NaN kept quiet), as the library rounds."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    r = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        r[nan] = ((u[nan] >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
+    return r
+
+
 def _is_key(key: str) -> bool:
     return isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)
 
@@ -124,12 +134,18 @@ class Cache:
 
     def put(self, key: str, data: np.ndarray, dtype: str, grid_thw: tuple[int, int, int], fingerprint: str) -> str:
         """Store `data` ([n_tokens, cols], or [planes, n_tokens, cols]; dtype "F32"/"F16"/"BF16") under `key`, as
-        every writer does (one plane is stored [n_tokens, cols]); returns the entry's path."""
+        every writer does (one plane is stored [n_tokens, cols]); returns the entry's path. For "BF16", `data` is
+        either the bit patterns (uint16, as get returns them) or floats, rounded to bf16 (nearest even)."""
         if not _is_key(key):
             raise ValueError(f"{key!r} is not a cache key (64 hex digits)")
         if dtype not in _NP or data.ndim not in (2, 3):
             raise ValueError(f"cache entries hold a 2-D or 3-D F32/F16/BF16 matrix, not {dtype} {data.shape}")
-        a = np.ascontiguousarray(data, dtype=_NP[dtype])
+        if dtype == "BF16" and data.dtype.kind == "f":
+            a = _bf16_bits(data)  # a cast to uint16 would store the values' integer parts as bit patterns
+        elif dtype == "BF16" and data.dtype != np.uint16:
+            raise ValueError(f"BF16 entries take bf16 bit patterns (uint16) or floats, not {data.dtype}")
+        else:
+            a = np.ascontiguousarray(data, dtype=_NP[dtype])
         planes, tokens, cols = (1, *a.shape) if a.ndim == 2 else a.shape
         err = _lib.Error()
         if _lib.lib.qvl_cache_put(self._h, key.encode(), _QVL_DTYPE[dtype], a.ctypes.data if a.size else None,

@@ -202,6 +202,10 @@ def test_cache_handle(tmp_path) -> None:
         e0, e1 = c.get(keys[0]), c.get(keys[1])
         assert e0.data.shape == (2, 5, 4) and e0.data.tobytes() == m.tobytes() and e0.grid_thw == (1, 2, 10)
         assert e1.data.shape == (5, 4) and e1.dtype == "BF16" and e1.meta["fingerprint"] == "fp"
+        # floats stored as BF16 are rounded to bf16 bit patterns (a cast to uint16 stored 1.5 as 1)
+        assert e1.data.tobytes() == qcache._bf16_bits(m[0]).tobytes()
+        with pytest.raises(ValueError, match="bit patterns"):
+            c.put(keys[2], m[0].astype(np.int64), "BF16", (1, 2, 10), "fp")
         size = sum(os.path.getsize(qcache.entry_path(root, k)) for k in keys[:2])
         s = c.stats()
         assert (s["hits"], s["misses"], s["corrupt"], s["puts"], s["entries"], s["bytes"]) == (2, 1, 0, 2, 2, size)
