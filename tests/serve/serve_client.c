@@ -67,8 +67,8 @@ int connect_to_server(int timeout_s) {
     return fd;
 }
 
-/* The answer on fd, read to its close (fd closed), into r (status 0 when there is none). */
-static void read_answer(int fd, int head, resp *r) {
+/* Everything on fd to its close (fd closed), NUL-terminated; its length in *len. */
+static uint8_t *recv_all(int fd, size_t *len_out) {
     size_t cap = 1 << 16, len = 0;
     uint8_t *buf = malloc(cap);
     for (;;) {
@@ -79,6 +79,14 @@ static void read_answer(int fd, int head, resp *r) {
     }
     close(fd);
     buf[len] = 0;
+    *len_out = len;
+    return buf;
+}
+
+/* The answer on fd, read to its close (fd closed), into r (status 0 when there is none). */
+static void read_answer(int fd, int head, resp *r) {
+    size_t len;
+    uint8_t *buf = recv_all(fd, &len);
     uint8_t *end = (uint8_t *)strstr((char *)buf, "\r\n\r\n");
     if (len < 12 || !end || strncmp((char *)buf, "HTTP/1.1 ", 9)) {
         free(buf);
@@ -297,16 +305,8 @@ int sock_post(int fd, const char *path, const char *type, const void *body, size
 
 /* The status of the answer on fd (read to its close), 0 for none; the connection is closed. */
 int sock_status(int fd, int *complete) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t n = recv(fd, buf + len, cap - len - 1, 0);
-        if (n <= 0) break;
-        len += (size_t)n;
-    }
-    close(fd);
-    buf[len] = 0;
+    size_t len;
+    char *buf = (char *)recv_all(fd, &len);
     int st = len > 12 && !strncmp(buf, "HTTP/1.1 ", 9) ? atoi(buf + 9) : 0;
     char *end = strstr(buf, "\r\n\r\n"), *cl = strcasestr(buf, "\r\nContent-Length: ");
     *complete = end && cl && cl < end && strtoull(cl + 18, NULL, 10) == len - (size_t)(end + 4 - buf);
