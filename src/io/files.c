@@ -123,15 +123,15 @@ static qvl_status check_claim(void *user, const char *name, int ndim, const int6
     return rows_claim(c->path, c->lim, (uint64_t)shape[0], err);
 }
 
-/* pixel_values and grid_thw of a validated safetensors file in memory, every size checked against
- * *lim before the rows are allocated. Outputs set only on success. */
+/* pixel_values and grid_thw of a safetensors file in memory validated with check_claim (which held its row count
+ * to max_call_patches), every other size checked against *lim before the rows are allocated. Outputs set only on
+ * success. */
 static qvl_status st_rows(const st_file *f, const char *path, const qvl_limits *lim, float **rows, size_t *n_rows,
                           size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
     const st_tensor *t = st_find(f, "pixel_values");
     if (!t) return err_fail(err, QVL_ERR_SHAPE, "%s: no tensor \"pixel_values\"", path);
     if (t->ndim != 2)
         return err_fail(err, QVL_ERR_SHAPE, "%s: pixel_values has %d dimensions (want 2)", path, t->ndim);
-    TRY(rows_claim(path, lim, (uint64_t)t->shape[0], err)); /* as check_claim did from the header */
     size_t r = (size_t)t->shape[0], c = (size_t)t->shape[1], n;
     if (size_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float))
         return err_fail(err, QVL_ERR_LIMIT, "%s: pixel_values [%zu, %zu] size overflows", path, r, c);
