@@ -206,6 +206,9 @@ typedef struct qvl_model_info {
                                          bf16 / auto or isa AMX; never an f32 load) requests the process's
                                          tile-data permission once (arch_prctl), as oneDNN does on first use: the
                                          process's signal frames then grow by the 8 KiB tile state */
+    char auto_precision[96];          /* what precision auto (with isa auto) runs on this CPU and why: "bf16 on
+                                         amx", "bf16 on avx512bf16 (VDPBF16PS measured at 2.00x the f32 FMA
+                                         rate)", "f32 (VDPBF16PS measured at 0.50x ...)", "f32 (no AMX or ...)" */
 } qvl_model_info;
 
 /* CPU kernel sets. AUTO: the widest this CPU runs (AVX-512, else AVX2+FMA, else portable C; for bf16 precision AMX
@@ -229,9 +232,11 @@ QVL_API const char *qvl_isa_name(int isa);
  * kept). Runs on the AMX-BF16 tile kernels where AMX is usable (TDPBF16PS's summation order), else on the
  * AVX512-BF16 kernels (VDPBF16PS's order; the two differ at f32 rounding level); elsewhere (isa AUTO) on the
  * portable bf16 kernels (the AVX512-BF16 set's bits, much slower); with a forced isa and no bf16 kernels for it:
- * QVL_ERR_UNSUPPORTED. AUTO: BF16 on the AMX tiles where they are usable, on AVX512-BF16 where the CPU has no AMX
- * (AMD Zen 4/5, Cooper Lake), else F32 — also on an AMX CPU whose OS or kernel does not enable the tiles, where
- * VDPBF16PS runs at half the f32 FMA rate (the AVX512-BF16 set would be slower than F32). fc2 of the blocks up to
+ * QVL_ERR_UNSUPPORTED. AUTO: BF16 on the AMX tiles where they are usable, on AVX512-BF16 where its VDPBF16PS is
+ * measured (once per process, about 3 ms, at the first load that asks) at 1.25x the f32 FMA's FLOP rate or more
+ * (AMD Zen 4/5: 2x), else F32 — as on Intel Xeons whose AMX the OS does not enable or a hypervisor hides, where
+ * VDPBF16PS runs at half the f32 FMA rate (the AVX512-BF16 set would be slower than F32); qvl_model_info's
+ * auto_precision says which and why. fc2 of the blocks up to
  * the first DeepStack tap stays precise too (f32, or two bf16 terms on AMX). At full depth the bf16 tower is about
  * 0.25-0.28 of transformers' own bf16 run's error away from the fp32 reference (docs/PARITY.md). */
 typedef enum qvl_precision { QVL_PRECISION_F32 = 0, QVL_PRECISION_BF16 = 1, QVL_PRECISION_AUTO = 2 } qvl_precision;

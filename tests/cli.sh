@@ -136,6 +136,7 @@ for fmt in "" --json; do # output that cannot be written is an error, not a sile
     elif grep -q 'writing to stdout' "$T/err"; then ok; else bad "info $fmt to /dev/full: $(cat "$T/err")"; fi
 done
 out_has "info json bf16 kernels" '"bf16_kernels":(null|"[a-z0-9-]+")'
+out_has "info json auto precision" '"auto_precision":"(f32 [(]|bf16 on [a-z0-9]+["( ])'
 expect 0 "info qwen3.5 depth 2" "$QVL" info --model "$T/d2"
 out_has "info qwen3.5 tensors" "^tensors: +33$"
 out_has "info qwen3.5 deepstack" "^deepstack: +none$"

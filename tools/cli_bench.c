@@ -32,7 +32,7 @@ static const char bench_help[] =
     "  -r, --repeat N       timed runs per case (default 3)\n"
     "      --isa SET        kernel set: auto (default: the widest this CPU runs), avx2, avx512, amx; the peak is\n"
     "                       measured with the vector width of the set in use\n"
-    "      --precision P    f32 (default), bf16 or auto (bf16 where the CPU has bf16 kernels); bf16 rows are\n"
+    "      --precision P    f32 (default), bf16 or auto (bf16 where it is faster here); bf16 rows are\n"
     "                       set against the bf16 unit's peak (the precise f32 GEMMs they include run slower)\n"
     "  -h, --help           show this help\n";
 

@@ -62,8 +62,8 @@ static const char encode_help[] =
     "  -t, --threads N        worker threads (default 0: all cores)\n"
     "      --isa SET          CPU kernels: auto (default: the widest this CPU runs), avx2, avx512\n"
     "                         or amx (bf16 on AMX tiles; with --precision bf16, avx512 forces AVX512-BF16)\n"
-    "      --precision P      f32 (default), bf16 (GEMM and attention operands in bf16, f32 accumulation; needs\n"
-    "                         AVX512-BF16 to be fast) or auto (bf16 where the CPU has bf16 kernels)\n"
+    "      --precision P      f32 (default), bf16 (GEMM and attention operands in bf16, f32 accumulation; fast\n"
+    "                         on AMX, or AVX512-BF16 on AMD Zen 4/5) or auto (bf16 where faster: see qvl info)\n"
     "      --pos-mode MODE    position-embedding interpolation: closed (default) or linspace\n"
     "  -h, --help             show this help\n";
 

@@ -173,7 +173,8 @@ static const char info_help[] =
     "  -m, --model DIR   model directory (config.json + safetensors)\n"
     "      --json        one JSON object on stdout instead: the same values under the names qvl serve's GET /info\n"
     "                    uses (model_type, fingerprint, weight_dtype, kernels, qvl_version, ...), deepstack_index a\n"
-    "                    list, bf16_kernels null where there is no bf16 kernel set\n"
+    "                    list, bf16_kernels null where there is no bf16 kernel set; auto_precision what\n"
+    "                    --precision auto runs on this CPU and why\n"
     "  -h, --help        show this help\n";
 
 static const char *source_name(qvl_weight_source s) {
@@ -260,6 +261,7 @@ static int print_info_json(const char *dir, const qvl_model_info *in, const char
     if (in->bf16_backend[0]) ADD_STR("bf16_kernels", in->bf16_backend);
     else ok &= cJSON_AddNullToObject(o, "bf16_kernels") != NULL;
     ADD_STR("amx", in->amx);
+    ADD_STR("auto_precision", in->auto_precision);
     ADD_STR("source", source_name(in->source));
     ADD_NUM("n_files", in->n_files);
     ADD_STR("prefix", in->prefix);
@@ -334,6 +336,7 @@ static int cmd_info(int argc, char **argv) {
     printf("kernels:       %s\n", qvl_isa_name(in.isa));
     printf("bf16 kernels:  %s\n", in.bf16_backend[0] ? in.bf16_backend : "none (--precision bf16 runs the portable reference)");
     printf("amx:           %s\n", in.amx);
+    printf("auto:          %s\n", in.auto_precision);
     printf("source:        %s (%d file%s)\n", source_name(in.source), in.n_files, in.n_files == 1 ? "" : "s");
     printf("prefix:        %s\n", in.prefix);
     printf("conv_layout:   %s\n", in.conv_layout_mlx ? "mlx" : "hf");

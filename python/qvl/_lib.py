@@ -93,6 +93,7 @@ class ModelInfo(Structure):
         ("backend", c_char * 24),
         ("bf16_backend", c_char * 24),
         ("amx", c_char * 96),
+        ("auto_precision", c_char * 96),
     ]
 
 

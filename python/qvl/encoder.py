@@ -441,8 +441,9 @@ class Encoder:
 
     ``threads=None`` honours $OMP_NUM_THREADS (as Ray sets it), else the process's CPU affinity. ``precision``
     is the compute precision: "f32" (exact to the fp32 reference), "bf16" (GEMM and attention operands rounded to
-    bf16, f32 accumulation) or "auto" (bf16 on usable AMX tiles, or on AVX512-BF16 where the CPU has no AMX; f32
-    elsewhere); ``device`` "cpu". With ``cache_dir``,
+    bf16, f32 accumulation) or "auto" (bf16 on usable AMX tiles, or on AVX512-BF16 where its dot product is measured
+    at 1.25x the f32 FMA rate or more, as on AMD Zen 4/5; f32 elsewhere: ``qvl.describe()["auto_precision"]`` says
+    which and why); ``device`` "cpu". With ``cache_dir``,
     results are looked up by key in that cache directory first and written there after encoding, in the format
     ``qvl serve`` and ``qvl encode --cache`` share (:mod:`qvl.cache`; the key names the dtype, layout, DeepStack
     choice and precision, so an entry is a hit only for the same output; a hit's Result has cached=True and kind
@@ -849,6 +850,7 @@ def describe(model_dir: str | os.PathLike) -> dict[str, Any]:
         "row_len": mi.row_len, "num_pos": mi.num_pos, "n_tensors": int(mi.n_tensors), "n_params": int(mi.n_params),
         "weight_bytes": int(mi.weight_bytes), "weight_dtype": lib.qvl_dtype_name(mi.weight_dtype).decode(),
         "kernels": lib.qvl_isa_name(mi.isa).decode(), "bf16_kernels": mi.bf16_backend.decode() or None,
-        "amx": mi.amx.decode(), "source": {0: "sidecar", 1: "sharded", 2: "single"}.get(mi.source, "?"),
+        "amx": mi.amx.decode(), "auto_precision": mi.auto_precision.decode(),
+        "source": {0: "sidecar", 1: "sharded", 2: "single"}.get(mi.source, "?"),
         "n_files": mi.n_files, "prefix": mi.prefix.decode(), "conv_layout": "mlx" if mi.conv_layout_mlx else "hf",
     }

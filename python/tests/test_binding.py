@@ -50,7 +50,11 @@ def test_describe_matches_cli(model_dir: str, qvl_bin: str) -> None:
     import subprocess
     cli = json.loads(subprocess.run([qvl_bin, "info", "--model", model_dir, "--json"], capture_output=True,
                                     text=True, check=True).stdout)
-    assert qvl.describe(model_dir) == cli
+    d = qvl.describe(model_dir)
+    # auto_precision carries a rate each process measures for itself: the same choice, not the same digits
+    auto, cli_auto = d.pop("auto_precision"), cli.pop("auto_precision")
+    assert auto.split(" ")[0] == cli_auto.split(" ")[0] in ("f32", "bf16")
+    assert d == cli
 
 
 def test_path_bytes_key(enc: qvl.Encoder) -> None:

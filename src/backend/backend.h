@@ -92,13 +92,22 @@ qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **
 /* The bf16 backend precision bf16 would choose on this CPU, or NULL (none: bf16 precision is refused). */
 const backend *backend_bf16_available(void);
 /* Which bf16 kernel set precision auto takes: BACKEND_AUTO_AMX where the AMX set is usable (amx_usable);
- * BACKEND_AUTO_AVX512BF16 where the CPU has AVX512-BF16 and no AMX at all (AMD Zen 4/5, where VDPBF16PS measured
- * twice the f32 FMA rate; Cooper Lake, not measured); else BACKEND_AUTO_F32 — also on a CPU with AMX that the OS
- * or kernel does not enable (amx_in_cpu without amx_usable): on such a Xeon VDPBF16PS measured half the f32 FMA
- * rate, so the AVX512-BF16 set would be slower than f32 and further from the reference (docs/PERFORMANCE.md,
- * session 22). */
+ * BACKEND_AUTO_AVX512BF16 where the CPU has AVX512-BF16 and its VDPBF16PS was measured at BACKEND_AUTO_MIN_DOT_RATE
+ * times the f32 FMA's FLOP rate or more (dot_vs_fma, backend_bf16_dot_rate: twice on AMD Zen 4 and Zen 5, where
+ * the set is 1.6-1.8x faster than f32); else BACKEND_AUTO_F32 — on Intel Sapphire/Emerald Rapids VDPBF16PS runs
+ * at half the FMA rate, and the set was 1.4-1.9x slower than f32 and further from the reference
+ * (docs/PERFORMANCE.md, sessions 22 and 33), both where the OS does not enable the AMX tiles and where a
+ * hypervisor hides AMX from CPUID. 1.25 lies a factor 1.6 from both measured rates; below it bf16 would buy
+ * little speed for its error. */
+#define BACKEND_AUTO_MIN_DOT_RATE 1.25
 enum { BACKEND_AUTO_F32 = 0, BACKEND_AUTO_AVX512BF16 = 1, BACKEND_AUTO_AMX = 2 };
-int backend_auto_bf16(int amx_usable, int amx_in_cpu, int has_avx512bf16);
+int backend_auto_bf16(int amx_usable, int has_avx512bf16, double dot_vs_fma);
+/* This CPU's VDPBF16PS : f32 FMA FLOP rate (unit_rate.h), measured on the first call (about 3 ms) and remembered
+ * for the process; 0 without AVX512-BF16 (or x86 kernels). Thread-safe. */
+double backend_bf16_dot_rate(void);
+/* What precision auto runs on this CPU (with isa auto) and why, for `qvl info`: "bf16 on amx", "bf16 on
+ * avx512bf16 (VDPBF16PS measured at 2.01x the f32 FMA rate)", "f32 (VDPBF16PS measured at 0.50x ...)". */
+void backend_auto_describe(char *buf, size_t n);
 /* The AMX set's state on this CPU for `qvl info`: cpu_amx_describe's phrase, or what its start-up check (a small
  * GEMM and attention against their definitions, run once per process) found. Sets *usable. */
 const char *backend_amx_status(int *usable);

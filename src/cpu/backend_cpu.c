@@ -6,6 +6,7 @@
  * the f32 kernels of the same CPU. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@
 #include "cpu/bf16.h"
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
+#include "cpu/unit_rate.h"
 
 /* The kernel index of an entry: the f32 gemm_isa / attn_isa of its f32 parts (the same numbering). */
 static gemm_isa f32_isa(const backend *be) { return (gemm_isa)be->kernel; }
@@ -248,21 +250,57 @@ int backend_runs(const backend *be) {
     return be->kernel <= cpu_level();
 }
 
-int backend_auto_bf16(int amx_usable, int amx_in_cpu, int has_avx512bf16) {
+int backend_auto_bf16(int amx_usable, int has_avx512bf16, double dot_vs_fma) {
     if (amx_usable) return BACKEND_AUTO_AMX;
-    return has_avx512bf16 && !amx_in_cpu ? BACKEND_AUTO_AVX512BF16 : BACKEND_AUTO_F32;
+    return has_avx512bf16 && dot_vs_fma >= BACKEND_AUTO_MIN_DOT_RATE ? BACKEND_AUTO_AVX512BF16 : BACKEND_AUTO_F32;
 }
 
-/* backend_auto_bf16's choice on this CPU as a backend, or NULL for f32. */
+double backend_bf16_dot_rate(void) {
+#if QVL_WITH_X86
+    /* in thousandths; 0: not measured yet (a race only measures twice), -1: no AVX512-BF16 */
+    static _Atomic int milli;
+    int r = atomic_load_explicit(&milli, memory_order_relaxed);
+    if (r == 0) {
+        r = cpu_has_avx512bf16() ? (int)(unit_rate_bf16_dot_vs_fma() * 1000.0 + 0.5) : -1;
+        if (r == 0) r = -1; /* the clock failed: no evidence that bf16 is faster */
+        atomic_store_explicit(&milli, r, memory_order_relaxed);
+    }
+    return r > 0 ? r / 1000.0 : 0;
+#else
+    return 0;
+#endif
+}
+
+/* backend_auto_bf16's choice on this CPU. The rate is measured only where it decides (AVX512-BF16, no usable AMX). */
+static int auto_pick(void) {
+    const int amx = amx_ok(), has = cpu_has_avx512bf16();
+    return backend_auto_bf16(amx, has, has && !amx ? backend_bf16_dot_rate() : 0);
+}
+
+/* auto_pick's choice as a backend, or NULL for f32. */
 static const backend *auto_bf16(void) {
 #if QVL_WITH_X86
-    switch (backend_auto_bf16(amx_ok(), cpu_amx_state() != CPU_AMX_ABSENT, cpu_has_avx512bf16())) {
+    switch (auto_pick()) {
     case BACKEND_AUTO_AMX: return &be_amx;
     case BACKEND_AUTO_AVX512BF16: return &be_avx512bf16;
     default: break;
     }
 #endif
     return NULL;
+}
+
+void backend_auto_describe(char *buf, size_t n) {
+    const int pick = auto_pick();
+    const double rate = pick != BACKEND_AUTO_AMX && cpu_has_avx512bf16() ? backend_bf16_dot_rate() : 0;
+    if (pick == BACKEND_AUTO_AMX)
+        snprintf(buf, n, "bf16 on amx");
+    else if (pick == BACKEND_AUTO_AVX512BF16)
+        snprintf(buf, n, "bf16 on avx512bf16 (VDPBF16PS measured at %.2fx the f32 FMA rate)", rate);
+    else if (rate > 0)
+        snprintf(buf, n, "f32 (VDPBF16PS measured at %.2fx the f32 FMA rate; bf16 from %.2fx)", rate,
+                 BACKEND_AUTO_MIN_DOT_RATE);
+    else
+        snprintf(buf, n, "f32 (no AMX or AVX512-BF16 kernels on this CPU)");
 }
 
 const backend *backend_bf16_available(void) {

@@ -55,6 +55,7 @@ static void fill_info(qvl_model *m) {
     snprintf(in->bf16_backend, sizeof in->bf16_backend, "%s", bf ? bf->name : "");
     int amx_usable;
     snprintf(in->amx, sizeof in->amx, "%s", backend_amx_status(&amx_usable));
+    backend_auto_describe(in->auto_precision, sizeof in->auto_precision);
     in->n_tensors = m->n_bound;
     in->n_params = 0;
     in->weight_bytes = 0;

@@ -111,19 +111,33 @@ int main(void) {
           be->precision == QVL_PRECISION_F32 && be->kernel == cpu_level());
     CHECK(backend_select(QVL_ISA_AUTO, QVL_PRECISION_BF16, &be, &err) == QVL_OK && be &&
           be->precision == QVL_PRECISION_BF16);
-    /* precision auto: AMX where usable, AVX512-BF16 only on a CPU without AMX, else f32 (every case of the rule) */
-    CHECK(backend_auto_bf16(1, 1, 1) == BACKEND_AUTO_AMX && backend_auto_bf16(1, 1, 0) == BACKEND_AUTO_AMX);
-    CHECK(backend_auto_bf16(0, 0, 1) == BACKEND_AUTO_AVX512BF16);
-    CHECK(backend_auto_bf16(0, 1, 1) == BACKEND_AUTO_F32); /* AMX present, not enabled: VDPBF16PS slower than f32 */
-    CHECK(backend_auto_bf16(0, 0, 0) == BACKEND_AUTO_F32 && backend_auto_bf16(0, 1, 0) == BACKEND_AUTO_F32);
+    /* precision auto: AMX where usable, AVX512-BF16 where its dot product was measured at 1.25x the FMA rate or
+     * more, else f32 (every case of the rule) */
+    CHECK(backend_auto_bf16(1, 1, 0.5) == BACKEND_AUTO_AMX && backend_auto_bf16(1, 0, 0) == BACKEND_AUTO_AMX);
+    CHECK(backend_auto_bf16(0, 1, 2.0) == BACKEND_AUTO_AVX512BF16);  /* AMD Zen 4/5 */
+    CHECK(backend_auto_bf16(0, 1, 1.25) == BACKEND_AUTO_AVX512BF16);
+    CHECK(backend_auto_bf16(0, 1, 1.24) == BACKEND_AUTO_F32);
+    CHECK(backend_auto_bf16(0, 1, 0.5) == BACKEND_AUTO_F32); /* Intel Xeon, AMX hidden or not enabled */
+    CHECK(backend_auto_bf16(0, 0, 2.0) == BACKEND_AUTO_F32 && backend_auto_bf16(0, 0, 0) == BACKEND_AUTO_F32);
     {
         int amx_usable = 0;
         (void)backend_amx_status(&amx_usable);
-        const int pick = backend_auto_bf16(amx_usable, cpu_amx_state() != CPU_AMX_ABSENT, cpu_has_avx512bf16());
+        /* the rate: measured once, remembered (the same value again), plausible where there is AVX512-BF16 */
+        const double rate = backend_bf16_dot_rate();
+        CHECK(backend_bf16_dot_rate() == rate);
+        CHECK(cpu_has_avx512bf16() ? rate > 0.05 && rate < 20 : rate == 0);
+        if (cpu_has_avx512bf16()) printf("VDPBF16PS : f32 FMA rate on this CPU: %.3f\n", rate);
+        const int pick = backend_auto_bf16(amx_usable, cpu_has_avx512bf16(), rate);
         CHECK(backend_select(QVL_ISA_AUTO, QVL_PRECISION_AUTO, &be, &err) == QVL_OK && be);
         CHECK(pick == BACKEND_AUTO_AMX   ? strcmp(be->name, "amx") == 0
               : pick == BACKEND_AUTO_F32 ? be->precision == QVL_PRECISION_F32 && be->kernel == cpu_level()
                                          : strcmp(be->name, "avx512bf16") == 0);
+        /* what qvl info prints says the same */
+        char why[96];
+        backend_auto_describe(why, sizeof why);
+        CHECK(strncmp(why, pick == BACKEND_AUTO_F32 ? "f32 (" : "bf16 on ", pick == BACKEND_AUTO_F32 ? 5 : 8) == 0);
+        CHECK(strstr(why, be->name) != NULL || pick == BACKEND_AUTO_F32);
+        CHECK(cpu_has_avx512bf16() && pick != BACKEND_AUTO_AMX ? strstr(why, "VDPBF16PS measured at") != NULL : 1);
     }
     CHECK(backend_select(QVL_ISA_AUTO, (qvl_precision)7, &be, &err) == QVL_ERR_INVALID_ARG && !be);
     CHECK(backend_select((qvl_isa)9, QVL_PRECISION_F32, &be, &err) == QVL_ERR_INVALID_ARG && !be);
