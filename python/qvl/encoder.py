@@ -7,6 +7,7 @@ import base64
 import ctypes
 import io
 import os
+import stat
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence, Union
@@ -361,6 +362,58 @@ def _items(objs: Sequence[Any], keep: list[Any], row_len: int = 0,
     return arr
 
 
+def _max_input_bytes() -> int:
+    """The library's default max_input_bytes (qvl_limits): the most bytes of one ENCODED item, which the plans of an
+    Encoder (it sets no limits of its own) apply."""
+    return int(_lib.init(_lib.Limits).max_input_bytes)
+
+
+def _read_path(obj: Any, limit: int) -> bytes | None:
+    """The bytes of a path item's file, read once, for the key and the encode both; None where the item stays a
+    path for the library to open: a directory (of frames, which the library reads by name), a file that cannot be
+    opened or is not a regular one (the plan reports why, as for any path), an empty one, or one of more than
+    `limit` bytes (a video the library reads in pieces; an image that large fails there anyway)."""
+    try:
+        fd = os.open(obj, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_size > limit:
+            return None
+        chunks, n = [], 0
+        while n <= limit:
+            b = os.read(fd, min(1 << 24, limit + 1 - n))
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+        return b"".join(chunks) if 0 < n <= limit else None  # grown past the limit meanwhile: left a path
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _pin_paths(objs: list[Any], labels: Sequence[str] | None) -> tuple[list[Any], list[Any], set[int]]:
+    """Path items whose file _read_path reads become those bytes, labelled with the path (so that messages name
+    it as before; "" keeps the default label); returns the items, the labels and the indices of the path items
+    left to the library."""
+    limit = _max_input_bytes()
+    out, names, left = list(objs), list(labels) if labels is not None else [""] * len(objs), set()
+    for i, o in enumerate(objs):
+        if not isinstance(o, (str, os.PathLike)):
+            continue
+        b = _read_path(o, limit)
+        if b is None:
+            left.add(i)
+            continue
+        out[i] = b
+        if not names[i]:
+            names[i] = o
+    return out, names, left
+
+
 def _preprocess_struct(model_dir: str | None, overrides: Mapping[str, Any] | None) -> tuple[Any, Any, Any]:
     """qvl_preprocess_params / video / decode structs: the model directory's json files (when given) over the
     library's defaults, then `overrides` (field names of the three C structs; resize and alpha by name)."""
@@ -447,7 +500,9 @@ class Encoder:
     results are looked up by key in that cache directory first and written there after encoding, in the format
     ``qvl serve`` and ``qvl encode --cache`` share (:mod:`qvl.cache`; the key names the dtype, layout, DeepStack
     choice and precision, so an entry is a hit only for the same output; a hit's Result has cached=True and kind
-    "cached").
+    "cached"). Wherever a key is computed (``keys=True`` or a cache), a path item's file is read once and keyed
+    and encoded as those bytes; a directory of frames or a video over max_input_bytes is left to the library and
+    keeps its key only if it is unchanged after the encode.
     ``preprocess`` overrides the model directory's preprocessing for every item (min_pixels, max_pixels,
     resize="torchvision"|"pil"|"pil-legacy", size_h/size_w, image_mean/image_std, video fps as video_fps,
     num_frames, max_frames, alpha="white"|"drop", ...). One Encoder runs one call at a time (calls from
@@ -622,12 +677,15 @@ class Encoder:
             failed: dict[int, str] = {}
             if labels is not None and len(labels) != n:
                 raise ValueError(f"{len(labels)} labels for {n} items")
+            want_key = keys or self.cache_dir is not None
+            as_path: set[int] = set()  # path items left to the library: keyed again after the encode
+            if want_key:  # a path's file read here once: its key and its encode come from the same bytes
+                objs, labels, as_path = _pin_paths(objs, labels)
             citems = _items(objs, keep, failed=failed, labels=labels)
             O, nds = self._mi.out_hidden, (self._mi.n_deepstack if deepstack else 0)
             np_dtype = _DTYPES[dtype][1]
             results: list[Result | None] = [None] * n
             key_of: list[str | None] = [None] * n
-            want_key = keys or self.cache_dir is not None
             for i, msg in failed.items():
                 results[i] = Result(index=i, ok=False, status=_lib.ERR_INVALID_ARG, error=msg, dtype=dtype,
                                     layout=layout, out_hidden=O, n_deepstack=nds)
@@ -690,6 +748,17 @@ class Encoder:
                                               dtype, layout, O, nds)
             finally:
                 lib.qvl_plan_free(plan)
+            # a path the library opened itself (a directory of frames, a big video) keeps its key only if the same
+            # key comes out again now: a change the encode may have seen leaves the result without one (uncached)
+            for i in as_path:
+                r = results[i]
+                if r is not None and r.ok and r.key and not r.cached:
+                    try:
+                        again = self._key(citems, i, pl)
+                    except QvlError:
+                        again = None
+                    if again != r.key:
+                        r.key = None
             if self.cache_dir is not None:
                 for i in todo:
                     r = results[i]

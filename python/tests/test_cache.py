@@ -223,3 +223,64 @@ def test_cache_handle(tmp_path) -> None:
         assert os.path.isfile(tmp_path / "ex" / keys[0] / "encoder_cache.safetensors")
         assert c.gc(1) == (1, os.path.getsize(tmp_path / "ex" / keys[0] / "encoder_cache.safetensors"))
         assert not c.exists(keys[0]) and c.stats()["evictions"] == 1 and c.stats()["entries"] == 0
+
+
+def _swap_after_first_key(monkeypatch: pytest.MonkeyPatch, e: qvl.Encoder, swap) -> None:
+    """Run `swap` (replace an item's file) right after the Encoder computes its first key, before the plan."""
+    key, done = e._key, []
+
+    def keyed(*args):
+        k = key(*args)
+        if not done:
+            done.append(1)
+            swap()
+        return k
+
+    monkeypatch.setattr(e, "_key", keyed)
+
+
+def test_path_read_once_for_key_and_encode(model_dir: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path's file is read once, keyed and encoded from those bytes: a file replaced after its key is computed
+    changes neither the result nor the entry stored under that key (the replacement's embeddings were stored under
+    the first file's key)."""
+    root = tmp_path / "cache"
+    item, other = tmp_path / "item", tmp_path / "other"
+    shutil.copy(OTHER, item)
+    shutil.copy(PHOTO, other)
+    ref = qvl.Encoder(model_dir, threads=1)
+    [want] = ref.encode([OTHER])
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    _swap_after_first_key(monkeypatch, e, lambda: os.replace(other, item))
+    [r] = e.encode([str(item)])
+    assert r.ok and r.kind == "image" and r.key == want.key
+    assert r.embeds.tobytes() == want.embeds.tobytes()
+    assert qvl.read_cache_entry(root, want.key).data.tobytes() == want.embeds.tobytes()
+    # an error still names the file
+    bad = tmp_path / "bad.jpg"
+    shutil.copy(data("tests/data/bad/truncated.jpg"), bad)
+    [f] = e.encode([str(bad)])
+    assert not f.ok and "bad.jpg" in f.error
+
+
+def test_frames_dir_changed_during_encode_is_not_cached(model_dir: str, tmp_path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory of frames stays a path the library reads frame by frame: a frame changed after the key is
+    computed leaves the result without a key, and nothing is stored under the old one."""
+    from PIL import Image
+
+    src = np.asarray(Image.open(PHOTO).convert("RGB").resize((64, 48)))
+    d = tmp_path / "frames"
+    d.mkdir()
+    for k in range(3):
+        Image.fromarray(np.ascontiguousarray(np.roll(src, 7 * k, axis=1))).save(d / f"f{k}.png")
+    root = tmp_path / "cache"
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    before = e.key(str(d))
+    _swap_after_first_key(monkeypatch, e, lambda: Image.fromarray(np.ascontiguousarray(src[::-1])).save(d / "f1.png"))
+    [r] = e.encode([str(d)])
+    assert r.ok and r.kind == "frames" and r.key is None
+    assert not os.path.exists(qcache.entry_path(root, before))
+    monkeypatch.undo()
+    [again] = e.encode([str(d)])  # unchanged during this one: keyed and stored
+    assert again.ok and again.key == e.key(str(d)) != before and not again.cached
+    assert qvl.read_cache_entry(root, again.key).data.tobytes() == again.embeds.tobytes()
