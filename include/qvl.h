@@ -859,8 +859,9 @@ QVL_API qvl_status qvl_item_key(const qvl_ctx *ctx, const qvl_item *item, const 
  * Reads take no lock: every read verifies the checksum, and an entry that fails it (or does not parse: its header
  * is untrusted input) is deleted and counts as corrupt and a miss. A hit older than an hour has its mtime
  * refreshed; eviction (qvl_cache_gc, or a put over the budget) is least recently used by mtime, down to 90 % of
- * the budget, and skips an entry touched since its scan. Keys are qvl_item_key's 64 lowercase hex digits (another
- * string is QVL_ERR_INVALID_ARG). A handle is thread-safe; processes share a root through the file system only. */
+ * the budget, and keeps an entry touched or replaced by a put since its scan (also while it removes it: a victim
+ * is moved into tmp/ and checked there). Keys are qvl_item_key's 64 lowercase hex digits (another string is
+ * QVL_ERR_INVALID_ARG). A handle is thread-safe; processes share a root through the file system only. */
 typedef struct qvl_cache qvl_cache;
 typedef struct qvl_cache_params {
     size_t struct_size;

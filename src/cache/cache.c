@@ -1,6 +1,7 @@
 /* cache.c — the content-addressed embedding cache on disk (qvl_cache_*, layout and rules in qvl.h), shared by
  * processes without a server in between: readers take no lock and verify every entry; writers write a temporary
- * and rename it into place; a collector holds root/gc/lock and re-checks each victim's mtime before deleting it.
+ * and rename it into place; a collector holds root/gc/lock and re-checks each victim's mtime and inode, then moves
+ * it into tmp/ and deletes it there only if it is still the file it checked (remove_entry).
  * A handle's counters live under its mutex; the directory is scanned at open and by each collection only. */
 #include "cache/cache.h"
 
@@ -198,6 +199,8 @@ typedef struct scan_ent {
     char name[80]; /* "ab/<key>.safetensors" */
     uint64_t size;
     struct timespec mtime;
+    dev_t dev; /* the file scanned: a collection removes that one only */
+    ino_t ino;
 } scan_ent;
 
 static int by_mtime(const void *a, const void *b) {
@@ -245,6 +248,8 @@ static qvl_status scan(const qvl_cache *c, scan_ent **out, size_t *n_out, qvl_er
             snprintf(v[n].name, sizeof v[n].name, "%s/%s", sd->d_name, e->d_name);
             v[n].size = (uint64_t)st.st_size;
             v[n].mtime = st.st_mtim;
+            v[n].dev = st.st_dev;
+            v[n].ino = st.st_ino;
             n++;
         }
         closedir(dd);
@@ -367,6 +372,40 @@ static void tally_removed(qvl_cache *c, uint64_t size) {
     if (c->st.entries) c->st.entries--;
 }
 
+/* Remove key's entry file at `path` only if it is still the file (dev, ino) the caller checked: it is renamed into
+ * tmp/ first (after that no put can replace what is removed), checked there, and unlinked; a file a put renamed
+ * into place since the caller's check is put back (linked, so that a still newer one is not replaced). The entry's
+ * vLLM link goes with it when it is a link to that same file (else vLLM would go on loading what was removed, and
+ * no collection, which walks objects/, would ever remove it). 1 when the entry was removed. */
+static int remove_entry(qvl_cache *c, const char *path, const char *key, dev_t dev, ino_t ino) {
+    char moved[PATH_MAX], dir[PATH_MAX];
+    pthread_mutex_lock(&c->mu);
+    uint64_t seq = ++c->tmp_seq;
+    pthread_mutex_unlock(&c->mu);
+    snprintf(moved, sizeof moved, "%s/tmp/evict.%ld.%" PRIx64 ".%lx", c->root, (long)getpid(), seq,
+             (unsigned long)pthread_self());
+    int r = rename(path, moved);
+    if (r && errno == ENOENT) { /* tmp/ removed since open (a cleaned-out root): made again */
+        snprintf(dir, sizeof dir, "%s/tmp", c->root);
+        if (mkdir_p(dir) == 0) r = rename(path, moved);
+    }
+    if (r) return 0;
+    struct stat now;
+    if (lstat(moved, &now) || now.st_dev != dev || now.st_ino != ino) {
+        if (link(moved, path) && errno != EEXIST) rename(moved, path); /* no hard links here: renamed back */
+        else unlink(moved);
+        return 0;
+    }
+    unlink(moved);
+    char l[PATH_MAX + 64];
+    snprintf(l, sizeof l, "%s/vllm-ec/%.64s/encoder_cache.safetensors", c->root, key);
+    if (lstat(l, &now) == 0 && now.st_dev == dev && now.st_ino == ino && unlink(l) == 0) {
+        snprintf(l, sizeof l, "%s/vllm-ec/%.64s", c->root, key);
+        rmdir(l);
+    }
+    return 1;
+}
+
 /* Look up and verify; `count`: whether the lookup counters (hits, misses) move and a hit refreshes its mtime. */
 static qvl_status lookup(qvl_cache *c, const char *key, qvl_cache_entry *e, int count, qvl_error *err) {
     memset(e, 0, sizeof *e);
@@ -401,20 +440,9 @@ static qvl_status lookup(qvl_cache *c, const char *key, qvl_cache_entry *e, int 
         free(file);
         memset(e, 0, sizeof *e);
         e->result = QVL_CACHE_CORRUPT;
-        int gone = 0;
         /* Only the file that was read: a put may have renamed a good entry into place since (its inode differs),
-         * and that one stays. The entry's vLLM link (a hard link to the same inode) goes with it, or vLLM would
-         * go on loading the damaged bytes, which no collection (it walks objects/) would ever remove. */
-        struct stat now;
-        if (lstat(path, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino) {
-            gone = unlink(path) == 0;
-            char link[PATH_MAX + 64];
-            snprintf(link, sizeof link, "%s/vllm-ec/%.64s/encoder_cache.safetensors", c->root, key);
-            if (lstat(link, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino && unlink(link) == 0) {
-                snprintf(link, sizeof link, "%s/vllm-ec/%.64s", c->root, key);
-                rmdir(link);
-            }
-        }
+         * and that one stays. The entry's vLLM link (a hard link to the same inode) goes with it. */
+        const int gone = st.st_ino && remove_entry(c, path, key, st.st_dev, st.st_ino);
         pthread_mutex_lock(&c->mu);
         c->st.corrupt++;
         if (count) c->st.misses++;
@@ -649,6 +677,14 @@ qvl_status qvl_cache_put(qvl_cache *c, const char *key, qvl_dtype dtype, const v
 
 /* ---- collection, verification, export ---- */
 
+static void (*evict_hook)(const char *path, void *arg);
+static void *evict_hook_arg;
+
+void cache_set_evict_hook(void (*hook)(const char *path, void *arg), void *arg) {
+    evict_hook = hook;
+    evict_hook_arg = arg;
+}
+
 qvl_status qvl_cache_gc(qvl_cache *c, uint64_t target, uint64_t *evicted_bytes, size_t *evicted_entries,
                         qvl_error *err) {
     err_clear(err);
@@ -684,20 +720,21 @@ qvl_status qvl_cache_gc(qvl_cache *c, uint64_t target, uint64_t *evicted_bytes, 
             left--;
             continue;
         }
-        /* touched (read or rewritten) since the scan: in use, kept */
-        if (st.st_mtim.tv_sec != v[i].mtime.tv_sec || st.st_mtim.tv_nsec != v[i].mtime.tv_nsec) continue;
-        if (unlink(p) == 0) {
+        /* touched (read) or replaced (a put's rename: another inode, its mtime maybe within the same clock tick)
+         * since the scan: in use, kept */
+        if (st.st_mtim.tv_sec != v[i].mtime.tv_sec || st.st_mtim.tv_nsec != v[i].mtime.tv_nsec ||
+            st.st_dev != v[i].dev || st.st_ino != v[i].ino)
+            continue;
+        if (evict_hook) evict_hook(p, evict_hook_arg);
+        char key[65];
+        snprintf(key, sizeof key, "%.64s", v[i].name + 3);
+        /* by rename and a check of the inode, not unlink(name): a put may rename its entry into place after the
+         * checks above, and that one stays */
+        if (remove_entry(c, p, key, v[i].dev, v[i].ino)) {
             total -= v[i].size;
             left--;
             ev_bytes += v[i].size;
             ev_n++;
-            char key[65];
-            snprintf(key, sizeof key, "%.64s", v[i].name + 3);
-            snprintf(p, sizeof p, "%s/vllm-ec/%s/encoder_cache.safetensors", c->root, key);
-            if (unlink(p) == 0) {
-                snprintf(p, sizeof p, "%s/vllm-ec/%s", c->root, key);
-                rmdir(p);
-            }
         }
     }
     free(v);

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cache/cache.h"
 #include "qvl.h"
 #include "testutil.h"
 
@@ -168,6 +169,44 @@ static void *thr_main(void *p) {
     return NULL;
 }
 
+/* The evict hook of race_put: a put of entry 6000 (16 rows) renamed into place just as a collection removes the
+ * entry it scanned there. */
+static void put_in_window(const char *path, void *arg) {
+    (void)path;
+    if (put(arg, 6000, 16)) fprintf(stderr, "put in the collection's window failed\n");
+}
+
+/* A collection whose victim is replaced by a put after its checks: the new entry and its vLLM link stay. */
+static void race_put(const char *tmp) {
+    char root[600], p[1000];
+    snprintf(root, sizeof root, "%s/race", tmp);
+    qvl_cache *c = open_cache(root, 0, 1);
+    CHECK(c != NULL);
+    if (!c) return;
+    CHECK(put(c, 6000, 8) == 0);
+    cache_set_evict_hook(put_in_window, c);
+    uint64_t evb = 1;
+    size_t evn = 1;
+    qvl_error err;
+    CHECK(qvl_cache_gc(c, 1, &evb, &evn, &err) == QVL_OK);
+    cache_set_evict_hook(NULL, NULL);
+    CHECK(evn == 0 && evb == 0);
+    CHECK(check(c, 6000) == 1); /* the entry the put renamed into place, 16 rows */
+    char key[65];
+    key_of(6000, key);
+    struct stat es, ls;
+    snprintf(p, sizeof p, "%s/objects/%.2s/%s.safetensors", root, key, key);
+    CHECK(stat(p, &es) == 0);
+    snprintf(p, sizeof p, "%s/vllm-ec/%s/encoder_cache.safetensors", root, key);
+    CHECK(stat(p, &ls) == 0 && ls.st_ino == es.st_ino);
+    qvl_cache_stats st;
+    qvl_cache_get_stats(c, &st);
+    CHECK(st.entries == 1 && st.evictions == 0);
+    snprintf(p, sizeof p, "%s/tmp", root);
+    CHECK(count_dir(p) == 0);
+    qvl_cache_close(c);
+}
+
 int main(void) {
     char tmp[512], root[600], path[900];
     tu_tmpdir(tmp, sizeof tmp);
@@ -256,6 +295,7 @@ int main(void) {
 
     /* entries of the previous implementation */
     old_entries(tmp);
+    race_put(tmp);
 
     /* threads sharing one handle */
     {
