@@ -870,7 +870,8 @@ typedef struct qvl_cache_params {
     int reserved0;      /* ignored: 1.0's tail padding here, so that a field appended later is one struct_size sees */
 } qvl_cache_params;
 QVL_API void qvl_cache_params_init(qvl_cache_params *p, size_t struct_size);
-/* Open a cache root, creating its directories and CACHEDIR.TAG; scans objects/ once for the bytes and entries. */
+/* Open a cache root, creating its directories and CACHEDIR.TAG; scans objects/ once for the bytes and entries. The
+ * root is resolved (realpath) here: the handle's paths, and export_vllm's symbolic links, are absolute. */
 QVL_API qvl_status qvl_cache_open(const char *root, const qvl_cache_params *params, qvl_cache **out, qvl_error *err);
 /* NULL is a no-op. */
 QVL_API void qvl_cache_close(qvl_cache *c);
@@ -918,8 +919,9 @@ QVL_API qvl_status qvl_cache_gc(qvl_cache *c, uint64_t target, uint64_t *evicted
                                 qvl_error *err);
 /* Read and verify every entry; corrupt ones are deleted. The outputs may be NULL. */
 QVL_API qvl_status qvl_cache_verify(qvl_cache *c, size_t *ok, size_t *corrupt, qvl_error *err);
-/* Link every entry as dir/<key>/encoder_cache.safetensors (hard links, else symbolic): vLLM's shared-storage
- * encoder-cache layout. *count: the entries linked; a failure is QVL_ERR_IO naming the first that failed. */
+/* Link every entry as dir/<key>/encoder_cache.safetensors (hard links, else symbolic ones to the entry's absolute
+ * path, e.g. across file systems): vLLM's shared-storage encoder-cache layout. *count: the entries linked; a
+ * failure is QVL_ERR_IO naming the first that failed. */
 QVL_API qvl_status qvl_cache_export_vllm(qvl_cache *c, const char *dir, size_t *count, qvl_error *err);
 /* The handle's counters, kept in memory: lookups (a corrupt entry counts in misses too), evictions, and the
  * entries' bytes and count, scanned at open and by each collection and updated by this handle's puts, corrupt

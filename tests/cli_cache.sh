@@ -50,6 +50,20 @@ has "gc --size 0: the rest evicted" "$T/out" '^evicted 1 entries, [0-9]+ bytes$'
 expect 0 "stat empty" "$QVL" cache stat "$C"
 has "stat: empty" "$T/out" '^entries 0$'
 expect 0 "gc size with a suffix" "$QVL" cache gc "$C" --size 512KiB
+# a relative root exported to another file system (EXDEV: symbolic links, not hard ones): each link names its entry
+# by an absolute path, so it resolves from its own directory (it named "rel/objects/...", and dangled there)
+SHM=$(mktemp -d /dev/shm/qvl-cli-cache-XXXXXX 2>/dev/null) || SHM=
+if [[ -n $SHM && $(stat -c %d "$SHM") != $(stat -c %d "$T") ]]; then
+    mkdir -p "$T/rel"
+    fill "$T/rel"
+    QVL_ABS=$(cd "$(dirname "$QVL")" && pwd)/$(basename "$QVL")
+    expect 0 "export-vllm a relative root across file systems" bash -c 'cd "$1" && "$2" cache export-vllm rel "$3"' \
+        _ "$T" "$QVL_ABS" "$SHM/ex"
+    n=0
+    for l in "$SHM"/ex/*/encoder_cache.safetensors; do [[ -L $l && -f $l ]] && n=$((n + 1)); done
+    if [[ $n -eq 2 ]]; then ok; else bad "export across file systems: $n of 2 symbolic links resolve"; fi
+fi
+[[ -n $SHM ]] && rm -rf "$SHM"
 # usage errors
 expect 2 "no root" "$QVL" cache stat
 expect 2 "bad size" "$QVL" cache gc "$C" --size 1X

@@ -297,7 +297,6 @@ qvl_status qvl_cache_open(const char *root, const qvl_cache_params *params, qvl_
         return err_fail(err, QVL_ERR_LIMIT, "cache root '%.64s...' is too long (%zu bytes, at most %zu)", root,
                         strlen(root), sizeof c->root - 129);
     }
-    snprintf(c->root, sizeof c->root, "%s", root);
     c->max_bytes = p.max_bytes;
     c->vllm_links = p.vllm_links != 0;
     static const char *const subs[] = {"objects", "tmp", "gc", "vllm-ec"};
@@ -310,7 +309,21 @@ qvl_status qvl_cache_open(const char *root, const qvl_cache_params *params, qvl_
             return err_fail(err, QVL_ERR_IO, "cannot create cache directory %s: %s", d, strerror(e));
         }
     }
-    snprintf(d, sizeof d, "%s/CACHEDIR.TAG", root);
+    /* The root resolved (absolute, without links): the handle then works whatever the working directory becomes,
+     * and the symbolic links export_vllm falls back to (across file systems) name their entries from anywhere. */
+    char *abs = realpath(root, NULL);
+    if (!abs || strlen(abs) >= sizeof c->root - 128) {
+        int e = errno;
+        free(c);
+        qvl_status s = abs ? err_fail(err, QVL_ERR_LIMIT, "cache root %.64s... resolves to %zu bytes (at most %zu)",
+                                      root, strlen(abs), sizeof c->root - 129)
+                           : err_fail(err, QVL_ERR_IO, "cannot resolve cache root %s: %s", root, strerror(e));
+        free(abs);
+        return s;
+    }
+    snprintf(c->root, sizeof c->root, "%s", abs);
+    free(abs);
+    snprintf(d, sizeof d, "%s/CACHEDIR.TAG", c->root);
     int fd = open(d, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd >= 0) {
         static const char tag[] = "Signature: 8a477f597d28d172789f06886806bc55\n# qvl embedding cache\n";
