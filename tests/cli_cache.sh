@@ -64,6 +64,11 @@ if [[ -n $SHM && $(stat -c %d "$SHM") != $(stat -c %d "$T") ]]; then
     if [[ $n -eq 2 ]]; then ok; else bad "export across file systems: $n of 2 symbolic links resolve"; fi
 fi
 [[ -n $SHM ]] && rm -rf "$SHM"
+# an export that fails says so, on stderr, and exits 1 (it printed "exported 0 entries" too)
+touch "$T/file"
+expect 1 "export-vllm into a file" "$QVL" cache export-vllm "$C" "$T/file/ex"
+has "export failure: named" "$T/err" 'cannot create'
+if [[ ! -s $T/out ]]; then ok; else bad "export failure: stdout says $(cat "$T/out")"; fi
 # usage errors
 expect 2 "no root" "$QVL" cache stat
 expect 2 "bad size" "$QVL" cache gc "$C" --size 1X

@@ -89,8 +89,9 @@ int cmd_cache(int argc, char **argv) {
         }
     } else {
         size_t n;
-        if (qvl_cache_export_vllm(c, argv[3], &n, &err) != QVL_OK) rc = cli_fail("%s", err.message);
-        printf("exported %zu entries to %s\n", n, argv[3]);
+        if (qvl_cache_export_vllm(c, argv[3], &n, &err) != QVL_OK)
+            rc = n ? cli_fail("%s (%zu entries exported)", err.message, n) : cli_fail("%s", err.message);
+        else printf("exported %zu entries to %s\n", n, argv[3]);
     }
     qvl_cache_close(c);
     return rc;
