@@ -851,7 +851,8 @@ QVL_API qvl_status qvl_item_key(const qvl_ctx *ctx, const qvl_item *item, const 
  *                                      shared-storage encoder-cache connector loads), then "grid_thw" I64 [1, 3]
  *                                      (not 8-byte aligned when the matrix's bytes are not a multiple of 8);
  *                                      __metadata__: qvl_entry "1", key, fingerprint, qvl_version, created (Unix
- *                                      seconds), xxh3_128 (XXH3-128 of every data byte, 32 hex digits, high half first)
+ *                                      seconds), xxh3_128 (XXH3-128 of every data byte, 32 hex digits, high half
+ *                                      first), and kind (image, video, frames, rows) where the writer gave it
  *   root/tmp/                          temporaries, written whole then renamed into objects/ (atomic: a writer
  *                                      killed mid-write leaves only a temporary, never a torn entry)
  *   root/gc/lock                       flock()ed by a collector; root/vllm-ec/<key>/encoder_cache.safetensors:
@@ -891,6 +892,8 @@ typedef struct qvl_cache_entry {
     qvl_grid grid;
     int64_t created;
     char fingerprint[65], qvl_version[32], xxh3_128[33];
+    char kind[8];        /* "image", "video", "frames" or "rows" as qvl_cache_put_kind recorded it; "" when the entry
+                            has none (written by qvl_cache_put, or by qvl 1.0): a video of 2 frames has grid t 1 */
 } qvl_cache_entry;
 /* Look `key` up and verify it (an output struct: *_sized, as above). OK with entry->result MISS (no such entry,
  * or unreadable), CORRUPT, or HIT with the file in entry->file for the caller (zero-copy: data points into it).
@@ -907,6 +910,12 @@ static inline qvl_status qvl_cache_get(qvl_cache *c, const char *key, qvl_cache_
  * budget is exceeded (a collection another process holds is skipped). */
 QVL_API qvl_status qvl_cache_put(qvl_cache *c, const char *key, qvl_dtype dtype, const void *data, size_t n_planes,
                                  size_t n_tokens, size_t cols, qvl_grid grid, const char *fingerprint, qvl_error *err);
+/* qvl_cache_put that also records what the matrix is the embeddings of: `kind` "image", "video", "frames" or "rows"
+ * (qvl_item_info.kind; another string is QVL_ERR_INVALID_ARG), or NULL for none. It is "kind" in the entry's
+ * __metadata__ (after xxh3_128), and qvl_cache_entry.kind on a hit. */
+QVL_API qvl_status qvl_cache_put_kind(qvl_cache *c, const char *key, const char *kind, qvl_dtype dtype,
+                                      const void *data, size_t n_planes, size_t n_tokens, size_t cols, qvl_grid grid,
+                                      const char *fingerprint, qvl_error *err);
 /* 1 when an entry file exists for key (not verified), with its size in *size (may be NULL); else 0. */
 QVL_API int qvl_cache_exists(qvl_cache *c, const char *key, uint64_t *size);
 /* Open key's entry file read-only (not verified: for serving its bytes as they are) into *fd, the caller's to

@@ -203,8 +203,8 @@ int encode_media(media_opts *o) {
                 qvl_plan_encode(ctx, plan, &buf, &err);
                 qvl_plan_item(plan, 0, &info); /* its status and encode time, either way */
                 if (have_key && info.status == QVL_OK &&
-                    qvl_cache_put(cache, ckey, QVL_DTYPE_F32, buf, info.n_planes, info.n_tokens, O, info.grid, fp,
-                                  &err) != QVL_OK)
+                    qvl_cache_put_kind(cache, ckey, info.kind, QVL_DTYPE_F32, buf, info.n_planes, info.n_tokens, O,
+                                       info.grid, fp, &err) != QVL_OK)
                     fprintf(stderr, "qvl: warning: %s: could not store it in the cache: %s\n", path, err.message);
             }
         }

@@ -280,6 +280,7 @@ class CacheRecord(Structure):  # qvl_cache_entry
         ("fingerprint", c_char * 65),
         ("qvl_version", c_char * 32),
         ("xxh3_128", c_char * 33),
+        ("kind", c_char * 8),
     ]
 
 
@@ -368,6 +369,10 @@ _SIGNATURES = {
     "qvl_cache_put": (
         _status,
         [c_void_p, c_char_p, c_int, c_void_p, c_size_t, c_size_t, c_size_t, Grid, c_char_p, _err],
+    ),
+    "qvl_cache_put_kind": (
+        _status,
+        [c_void_p, c_char_p, c_char_p, c_int, c_void_p, c_size_t, c_size_t, c_size_t, Grid, c_char_p, _err],
     ),
     "qvl_cache_exists": (c_int, [c_void_p, c_char_p, POINTER(c_uint64)]),
     "qvl_cache_gc": (_status, [c_void_p, c_uint64, POINTER(c_uint64), POINTER(c_size_t), _err]),

@@ -7,7 +7,8 @@ writes entries with the very code the server and the CLI use.
                                         for: [n_tokens, cols], or [1 + n_deepstack, n_tokens, out_hidden] for
                                         the split layout with DeepStack planes) then "grid_thw" I64 [1, 3];
                                         __metadata__: qvl_entry "1", key, fingerprint, qvl_version, created
-                                        (Unix seconds), xxh3_128 (of every data byte)
+                                        (Unix seconds), xxh3_128 (of every data byte), and kind (image,
+                                        video, frames, rows) where the writer gave it
     root/tmp/                           temporaries, written whole and renamed into objects/ (atomic)
 
 Reads take no lock: the checksum is checked on every read, and an entry that fails it (or does not parse) is
@@ -130,12 +131,16 @@ class Cache:
         meta = {"qvl_entry": "1", "key": key, "fingerprint": rec.fingerprint.decode(errors="replace"),
                 "qvl_version": rec.qvl_version.decode(errors="replace"), "created": str(rec.created),
                 "xxh3_128": rec.xxh3_128.decode()}
+        if rec.kind:
+            meta["kind"] = rec.kind.decode(errors="replace")
         return CacheEntry(key, arr, dt, (rec.grid.t, rec.grid.h, rec.grid.w), meta)
 
-    def put(self, key: str, data: np.ndarray, dtype: str, grid_thw: tuple[int, int, int], fingerprint: str) -> str:
+    def put(self, key: str, data: np.ndarray, dtype: str, grid_thw: tuple[int, int, int], fingerprint: str,
+            kind: str | None = None) -> str:
         """Store `data` ([n_tokens, cols], or [planes, n_tokens, cols]; dtype "F32"/"F16"/"BF16") under `key`, as
         every writer does (one plane is stored [n_tokens, cols]); returns the entry's path. For "BF16", `data` is
-        either the bit patterns (uint16, as get returns them) or floats, rounded to bf16 (nearest even)."""
+        either the bit patterns (uint16, as get returns them) or floats, rounded to bf16 (nearest even). `kind`
+        ("image", "video", "frames", "rows" or None) is recorded as the entry's meta["kind"]."""
         if not _is_key(key):
             raise ValueError(f"{key!r} is not a cache key (64 hex digits)")
         if dtype not in _NP or data.ndim not in (2, 3):
@@ -148,9 +153,9 @@ class Cache:
             a = np.ascontiguousarray(data, dtype=_NP[dtype])
         planes, tokens, cols = (1, *a.shape) if a.ndim == 2 else a.shape
         err = _lib.Error()
-        if _lib.lib.qvl_cache_put(self._h, key.encode(), _QVL_DTYPE[dtype], a.ctypes.data if a.size else None,
-                                  planes, tokens, cols, _lib.Grid(*grid_thw), (fingerprint or "").encode(),
-                                  ctypes.byref(err)):
+        if _lib.lib.qvl_cache_put_kind(self._h, key.encode(), kind.encode() if kind else None, _QVL_DTYPE[dtype],
+                                       a.ctypes.data if a.size else None, planes, tokens, cols, _lib.Grid(*grid_thw),
+                                       (fingerprint or "").encode(), ctypes.byref(err)):
             _raise(err, "qvl_cache_put")
         return entry_path(self.root, key)
 
@@ -216,10 +221,11 @@ def get_entry(root: str | os.PathLike, key: str) -> CacheEntry | None:
 
 
 def put_entry(root: str | os.PathLike, key: str, data: np.ndarray, dtype: str, grid_thw: tuple[int, int, int],
-              fingerprint: str, qvl_version: str | None = None) -> str:
+              fingerprint: str, qvl_version: str | None = None, kind: str | None = None) -> str:
     """Store `data` (the matrix, [n_tokens, cols] or [planes, n_tokens, out_hidden]; dtype "F32"/"F16"/"BF16")
     as the entry of `key`: written whole into root/tmp, then renamed into objects/ (atomic: readers never see a
     partial entry); one plane is stored [n_tokens, cols]. Returns the entry's path; OSError when it cannot be
-    written. ``qvl_version`` is accepted for compatibility: the entry records the loaded libqvl's version."""
+    written. ``qvl_version`` is accepted for compatibility: the entry records the loaded libqvl's version. ``kind``
+    (image, video, frames, rows) is recorded as the entry's meta["kind"]."""
     del qvl_version
-    return _cache(root).put(key, data, dtype, grid_thw, fingerprint)
+    return _cache(root).put(key, data, dtype, grid_thw, fingerprint, kind)

@@ -192,7 +192,8 @@ class Result:
           ``torch.save`` of each tensor (vLLM reads it with ``torch.load(weights_only=True)``); ``"npy"`` a
           ``.npy`` file (read with ``np.load``; no torch needed; float32/float16 only, as npy has no bfloat16).
           ``uuid`` (the cache key) lets vLLM reuse its cached copy. vLLM's chat API takes no video embeddings:
-          for a video ``content_part`` is None."""
+          for a video ``content_part`` is None. Video or image is the result's kind; a cache hit on an entry that
+          records none (kind "cached") is taken for a video only when its grid has more than one temporal patch."""
         if not self.ok or self.embeds is None:
             raise QvlError(self.status or _lib.ERR_INVALID_ARG, self.error or "the item has no embeddings")
         if encoding not in ("torch", "npy"):
@@ -210,7 +211,8 @@ class Result:
             e = np.concatenate(list(e), axis=1)
         e = np.ascontiguousarray(e)
         grid = np.asarray(self.grid_thw, dtype=np.int64)
-        # a cache hit ("cached") does not record its kind: more than one temporal patch means a video
+        # a hit on an entry that records no kind ("cached": written by qvl 1.0, or by a put without one): more
+        # than one temporal patch means a video (a video of 1 or 2 frames passes for an image)
         video = self.kind in ("video", "frames") or (self.kind == "cached" and bool(self.grid_thw)
                                                       and self.grid_thw[0] > 1)
         name = "video" if video else "image"
@@ -472,8 +474,9 @@ def write_cache_entry(cache_dir: str | os.PathLike, result: Result, fingerprint:
     server stores that output, written through a temporary renamed into place. Returns the entry's path."""
     if not result.ok or not result.key:
         raise ValueError("only an ok result with a key can be cached")
+    kind = result.kind if result.kind in ("image", "video", "frames", "rows") else None
     return _cache.put_entry(cache_dir, result.key, _entry_matrix(result), _cache.ST_DTYPES[result.dtype],
-                            result.grid_thw or (1, 1, 1), fingerprint, version())
+                            result.grid_thw or (1, 1, 1), fingerprint, version(), kind)
 
 
 def read_cache_entry(cache_dir: str | os.PathLike, key: str) -> _cache.CacheEntry | None:
@@ -499,8 +502,8 @@ class Encoder:
     which and why); ``device`` "cpu". With ``cache_dir``,
     results are looked up by key in that cache directory first and written there after encoding, in the format
     ``qvl serve`` and ``qvl encode --cache`` share (:mod:`qvl.cache`; the key names the dtype, layout, DeepStack
-    choice and precision, so an entry is a hit only for the same output; a hit's Result has cached=True and kind
-    "cached"). Wherever a key is computed (``keys=True`` or a cache), a path item's file is read once and keyed
+    choice and precision, so an entry is a hit only for the same output; a hit's Result has cached=True and the
+    kind its entry records, or "cached" for an entry that records none: written by qvl 1.0 or without a kind). Wherever a key is computed (``keys=True`` or a cache), a path item's file is read once and keyed
     and encoded as those bytes; a directory of frames or a video over max_input_bytes is left to the library and
     keeps its key only if it is unchanged after the encode.
     ``preprocess`` overrides the model directory's preprocessing for every item (min_pixels, max_pixels,
@@ -820,7 +823,7 @@ class Encoder:
             return None
         e = e.astype(_DTYPES[dtype][1], copy=True)  # own, writable memory (the entry is a view into its file)
         return Result(index=i, ok=True, key=key, embeds=e, grid_thw=ent.grid_thw, n_tokens=e.shape[-2],
-                      kind="cached", dtype=dtype, layout=layout, out_hidden=O, n_deepstack=nds, cached=True)
+                      kind=ent.meta.get("kind") or "cached", dtype=dtype, layout=layout, out_hidden=O, n_deepstack=nds, cached=True)
 
     def preprocess(self, items: Iterable[Item], preprocess: Mapping[str, Any] | None = None) -> list[Result]:
         """Decode and preprocess only, with this model's geometry: Results whose ``embeds`` are the pixel rows

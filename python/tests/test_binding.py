@@ -207,7 +207,7 @@ def test_cache(model_dir: str, tmp_path) -> None:
     assert not a.cached and os.path.exists(qvl.cache.entry_path(root, a.key))
     assert os.path.isdir(root / "tmp") and not os.listdir(root / "tmp")  # renamed into place, nothing left behind
     [b] = e.encode([PHOTO])
-    assert b.cached and same(b.embeds, a.embeds) and b.grid_thw == a.grid_thw and b.kind == "cached"
+    assert b.cached and same(b.embeds, a.embeds) and b.grid_thw == a.grid_thw and b.kind == a.kind == "image"
     b.embeds[0, 0] += 1  # a hit's array is its own
     # every output (dtype, layout, DeepStack) is its own entry under its own key, as the server stores it
     for dt, lay, ds in (("float16", "split", True), ("bfloat16", "concat", True), ("float32", "split", False)):

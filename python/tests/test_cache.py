@@ -45,7 +45,9 @@ def test_binding_entries_serve_the_cli(model_dir: str, qvl_bin: str, tmp_path) -
     assert (8 + hl) % 64 == 0
     h = json.loads(raw[8: 8 + hl])
     assert list(h) == ["__metadata__", "ec_cache", "grid_thw"]
-    assert list(h["__metadata__"]) == ["qvl_entry", "key", "fingerprint", "qvl_version", "created", "xxh3_128"]
+    assert list(h["__metadata__"]) == ["qvl_entry", "key", "fingerprint", "qvl_version", "created", "xxh3_128",
+                                       "kind"]
+    assert h["__metadata__"]["kind"] == "image"
     assert h["ec_cache"]["dtype"] == "F32" and h["ec_cache"]["shape"] == list(s.embeds.shape)
     assert h["grid_thw"] == {"dtype": "I64", "shape": [1, 3], "data_offsets": [s.embeds.nbytes, s.embeds.nbytes + 24]}
     # the CLI finds the binding's entry (a hit) and gives the same embeddings
@@ -284,3 +286,33 @@ def test_frames_dir_changed_during_encode_is_not_cached(model_dir: str, tmp_path
     [again] = e.encode([str(d)])  # unchanged during this one: keyed and stored
     assert again.ok and again.key == e.key(str(d)) != before and not again.cached
     assert qvl.read_cache_entry(root, again.key).data.tobytes() == again.embeds.tobytes()
+
+
+def test_hit_keeps_the_item_kind(model_dir: str, tmp_path) -> None:
+    """A hit has the kind its entry records: a video of two frames (grid t 1) is a video on a hit as on a miss (a hit
+    was kind "cached", and to_vllm took it for an image by its grid). An entry without a kind (qvl 1.0, or a put
+    without one) is kind "cached", and to_vllm tells a video by its grid."""
+    from PIL import Image
+
+    src = np.asarray(Image.open(PHOTO).convert("RGB").resize((64, 48)))
+    clip = qvl.Frames([src, np.ascontiguousarray(src[::-1])], fps=2)
+    root = tmp_path / "cache"
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    [miss] = e.encode([clip])
+    [hit] = e.encode([clip])
+    assert not miss.cached and hit.cached and miss.grid_thw[0] == 1
+    assert miss.kind == hit.kind == "frames"
+    assert qvl.read_cache_entry(root, miss.key).meta["kind"] == "frames"
+    for r in (miss, hit):
+        out = r.to_vllm(encoding="npy")
+        assert out["content_part"] is None and ("multi_modal_data" not in out or "video" in out["multi_modal_data"])
+    [im] = e.encode([PHOTO])
+    [imh] = e.encode([PHOTO])
+    assert imh.cached and im.kind == imh.kind == "image"
+    assert imh.to_vllm(encoding="npy")["content_part"]["type"] == "image_embeds"
+    # an entry without a kind
+    ent = qvl.read_cache_entry(root, miss.key)
+    qcache.put_entry(root, miss.key, ent.data, ent.dtype, ent.grid_thw, e.fingerprint)
+    assert "kind" not in qvl.read_cache_entry(root, miss.key).meta
+    [old] = e.encode([clip])
+    assert old.cached and old.kind == "cached"

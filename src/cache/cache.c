@@ -184,6 +184,7 @@ qvl_status cache_entry_parse(const uint8_t *file, size_t len, const char *key, q
     copy_meta(meta, "fingerprint", e->fingerprint, sizeof e->fingerprint);
     copy_meta(meta, "qvl_version", e->qvl_version, sizeof e->qvl_version);
     copy_meta(meta, "xxh3_128", e->xxh3_128, sizeof e->xxh3_128);
+    copy_meta(meta, "kind", e->kind, sizeof e->kind); /* absent from entries written without one */
     const cJSON *cr = cJSON_GetObjectItemCaseSensitive(meta, "created");
     if (cJSON_IsString(cr)) e->created = strtoll(cr->valuestring, NULL, 10);
     e->result = QVL_CACHE_HIT;
@@ -536,14 +537,15 @@ static int write_all(int fd, const struct iovec *iov0, int n) {
 
 /* The header JSON, laid out as every writer of this format has (cJSON's compact printing, in this order). */
 static char *entry_header(const char *key, const char *dt, int ndim, const int64_t *shape, size_t nbytes,
-                          const char *fingerprint, const char *hex) {
+                          const char *fingerprint, const char *hex, const char *kind) {
     char created[32];
     snprintf(created, sizeof created, "%lld", (long long)time(NULL));
+    /* "kind" last, and only when known: an entry without one is laid out as qvl 1.0 wrote it */
     const char *meta[] = {"qvl_entry", "1", "key", key, "fingerprint", fingerprint, "qvl_version", qvl_version(),
-                          "created", created, "xxh3_128", hex};
+                          "created", created, "xxh3_128", hex, "kind", kind};
     cJSON *h = cJSON_CreateObject();
     cJSON *m = cJSON_AddObjectToObject(h, "__metadata__");
-    for (size_t i = 0; m && i < 6; i++) cJSON_AddStringToObject(m, meta[2 * i], meta[2 * i + 1]);
+    for (size_t i = 0; m && i < (kind ? 7u : 6u); i++) cJSON_AddStringToObject(m, meta[2 * i], meta[2 * i + 1]);
     const char *names[2] = {"ec_cache", "grid_thw"}, *dts[2] = {dt, "I64"};
     const int64_t gshape[2] = {1, 3};
     const size_t offs[3] = {0, nbytes, nbytes + 24};
@@ -566,8 +568,8 @@ static char *entry_header(const char *key, const char *dt, int ndim, const int64
 }
 
 static qvl_status put_file(qvl_cache *c, const char *key, const char *dt, int ndim, const int64_t *shape,
-                           const void *data, size_t nbytes, qvl_grid grid, const char *fingerprint, uint64_t *flen_out,
-                           qvl_error *err) {
+                           const void *data, size_t nbytes, qvl_grid grid, const char *fingerprint, const char *kind,
+                           uint64_t *flen_out, qvl_error *err) {
     const int64_t g[3] = {grid.t, grid.h, grid.w};
     XXH3_state_t *xs = XXH3_createState();
     if (!xs) return err_fail(err, QVL_ERR_NOMEM, "out of memory for a hash state");
@@ -577,7 +579,7 @@ static qvl_status put_file(qvl_cache *c, const char *key, const char *dt, int nd
     char hex[33];
     hash_hex(XXH3_128bits_digest(xs), hex);
     XXH3_freeState(xs);
-    char *js = entry_header(key, dt, ndim, shape, nbytes, fingerprint, hex);
+    char *js = entry_header(key, dt, ndim, shape, nbytes, fingerprint, hex, kind);
     if (!js) return err_fail(err, QVL_ERR_NOMEM, "out of memory for a cache entry header");
     const size_t jl = strlen(js);
     const size_t hl = (8 + jl + 63) / 64 * 64 - 8; /* the data starts at a multiple of 64 */
@@ -649,9 +651,18 @@ static qvl_status put_file(qvl_cache *c, const char *key, const char *dt, int nd
 
 qvl_status qvl_cache_put(qvl_cache *c, const char *key, qvl_dtype dtype, const void *data, size_t n_planes,
                          size_t n_tokens, size_t cols, qvl_grid grid, const char *fingerprint, qvl_error *err) {
+    return qvl_cache_put_kind(c, key, NULL, dtype, data, n_planes, n_tokens, cols, grid, fingerprint, err);
+}
+
+qvl_status qvl_cache_put_kind(qvl_cache *c, const char *key, const char *kind, qvl_dtype dtype, const void *data,
+                              size_t n_planes, size_t n_tokens, size_t cols, qvl_grid grid, const char *fingerprint,
+                              qvl_error *err) {
     err_clear(err);
     if (!c) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_cache_put: NULL cache");
     TRY(check_key(key, err));
+    if (kind && strcmp(kind, "image") && strcmp(kind, "video") && strcmp(kind, "frames") && strcmp(kind, "rows"))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_cache_put_kind: kind '%.16s' is not image, video, frames or rows",
+                        kind);
     const char *dt = dtype == QVL_DTYPE_F32    ? "F32"
                      : dtype == QVL_DTYPE_F16  ? "F16"
                      : dtype == QVL_DTYPE_BF16 ? "BF16"
@@ -677,8 +688,8 @@ qvl_status qvl_cache_put(qvl_cache *c, const char *key, qvl_dtype dtype, const v
     int64_t shape[3] = {(int64_t)n_planes, (int64_t)n_tokens, (int64_t)cols};
     const int ndim = n_planes > 1 ? 3 : 2;
     uint64_t flen = 0;
-    qvl_status s = put_file(c, key, dt, ndim, ndim == 3 ? shape : shape + 1, data, nbytes, grid, fingerprint, &flen,
-                            err);
+    qvl_status s = put_file(c, key, dt, ndim, ndim == 3 ? shape : shape + 1, data, nbytes, grid, fingerprint, kind,
+                            &flen, err);
     pthread_mutex_lock(&c->mu);
     if (s == QVL_OK) c->st.puts++;
     else c->st.put_errors++;

@@ -207,6 +207,29 @@ static void race_put(const char *tmp) {
     qvl_cache_close(c);
 }
 
+/* The item's kind, recorded by qvl_cache_put_kind and read back; none from qvl_cache_put; another string refused. */
+static void kinds(const char *tmp) {
+    char root[600], k[65];
+    snprintf(root, sizeof root, "%s/kinds", tmp);
+    qvl_cache *c = open_cache(root, 0, 0);
+    CHECK(c != NULL);
+    if (!c) return;
+    key_of(4, k);
+    float m[8] = {0};
+    qvl_grid g = {1, 2, 2};
+    qvl_cache_entry e;
+    qvl_error err;
+    CHECK(qvl_cache_put_kind(c, k, "frames", QVL_DTYPE_F32, m, 1, 1, 8, g, "fp", &err) == QVL_OK);
+    CHECK(qvl_cache_get(c, k, &e, &err) == QVL_OK && e.result == QVL_CACHE_HIT && !strcmp(e.kind, "frames"));
+    qvl_free(e.file);
+    CHECK(qvl_cache_put_kind(c, k, "audio", QVL_DTYPE_F32, m, 1, 1, 8, g, "fp", &err) == QVL_ERR_INVALID_ARG &&
+          strstr(err.message, "audio"));
+    CHECK(qvl_cache_put(c, k, QVL_DTYPE_F32, m, 1, 1, 8, g, "fp", &err) == QVL_OK);
+    CHECK(qvl_cache_get(c, k, &e, &err) == QVL_OK && e.result == QVL_CACHE_HIT && e.kind[0] == 0);
+    qvl_free(e.file);
+    qvl_cache_close(c);
+}
+
 int main(void) {
     char tmp[512], root[600], path[900];
     tu_tmpdir(tmp, sizeof tmp);
@@ -296,6 +319,7 @@ int main(void) {
     /* entries of the previous implementation */
     old_entries(tmp);
     race_put(tmp);
+    kinds(tmp);
 
     /* threads sharing one handle */
     {

@@ -41,6 +41,7 @@ struct srv_job {
     qvl_plan *pre;        /* the preprocessing plan (rows) */
     const float *rows;
     qvl_grid grid;
+    char kind[8];         /* "image" or "video" as its plan found it (recorded in its cache entry); "" if unknown */
     size_t n_rows, n_tokens, out_cols, n_planes, out_bytes;
     size_t est_patches;   /* admitted, not yet in the encoder queue: its patches as estimated from the header */
     void *out;
@@ -197,6 +198,7 @@ static void prep_one(srv_state *s, srv_job *j) {
         j->pre = plan;
         j->rows = qvl_plan_rows(plan, 0);
         j->grid = info.grid;
+        snprintf(j->kind, sizeof j->kind, "%s", info.kind ? info.kind : "");
         j->n_rows = info.n_rows;
         /* the encoded matrix's shape (the preprocessing plan knows no model: it reports 0 output bytes) */
         const size_t O = (size_t)s->info.out_hidden, L = j->spec.deepstack ? (size_t)s->info.n_deepstack : 0;
@@ -345,8 +347,8 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
     for (size_t i = 0; s->cache && ok && i < n; i++) {
         if (!ok[i]) continue;
         srv_job *j = jobs[i]; /* a failed write counts in the cache's put_errors (/metrics) */
-        qvl_cache_put(s->cache, j->key, j->spec.dtype, j->out, j->n_planes, j->n_tokens, j->out_cols, j->grid,
-                      s->fingerprint, NULL);
+        qvl_cache_put_kind(s->cache, j->key, j->kind[0] ? j->kind : NULL, j->spec.dtype, j->out, j->n_planes,
+                           j->n_tokens, j->out_cols, j->grid, s->fingerprint, NULL);
     }
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < n; i++) job_unref(s, jobs[i]);
