@@ -76,10 +76,29 @@ if(QVL_HAVE_SERVER)
   target_include_directories(qvl_serve_internal PUBLIC ${QVL_ROOT}/tools/serve ${QVL_ROOT}/tools)
   target_link_libraries(qvl_serve_internal PUBLIC qvl_internal PkgConfig::QVL_MHD)
   target_compile_definitions(qvl_serve_internal PUBLIC QVL_WITH_SERVER=1)
+  # The qvl binary again with the server's test hooks (QVL_SERVE_TEST_HOOKS: srv_test_hold in serve.h), which
+  # test_serve_races.c runs: under ThreadSanitizer in a build without another sanitizer, so that the server's threads
+  # are checked where they meet, else with the build's own (ASan) options.
+  set(QVL_HOOKS_LIB qvl_internal)
+  set(QVL_HOOKS_FLAGS "")
+  if(NOT QVL_SANITIZE AND NOT QVL_FUZZ AND NOT CMAKE_CROSSCOMPILING)
+    set(QVL_HOOKS_LIB qvl_internal_tsan)
+    set(QVL_HOOKS_FLAGS -fsanitize=thread -g)
+  endif()
+  add_executable(qvl_serve_hooks ${QVL_TOOL_SOURCES} ${QVL_SERVE_SOURCES})
+  qvl_target_options(qvl_serve_hooks)
+  target_compile_options(qvl_serve_hooks PRIVATE -Wno-format-truncation ${QVL_HOOKS_FLAGS})
+  target_link_options(qvl_serve_hooks PRIVATE ${QVL_HOOKS_FLAGS})
+  target_include_directories(qvl_serve_hooks PRIVATE ${QVL_ROOT}/tools/serve ${QVL_ROOT}/tools)
+  target_compile_definitions(qvl_serve_hooks PRIVATE QVL_WITH_SERVER=1 QVL_WITH_VIDEO=$<BOOL:${QVL_VIDEO}>
+                             QVL_SERVE_TEST_HOOKS=1)
+  target_link_libraries(qvl_serve_hooks PRIVATE ${QVL_HOOKS_LIB} PkgConfig::QVL_MHD PkgConfig::QVL_CJSON
+                        PkgConfig::QVL_NETTLE Threads::Threads m)
   file(GLOB QVL_SERVE_TESTS CONFIGURE_DEPENDS ${QVL_ROOT}/tests/serve/test_*.c)
   foreach(src ${QVL_SERVE_TESTS})
     get_filename_component(name ${src} NAME_WE)
-    qvl_unit_test(${name} ${src} qvl_serve_internal "${QVL_TEST_ENV}")
+    qvl_unit_test(${name} ${src} qvl_serve_internal
+                  "${QVL_TEST_ENV};QVL_SERVE_HOOKS_BIN=$<TARGET_FILE:qvl_serve_hooks>;TSAN_OPTIONS=halt_on_error=1")
     target_sources(${name} PRIVATE ${QVL_ROOT}/tests/serve/serve_client.c) # the client and server helpers they share
   endforeach()
 endif()

@@ -222,4 +222,14 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *out);
 
 int cmd_serve(int argc, char **argv);
 
+/* ---- test hooks ----
+ * Only in the server that tests.cmake builds for tests/serve/test_serve_races.c (QVL_SERVE_TEST_HOOKS), never in the
+ * qvl binary: srv_test_hold(NAME) sleeps for the milliseconds in environment variable NAME (none when it is unset),
+ * at a point where two threads meet, so that a test lands for certain in a window otherwise microseconds wide. */
+#ifdef QVL_SERVE_TEST_HOOKS
+void srv_test_hold(const char *name);
+#else
+static inline void srv_test_hold(const char *name) { (void)name; }
+#endif
+
 #endif

@@ -75,6 +75,7 @@ struct srv_state {
     size_t prep_patches;  /* est_patches of the items queued for or in decoding */
     srv_watch *watches;   /* requests waiting for their jobs (the HTTP side's suspended connections) */
     unsigned long done_seq; /* bumped by every job_done and srv_watch_add: the notifier's missed-wakeup guard */
+    int firing;           /* the notifier holds watches taken off the list and not yet fired (a flush waits) */
     pthread_t notifier;
     int notifier_started;
     double ewma_patches_per_s;
@@ -634,6 +635,7 @@ static void fire_watches(srv_watch *f) {
 
 void srv_watch_flush(srv_state *s) {
     pthread_mutex_lock(&s->mu);
+    while (s->firing) pthread_cond_wait(&s->done_cv, &s->mu);
     srv_watch *f = s->watches;
     s->watches = NULL;
     for (srv_watch *w = f; w; w = w->next) w->timed_out = 1;
@@ -663,9 +665,13 @@ static void *notifier_main(void *arg) {
             p = &w->next;
         }
         if (fire) {
+            s->firing = 1;
             pthread_mutex_unlock(&s->mu);
+            srv_test_hold("QVL_SERVE_TEST_FIRE_MS");
             fire_watches(fire);
             pthread_mutex_lock(&s->mu);
+            s->firing = 0;
+            pthread_cond_broadcast(&s->done_cv); /* a flush waiting for them */
             continue;
         }
         if (seq != s->done_seq) continue;

@@ -66,7 +66,8 @@ typedef struct srv_watch {
     struct srv_watch *next;  /* (the service's) */
 } srv_watch;
 int srv_watch_add(srv_state *s, srv_watch *w);
-/* Fire every watch now, as timed out (a drain that ran out of time). */
+/* Fire every watch now, as timed out (a drain that ran out of time), once the notifier has fired those it had taken
+ * off the list: when it returns, every watch added before has had its fn called. */
 void srv_watch_flush(srv_state *s);
 /* Drop the references. */
 void srv_release(srv_state *s, srv_job **jobs, size_t n);

@@ -24,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -44,6 +45,9 @@ typedef struct server {
     int active;             /* requests between their first callback and their completion */
     conn_ctx *requests;     /* those requests (under mu): a drain looks at the ones still receiving a body */
     int draining;           /* set (under mu) when a drain starts: requests begun later are refused */
+    int closing;            /* set (under mu) when the drain's end begins: no request suspends from then on */
+    int suspending;         /* (under mu) requests between their suspend and their watch's registration */
+    pthread_cond_t cv;      /* broadcast when suspending drops to 0 */
 } server;
 
 /* How long a drain waits for a request whose body stopped coming (libmicrohttpd 0.9.75 does not notice a client that
@@ -72,6 +76,16 @@ struct conn_ctx {
     srv_result *res;
     srv_watch watch;
 };
+
+#ifdef QVL_SERVE_TEST_HOOKS
+void srv_test_hold(const char *name) {
+    const char *v = getenv(name);
+    const long ms = v ? strtol(v, NULL, 10) : 0;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    if (ms > 0)
+        while (nanosleep(&ts, &ts) && errno == EINTR) {}
+}
+#endif
 
 /* ---- responses ---- */
 
@@ -493,9 +507,24 @@ static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_
     cc->waiting = 1;
     cc->watch.jobs = cc->jobs, cc->watch.n = req->n, cc->watch.deadline = deadline;
     cc->watch.fn = on_items_done, cc->watch.user = cc;
-    /* Suspended first, then watched: the resume can only follow the suspend. */
+    /* Suspended first, then watched: the resume can only follow the suspend. Counted meanwhile, so that the drain's
+     * end (which stops the daemon: a connection suspended then aborts the process) waits for the watch; once that end
+     * has begun, none is suspended and the request is answered as out of time. */
+    pthread_mutex_lock(&sv->mu);
+    const int closing = sv->closing;
+    sv->suspending += !closing;
+    pthread_mutex_unlock(&sv->mu);
+    if (closing) {
+        cc->waiting = 0;
+        cc->timed_out = 1;
+        return finish_encode(sv, c, cc);
+    }
     MHD_suspend_connection(c);
+    srv_test_hold("QVL_SERVE_TEST_SUSPEND_MS");
     if (srv_watch_add(sv->st, &cc->watch)) on_items_done(cc, 1);
+    pthread_mutex_lock(&sv->mu);
+    if (--sv->suspending == 0) pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
     return MHD_YES;
 }
 
@@ -949,6 +978,7 @@ int cmd_serve(int argc, char **argv) {
         return cli_fail("out of memory");
     }
     pthread_mutex_init(&sv.mu, NULL);
+    pthread_cond_init(&sv.cv, NULL);
     /* Listen first: /health/live answers and /health/ready says 503 while the weights load and warm up. */
     /* Every connection is a descriptor: let the process have as many as the connection limit needs. */
     struct rlimit rl;
@@ -1023,11 +1053,21 @@ int cmd_serve(int argc, char **argv) {
         }
         usleep(10000);
     }
-    srv_watch_flush(sv.st); /* none should be left: the daemon must not stop with a connection suspended */
+    /* The daemon must not stop with a connection suspended: libmicrohttpd 0.9.75 aborts (MHD_PANIC) on one. A request
+     * may still be suspending (one begun before the drain whose body came in late, or any once the drain ran out of
+     * time), so: none suspends from now on (handle_encode answers it 503), those between their suspend and their
+     * watch are waited for, and every watch is fired (srv_watch_flush waits for the ones the notifier is firing), so
+     * each suspended connection has been resumed before the stop. */
+    pthread_mutex_lock(&sv.mu);
+    sv.closing = 1;
+    while (sv.suspending) pthread_cond_wait(&sv.cv, &sv.mu);
+    pthread_mutex_unlock(&sv.mu);
+    srv_watch_flush(sv.st);
     MHD_stop_daemon(d);
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
     srv_stop(sv.st);
     if (sv.paths) srv_root_close(&sv.root);
+    pthread_cond_destroy(&sv.cv);
     pthread_mutex_destroy(&sv.mu);
     fprintf(stderr, "qvl serve: stopped\n");
     return 0;

@@ -1,0 +1,111 @@
+/* test_serve_races.c — `qvl serve` where its threads meet, each a regression, against the server built with test
+ * hooks (qvl_serve_hooks, tests.cmake: srv_test_hold in serve.h holds a thread for seconds at a point where a window
+ * is otherwise microseconds wide; under ThreadSanitizer in a build without another sanitizer):
+ *   - the drain's end while a polling thread is between a request's suspend and its watch, or while the notifier
+ *     holds a watch it has taken and not yet resumed: the daemon was stopped with that connection suspended and
+ *     libmicrohttpd 0.9.75 aborted ("MHD_stop_daemon() called while we have suspended connections"); exit 0 now
+ * Every wait is bounded. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "qvl.h"
+#include "serve_client.h"
+#include "testutil.h"
+
+static char g_tmp[512], g_model[600], g_hooks[1024], g_bin[1024];
+
+/* The hooked server, with the hook `hook` holding its thread `ms` milliseconds, and extra options. */
+static pid_t start_hooked(const char *hook, const char *ms, char *const extra[], int n_extra) {
+    setenv("QVL_BIN", g_hooks, 1); /* start_server runs QVL_BIN */
+    setenv(hook, ms, 1);
+    const pid_t pid = start_server(g_tmp, g_model, extra, n_extra);
+    unsetenv(hook);
+    setenv("QVL_BIN", g_bin, 1);
+    return pid;
+}
+
+/* ---- the drain's end and suspended connections ----
+ * A drain out of time (--drain-timeout-s 0: the waiting requests are answered 503 at once, then 2 s more) ended
+ * with srv_watch_flush and MHD_stop_daemon while a request could still be suspended without a watch: its polling
+ * thread between MHD_suspend_connection and srv_watch_add (hold QVL_SERVE_TEST_SUSPEND_MS), or its watch taken off
+ * the list by the notifier and not yet resumed (hold QVL_SERVE_TEST_FIRE_MS). The polling thread, back in its loop,
+ * found the daemon stopping with a suspended connection: MHD_PANIC, abort (134). Now no request suspends once the
+ * drain's end has begun, the end waits for those between suspend and watch and for the notifier's watches in hand,
+ * and every watch is fired (the connection resumed) before the daemon stops: exit 0. The request is answered (503 or
+ * 200) or its connection closed. */
+static void drain_end_with(const char *hook, unsigned seed) {
+    char *extra[] = {"--drain-timeout-s", "0"};
+    const pid_t pid = start_hooked(hook, "3000", extra, 2);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    size_t n;
+    uint8_t *bmp = make_bmp(64, 64, seed, &n); /* new to the cache: encoded, not a hit */
+    const int fd = sock_connect();
+    CHECK(bmp && fd >= 0 && sock_post(fd, "/v1/encode", "image/bmp", bmp, n) == 0);
+    usleep(500000); /* its thread is held now: SIGTERM; the drain runs out of time 2 s later, within the hold */
+    const double t0 = tu_now();
+    const int rc = stop_server(pid);
+    const double dt = tu_now() - t0;
+    int complete = 0;
+    const int st = fd >= 0 ? sock_status(fd, &complete) : -1;
+    printf("drain's end, %s held: exit %d after %.1f s, the request answered %d\n", hook, rc, dt, st);
+    CHECK(rc == 0 && dt < 30);
+    CHECK(st == 0 || st == 200 || st == 503);
+    free(bmp);
+}
+
+int main(void) {
+#if !QVL_WITH_MEDIA
+    printf("test_serve_races: skipped (no image decoding in this build)\n");
+    return TU_SKIP;
+#endif
+    const char *bin = getenv("QVL_BIN"), *hooks = getenv("QVL_SERVE_HOOKS_BIN");
+    char cmd[4096];
+    if (!bin || !hooks) return TU_SKIP;
+    snprintf(g_bin, sizeof g_bin, "%s", bin);
+    snprintf(g_hooks, sizeof g_hooks, "%s", hooks);
+    snprintf(cmd, sizeof cmd, "'%s' serve --help >/dev/null 2>&1", g_hooks);
+    if (system(cmd) != 0) {
+        printf("test_serve_races: skipped (no server built with test hooks)\n");
+        return TU_SKIP;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    tu_tmpdir(g_tmp, sizeof g_tmp);
+    snprintf(g_model, sizeof g_model, "%s/m", g_tmp);
+    qvl_model *m = tu_synth_load(g_model, 7);
+    if (!m) return tu_finish("test_serve_races");
+    qvl_model_info mi;
+    qvl_model_get_info(m, &mi);
+    n_ds = mi.n_deepstack;
+    out_hidden = mi.out_hidden;
+    qvl_model_free(m);
+    /* A pixel budget of 256² (every item 256 patch rows), so that encodes are quick. */
+    {
+        char pc[700];
+        snprintf(pc, sizeof pc, "%s/preprocessor_config.json", g_model);
+        size_t n;
+        char *js = tu_read_file(pc, &n), *at = js ? strstr(js, "16777216") : NULL;
+        CHECK(at != NULL);
+        if (at) {
+            memcpy(at, "   65536", 8);
+            CHECK(tu_write_file(pc, js, n));
+        }
+        free(js);
+    }
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", g_key);
+
+    drain_end_with("QVL_SERVE_TEST_SUSPEND_MS", 9001);
+    drain_end_with("QVL_SERVE_TEST_FIRE_MS", 9002);
+
+    if (tu_failures) {
+        snprintf(cmd, sizeof cmd, "tail -30 '%s/server.log' >&2", g_tmp);
+        if (system(cmd)) {}
+    }
+    tu_rmtree(g_tmp);
+    return tu_finish("test_serve_races");
+}
