@@ -768,8 +768,9 @@ class Encoder:
                     if r is not None and r.ok and r.key:
                         try:
                             write_cache_entry(self.cache_dir, r, self.fingerprint)
-                        except OSError:
-                            pass  # the cache is an optimisation: a full disk or a read-only cache is no error
+                        except (OSError, ValueError, MemoryError):
+                            pass  # the cache is an optimisation: a full disk, a read-only cache, an output over an
+                            # entry's size (ValueError) or no memory for the entry is no error of the encode
         out = [r for r in results if r is not None]
         if raise_on_error:
             for r in out:

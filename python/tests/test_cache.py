@@ -316,3 +316,21 @@ def test_hit_keeps_the_item_kind(model_dir: str, tmp_path) -> None:
     assert "kind" not in qvl.read_cache_entry(root, miss.key).meta
     [old] = e.encode([clip])
     assert old.cached and old.kind == "cached"
+
+
+@pytest.mark.parametrize("exc", [ValueError("qvl_cache_put: a [1, 65536, 16384] F32 matrix exceeds an entry's bytes"),
+                                 MemoryError("qvl_cache_put: out of memory")])
+def test_failed_put_keeps_the_results(model_dir: str, tmp_path, monkeypatch: pytest.MonkeyPatch, exc) -> None:
+    """A put refused (an output over an entry's size: ValueError) or out of memory loses no result: the cache is an
+    optimisation (only OSError was caught, and the encode raised, its results lost)."""
+    import qvl.encoder as qenc
+
+    def refuse(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(qenc._cache, "put_entry", refuse)
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=tmp_path / "cache")
+    [r] = e.encode([PHOTO])
+    assert r.ok and not r.cached and r.embeds is not None
+    assert not os.path.exists(qcache.entry_path(tmp_path / "cache", r.key))
+
