@@ -63,7 +63,7 @@ def _raise(err: _lib.Error, what: str) -> None:
 
 def entry_path(root: str | os.PathLike, key: str) -> str:
     """Where the entry of `key` lives: root/objects/<key[:2]>/<key>.safetensors."""
-    return os.path.join(os.fspath(root), "objects", key[:2], key + ".safetensors")
+    return os.path.join(os.fsdecode(root), "objects", key[:2], key + ".safetensors")
 
 
 @dataclass
@@ -81,15 +81,16 @@ class CacheEntry:
 class Cache:
     """A libqvl cache handle on `root` (created with its directories and CACHEDIR.TAG if need be). ``max_bytes``:
     the size budget a put over it collects down to (0: unbounded); ``vllm_links``: also link
-    root/vllm-ec/<key>/encoder_cache.safetensors. Thread-safe; processes share a root through the files."""
+    root/vllm-ec/<key>/encoder_cache.safetensors. Thread-safe; processes share a root through the files. `root`
+    may be str, bytes or os.PathLike (``root`` holds it as str, os.fsdecode'd)."""
 
-    def __init__(self, root: str | os.PathLike, max_bytes: int = 0, vllm_links: bool = False) -> None:
-        self.root = os.fspath(root)
+    def __init__(self, root: str | bytes | os.PathLike, max_bytes: int = 0, vllm_links: bool = False) -> None:
+        self.root = os.fsdecode(root)
         p = _lib.init(_lib.CacheParams)
         p.max_bytes = max_bytes
         p.vllm_links = int(bool(vllm_links))
         h, err = ctypes.c_void_p(), _lib.Error()
-        if _lib.lib.qvl_cache_open(self.root.encode(), ctypes.byref(p), ctypes.byref(h), ctypes.byref(err)):
+        if _lib.lib.qvl_cache_open(os.fsencode(self.root), ctypes.byref(p), ctypes.byref(h), ctypes.byref(err)):
             _raise(err, "qvl_cache_open")
         self._h = h
 
@@ -178,10 +179,10 @@ class Cache:
             _raise(err, "qvl_cache_verify")
         return ok.value, bad.value
 
-    def export_vllm(self, directory: str | os.PathLike) -> int:
+    def export_vllm(self, directory: str | bytes | os.PathLike) -> int:
         """Link every entry as directory/<key>/encoder_cache.safetensors (vLLM's layout): the count."""
         n, err = ctypes.c_size_t(), _lib.Error()
-        if _lib.lib.qvl_cache_export_vllm(self._h, os.fspath(directory).encode(), ctypes.byref(n), ctypes.byref(err)):
+        if _lib.lib.qvl_cache_export_vllm(self._h, os.fsencode(directory), ctypes.byref(n), ctypes.byref(err)):
             _raise(err, "qvl_cache_export_vllm")
         return n.value
 
@@ -199,7 +200,7 @@ _handles_mu = threading.Lock()
 
 def _cache(root: str | os.PathLike) -> Cache:
     """This process's handle on root (a forked child opens its own)."""
-    k = (os.getpid(), os.path.abspath(os.fspath(root)))
+    k = (os.getpid(), os.path.abspath(os.fsdecode(root)))
     with _handles_mu:
         c = _handles.get(k)
         if c is None:

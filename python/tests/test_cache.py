@@ -334,3 +334,15 @@ def test_failed_put_keeps_the_results(model_dir: str, tmp_path, monkeypatch: pyt
     assert r.ok and not r.cached and r.embeds is not None
     assert not os.path.exists(qcache.entry_path(tmp_path / "cache", r.key))
 
+
+def test_cache_bytes_and_pathlike_roots(tmp_path) -> None:
+    """Cache takes a root (and an export directory) as str, bytes or os.PathLike, a name that is not UTF-8 too
+    (bytes raised AttributeError, such a str UnicodeEncodeError)."""
+    key = "ab" * 32
+    m = np.ones((2, 4), np.float32)
+    for root in (os.fsencode(tmp_path / "b"), tmp_path / "p", os.fsdecode(os.fsencode(tmp_path) + b"/n\xff")):
+        with qcache.Cache(root) as c:
+            c.put(key, m, "F32", (1, 2, 4), "fp")
+            assert c.get(key).data.tobytes() == m.tobytes() and os.path.isfile(qcache.entry_path(c.root, key))
+            ex = os.fsencode(root) + b".ex"
+            assert c.export_vllm(ex) == 1 and os.path.isfile(os.path.join(ex, key.encode(), b"encoder_cache.safetensors"))
