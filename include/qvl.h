@@ -869,9 +869,13 @@ typedef struct qvl_cache_params {
     uint64_t max_bytes; /* size budget of the entries' bytes; a put over it collects. 0 (default): unbounded */
     int vllm_links;     /* nonzero: put also links root/vllm-ec/<key>/encoder_cache.safetensors. Default 0 */
     int reserved0;      /* ignored: 1.0's tail padding here, so that a field appended later is one struct_size sees */
+    int existing;       /* nonzero: open only an existing cache (root/objects/ a directory) and create nothing there,
+                           for read-only queries; another directory is QVL_ERR_IO saying it is not a cache. Default 0 */
+    int reserved1;      /* ignored (padding) */
 } qvl_cache_params;
 QVL_API void qvl_cache_params_init(qvl_cache_params *p, size_t struct_size);
-/* Open a cache root, creating its directories and CACHEDIR.TAG; scans objects/ once for the bytes and entries. The
+/* Open a cache root, creating its directories and CACHEDIR.TAG (unless params->existing); scans objects/ once for the
+ * bytes and entries. The
  * root is resolved (realpath) here: the handle's paths, and export_vllm's symbolic links, are absolute. */
 QVL_API qvl_status qvl_cache_open(const char *root, const qvl_cache_params *params, qvl_cache **out, qvl_error *err);
 /* NULL is a no-op. */

@@ -69,6 +69,23 @@ touch "$T/file"
 expect 1 "export-vllm into a file" "$QVL" cache export-vllm "$C" "$T/file/ex"
 has "export failure: named" "$T/err" 'cannot create'
 if [[ ! -s $T/out ]]; then ok; else bad "export failure: stdout says $(cat "$T/out")"; fi
+# a directory that is not a cache: named as such, and nothing created in it (stat made objects/, tmp/, gc/,
+# vllm-ec/ and CACHEDIR.TAG in whatever it was pointed at)
+mkdir -p "$T/plain"
+echo x >"$T/plain/notes.txt"
+for sub in stat verify; do
+    expect 1 "$sub of a directory that is no cache" "$QVL" cache "$sub" "$T/plain"
+    has "$sub: not a cache" "$T/err" 'is not a qvl cache'
+done
+if [[ $(ls -A "$T/plain") == notes.txt ]]; then ok; else bad "created in a plain directory: $(ls -A "$T/plain" | tr '\n' ' ')"; fi
+# stat of a cache creates nothing either (here one without tmp/, gc/, vllm-ec/ or CACHEDIR.TAG)
+mkdir -p "$T/bare"
+fill "$T/bare"
+expect 0 "stat of a bare cache" "$QVL" cache stat "$T/bare"
+has "bare stat: entries" "$T/out" '^entries 2$'
+if [[ $(ls -A "$T/bare") == objects ]]; then ok; else bad "stat created $(ls -A "$T/bare" | tr '\n' ' ')"; fi
+expect 0 "gc of a bare cache" "$QVL" cache gc "$T/bare" --size 0
+has "bare gc: both evicted" "$T/out" '^evicted 2 entries'
 # usage errors
 expect 2 "no root" "$QVL" cache stat
 expect 2 "bad size" "$QVL" cache gc "$C" --size 1X

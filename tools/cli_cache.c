@@ -40,6 +40,7 @@ static const char cache_help[] =
     "  gc           evict least recently used entries down to SIZE (default: 90 %% of 10G)\n"
     "  verify       check every entry's checksum, deleting the corrupt ones (exit 1 if any)\n"
     "  export-vllm  DIR/<key>/encoder_cache.safetensors links, vLLM's shared-storage encoder-cache layout\n"
+    "ROOT must be a cache already (with its objects/ directory): no command creates one.\n"
     "SIZE: bytes, or with K, M, G, T (powers of 1024; KiB, MB, ... are the same).\n";
 
 int cmd_cache(int argc, char **argv) {
@@ -64,6 +65,7 @@ int cmd_cache(int argc, char **argv) {
     qvl_cache_params p;
     qvl_cache_params_init(&p, sizeof p);
     p.max_bytes = size;
+    p.existing = 1; /* a query of a cache: nothing is created, and a directory that is none is named as such */
     qvl_cache *c = NULL;
     qvl_error err;
     if (qvl_cache_open(root, &p, &c, &err) != QVL_OK) return cli_fail("%s", err.message);

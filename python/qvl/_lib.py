@@ -255,7 +255,8 @@ class SynthParams(Structure):
 
 
 class CacheParams(Structure):
-    _fields_ = [("struct_size", c_size_t), ("max_bytes", c_uint64), ("vllm_links", c_int), ("reserved0", c_int)]
+    _fields_ = [("struct_size", c_size_t), ("max_bytes", c_uint64), ("vllm_links", c_int), ("reserved0", c_int),
+                ("existing", c_int), ("reserved1", c_int)]
 
 
 # qvl_cache_entry.result

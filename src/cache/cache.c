@@ -302,7 +302,17 @@ qvl_status qvl_cache_open(const char *root, const qvl_cache_params *params, qvl_
     c->vllm_links = p.vllm_links != 0;
     static const char *const subs[] = {"objects", "tmp", "gc", "vllm-ec"};
     char d[PATH_MAX];
-    for (int i = 0; i < 4; i++) {
+    if (p.existing) { /* nothing created: a directory without objects/ is not a cache */
+        struct stat st;
+        snprintf(d, sizeof d, "%s/objects", root);
+        const int found = stat(d, &st) == 0;
+        if (!found || !S_ISDIR(st.st_mode)) {
+            const char *why = found ? "not a directory" : strerror(errno);
+            free(c);
+            return err_fail(err, QVL_ERR_IO, "%s is not a qvl cache (%s: %s)", root, d, why);
+        }
+    }
+    for (int i = 0; i < 4 && !p.existing; i++) {
         snprintf(d, sizeof d, "%s/%s", root, subs[i]);
         if (mkdir_p(d)) {
             int e = errno;
@@ -325,7 +335,7 @@ qvl_status qvl_cache_open(const char *root, const qvl_cache_params *params, qvl_
     snprintf(c->root, sizeof c->root, "%s", abs);
     free(abs);
     snprintf(d, sizeof d, "%s/CACHEDIR.TAG", c->root);
-    int fd = open(d, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = p.existing ? -1 : open(d, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd >= 0) {
         static const char tag[] = "Signature: 8a477f597d28d172789f06886806bc55\n# qvl embedding cache\n";
         if (write(fd, tag, sizeof tag - 1) < 0) { /* only a marker for backup tools */ }
@@ -718,6 +728,11 @@ qvl_status qvl_cache_gc(qvl_cache *c, uint64_t target, uint64_t *evicted_bytes, 
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/gc/lock", c->root);
     int lf = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (lf < 0 && errno == ENOENT) { /* gc/ not there (a handle opened `existing`, or a cleaned-out root) */
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s/gc", c->root);
+        if (mkdir_p(dir) == 0) lf = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    }
     if (lf < 0) return err_fail(err, QVL_ERR_IO, "cannot open %s: %s", p, strerror(errno));
     if (flock(lf, LOCK_EX | LOCK_NB)) {
         close(lf);

@@ -20,7 +20,7 @@ ENDS_WITH(qvl_decode_params, limits);
 ENDS_WITH(qvl_item, decode);
 ENDS_WITH(qvl_plan_params, limits);
 ENDS_WITH(qvl_synth_params, deepstack_index);
-ENDS_WITH(qvl_cache_params, reserved0);
+ENDS_WITH(qvl_cache_params, reserved1);
 
 void params_init(void *dst, size_t dst_size, const void *full, size_t full_size) {
     if (!dst || dst_size < sizeof(size_t)) return;
