@@ -4,6 +4,7 @@ embeddings out, written by the library straight into arrays allocated here."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import io
 import os
@@ -524,6 +525,11 @@ class Encoder:
         self.precision = "f32"  # what the loaded model computes in: set below
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
         self._lock = threading.Lock()
+        # calls made outside _lock (key, fingerprint, info, cancel: they may run while an encode does) count
+        # themselves here, and close() waits for them before it frees the handles they use
+        self._calls = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
         self._model = ctypes.c_void_p()
         self._ctx = ctypes.c_void_p()
         err = _lib.Error()
@@ -554,8 +560,13 @@ class Encoder:
 
     # lifecycle
     def close(self) -> None:
-        """Free the context and the weights (also done when the Encoder is collected)."""
+        """Free the context and the weights (also done when the Encoder is collected), once the encode and the
+        calls other threads have in flight are done; calls after it raise QvlError (cancel() does nothing)."""
         with self._lock:
+            with self._calls:
+                self._closed = True
+                while self._in_flight:
+                    self._calls.wait()
             if self._ctx:
                 lib.qvl_ctx_free(self._ctx)
                 self._ctx = ctypes.c_void_p()
@@ -579,14 +590,29 @@ class Encoder:
         if not self._ctx:
             raise QvlError(_lib.ERR_INVALID_ARG, "the Encoder is closed")
 
+    @contextlib.contextmanager
+    def _using(self) -> Any:
+        """The handles held for one call outside _lock: close() waits for it to end; a closed Encoder raises."""
+        with self._calls:
+            if self._closed or not self._ctx:
+                raise QvlError(_lib.ERR_INVALID_ARG, "the Encoder is closed")
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._calls:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._calls.notify_all()
+
     @property
     def fingerprint(self) -> str:
         """The weights' content fingerprint (32 hex digits, computed by the load)."""
         if self._fingerprint is None:
-            self._live()
             err = _lib.Error()
             hexbuf = ctypes.create_string_buffer(33)
-            _check(lib.qvl_model_fingerprint(self._model, None, hexbuf, ctypes.byref(err)), err)
+            with self._using():
+                _check(lib.qvl_model_fingerprint(self._model, None, hexbuf, ctypes.byref(err)), err)
             self._fingerprint = hexbuf.value.decode()
         return self._fingerprint
 
@@ -594,6 +620,8 @@ class Encoder:
     def info(self) -> EncoderInfo:
         """Dimensions, fingerprint and kernel set."""
         mi = self._mi
+        with self._using():
+            threads = lib.qvl_ctx_threads(self._ctx)
         return EncoderInfo(
             model_type=mi.model_type.decode(), depth=mi.depth, hidden=mi.hidden, heads=mi.heads,
             out_hidden=mi.out_hidden, n_deepstack=mi.n_deepstack,
@@ -601,13 +629,16 @@ class Encoder:
             temporal_patch=mi.temporal_patch, merge=mi.merge, row_len=mi.row_len,
             weight_dtype={0: "f32", 1: "f16", 2: "bf16"}.get(mi.weight_dtype, "?"), n_params=int(mi.n_params),
             fingerprint=self.fingerprint, kernels=mi.backend.decode() or lib.qvl_isa_name(mi.isa).decode(),
-            threads=lib.qvl_ctx_threads(self._ctx), precision=self.precision, version=version())
+            threads=threads, precision=self.precision, version=version())
 
     def cancel(self) -> None:
         """Cancel the encode running now (from any thread): its remaining items fail with status cancelled.
-        The next encode call clears the flag."""
-        if self._ctx:
-            lib.qvl_ctx_cancel(self._ctx)
+        The next encode call clears the flag. Does nothing once the Encoder is closed."""
+        try:
+            with self._using():
+                lib.qvl_ctx_cancel(self._ctx)
+        except QvlError:
+            pass  # closed
 
     # plans
     def _plan_params(self, dtype: str, layout: str, deepstack: bool, preprocess: Mapping[str, Any] | None,
@@ -637,7 +668,8 @@ class Encoder:
         keep: list[Any] = []
         items = _items([item], keep)
         pl = self._plan_params(dtype, layout, deepstack, preprocess, keep)
-        return self._key(items, 0, pl)
+        with self._using():
+            return self._key(items, 0, pl)
 
     def _key(self, items: ctypes.Array, i: int, pl: _lib.PlanParams) -> str:
         err = _lib.Error()

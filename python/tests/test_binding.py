@@ -428,3 +428,67 @@ def test_precision_bf16(model_dir: str, enc: qvl.Encoder) -> None:
         assert "AMX" in e3.message and e3.status == _lib.ERR_UNSUPPORTED
     else:
         assert a.info.kernels == "amx" and a.precision == "bf16"
+
+
+def _hold_native_call(monkeypatch: pytest.MonkeyPatch, name: str, free: str) -> tuple[threading.Event, threading.Event]:
+    """Make libqvl's `name` wait, once entered, until released; a handle freed meanwhile (by `free`) is not
+    touched: the call fails instead of using freed memory."""
+    entered, release, freed = threading.Event(), threading.Event(), threading.Event()
+    real, real_free = getattr(_lib.lib, name), getattr(_lib.lib, free)
+
+    def held(*args):
+        entered.set()
+        release.wait(10)
+        return _lib.ERR_INVALID_ARG if freed.is_set() else real(*args)
+
+    def freeing(*args):
+        freed.set()
+        return real_free(*args)
+
+    monkeypatch.setattr(_lib.lib, name, held)
+    monkeypatch.setattr(_lib.lib, free, freeing)
+    return entered, release
+
+
+def _close_during(call, close, entered: threading.Event, release: threading.Event) -> tuple[bool, dict]:
+    """Run call() on a thread, close() on another once call is inside the library: whether close waited for it."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert entered.wait(10)
+    c = threading.Thread(target=close)
+    c.start()
+    c.join(0.3)
+    waited = c.is_alive()
+    release.set()
+    t.join(10)
+    c.join(10)
+    return waited, out
+
+
+def test_close_waits_for_calls_in_flight(model_dir: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Encoder.close() and Cache.close() wait for a native call another thread has in flight (ctypes releases the
+    GIL), then refuse new ones: they freed the handle under the call (key(), fingerprint, info, cancel(); every
+    Cache method)."""
+    e = qvl.Encoder(model_dir, threads=1)
+    entered, release = _hold_native_call(monkeypatch, "qvl_item_key", "qvl_ctx_free")
+    waited, out = _close_during(lambda: e.key(PHOTO), e.close, entered, release)
+    assert waited and out.get("value") == ROCKET_KEY_TINY1, out
+    with pytest.raises(qvl.QvlError, match="closed"):
+        e.key(PHOTO)
+    e.cancel()  # a no-op once closed
+    c = qvl.cache.Cache(tmp_path / "c")
+    key = "cd" * 32
+    c.put(key, np.ones((2, 4), np.float32), "F32", (1, 2, 4), "fp")
+    entered, release = _hold_native_call(monkeypatch, "qvl_cache_get_sized", "qvl_cache_close")
+    waited, out = _close_during(lambda: c.get(key), c.close, entered, release)
+    assert waited and out.get("value") is not None and out["value"].grid_thw == (1, 2, 4), out
+    with pytest.raises(ValueError, match="closed"):
+        c.get(key)
