@@ -4,6 +4,8 @@
  *   - the drain's end while a polling thread is between a request's suspend and its watch, or while the notifier
  *     holds a watch it has taken and not yet resumed: the daemon was stopped with that connection suspended and
  *     libmicrohttpd 0.9.75 aborted ("MHD_stop_daemon() called while we have suspended connections"); exit 0 now
+ *   - a request for an item identical to one in a batch being cancelled (its only request's deadline passed) joined
+ *     that job and was answered 503 "cancelled" well inside its own deadline; it is encoded anew now: 200
  * Every wait is bounded. */
 #include <signal.h>
 #include <stdio.h>
@@ -59,6 +61,35 @@ static void drain_end_with(const char *hook, unsigned seed) {
     free(bmp);
 }
 
+/* ---- single flight and a cancelled batch ----
+ * A batch is cancelled between blocks once none of its items has a request still waiting within its deadline
+ * (batch_cancel). A request for the same item arriving after that decision and before the batch unwound found the job
+ * in the flight table, joined it, and got its 503 "encode cancelled" within its own deadline. Each poll of the cancel
+ * is followed by a block held QVL_SERVE_TEST_BLOCK_MS (800 ms): request A (deadline 400 ms) is polled live before the
+ * first block, found gone at the second poll (the cancel decided, 0.8 s into the batch), and the batch unwinds 0.8 s
+ * later; request B for the same image, its deadline 60 s, arrives 1.2 s in: 200 now, and A is 503 for its deadline. */
+static void join_cancelled_batch(void) {
+    const pid_t pid = start_hooked("QVL_SERVE_TEST_BLOCK_MS", "800", NULL, 0);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    size_t n;
+    uint8_t *bmp = make_bmp(64, 64, 9100, &n);
+    const int fa = sock_connect();
+    CHECK(bmp && fa >= 0 && sock_post(fa, "/v1/encode?timeout_ms=400", "image/bmp", bmp, n) == 0);
+    usleep(1200000);
+    resp b;
+    CHECK(post("/v1/encode?timeout_ms=60000", "image/bmp", bmp, n, &b) == 0);
+    int complete = 0;
+    const int sa = fa >= 0 ? sock_status(fa, &complete) : -1;
+    printf("a request joining a cancelled batch: answered %d (%.*s), the request whose deadline passed %d\n", b.status,
+           b.status == 200 ? 0 : (int)b.len, b.body ? (const char *)b.body : "", sa);
+    CHECK(b.status == 200);
+    CHECK(sa == 503);
+    resp_free(&b);
+    free(bmp);
+    CHECK(stop_server(pid) == 0);
+}
+
 int main(void) {
 #if !QVL_WITH_MEDIA
     printf("test_serve_races: skipped (no image decoding in this build)\n");
@@ -101,6 +132,7 @@ int main(void) {
 
     drain_end_with("QVL_SERVE_TEST_SUSPEND_MS", 9001);
     drain_end_with("QVL_SERVE_TEST_FIRE_MS", 9002);
+    join_cancelled_batch();
 
     if (tu_failures) {
         snprintf(cmd, sizeof cmd, "tail -30 '%s/server.log' >&2", g_tmp);

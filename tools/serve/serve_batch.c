@@ -256,14 +256,18 @@ typedef struct batch {
     size_t n;
 } batch;
 
-/* Polled by the encode before each block: cancel when no job of the batch has a live waiter. */
+/* Polled by the encode before each block: cancel when no job of the batch has a live waiter. The jobs of a batch
+ * cancelled leave the flight table at once, under the lock a join takes: a request for one of its items arriving
+ * before the batch has unwound queues that item anew rather than joining a job about to fail with 503 "cancelled". */
 static int batch_cancel(void *user) {
     batch *b = user;
     double now = srv_now();
     int live = 0;
     pthread_mutex_lock(&b->s->mu);
     for (size_t i = 0; i < b->n && !live; i++) live = b->jobs[i]->refs > 1 && now <= b->jobs[i]->deadline;
+    for (size_t i = 0; i < b->n && !live; i++) flight_remove(b->s, b->jobs[i]); /* job_done's then finds none */
     pthread_mutex_unlock(&b->s->mu);
+    srv_test_hold("QVL_SERVE_TEST_BLOCK_MS"); /* the block (or the unwinding) that follows, slow */
     return !live;
 }
 
