@@ -365,10 +365,17 @@ def _items(objs: Sequence[Any], keep: list[Any], row_len: int = 0,
     return arr
 
 
+# The most bytes of a path item read ahead into memory (_pin_paths): every image there is and short clips; a longer
+# video stays a path that FFmpeg reads in pieces (checked by its key after the encode instead), so that an encode of
+# many long videos does not hold each whole file (up to the library's 2 GiB max_input_bytes) for the call.
+_READ_AHEAD_BYTES = 64 << 20
+
+
 def _max_input_bytes() -> int:
-    """The library's default max_input_bytes (qvl_limits): the most bytes of one ENCODED item, which the plans of an
-    Encoder (it sets no limits of its own) apply."""
-    return int(_lib.init(_lib.Limits).max_input_bytes)
+    """The most bytes of a path item read ahead: _READ_AHEAD_BYTES, or the library's default max_input_bytes
+    (qvl_limits: the most of one ENCODED item, which the plans of an Encoder, setting no limits of their own, apply)
+    where that is less."""
+    return min(_READ_AHEAD_BYTES, int(_lib.init(_lib.Limits).max_input_bytes))
 
 
 def _read_path(obj: Any, limit: int) -> bytes | None:
@@ -505,7 +512,7 @@ class Encoder:
     ``qvl serve`` and ``qvl encode --cache`` share (:mod:`qvl.cache`; the key names the dtype, layout, DeepStack
     choice and precision, so an entry is a hit only for the same output; a hit's Result has cached=True and the
     kind its entry records, or "cached" for an entry that records none: written by qvl 1.0 or without a kind). Wherever a key is computed (``keys=True`` or a cache), a path item's file is read once and keyed
-    and encoded as those bytes; a directory of frames or a video over max_input_bytes is left to the library and
+    and encoded as those bytes; a directory of frames or a file over 64 MiB (a long video) is left to the library and
     keeps its key only if it is unchanged after the encode.
     ``preprocess`` overrides the model directory's preprocessing for every item (min_pixels, max_pixels,
     resize="torchvision"|"pil"|"pil-legacy", size_h/size_w, image_mean/image_std, video fps as video_fps,

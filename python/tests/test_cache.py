@@ -288,6 +288,28 @@ def test_frames_dir_changed_during_encode_is_not_cached(model_dir: str, tmp_path
     assert qvl.read_cache_entry(root, again.key).data.tobytes() == again.embeds.tobytes()
 
 
+def test_file_over_read_ahead_stays_a_path(model_dir: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file over the read-ahead bound (64 MiB: a long video) is not held in memory for the call: it stays a path
+    the library reads, keyed and cached when it did not change during the encode, unkeyed when it did."""
+    import qvl.encoder as qenc
+
+    monkeypatch.setattr(qenc, "_READ_AHEAD_BYTES", 1024)  # both photographs are larger
+    assert qenc._max_input_bytes() == 1024
+    root = tmp_path / "cache"
+    item, other = tmp_path / "item", tmp_path / "other"
+    shutil.copy(OTHER, item)
+    shutil.copy(PHOTO, other)
+    e = qvl.Encoder(model_dir, threads=1, cache_dir=root)
+    [r] = e.encode([str(item)])
+    assert r.ok and r.kind == "image" and r.key == e.key(OTHER) and not r.cached
+    assert qvl.read_cache_entry(root, r.key).data.tobytes() == r.embeds.tobytes()
+    e2 = qvl.Encoder(model_dir, threads=1, cache_dir=tmp_path / "cache2")
+    _swap_after_first_key(monkeypatch, e2, lambda: os.replace(other, item))
+    [s] = e2.encode([str(item)])
+    assert s.ok and s.key is None  # changed between its key and its encode: not cached under either key
+    assert not os.path.exists(qcache.entry_path(tmp_path / "cache2", r.key))
+
+
 def test_hit_keeps_the_item_kind(model_dir: str, tmp_path) -> None:
     """A hit has the kind its entry records: a video of two frames (grid t 1) is a video on a hit as on a miss (a hit
     was kind "cached", and to_vllm took it for an image by its grid). An entry without a kind (qvl 1.0, or a put
