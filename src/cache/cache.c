@@ -44,6 +44,8 @@ struct qvl_cache {
     pthread_mutex_t mu;
     uint64_t tmp_seq; /* under mu: unique temporary names within the process */
     qvl_cache_stats st; /* under mu */
+    void (*evict_hook)(const char *path, void *arg); /* tests only (cache_set_evict_hook) */
+    void *evict_hook_arg;
 };
 
 int cache_is_key(const char *s) {
@@ -711,12 +713,9 @@ qvl_status qvl_cache_put_kind(qvl_cache *c, const char *key, const char *kind, q
 
 /* ---- collection, verification, export ---- */
 
-static void (*evict_hook)(const char *path, void *arg);
-static void *evict_hook_arg;
-
-void cache_set_evict_hook(void (*hook)(const char *path, void *arg), void *arg) {
-    evict_hook = hook;
-    evict_hook_arg = arg;
+void cache_set_evict_hook(qvl_cache *c, void (*hook)(const char *path, void *arg), void *arg) {
+    c->evict_hook = hook;
+    c->evict_hook_arg = arg;
 }
 
 qvl_status qvl_cache_gc(qvl_cache *c, uint64_t target, uint64_t *evicted_bytes, size_t *evicted_entries,
@@ -764,7 +763,7 @@ qvl_status qvl_cache_gc(qvl_cache *c, uint64_t target, uint64_t *evicted_bytes, 
         if (st.st_mtim.tv_sec != v[i].mtime.tv_sec || st.st_mtim.tv_nsec != v[i].mtime.tv_nsec ||
             st.st_dev != v[i].dev || st.st_ino != v[i].ino)
             continue;
-        if (evict_hook) evict_hook(p, evict_hook_arg);
+        if (c->evict_hook) c->evict_hook(p, c->evict_hook_arg);
         char key[65];
         snprintf(key, sizeof key, "%.64s", v[i].name + 3);
         /* by rename and a check of the inode, not unlink(name): a put may rename its entry into place after the

@@ -19,8 +19,8 @@ int cache_is_key(const char *s);
  * otherwise QVL_ERR_FORMAT with a message naming what is wrong, and *e unspecified. */
 qvl_status cache_entry_parse(const uint8_t *file, size_t len, const char *key, qvl_cache_entry *e, qvl_error *err);
 
-/* Test hook: called by a collection with each victim's path after its last check and just before it is removed
- * (NULL: none, the default). Process-wide; set it while no collection runs. */
-void cache_set_evict_hook(void (*hook)(const char *path, void *arg), void *arg);
+/* Test hook: called by a collection on c with each victim's path after its last check and just before it is
+ * removed (NULL: none, the default). Set it while no collection runs on c. */
+void cache_set_evict_hook(qvl_cache *c, void (*hook)(const char *path, void *arg), void *arg);
 
 #endif

@@ -184,12 +184,12 @@ static void race_put(const char *tmp) {
     CHECK(c != NULL);
     if (!c) return;
     CHECK(put(c, 6000, 8) == 0);
-    cache_set_evict_hook(put_in_window, c);
+    cache_set_evict_hook(c, put_in_window, c);
     uint64_t evb = 1;
     size_t evn = 1;
     qvl_error err;
     CHECK(qvl_cache_gc(c, 1, &evb, &evn, &err) == QVL_OK);
-    cache_set_evict_hook(NULL, NULL);
+    cache_set_evict_hook(c, NULL, NULL);
     CHECK(evn == 0 && evb == 0);
     CHECK(check(c, 6000) == 1); /* the entry the put renamed into place, 16 rows */
     char key[65];
