@@ -490,6 +490,9 @@ int main(void) {
         resp_free(&r);
     }
     CHECK(post("/v1/encode", "image/png", "not a png at all", 16, &r) == 0 && err_is(&r, 422, "undecodable_item"));
+    /* the item named once, by its index in the request, then the library's message ("item 0: item: ..." before) */
+    printf("an undecodable item: %.*s\n", (int)r.len, r.body ? (const char *)r.body : "");
+    CHECK(body_names(&r, "\"item 0: ") && !(r.body && strstr((const char *)r.body, "item 0: item")));
     resp_free(&r);
     {
         /* one bad item names its index; the good one in the same request is not encoded for nothing */

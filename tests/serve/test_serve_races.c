@@ -6,6 +6,8 @@
  *     libmicrohttpd 0.9.75 aborted ("MHD_stop_daemon() called while we have suspended connections"); exit 0 now
  *   - a request for an item identical to one in a batch being cancelled (its only request's deadline passed) joined
  *     that job and was answered 503 "cancelled" well inside its own deadline; it is encoded anew now: 200
+ *   - a cancelled item's 503 answered with its results (done before the notifier looked at its request) said
+ *     "item 0: item 0: encode cancelled ..."; the item is named once now
  * Every wait is bounded. */
 #include <signal.h>
 #include <stdio.h>
@@ -21,14 +23,22 @@
 
 static char g_tmp[512], g_model[600], g_hooks[1024], g_bin[1024];
 
-/* The hooked server, with the hook `hook` holding its thread `ms` milliseconds, and extra options. */
-static pid_t start_hooked(const char *hook, const char *ms, char *const extra[], int n_extra) {
+/* The hooked server, with the hook `hook` holding its thread `ms` milliseconds (and `hook2` `ms2`, when not NULL), and
+ * extra options. */
+static pid_t start_hooked2(const char *hook, const char *ms, const char *hook2, const char *ms2, char *const extra[],
+                           int n_extra) {
     setenv("QVL_BIN", g_hooks, 1); /* start_server runs QVL_BIN */
     setenv(hook, ms, 1);
+    if (hook2) setenv(hook2, ms2, 1);
     const pid_t pid = start_server(g_tmp, g_model, extra, n_extra);
     unsetenv(hook);
+    if (hook2) unsetenv(hook2);
     setenv("QVL_BIN", g_bin, 1);
     return pid;
+}
+
+static pid_t start_hooked(const char *hook, const char *ms, char *const extra[], int n_extra) {
+    return start_hooked2(hook, ms, NULL, NULL, extra, n_extra);
 }
 
 /* ---- the drain's end and suspended connections ----
@@ -90,6 +100,41 @@ static void join_cancelled_batch(void) {
     CHECK(stop_server(pid) == 0);
 }
 
+/* ---- an item's message ----
+ * A request whose item failed is answered with that item's message after "item N: " (results_of); the library's own
+ * message of an item in a batch began with its label, "item K: " (K its index in the batch), so a cancelled item read
+ * "item 0: item 0: encode cancelled before block 1 of 4". To get there the batch must be cancelled (its request's
+ * deadline passed) and done before the notifier looks at the request, which then has all its items done and is
+ * answered with their results rather than as out of time: the notifier is held QVL_SERVE_TEST_FIRE_MS (2.5 s) firing
+ * the watch of request D (deadline 1 ms) while request A (deadline 400 ms) is cancelled, each block held
+ * QVL_SERVE_TEST_BLOCK_MS (600 ms): A's batch is found dead at its second poll, 0.6 s in, and done 0.6 s later. */
+static void cancelled_message(void) {
+    const pid_t pid = start_hooked2("QVL_SERVE_TEST_BLOCK_MS", "600", "QVL_SERVE_TEST_FIRE_MS", "2500", NULL, 0);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    size_t na, nd;
+    uint8_t *a = make_bmp(64, 64, 9200, &na), *d = make_bmp(64, 64, 9201, &nd);
+    const int fa = sock_connect();
+    CHECK(a && fa >= 0 && sock_post(fa, "/v1/encode?timeout_ms=400", "image/bmp", a, na) == 0);
+    usleep(100000);
+    const int fd = sock_connect();
+    CHECK(d && fd >= 0 && sock_post(fd, "/v1/encode?timeout_ms=1", "image/bmp", d, nd) == 0);
+    resp r;
+    memset(&r, 0, sizeof r);
+    if (fa >= 0) sock_answer(fa, &r);
+    int complete = 0;
+    const int sd = fd >= 0 ? sock_status(fd, &complete) : -1;
+    printf("a cancelled item answered %d: %.*s (the other request %d)\n", r.status, (int)r.len,
+           r.body ? (const char *)r.body : "", sd);
+    CHECK(r.status == 503 && sd == 503);
+    CHECK(r.body && strstr((const char *)r.body, "\"item 0: encode cancelled before ") != NULL);
+    CHECK(r.body && strstr((const char *)r.body, "item 0: item") == NULL);
+    resp_free(&r);
+    free(a);
+    free(d);
+    CHECK(stop_server(pid) == 0);
+}
+
 int main(void) {
 #if !QVL_WITH_MEDIA
     printf("test_serve_races: skipped (no image decoding in this build)\n");
@@ -133,6 +178,7 @@ int main(void) {
     drain_end_with("QVL_SERVE_TEST_SUSPEND_MS", 9001);
     drain_end_with("QVL_SERVE_TEST_FIRE_MS", 9002);
     join_cancelled_batch();
+    cancelled_message();
 
     if (tu_failures) {
         snprintf(cmd, sizeof cmd, "tail -30 '%s/server.log' >&2", g_tmp);

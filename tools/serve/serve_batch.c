@@ -147,6 +147,13 @@ static void job_done(srv_state *s, srv_job *j, int http, const char *msg, int ke
     if (!keep) job_unref(s, j);
 }
 
+/* The library's message of an item without the label it begins with ("item: "): the HTTP layer names the item by its
+ * index in the request (results_of: "item N: "), which is not its index in a batch. */
+static const char *unlabeled(const char *msg) {
+    static const char label[] = "item: ";
+    return strncmp(msg, label, sizeof label - 1) == 0 ? msg + sizeof label - 1 : msg;
+}
+
 /* The plan params of an output spec, over the server's resolved preprocessing and limits (the preprocessing plans
  * have no ctx: without pl->limits they would get the library's defaults, not the server's). */
 static void plan_params(const srv_state *s, const srv_opts *spec, qvl_plan_params *pl) {
@@ -168,7 +175,7 @@ static void prep_one(srv_state *s, srv_job *j) {
     it.kind = QVL_ITEM_ENCODED;
     it.data = j->data;
     it.size = j->size;
-    it.label = "item";
+    it.label = "item"; /* dropped from its messages (unlabeled) */
     qvl_plan_params pl;
     plan_params(s, &j->spec, &pl);
     qvl_plan *plan = NULL;
@@ -179,12 +186,12 @@ static void prep_one(srv_state *s, srv_job *j) {
     char msg[512] = "";
     if (qvl_plan_create(NULL, &it, 1, &pl, &plan, &err) != QVL_OK) {
         http = srv_http_of_status(err.status);
-        snprintf(msg, sizeof msg, "%s", err.message);
+        snprintf(msg, sizeof msg, "%s", unlabeled(err.message));
     } else {
         qvl_plan_item(plan, 0, &info);
         if (info.status != QVL_OK) {
             http = srv_http_of_status(info.status);
-            snprintf(msg, sizeof msg, "%s", info.message);
+            snprintf(msg, sizeof msg, "%s", unlabeled(info.message));
         } /* over a limit (pixels, frames, patches: cfg.qlim) the plan failed the item before decoding it */
     }
     if (http == 503) http = 500;
@@ -286,6 +293,7 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
     for (size_t i = 0; http_all == 200 && i < n; i++) {
         qvl_item_default(&items[i]);
         items[i].kind = QVL_ITEM_ROWS;
+        items[i].label = "item"; /* not "item <index in the batch>": dropped from its messages (unlabeled) */
         items[i].rows = jobs[i]->rows;
         items[i].grid = jobs[i]->grid;
         outs[i] = malloc(jobs[i]->out_bytes ? jobs[i]->out_bytes : 1);
@@ -331,7 +339,7 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
             qvl_plan_item(plan, i, &info);
             if (info.status != QVL_OK) {
                 http = info.status == QVL_ERR_CANCELLED ? 503 : srv_http_of_status(info.status);
-                m = info.message; /* a 503 is counted per request, by the HTTP layer */
+                m = unlabeled(info.message); /* a 503 is counted per request, by the HTTP layer */
             }
         }
         if (!ok) http = 500, m = "out of memory";

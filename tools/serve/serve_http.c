@@ -211,7 +211,8 @@ static int parse_request(server *sv, struct MHD_Connection *c, conn_ctx *cc, srv
     return 0;
 }
 
-/* The results of a request whose items are done; 0, or -1 with e set (the first failed item's status). */
+/* The results of a request whose items are done; 0, or -1 with e set (the first failed item's status, and its message
+ * after "item N: ", N its index in the request: a job's message names no item). */
 static int results_of(conn_ctx *cc, srv_err *e) {
     for (size_t i = 0; i < cc->req.n; i++) {
         srv_result_of(cc->jobs[i], &cc->res[i]);
