@@ -135,6 +135,106 @@ static void cancelled_message(void) {
     CHECK(stop_server(pid) == 0);
 }
 
+/* ---- cache writes off the batcher ----
+ * A result's cache write (qvl_cache_put: write, hash, rename, and any collection it sets off; 0.26 s for a 64 MiB
+ * entry on the development VM) ran on the batcher thread after its batch, so the next batch waited for it. Each write
+ * is held QVL_SERVE_TEST_PUT_MS (4 s) now: request A is answered before its write, request B for another image,
+ * sent at once with a 2.5 s deadline, was answered 503 when its deadline passed during A's write; now the writer
+ * thread holds A's write and B is encoded meanwhile: 200 well within its deadline. With --max-cache-writes 1, B's
+ * write is skipped (A's holds the one place) and counted; A asked again during its write is answered from its result
+ * in memory (a join: no second encode, X-Qvl-Cache miss), and from the cache once the write has landed. */
+static void put_off_batcher(void) {
+    char *extra[] = {"--max-cache-writes", "1"};
+    const pid_t pid = start_hooked("QVL_SERVE_TEST_PUT_MS", "4000", extra, 2);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    size_t na, nb;
+    uint8_t *a = make_bmp(64, 64, 9300, &na), *b = make_bmp(64, 64, 9301, &nb);
+    resp ra, rb;
+    char key[80] = "", v[32];
+    CHECK(post("/v1/encode", "image/bmp", a, na, &ra) == 0 && ra.status == 200 && header(&ra, "X-Qvl-Key", key, sizeof key));
+    const double t0 = tu_now();
+    CHECK(post("/v1/encode?timeout_ms=2500", "image/bmp", b, nb, &rb) == 0);
+    const double dt = tu_now() - t0;
+    printf("a request sent while another's cache write is held 4 s: answered %d after %.2f s\n", rb.status, dt);
+    CHECK(rb.status == 200 && dt < 2.0);
+    const long encoded = metric_of("qvl_items_encoded_total");
+    resp r;
+    CHECK(post("/v1/encode", "image/bmp", a, na, &r) == 0 && r.status == 200);
+    CHECK(r.status == 200 && r.len == ra.len && !memcmp(r.body, ra.body, r.len)); /* the same answer */
+    CHECK(header(&r, "X-Qvl-Cache", v, sizeof v) && !strcmp(v, "miss"));
+    resp_free(&r);
+    const long skipped = metric_of("qvl_cache_puts_skipped_total{reason=\"queue_full\"}");
+    printf("during the write: items encoded %ld (then %ld), writes skipped %ld\n", metric_of("qvl_items_encoded_total"),
+           encoded, skipped);
+    CHECK(encoded == 2 && metric_of("qvl_items_encoded_total") == 2 && skipped == 1);
+    char path[200];
+    snprintf(path, sizeof path, "/v1/cache/%s", key);
+    int landed = 0;
+    for (int i = 0; i < 200 && !landed; i++) { /* 20 s at most */
+        CHECK(http("HEAD", path, auth, NULL, 0, &r) == 0);
+        landed = r.status == 200;
+        resp_free(&r);
+        if (!landed) usleep(100000);
+    }
+    CHECK(landed);
+    CHECK(post("/v1/encode", "image/bmp", a, na, &r) == 0 && r.status == 200);
+    CHECK(header(&r, "X-Qvl-Cache", v, sizeof v) && !strcmp(v, "hit"));
+    resp_free(&r);
+    resp_free(&ra);
+    resp_free(&rb);
+    free(a);
+    free(b);
+    CHECK(stop_server(pid) == 0);
+}
+
+/* An entry of the test's cache (tmp/cache) exists for key. */
+static int cached(const char *key) {
+    char root[600];
+    snprintf(root, sizeof root, "%s/cache", g_tmp);
+    qvl_cache *c = NULL;
+    qvl_cache_params p;
+    qvl_cache_params_init(&p, sizeof p);
+    p.existing = 1;
+    if (qvl_cache_open(root, &p, &c, NULL) != QVL_OK) return 0;
+    const int e = qvl_cache_exists(c, key, NULL);
+    qvl_cache_close(c);
+    return e;
+}
+
+/* A drain finishes the cache writes queued within --drain-timeout-s, then abandons the rest (a write begun
+ * completes): two results, each write held `hold_ms`, then SIGTERM; the first is written either way, the second
+ * only when the drain has time for it. */
+static void drain_puts(const char *hold_ms, const char *drain_s, unsigned seed, int second_written) {
+    char *extra[] = {"--drain-timeout-s", (char *)drain_s};
+    const pid_t pid = start_hooked("QVL_SERVE_TEST_PUT_MS", hold_ms, extra, 2);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    char keys[2][80] = {"", ""};
+    for (int i = 0; i < 2; i++) {
+        size_t n;
+        uint8_t *img = make_bmp(64, 64, seed + (unsigned)i, &n);
+        resp r;
+        CHECK(post("/v1/encode", "image/bmp", img, n, &r) == 0 && r.status == 200 &&
+              header(&r, "X-Qvl-Key", keys[i], sizeof keys[i]));
+        resp_free(&r);
+        free(img);
+    }
+    const double t0 = tu_now();
+    const int rc = stop_server(pid);
+    const double dt = tu_now() - t0;
+    const int c0 = cached(keys[0]), c1 = cached(keys[1]);
+    printf("drain with writes held %s ms, --drain-timeout-s %s: exit %d after %.1f s, entries written %d %d\n",
+           hold_ms, drain_s, rc, dt, c0, c1);
+    CHECK(rc == 0 && dt < 20);
+    CHECK(c0 && c1 == second_written);
+    if (!second_written) {
+        char cmd[800];
+        snprintf(cmd, sizeof cmd, "grep -q '1 cache write abandoned' '%s/server.log'", g_tmp);
+        CHECK(system(cmd) == 0);
+    }
+}
+
 int main(void) {
 #if !QVL_WITH_MEDIA
     printf("test_serve_races: skipped (no image decoding in this build)\n");
@@ -179,6 +279,9 @@ int main(void) {
     drain_end_with("QVL_SERVE_TEST_FIRE_MS", 9002);
     join_cancelled_batch();
     cancelled_message();
+    put_off_batcher();
+    drain_puts("1500", "30", 9400, 1);
+    drain_puts("3000", "1", 9410, 0);
 
     if (tu_failures) {
         snprintf(cmd, sizeof cmd, "tail -30 '%s/server.log' >&2", g_tmp);

@@ -54,6 +54,8 @@ typedef struct srv_limits {
     int max_wait_us;           /* idle wait for more items when the batch is small */
     size_t min_batch_patches;  /* "small" */
     int timeout_ms;            /* default request deadline */
+    size_t max_put_items;      /* results held for their cache write, queued or being written (--max-cache-writes) */
+    size_t max_put_bytes;      /* and their output bytes (--max-cache-write-bytes); a result past either is not cached */
 } srv_limits;
 void srv_limits_default(srv_limits *l);
 /* --max-batch-items at most (the batcher's slots are allocated when it starts). */
@@ -201,6 +203,8 @@ typedef struct srv_metrics {
     uint64_t items_encoded, patches_encoded, tokens_out, batches;
     uint64_t single_flight_joins;
     uint64_t rejected_queue_full, rejected_not_ready, rejected_deadline;
+    uint64_t puts_skipped_full, puts_skipped_large, puts_abandoned; /* results not cached: the writer's queue full, one
+                                                                      output over its byte bound, a drain's end */
     double start_time;
 } srv_metrics;
 void srv_metrics_init(srv_metrics *m);
@@ -214,6 +218,7 @@ void srv_hist_add(srv_metrics *m, srv_hist *h, double v);
 /* Prometheus text 0.0.4 (gauges passed in). */
 typedef struct srv_gauges {
     size_t queue_items, queue_patches, inflight;
+    size_t put_items, put_bytes; /* results held for their cache write */
     qvl_cache_stats cache; /* the cache's counters (zero without one) */
     const char *fingerprint, *family, *isa;
     int ready, draining;

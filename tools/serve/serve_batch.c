@@ -10,6 +10,15 @@
  * several attention segments, the same bits as one by one). A batch whose every item has expired or lost all its
  * waiters is cancelled between blocks (qvl_ctx_set_cancel_fn).
  *
+ * Cache writes: a result is handed to the writer thread (a bounded FIFO of jobs: --max-cache-writes entries,
+ * --max-cache-write-bytes of outputs, those being written included), never written by the batcher, whose next batch
+ * would wait for it (a put writes, hashes and renames the entry, and may run a collection: 0.26 s for 64 MiB). The
+ * queue holds a reference to each job, so its output stays in memory until written, and the job stays in the
+ * flight table meanwhile: a request for the same item arriving after the answer and before the entry has landed
+ * joins it and is answered from that output (not encoded again). A result that does not fit the queue is not
+ * cached (qvl_cache_puts_skipped_total, reason queue_full or too_large). A drain finishes the queued writes within
+ * its budget (srv_finish_puts); srv_stop abandons those left (reason drain), the write under way completing.
+ *
  * One mutex guards the queues, the flight table and every job's state; one condition variable wakes the waiters
  * when any job finishes. A job holds one reference per waiting request plus one for the pipeline until done. */
 #include <errno.h>
@@ -51,6 +60,8 @@ struct srv_job {
     char message[512];
     srv_job *next;        /* queue link */
     srv_job *flight_next; /* flight-table chain */
+    srv_job *put_next;    /* the cache writer's queue */
+    int putting;          /* queued for its cache write or being written: stays in the flight table until written */
 };
 
 struct srv_state {
@@ -85,6 +96,13 @@ struct srv_state {
     pthread_t batcher;
     int batcher_started;
     srv_job **batch_jobs; /* the batcher's max_batch_items slots, allocated by srv_load before it starts */
+
+    /* the cache writer: jobs whose outputs wait for their cache write (a reference each), FIFO */
+    pthread_cond_t put_cv;    /* a job queued, a write done, stop */
+    srv_job *put_head, *put_tail;
+    size_t put_items, put_bytes; /* queued and being written: bounded by lim.max_put_items / max_put_bytes */
+    pthread_t writer;
+    int writer_started;
 };
 
 double srv_now(void) {
@@ -135,12 +153,12 @@ static void flight_remove(srv_state *s, srv_job *j) {
 }
 
 /* Under mu: the job is finished (ok or failed); wake the waiters; drop the pipeline's reference unless the caller
- * still needs the job (keep = 1). */
+ * still needs the job (keep = 1). A job queued for its cache write stays in the flight table (put_done takes it out). */
 static void job_done(srv_state *s, srv_job *j, int http, const char *msg, int keep) {
     j->state = J_DONE;
     j->http = http;
     snprintf(j->message, sizeof j->message, "%s", msg ? msg : "");
-    flight_remove(s, j);
+    if (!j->putting) flight_remove(s, j);
     s->inflight_jobs--;
     s->done_seq++;
     pthread_cond_broadcast(&s->done_cv);
@@ -255,6 +273,86 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* ---- the cache writer ---- */
+
+/* Under mu: queue a finished job's output for its cache write, taking a reference, when it fits the writer's bounds;
+ * otherwise it is not cached (counted by reason). 1 when queued. */
+static int put_enqueue(srv_state *s, srv_job *j) {
+    const srv_limits *L = &s->cfg.lim;
+    const int why = s->stop ? 3 : j->out_bytes > L->max_put_bytes ? 2
+                  : s->put_items >= L->max_put_items || j->out_bytes > L->max_put_bytes - s->put_bytes ? 1 : 0;
+    if (why) {
+        MET(s, why == 1 ? s->metrics.puts_skipped_full++ : why == 2 ? s->metrics.puts_skipped_large++
+                                                                     : s->metrics.puts_abandoned++);
+        return 0;
+    }
+    j->refs++;
+    j->putting = 1;
+    j->put_next = NULL;
+    if (s->put_tail) s->put_tail->put_next = j;
+    else s->put_head = j;
+    s->put_tail = j;
+    s->put_items++;
+    s->put_bytes += j->out_bytes;
+    pthread_cond_broadcast(&s->put_cv);
+    return 1;
+}
+
+/* Under mu: a job's write is done (or abandoned): out of the flight table and the bounds, its reference dropped. */
+static void put_done(srv_state *s, srv_job *j) {
+    j->putting = 0;
+    flight_remove(s, j);
+    s->put_items--;
+    s->put_bytes -= j->out_bytes;
+    pthread_cond_broadcast(&s->put_cv); /* srv_finish_puts */
+    job_unref(s, j);
+}
+
+static void *writer_main(void *arg) {
+    srv_state *s = arg;
+    size_t abandoned = 0;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->put_head && !s->stop) pthread_cond_wait(&s->put_cv, &s->mu);
+        srv_job *j = s->put_head;
+        if (!j) break;
+        s->put_head = j->put_next;
+        if (!s->put_head) s->put_tail = NULL;
+        j->put_next = NULL;
+        if (s->stop) { /* srv_finish_puts gave up on them: not cached */
+            MET(s, s->metrics.puts_abandoned++);
+            abandoned++;
+            put_done(s, j);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        srv_test_hold("QVL_SERVE_TEST_PUT_MS"); /* a slow write */
+        /* the job is immutable once done; a failed write counts in the cache's put_errors (/metrics) */
+        qvl_cache_put_kind(s->cache, j->key, j->kind[0] ? j->kind : NULL, j->spec.dtype, j->out, j->n_planes,
+                           j->n_tokens, j->out_cols, j->grid, s->fingerprint, NULL);
+        pthread_mutex_lock(&s->mu);
+        put_done(s, j);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (abandoned) fprintf(stderr, "qvl serve: %zu cache write%s abandoned\n", abandoned, abandoned == 1 ? "" : "s");
+    return NULL;
+}
+
+void srv_finish_puts(srv_state *s, double deadline) {
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        const double left = deadline - srv_now();
+        if (!s->put_items || left <= 0) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (left < 0.5 ? left : 0.5);
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&s->put_cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- the batcher ---- */
 
 typedef struct batch {
@@ -324,7 +422,6 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
     srv_hist_add(&s->metrics, &s->metrics.encode, dt);
     srv_hist_add(&s->metrics, &s->metrics.batch_items, (double)n);
     srv_hist_add(&s->metrics, &s->metrics.batch_patches, (double)rows);
-    char *ok = calloc(n ? n : 1, 1);
     pthread_mutex_lock(&s->mu);
     if (dt > 0) {
         double r = (double)rows / dt;
@@ -342,34 +439,22 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
                 m = unlabeled(info.message); /* a 503 is counted per request, by the HTTP layer */
             }
         }
-        if (!ok) http = 500, m = "out of memory";
-        else ok[i] = http == 200;
         if (http == 200) {
             j->out = outs[i];
             outs[i] = NULL;
             MET(s, (s->metrics.items_encoded++, s->metrics.patches_encoded += j->n_rows,
                     s->metrics.tokens_out += j->n_tokens));
+            if (s->cache) put_enqueue(s, j); /* written by the writer thread: the next batch does not wait for it */
         }
         qvl_plan_free(j->pre); /* the rows are no longer needed */
         j->pre = NULL;
         j->rows = NULL;
-        job_done(s, j, http, m, 1);
+        job_done(s, j, http, m, 0);
     }
-    pthread_mutex_unlock(&s->mu);
-    /* Cache writes after the waiters were woken, off their latency (the jobs are immutable now). */
-    for (size_t i = 0; s->cache && ok && i < n; i++) {
-        if (!ok[i]) continue;
-        srv_job *j = jobs[i]; /* a failed write counts in the cache's put_errors (/metrics) */
-        qvl_cache_put_kind(s->cache, j->key, j->kind[0] ? j->kind : NULL, j->spec.dtype, j->out, j->n_planes,
-                           j->n_tokens, j->out_cols, j->grid, s->fingerprint, NULL);
-    }
-    pthread_mutex_lock(&s->mu);
-    for (size_t i = 0; i < n; i++) job_unref(s, jobs[i]);
     pthread_mutex_unlock(&s->mu);
     for (size_t i = 0; outs && i < n; i++) free(outs[i]);
     free(outs);
     free(items);
-    free(ok);
     qvl_plan_free(plan);
 }
 
@@ -780,6 +865,7 @@ srv_state *srv_create(const srv_config *cfg) {
     pthread_cond_init(&s->prep_cv, NULL);
     pthread_cond_init(&s->enc_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
+    pthread_cond_init(&s->put_cv, NULL);
     srv_metrics_init(&s->metrics);
     return s;
 }
@@ -836,6 +922,13 @@ int srv_load(srv_state *s, char *msg, size_t cap) {
         started++;
     }
     s->n_workers = started;
+    if (s->cache) {
+        if (pthread_create(&s->writer, NULL, writer_main, s)) {
+            snprintf(msg, cap, "cannot start threads");
+            return -1;
+        }
+        s->writer_started = 1;
+    }
     if (!started || pthread_create(&s->batcher, NULL, batcher_main, s)) {
         snprintf(msg, cap, "cannot start threads");
         return -1;
@@ -873,6 +966,7 @@ void srv_stop(srv_state *s) {
     pthread_cond_broadcast(&s->prep_cv);
     pthread_cond_broadcast(&s->enc_cv);
     pthread_cond_broadcast(&s->done_cv);
+    pthread_cond_broadcast(&s->put_cv);
     const int notifier = s->notifier_started;
     pthread_mutex_unlock(&s->mu);
     if (notifier) pthread_join(s->notifier, NULL); /* watches left are dropped: the HTTP side flushed them */
@@ -881,6 +975,7 @@ void srv_stop(srv_state *s) {
     pthread_cond_broadcast(&s->enc_cv);
     pthread_mutex_unlock(&s->mu);
     if (s->batcher_started) pthread_join(s->batcher, NULL);
+    if (s->writer_started) pthread_join(s->writer, NULL); /* after the batcher: no job is queued for it from now on */
     free(s->batch_jobs);
     free(s->workers);
     qvl_cache_close(s->cache);
@@ -891,6 +986,7 @@ void srv_stop(srv_state *s) {
     pthread_cond_destroy(&s->prep_cv);
     pthread_cond_destroy(&s->enc_cv);
     pthread_cond_destroy(&s->done_cv);
+    pthread_cond_destroy(&s->put_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -916,6 +1012,8 @@ void srv_gauges_of(srv_state *s, srv_gauges *g) {
     g->queue_items = s->prep_items + s->enc_items;
     g->queue_patches = s->prep_patches + s->enc_patches; /* decoded rows, and the estimates of the rest */
     g->inflight = s->inflight_jobs;
+    g->put_items = s->put_items;
+    g->put_bytes = s->put_bytes;
     g->ready = s->ready && !s->draining;
     g->draining = s->draining;
     const int loaded = s->ready; /* set (under mu) only after every field below was */
@@ -972,6 +1070,8 @@ char *srv_info_json(srv_state *s) {
         cJSON_AddNumberToObject(l, "max_batch_patches", (double)L->max_batch_patches);
         cJSON_AddNumberToObject(l, "max_batch_items", (double)L->max_batch_items);
         cJSON_AddNumberToObject(l, "max_wait_us", L->max_wait_us);
+        cJSON_AddNumberToObject(l, "max_cache_writes", (double)L->max_put_items);
+        cJSON_AddNumberToObject(l, "max_cache_write_bytes", (double)L->max_put_bytes);
         cJSON_AddNumberToObject(l, "timeout_ms", L->timeout_ms);
         const qvl_limits *q = &s->cfg.qlim; /* the library's (--limit NAME=N) */
         cJSON *ql = cJSON_AddObjectToObject(l, "library");

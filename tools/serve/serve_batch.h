@@ -41,6 +41,9 @@ int srv_load(srv_state *s, char *msg, size_t cap);
 int srv_loaded(srv_state *s);
 /* Stop accepting (draining), let every accepted item finish, then join the threads and free everything. */
 void srv_drain(srv_state *s);
+/* Wait until every result queued for its cache write has been written, or the deadline (monotonic seconds) passes;
+ * srv_stop then abandons the writes left (not cached; a write under way completes). */
+void srv_finish_puts(srv_state *s, double deadline);
 void srv_stop(srv_state *s);
 
 /* Accept a request's items, each of them bytes (path items are read into memory first, srv_read_path: one still

@@ -11,7 +11,8 @@
  * safetensors or .npy header in a small buffer, then the encoder's or the cache entry's bytes), the jobs held until
  * libmicrohttpd is done with the response. SIGTERM / SIGINT drain: the listening socket is shut down
  * (MHD_quiesce_daemon, shutdown) and readiness drops, requests already accepted are finished and answered (a drain that runs
- * out of time answers the rest 503), then the daemon stops and the process exits 0. */
+ * out of time answers the rest 503), then the daemon stops, the cache writes queued are finished within what is left
+ * of the drain's time (srv_finish_puts; the rest abandoned) and the process exits 0. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
@@ -825,8 +826,12 @@ static const char serve_help[] =
     "  --max-batch-patches N  --max-batch-items N  --max-queue-patches N  --max-queue-items N  --max-wait-us N\n"
     "                           (--max-batch-items: 1..65536, default 256; the batcher allocates a slot for each\n"
     "                           when it starts, and 65536 items of 4 patch rows, the least, are already 262144 rows)\n"
+    "  --max-cache-writes N  --max-cache-write-bytes SIZE\n"
+    "                           results held in memory for the cache writer, queued or being written (default 64\n"
+    "                           and 1G); a result past either is not cached (qvl_cache_puts_skipped_total)\n"
     "  --timeout-ms N           default request deadline (default 120000)\n"
-    "  --drain-timeout-s N      longest a drain waits for accepted requests (default 300)\n";
+    "  --drain-timeout-s N      longest a drain waits for accepted requests, then for the cache writes queued\n"
+    "                           (default 300)\n";
 
 static volatile sig_atomic_t got_signal;
 
@@ -834,7 +839,7 @@ int cmd_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_PORT_FILE, O_CACHE, O_CACHE_SIZE, O_VLLM_LINKS, O_API_KEY, O_ALLOWED, O_THREADS,
            O_WORKERS, O_ISA, O_PRECISION, O_CONN, O_MAX_BODY, O_MAX_ITEMS, O_MAX_PIXELS, O_MAX_ITEM_PATCHES, O_MAX_BATCH_PATCHES,
            O_MAX_BATCH_ITEMS, O_MAX_QUEUE_PATCHES, O_MAX_QUEUE_ITEMS, O_MAX_WAIT, O_TIMEOUT, O_DRAIN, O_LIMIT,
-           O_HTTP_THREADS, O_HELP };
+           O_HTTP_THREADS, O_MAX_CACHE_WRITES, O_MAX_CACHE_WRITE_BYTES, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'}, {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT}, {"port-file", required_argument, NULL, O_PORT_FILE},
@@ -853,6 +858,8 @@ int cmd_serve(int argc, char **argv) {
         {"max-queue-items", required_argument, NULL, O_MAX_QUEUE_ITEMS},
         {"max-wait-us", required_argument, NULL, O_MAX_WAIT}, {"timeout-ms", required_argument, NULL, O_TIMEOUT},
         {"drain-timeout-s", required_argument, NULL, O_DRAIN}, {"limit", required_argument, NULL, O_LIMIT},
+        {"max-cache-writes", required_argument, NULL, O_MAX_CACHE_WRITES},
+        {"max-cache-write-bytes", required_argument, NULL, O_MAX_CACHE_WRITE_BYTES},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     srv_config cfg;
@@ -901,7 +908,8 @@ int cmd_serve(int argc, char **argv) {
             if (cli_parse_long(optarg, 1, 64, &http_threads)) return cli_usage("--http-threads: 1..64");
             break;
         case O_MAX_BODY: case O_MAX_ITEMS: case O_MAX_PIXELS: case O_MAX_ITEM_PATCHES: case O_MAX_BATCH_PATCHES:
-        case O_MAX_BATCH_ITEMS: case O_MAX_QUEUE_PATCHES: case O_MAX_QUEUE_ITEMS:
+        case O_MAX_BATCH_ITEMS: case O_MAX_QUEUE_PATCHES: case O_MAX_QUEUE_ITEMS: case O_MAX_CACHE_WRITES:
+        case O_MAX_CACHE_WRITE_BYTES:
             if (cli_parse_size(optarg, &u) || u == 0 || u > ((uint64_t)1 << 40))
                 return cli_usage("%s: a positive number", argv[optind - 1]);
             if (c == O_MAX_BATCH_ITEMS && u > SRV_MAX_BATCH_ITEMS)
@@ -913,6 +921,8 @@ int cmd_serve(int argc, char **argv) {
             else if (c == O_MAX_BATCH_PATCHES) cfg.lim.max_batch_patches = (size_t)u;
             else if (c == O_MAX_BATCH_ITEMS) cfg.lim.max_batch_items = (size_t)u;
             else if (c == O_MAX_QUEUE_PATCHES) cfg.lim.max_queue_patches = (size_t)u;
+            else if (c == O_MAX_CACHE_WRITES) cfg.lim.max_put_items = (size_t)u;
+            else if (c == O_MAX_CACHE_WRITE_BYTES) cfg.lim.max_put_bytes = (size_t)u;
             else cfg.lim.max_queue_items = (size_t)u;
             break;
         case O_MAX_WAIT: if (cli_parse_long(optarg, 0, 10000000, &v)) return cli_usage("--max-wait-us: 0..10000000");
@@ -1035,7 +1045,8 @@ int cmd_serve(int argc, char **argv) {
      * coming: drain_waits_for) and the connections are gone or have been idle a while (keep-alive clients that send
      * nothing more; a request already on its way gets half a second to arrive). Out of time: every waiting request
      * is answered 503, then those answers get a moment to go out. */
-    double until = srv_now() + (double)drain_s, idle_since = 0;
+    const double drain_end = srv_now() + (double)drain_s;
+    double until = drain_end, idle_since = 0;
     int flushed = 0;
     for (;;) {
         double now = srv_now();
@@ -1066,6 +1077,9 @@ int cmd_serve(int argc, char **argv) {
     srv_watch_flush(sv.st);
     MHD_stop_daemon(d);
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    /* The results queued for their cache write are written within what is left of the drain's time (none once it
+     * ran out); srv_stop abandons the rest, the write under way completing. */
+    srv_finish_puts(sv.st, drain_end);
     srv_stop(sv.st);
     if (sv.paths) srv_root_close(&sv.root);
     pthread_cond_destroy(&sv.cv);

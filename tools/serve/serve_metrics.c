@@ -121,7 +121,8 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *o) {
     counter(o, "qvl_patches_encoded_total", "patch rows encoded", s.patches_encoded);
     counter(o, "qvl_output_tokens_total", "merged tokens produced", s.tokens_out);
     counter(o, "qvl_batches_total", "encoder batches", s.batches);
-    counter(o, "qvl_single_flight_joins_total", "items that joined an identical queued or running item",
+    counter(o, "qvl_single_flight_joins_total", "items that joined an identical item queued, running or waiting for "
+                                                "its cache write",
             s.single_flight_joins);
     srv_buf_printf(o, "# HELP qvl_cache_lookups_total cache lookups by result\n# TYPE qvl_cache_lookups_total counter\n"
                       "qvl_cache_lookups_total{result=\"hit\"} %llu\nqvl_cache_lookups_total{result=\"miss\"} %llu\n"
@@ -135,6 +136,16 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *o) {
     counter(o, "qvl_cache_evictions_total", "entries evicted by GC", g->cache.evictions);
     counter(o, "qvl_cache_evicted_bytes_total", "bytes evicted by GC", g->cache.evicted_bytes);
     counter(o, "qvl_cache_write_errors_total", "cache writes that failed", g->cache.put_errors);
+    srv_buf_printf(o, "# HELP qvl_cache_puts_skipped_total results not cached: the cache writer's queue full, an output "
+                      "over its byte bound, abandoned by a drain\n# TYPE qvl_cache_puts_skipped_total counter\n"
+                      "qvl_cache_puts_skipped_total{reason=\"queue_full\"} %llu\n"
+                      "qvl_cache_puts_skipped_total{reason=\"too_large\"} %llu\n"
+                      "qvl_cache_puts_skipped_total{reason=\"drain\"} %llu\n",
+                   (unsigned long long)s.puts_skipped_full, (unsigned long long)s.puts_skipped_large,
+                   (unsigned long long)s.puts_abandoned);
+    gauge(o, "qvl_cache_write_queue_items", "results held for their cache write (queued or being written)",
+          (double)g->put_items);
+    gauge(o, "qvl_cache_write_queue_bytes", "output bytes held for their cache write", (double)g->put_bytes);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +

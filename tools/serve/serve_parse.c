@@ -62,6 +62,8 @@ void srv_limits_default(srv_limits *l) {
     l->max_wait_us = 0;
     l->min_batch_patches = 1024;
     l->timeout_ms = 120000;
+    l->max_put_items = 64;
+    l->max_put_bytes = (size_t)1 << 30;
 }
 
 void srv_opts_default(srv_opts *o) {
