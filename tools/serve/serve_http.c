@@ -1075,6 +1075,14 @@ int cmd_serve(int argc, char **argv) {
     while (sv.suspending) pthread_cond_wait(&sv.cv, &sv.mu);
     pthread_mutex_unlock(&sv.mu);
     srv_watch_flush(sv.st);
+    /* The connections that flush resumed answer now (503): a moment for those answers to go out, as for the ones the
+     * drain answered, before the stop closes every connection. */
+    for (const double out_by = srv_now() + 1.0; srv_now() < out_by; usleep(10000)) {
+        pthread_mutex_lock(&sv.mu);
+        const int waiting = drain_waits_for(&sv, srv_now());
+        pthread_mutex_unlock(&sv.mu);
+        if (!waiting) break;
+    }
     MHD_stop_daemon(d);
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
     /* The results queued for their cache write are written within what is left of the drain's time (none once it
