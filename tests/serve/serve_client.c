@@ -271,6 +271,20 @@ int same_concat(const float *m, const ref_item *r) {
     return 1;
 }
 
+int small_pixel_budget(const char *model_dir) {
+    char pc[1200];
+    snprintf(pc, sizeof pc, "%s/preprocessor_config.json", model_dir);
+    size_t n;
+    char *js = tu_read_file(pc, &n), *at = js ? strstr(js, "16777216") : NULL;
+    int ok = 0;
+    if (at) {
+        memcpy(at, "   65536", 8);
+        ok = tu_write_file(pc, js, n);
+    }
+    free(js);
+    return ok;
+}
+
 /* A 24-bit BMP of w x h (bottom-up rows), its pixels from seed. */
 uint8_t *make_bmp(int w, int h, unsigned seed, size_t *len) {
     size_t row = ((size_t)w * 3 + 3) / 4 * 4, n = 54 + row * (size_t)h;

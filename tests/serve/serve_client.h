@@ -57,6 +57,9 @@ void ref_of(const st_file *f, int i, ref_item *r);
 /* A concat matrix [tokens, O·(1+L)] equal to the reference, bit for bit. */
 int same_concat(const float *m, const ref_item *r);
 
+/* Set the synthetic model's preprocessor_config.json pixel budget to 256² (every item 256 patch rows), so that
+ * encodes are quick; 0 when the file is not the one qvl synth writes. */
+int small_pixel_budget(const char *model_dir);
 /* A 24-bit BMP of w x h (bottom-up rows), its pixels from seed. */
 uint8_t *make_bmp(int w, int h, unsigned seed, size_t *len);
 int sock_connect(void);

@@ -513,20 +513,8 @@ int main(void) {
     snprintf(g_media, sizeof g_media, "%s/media", g_tmp);
     CHECK(mkdir(g_media, 0755) == 0);
     CHECK(mkdir(tu_path(g_media, "frames"), 0755) == 0);
-    /* A pixel budget of 256² (every item 256 patch rows), so that encodes are quick and a large image slow only to
-     * resize. */
-    {
-        char pc[700];
-        snprintf(pc, sizeof pc, "%s/preprocessor_config.json", model);
-        size_t n;
-        char *js = tu_read_file(pc, &n), *at = js ? strstr(js, "16777216") : NULL;
-        CHECK(at != NULL);
-        if (at) {
-            memcpy(at, "   65536", 8);
-            CHECK(tu_write_file(pc, js, n));
-        }
-        free(js);
-    }
+    /* encodes quick, a large image slow only to resize */
+    CHECK(small_pixel_budget(model));
     for (int i = 0; i < 2; i++) {
         char src[600], name[64];
         snprintf(name, sizeof name, "tests/data/video/frames/video_frame_%d.png", i);

@@ -261,19 +261,7 @@ int main(void) {
     n_ds = mi.n_deepstack;
     out_hidden = mi.out_hidden;
     qvl_model_free(m);
-    /* A pixel budget of 256² (every item 256 patch rows), so that encodes are quick. */
-    {
-        char pc[700];
-        snprintf(pc, sizeof pc, "%s/preprocessor_config.json", g_model);
-        size_t n;
-        char *js = tu_read_file(pc, &n), *at = js ? strstr(js, "16777216") : NULL;
-        CHECK(at != NULL);
-        if (at) {
-            memcpy(at, "   65536", 8);
-            CHECK(tu_write_file(pc, js, n));
-        }
-        free(js);
-    }
+    CHECK(small_pixel_budget(g_model));
     snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", g_key);
 
     drain_end_with("QVL_SERVE_TEST_SUSPEND_MS", 9001);
