@@ -111,6 +111,16 @@ double srv_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Wait on cv (mu held) for at most `sec` seconds (the condition variables run on CLOCK_REALTIME). */
+static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double sec) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + sec;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
 /* A counter of s->metrics bumped: under the metrics' own mutex, which srv_metrics_render's snapshot takes (the
  * callers here may hold s->mu too: the order is always s->mu, then metrics.mu, as srv_hist_add's). */
 #define MET(s, stmt)                                \
@@ -343,12 +353,7 @@ void srv_finish_puts(srv_state *s, double deadline) {
     for (;;) {
         const double left = deadline - srv_now();
         if (!s->put_items || left <= 0) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (left < 0.5 ? left : 0.5);
-        ts.tv_sec = (time_t)t;
-        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-        pthread_cond_timedwait(&s->put_cv, &s->mu, &ts);
+        cond_wait_s(&s->put_cv, &s->mu, left < 0.5 ? left : 0.5);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -671,12 +676,7 @@ int srv_wait(srv_state *s, srv_job **jobs, size_t n, double deadline) {
             pthread_mutex_unlock(&s->mu);
             return -1;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (left < 0.5 ? left : 0.5);
-        ts.tv_sec = (time_t)t;
-        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-        pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
+        cond_wait_s(&s->done_cv, &s->mu, left < 0.5 ? left : 0.5);
     }
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -772,13 +772,7 @@ static void *notifier_main(void *arg) {
             continue;
         }
         if (seq != s->done_seq) continue;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (next - now);
-        ts.tv_sec = (time_t)t;
-        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        pthread_cond_timedwait(&s->done_cv, &s->mu, &ts);
+        cond_wait_s(&s->done_cv, &s->mu, next - now);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
