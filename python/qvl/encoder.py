@@ -371,7 +371,7 @@ def _items(objs: Sequence[Any], keep: list[Any], row_len: int = 0,
 _READ_AHEAD_BYTES = 64 << 20
 
 
-def _max_input_bytes() -> int:
+def _read_ahead_bytes() -> int:
     """The most bytes of a path item read ahead: _READ_AHEAD_BYTES, or the library's default max_input_bytes
     (qvl_limits: the most of one ENCODED item, which the plans of an Encoder, setting no limits of their own, apply)
     where that is less."""
@@ -382,7 +382,7 @@ def _read_path(obj: Any, limit: int) -> bytes | None:
     """The bytes of a path item's file, read once, for the key and the encode both; None where the item stays a
     path for the library to open: a directory (of frames, which the library reads by name), a file that cannot be
     opened or is not a regular one (the plan reports why, as for any path), an empty one, or one of more than
-    `limit` bytes (a video the library reads in pieces; an image that large fails there anyway)."""
+    `limit` bytes (a long video, which FFmpeg reads in pieces)."""
     try:
         fd = os.open(obj, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, ValueError):
@@ -409,7 +409,7 @@ def _pin_paths(objs: list[Any], labels: Sequence[str] | None) -> tuple[list[Any]
     """Path items whose file _read_path reads become those bytes, labelled with the path (so that messages name
     it as before; "" keeps the default label); returns the items, the labels and the indices of the path items
     left to the library."""
-    limit = _max_input_bytes()
+    limit = _read_ahead_bytes()
     out, names, left = list(objs), list(labels) if labels is not None else [""] * len(objs), set()
     for i, o in enumerate(objs):
         if not isinstance(o, (str, os.PathLike)):
@@ -511,9 +511,10 @@ class Encoder:
     results are looked up by key in that cache directory first and written there after encoding, in the format
     ``qvl serve`` and ``qvl encode --cache`` share (:mod:`qvl.cache`; the key names the dtype, layout, DeepStack
     choice and precision, so an entry is a hit only for the same output; a hit's Result has cached=True and the
-    kind its entry records, or "cached" for an entry that records none: written by qvl 1.0 or without a kind). Wherever a key is computed (``keys=True`` or a cache), a path item's file is read once and keyed
-    and encoded as those bytes; a directory of frames or a file over 64 MiB (a long video) is left to the library and
-    keeps its key only if it is unchanged after the encode.
+    kind its entry records, or "cached" for an entry that records none: written by qvl 1.0 or without a kind).
+    Wherever a key is computed (``keys=True`` or a cache), a path item's file is read once and keyed and encoded
+    as those bytes; a directory of frames or a file over 64 MiB (a long video) is left to the library and keeps
+    its key only if it is unchanged after the encode.
     ``preprocess`` overrides the model directory's preprocessing for every item (min_pixels, max_pixels,
     resize="torchvision"|"pil"|"pil-legacy", size_h/size_w, image_mean/image_std, video fps as video_fps,
     num_frames, max_frames, alpha="white"|"drop", ...). One Encoder runs one call at a time (calls from
@@ -863,7 +864,8 @@ class Encoder:
             return None
         e = e.astype(_DTYPES[dtype][1], copy=True)  # own, writable memory (the entry is a view into its file)
         return Result(index=i, ok=True, key=key, embeds=e, grid_thw=ent.grid_thw, n_tokens=e.shape[-2],
-                      kind=ent.meta.get("kind") or "cached", dtype=dtype, layout=layout, out_hidden=O, n_deepstack=nds, cached=True)
+                      kind=ent.meta.get("kind") or "cached", dtype=dtype, layout=layout, out_hidden=O,
+                      n_deepstack=nds, cached=True)
 
     def preprocess(self, items: Iterable[Item], preprocess: Mapping[str, Any] | None = None) -> list[Result]:
         """Decode and preprocess only, with this model's geometry: Results whose ``embeds`` are the pixel rows

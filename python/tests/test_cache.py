@@ -294,7 +294,7 @@ def test_file_over_read_ahead_stays_a_path(model_dir: str, tmp_path, monkeypatch
     import qvl.encoder as qenc
 
     monkeypatch.setattr(qenc, "_READ_AHEAD_BYTES", 1024)  # both photographs are larger
-    assert qenc._max_input_bytes() == 1024
+    assert qenc._read_ahead_bytes() == 1024
     root = tmp_path / "cache"
     item, other = tmp_path / "item", tmp_path / "other"
     shutil.copy(OTHER, item)
