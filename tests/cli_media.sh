@@ -151,6 +151,42 @@ if "$QVL" --help 2>&1 | grep -q '^  cache '; then # built with the server (and s
     head -c 4096 "$ent" | tr '}' '\n' >"$T/c35hdr"
     has "one-plane entry is 2-D" "$T/c35hdr" '"ec_cache":\{"dtype":"F32","shape":\[[0-9]+,[0-9]+\]'
     if cmp -s <(tail -c 4096 "$T/c1.safetensors") <(tail -c 4096 "$T/c2.safetensors"); then ok; else bad "hit differs"; fi
+
+    # A file replaced between the reads of it (the shim: its second and later opens open another image): the key
+    # and the encode come from the same bytes, read once, so what is stored under the photo's key is the photo's
+    # encode (the CLI hashed the file, then decoded it again: the other image's tokens under the photo's key).
+    if [[ -n ${QVL_SWAP_SHIM:-} && $QVL_CROSS != 1 ]]; then
+        OTHER=$SRC/tests/data/images/jpeg_420.jpg
+        cp "$PHOTO" "$T/swap.jpg"
+        expect 0 "swapped file encoded" env LD_PRELOAD="$QVL_SWAP_SHIM" QVL_TEST_SWAP_FROM="$T/swap.jpg" \
+            QVL_TEST_SWAP_TO="$OTHER" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+            "$QVL" encode --model "$T/m35" --cache "$T/cswap" "$T/swap.jpg" -o "$T/s1.safetensors"
+        expect 0 "photo, no cache" "$QVL" encode --model "$T/m35" "$PHOTO" -o "$T/s2.safetensors"
+        expect 0 "photo from the cache" "$QVL" encode --model "$T/m35" --cache "$T/cswap" "$PHOTO" -o "$T/s3.safetensors"
+        head -c 65536 "$T/s3.safetensors" | tr ',' '\n' >"$T/s3meta"
+        has "photo is a hit" "$T/s3meta" '"item0.cache":"hit"'
+        if cmp -s <(tail -c 65536 "$T/s2.safetensors") <(tail -c 65536 "$T/s3.safetensors"); then ok
+        else bad "the entry under the photo's key is not the photo's encode"; fi
+        k1=$(head -c 65536 "$T/s1.safetensors" | grep -ao '"item0.key":"[0-9a-f]*"')
+        k2=$(head -c 65536 "$T/s2.safetensors" | grep -ao '"item0.key":"[0-9a-f]*"')
+        if [[ -n $k1 && $k1 == "$k2" ]]; then ok; else bad "swapped file's key '$k1', the photo's '$k2'"; fi
+        # A directory of frames is read by the library by name: a frame that changes between the key and the encode
+        # makes the key differ after it, and the result is neither stored nor keyed (it was stored under the key
+        # of frames the encode never saw).
+        cp -r "$FRAMES" "$T/fswap"
+        expect 0 "frame swapped" env LD_PRELOAD="$QVL_SWAP_SHIM" QVL_TEST_SWAP_FROM="$T/fswap/video_frame_2.png" \
+            QVL_TEST_SWAP_TO="$FRAMES/video_frame_4.png" \
+            ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+            "$QVL" encode --model "$T/m35" --cache "$T/cframes" "$T/fswap" -o "$T/f1.safetensors"
+        has "frame swapped: warned" "$T/err" "fswap changed while it was encoded: not stored in the cache"
+        n=$(find "$T/cframes/objects" -name '*.safetensors' 2>/dev/null | wc -l)
+        if [[ $n -eq 0 ]]; then ok; else bad "frame swapped: $n cache entries, want 0"; fi
+        if head -c 65536 "$T/f1.safetensors" | grep -aq '"item0.key"'; then bad "frame swapped: a key written"; else ok; fi
+        expect 0 "frames unchanged" "$QVL" encode --model "$T/m35" --cache "$T/cframes" "$T/fswap" -o "$T/f2.safetensors"
+        n=$(find "$T/cframes/objects" -name '*.safetensors' | wc -l)
+        if [[ $n -eq 1 ]]; then ok; else bad "frames unchanged: $n cache entries, want 1"; fi
+        if head -c 65536 "$T/f2.safetensors" | grep -aq '"item0.key"'; then ok; else bad "frames unchanged: no key"; fi
+    fi
 fi
 
 echo "cli_media: $pass passed, $fail failed"

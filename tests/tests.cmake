@@ -57,12 +57,20 @@ if(NOT QVL_SANITIZE AND NOT QVL_FUZZ AND NOT CMAKE_CROSSCOMPILING)
   endforeach()
 endif()
 if(QVL_BUILD_CLI)
+  # A shim the shell tests preload into the CLI (tests/shim/swap_open.c: a file that shows other contents after its
+  # first open); not in a cross build, whose CLI runs under the emulator.
+  set(QVL_SWAP_SHIM "")
+  if(NOT CMAKE_CROSSCOMPILING)
+    add_library(qvl_test_swap_open MODULE ${QVL_ROOT}/tests/shim/swap_open.c)
+    target_link_libraries(qvl_test_swap_open PRIVATE ${CMAKE_DL_LIBS})
+    set(QVL_SWAP_SHIM "$<TARGET_FILE:qvl_test_swap_open>")
+  endif()
   file(GLOB QVL_SHELL_TESTS CONFIGURE_DEPENDS ${QVL_ROOT}/tests/*.sh)
   foreach(sh ${QVL_SHELL_TESTS})
     get_filename_component(name ${sh} NAME_WE)
     add_test(NAME ${name} COMMAND bash ${sh})
     set_tests_properties(${name} PROPERTIES
-      ENVIRONMENT "QVL_SOURCE_DIR=${QVL_ROOT};QVL_BIN=${QVL_TEST_BIN};QVL_BUILD_DIR=${CMAKE_CURRENT_BINARY_DIR};QVL_SANITIZE=$<BOOL:${QVL_SANITIZE}>;QVL_MEDIA=$<BOOL:${QVL_MEDIA}>;QVL_VIDEO=$<BOOL:${QVL_VIDEO}>;QVL_CROSS=${QVL_TEST_CROSS};NM=${CMAKE_NM}"
+      ENVIRONMENT "QVL_SOURCE_DIR=${QVL_ROOT};QVL_BIN=${QVL_TEST_BIN};QVL_BUILD_DIR=${CMAKE_CURRENT_BINARY_DIR};QVL_SANITIZE=$<BOOL:${QVL_SANITIZE}>;QVL_MEDIA=$<BOOL:${QVL_MEDIA}>;QVL_VIDEO=$<BOOL:${QVL_VIDEO}>;QVL_CROSS=${QVL_TEST_CROSS};QVL_SWAP_SHIM=${QVL_SWAP_SHIM};NM=${CMAKE_NM}"
       TIMEOUT 1800 SKIP_RETURN_CODE 77)
   endforeach()
 endif()

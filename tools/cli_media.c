@@ -3,12 +3,53 @@
  * Each input is planned (decoded, preprocessed), encoded and written on its own through the library's plan API and
  * streaming writer, so one bad input loses nothing else and only one input's outputs are held at a time. When no
  * input succeeds, no output file is left behind. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
+
+/* The most bytes of an input read ahead into memory (read_input): the Python binding's bound too. */
+#define CLI_READ_AHEAD_BYTES ((uint64_t)64 << 20)
+
+/* The bytes of the file at path, read once so that its cache key and its encode come from the same bytes (a file
+ * replaced between the two reads would otherwise be stored under the other content's key); NULL where the input
+ * stays a path for the library to open: not a regular file (a directory of frames; a FIFO or device, which the
+ * library refuses at once), one that cannot be opened or read (the plan reports why, naming it), an empty one, or
+ * one of more than `limit` bytes (a long video, which FFmpeg reads in pieces; an image over max_input_bytes). */
+static void *read_input(const char *path, uint64_t limit, size_t *n_out) {
+    *n_out = 0;
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat sb;
+    unsigned char *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 && (uint64_t)sb.st_size <= limit) {
+        cap = (size_t)sb.st_size + 1; /* a byte more than its size: a file that grew meanwhile fills the buffer */
+        buf = malloc(cap);
+        while (buf && n < cap) {
+            const ssize_t r = read(fd, buf + n, cap - n);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                if (r < 0) n = 0;
+                break;
+            }
+            n += (size_t)r;
+        }
+    }
+    close(fd);
+    if (buf && (n == 0 || n == cap)) { /* unreadable, emptied or grown meanwhile: left a path */
+        free(buf);
+        buf = NULL;
+    }
+    if (buf) *n_out = n;
+    return buf;
+}
 
 /* Preprocessing settings: defaults, then the model's json files, then the command line. */
 static int resolve_settings(media_opts *o) {
@@ -154,24 +195,42 @@ int encode_media(media_opts *o) {
     size_t n_grids = 0;
     int n_ok = 0;
     double t_all = cli_now_ms();
+    qvl_limits def_lim;
+    qvl_limits_default(&def_lim);
+    const uint64_t max_input = (o->ctx.limits ? o->ctx.limits : &def_lim)->max_input_bytes;
+    const uint64_t read_ahead = max_input < CLI_READ_AHEAD_BYTES ? max_input : CLI_READ_AHEAD_BYTES;
     for (int i = 0; i < o->n_inputs; i++) {
         const char *path = o->inputs[i];
         qvl_item it;
         qvl_item_default(&it);
-        it.kind = QVL_ITEM_PATH;
-        it.path = path;
+        /* With a model, a file's bytes are read once (read_input) for its key and its encode both; the rest, and
+         * every input of --preprocess-only (no key), the library opens by its path. */
+        size_t n_bytes = 0;
+        void *bytes = ctx ? read_input(path, read_ahead, &n_bytes) : NULL;
+        if (bytes) {
+            it.kind = QVL_ITEM_ENCODED;
+            it.data = bytes;
+            it.size = n_bytes;
+            it.label = path;
+        } else {
+            it.kind = QVL_ITEM_PATH;
+            it.path = path;
+        }
         qvl_plan *plan = NULL;
         qvl_item_info info;
         memset(&info, 0, sizeof info);
         void *buf = NULL;
         char fail_msg[1200] = "";
         int hit = 0;
-        char ckey[QVL_KEY_HEX];
-        int have_key = cache && qvl_item_key(ctx, &it, &pl, NULL, ckey, NULL) == QVL_OK;
-        if (have_key) {
+        /* The content-addressed cache key (the same the binding and servers compute): of the bytes read, or, for a
+         * path the library opens, of its file(s) before the encode (for the cache lookup) and after it. */
+        char key[QVL_KEY_HEX];
+        const int key_before = ctx && (bytes || cache) && qvl_item_key(ctx, &it, &pl, NULL, key, NULL) == QVL_OK;
+        int have_key = key_before;
+        if (cache && have_key) {
             qvl_cache_entry ent;
             /* split planes as every writer stores them (qvl_cache_put): the entry's planes, tokens and cols */
-            hit = qvl_cache_get(cache, ckey, &ent, NULL) == QVL_OK && ent.result == QVL_CACHE_HIT &&
+            hit = qvl_cache_get(cache, key, &ent, NULL) == QVL_OK && ent.result == QVL_CACHE_HIT &&
                   strcmp(ent.dtype, "F32") == 0 && ent.cols == O && (buf = malloc(ent.nbytes ? ent.nbytes : 1)) != NULL;
             if (hit) { /* the entry stands for the encode */
                 memcpy(buf, ent.data, ent.nbytes);
@@ -202,19 +261,28 @@ int encode_media(media_opts *o) {
             } else {
                 qvl_plan_encode(ctx, plan, &buf, &err);
                 qvl_plan_item(plan, 0, &info); /* its status and encode time, either way */
-                if (have_key && info.status == QVL_OK &&
-                    qvl_cache_put_kind(cache, ckey, info.kind, QVL_DTYPE_F32, buf, info.n_planes, info.n_tokens, O,
-                                       info.grid, fp, &err) != QVL_OK)
-                    fprintf(stderr, "qvl: warning: %s: could not store it in the cache: %s\n", path, err.message);
             }
         }
         const int ok = info.status == QVL_OK;
+        if (ok && ctx && !bytes && !hit) { /* keyed now; with --cache, only if the key is the same again */
+            char again[QVL_KEY_HEX];
+            const int have_again = qvl_item_key(ctx, &it, &pl, NULL, again, NULL) == QVL_OK;
+            if (!cache) {
+                have_key = have_again;
+                memcpy(key, again, sizeof key);
+            } else if (!have_again || strcmp(key, again) != 0) {
+                have_key = 0;
+                fprintf(stderr, "qvl: warning: %s changed while it was encoded: %s\n", path,
+                        cache ? "not stored in the cache, and no key written" : "no key written");
+            }
+        }
+        if (cache && have_key && ok && !hit &&
+            qvl_cache_put_kind(cache, key, info.kind, QVL_DTYPE_F32, buf, info.n_planes, info.n_tokens, O, info.grid,
+                               fp, &err) != QVL_OK)
+            fprintf(stderr, "qvl: warning: %s: could not store it in the cache: %s\n", path, err.message);
         item_meta(w, i, path, &info, n_grids);
         if (hit) meta(w, "cache", i, "hit");
-        if (ok && ctx) { /* the content-addressed cache key (the same the binding and servers compute) */
-            char key[QVL_KEY_HEX];
-            if (qvl_item_key(ctx, &it, &pl, NULL, key, NULL) == QVL_OK) meta(w, "key", i, key);
-        }
+        if (ok && have_key) meta(w, "key", i, key);
         char name[48];
         if (ok && o->preprocess_only) {
             snprintf(name, sizeof name, "item%d.pixel_values", i);
@@ -249,6 +317,7 @@ int encode_media(media_opts *o) {
         }
         free(buf);
         qvl_plan_free(plan);
+        free(bytes);
     }
     t_all = cli_now_ms() - t_all;
     static const char *resize_names[] = {"torchvision", "pil", "pil-legacy"};
