@@ -81,6 +81,14 @@ static void counter(srv_buf *o, const char *name, const char *help, uint64_t v) 
     srv_buf_printf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
 }
 
+/* A counter with one label: name{label="names[i]"} values[i], for each of the n values. */
+static void counter_by(srv_buf *o, const char *name, const char *help, const char *label, int n,
+                       const char *const *names, const uint64_t *values) {
+    srv_buf_printf(o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (int i = 0; i < n; i++)
+        srv_buf_printf(o, "%s{%s=\"%s\"} %llu\n", name, label, names[i], (unsigned long long)values[i]);
+}
+
 static void gauge(srv_buf *o, const char *name, const char *help, double v) {
     srv_buf_printf(o, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
 }
@@ -110,13 +118,9 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *o) {
     gauge(o, "qvl_inflight_requests", "requests being served", (double)g->inflight);
     gauge(o, "qvl_ready", "1 when ready for traffic", g->ready);
     gauge(o, "qvl_draining", "1 while draining", g->draining);
-    srv_buf_printf(o, "# HELP qvl_rejected_requests_total requests refused with 503\n"
-                      "# TYPE qvl_rejected_requests_total counter\n"
-                      "qvl_rejected_requests_total{reason=\"queue_full\"} %llu\n"
-                      "qvl_rejected_requests_total{reason=\"not_ready\"} %llu\n"
-                      "qvl_rejected_requests_total{reason=\"deadline\"} %llu\n",
-                   (unsigned long long)s.rejected_queue_full, (unsigned long long)s.rejected_not_ready,
-                   (unsigned long long)s.rejected_deadline);
+    counter_by(o, "qvl_rejected_requests_total", "requests refused with 503", "reason", 3,
+               (const char *const[]){"queue_full", "not_ready", "deadline"},
+               (const uint64_t[]){s.rejected_queue_full, s.rejected_not_ready, s.rejected_deadline});
     counter(o, "qvl_items_encoded_total", "items encoded", s.items_encoded);
     counter(o, "qvl_patches_encoded_total", "patch rows encoded", s.patches_encoded);
     counter(o, "qvl_output_tokens_total", "merged tokens produced", s.tokens_out);
@@ -124,11 +128,9 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *o) {
     counter(o, "qvl_single_flight_joins_total", "items that joined an identical item queued, running or waiting for "
                                                 "its cache write",
             s.single_flight_joins);
-    srv_buf_printf(o, "# HELP qvl_cache_lookups_total cache lookups by result\n# TYPE qvl_cache_lookups_total counter\n"
-                      "qvl_cache_lookups_total{result=\"hit\"} %llu\nqvl_cache_lookups_total{result=\"miss\"} %llu\n"
-                      "qvl_cache_lookups_total{result=\"corrupt\"} %llu\n",
-                   (unsigned long long)g->cache.hits, (unsigned long long)g->cache.misses,
-                   (unsigned long long)g->cache.corrupt);
+    counter_by(o, "qvl_cache_lookups_total", "cache lookups by result", "result", 3,
+               (const char *const[]){"hit", "miss", "corrupt"},
+               (const uint64_t[]){g->cache.hits, g->cache.misses, g->cache.corrupt});
     /* The cache's own counters, kept by libqvl as it goes (bytes and entries: scanned at open and by each
      * collection, tallied by this server's writes in between), so a scrape never scans the directory. */
     gauge(o, "qvl_cache_bytes", "bytes of cache entries", (double)g->cache.bytes);
@@ -136,13 +138,10 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *o) {
     counter(o, "qvl_cache_evictions_total", "entries evicted by GC", g->cache.evictions);
     counter(o, "qvl_cache_evicted_bytes_total", "bytes evicted by GC", g->cache.evicted_bytes);
     counter(o, "qvl_cache_write_errors_total", "cache writes that failed", g->cache.put_errors);
-    srv_buf_printf(o, "# HELP qvl_cache_puts_skipped_total results not cached: the cache writer's queue full, an output "
-                      "over its byte bound, abandoned by a drain\n# TYPE qvl_cache_puts_skipped_total counter\n"
-                      "qvl_cache_puts_skipped_total{reason=\"queue_full\"} %llu\n"
-                      "qvl_cache_puts_skipped_total{reason=\"too_large\"} %llu\n"
-                      "qvl_cache_puts_skipped_total{reason=\"drain\"} %llu\n",
-                   (unsigned long long)s.puts_skipped_full, (unsigned long long)s.puts_skipped_large,
-                   (unsigned long long)s.puts_abandoned);
+    counter_by(o, "qvl_cache_puts_skipped_total",
+               "results not cached: the cache writer's queue full, an output over its byte bound, abandoned by a drain",
+               "reason", 3, (const char *const[]){"queue_full", "too_large", "drain"},
+               (const uint64_t[]){s.puts_skipped_full, s.puts_skipped_large, s.puts_abandoned});
     gauge(o, "qvl_cache_write_queue_items", "results held for their cache write (queued or being written)",
           (double)g->put_items);
     gauge(o, "qvl_cache_write_queue_bytes", "output bytes held for their cache write", (double)g->put_bytes);
