@@ -8,8 +8,10 @@ every call, so decoding and encoding in one thread never block Python threads el
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import threading
 from ctypes import (
     POINTER,
     Structure,
@@ -27,6 +29,7 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 MAX_DEEPSTACK = 8
 
@@ -432,4 +435,48 @@ def init(struct_type: type[Structure]) -> Structure:
     return s
 
 
-__all__ = ["lib", "library_path", "init", "STRUCTS", "c_uint8"]
+class HandleGuard:
+    """A native handle shared by threads, and the calls using it: close() waits for the calls in flight before the
+    handle is freed (ctypes releases the GIL in a call, so another thread's close could free it under the call),
+    and a call after close() raises ``closed()``. The handle is any truthy object (a pointer, a tuple of them);
+    None (not opened yet, or closed) reads as closed. The owner opens it, makes each call inside ``using()`` and
+    frees what ``close()`` returns."""
+
+    def __init__(self, closed: Callable[[], Exception]) -> None:
+        self._closed_error = closed  # the error a call on a closed handle raises
+        self._handle: Any = None
+        self._calls = threading.Condition()  # calls in flight (their count), which close() waits for
+        self._in_flight = 0
+
+    def open(self, handle: Any) -> None:
+        """Install the handle the calls use (once opened, before another thread can see the owner)."""
+        with self._calls:
+            self._handle = handle
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[Any]:
+        """The handle, held for one call: close() waits for it to end. Raises ``closed()`` once closed."""
+        with self._calls:
+            if not self._handle:
+                raise self._closed_error()
+            self._in_flight += 1
+            h = self._handle
+        try:
+            yield h
+        finally:
+            with self._calls:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._calls.notify_all()
+
+    def close(self) -> Any:
+        """Refuse new calls, wait for those in flight, and return the handle for the caller to free (None when it
+        was never opened or is closed already: free it once)."""
+        with self._calls:
+            h, self._handle = self._handle, None
+            while self._in_flight:
+                self._calls.wait()
+        return h
+
+
+__all__ = ["lib", "library_path", "init", "STRUCTS", "c_uint8", "HandleGuard"]

@@ -21,8 +21,8 @@ The module functions use one :class:`Cache` handle per root and process (opening
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -87,42 +87,21 @@ class Cache:
 
     def __init__(self, root: str | bytes | os.PathLike, max_bytes: int = 0, vllm_links: bool = False) -> None:
         self.root = os.fsdecode(root)
-        self._h = ctypes.c_void_p()
-        self._calls = threading.Condition()  # calls in flight (their count), which close() waits for
-        self._in_flight = 0
+        self._guard = _lib.HandleGuard(functools.partial(ValueError, f"the cache {self.root!r} is closed"))
         p = _lib.init(_lib.CacheParams)
         p.max_bytes = max_bytes
         p.vllm_links = int(bool(vllm_links))
         h, err = ctypes.c_void_p(), _lib.Error()
         if _lib.lib.qvl_cache_open(os.fsencode(self.root), ctypes.byref(p), ctypes.byref(h), ctypes.byref(err)):
             _raise(err, "qvl_cache_open")
-        self._h = h
+        self._guard.open(h)
 
     def close(self) -> None:
         """Close the handle once the calls other threads have in flight are done; calls after it raise
         ValueError."""
-        with self._calls:
-            h, self._h = self._h, ctypes.c_void_p()
-            while self._in_flight:
-                self._calls.wait()
+        h = self._guard.close()
         if h:
             _lib.lib.qvl_cache_close(h)
-
-    @contextlib.contextmanager
-    def _using(self):  # type: ignore[no-untyped-def]
-        """The handle, held for one call: close() waits for it to end (ctypes releases the GIL in the call)."""
-        with self._calls:
-            if not self._h:
-                raise ValueError(f"the cache {self.root!r} is closed")
-            self._in_flight += 1
-            h = self._h
-        try:
-            yield h
-        finally:
-            with self._calls:
-                self._in_flight -= 1
-                if not self._in_flight:
-                    self._calls.notify_all()
 
     def __del__(self) -> None:
         try:
@@ -141,7 +120,7 @@ class Cache:
         if not _is_key(key):
             return None
         rec, err = _lib.CacheRecord(), _lib.Error()
-        with self._using() as h:
+        with self._guard.using() as h:
             if _lib.lib.qvl_cache_get_sized(h, key.encode(), ctypes.byref(rec), ctypes.sizeof(rec), ctypes.byref(err)):
                 _raise(err, "qvl_cache_get")
         if rec.result != _lib.CACHE_HIT:
@@ -179,7 +158,7 @@ class Cache:
             a = np.ascontiguousarray(data, dtype=_NP[dtype])
         planes, tokens, cols = (1, *a.shape) if a.ndim == 2 else a.shape
         err = _lib.Error()
-        with self._using() as h:
+        with self._guard.using() as h:
             if _lib.lib.qvl_cache_put_kind(h, key.encode(), kind.encode() if kind else None, _QVL_DTYPE[dtype],
                                            a.ctypes.data if a.size else None, planes, tokens, cols,
                                            _lib.Grid(*grid_thw), (fingerprint or "").encode(), ctypes.byref(err)):
@@ -190,14 +169,14 @@ class Cache:
         """Whether an entry file exists for `key` (not verified)."""
         if not _is_key(key):
             return False
-        with self._using() as h:
+        with self._guard.using() as h:
             return bool(_lib.lib.qvl_cache_exists(h, key.encode(), None))
 
     def gc(self, target: int = 0) -> tuple[int, int]:
         """Evict least recently used entries down to `target` bytes (0: 90 % of the budget): (entries, bytes)
         evicted. OSError when another collector holds the lock."""
         b, n, err = ctypes.c_uint64(), ctypes.c_size_t(), _lib.Error()
-        with self._using() as h:
+        with self._guard.using() as h:
             if _lib.lib.qvl_cache_gc(h, target, ctypes.byref(b), ctypes.byref(n), ctypes.byref(err)):
                 _raise(err, "qvl_cache_gc")
         return n.value, b.value
@@ -205,7 +184,7 @@ class Cache:
     def verify(self) -> tuple[int, int]:
         """Read and verify every entry, deleting corrupt ones: (ok, corrupt)."""
         ok, bad, err = ctypes.c_size_t(), ctypes.c_size_t(), _lib.Error()
-        with self._using() as h:
+        with self._guard.using() as h:
             if _lib.lib.qvl_cache_verify(h, ctypes.byref(ok), ctypes.byref(bad), ctypes.byref(err)):
                 _raise(err, "qvl_cache_verify")
         return ok.value, bad.value
@@ -213,7 +192,7 @@ class Cache:
     def export_vllm(self, directory: str | bytes | os.PathLike) -> int:
         """Link every entry as directory/<key>/encoder_cache.safetensors (vLLM's layout): the count."""
         n, err = ctypes.c_size_t(), _lib.Error()
-        with self._using() as h:
+        with self._guard.using() as h:
             if _lib.lib.qvl_cache_export_vllm(h, os.fsencode(directory), ctypes.byref(n), ctypes.byref(err)):
                 _raise(err, "qvl_cache_export_vllm")
         return n.value
@@ -222,7 +201,7 @@ class Cache:
         """This handle's counters: hits, misses (corrupt included), corrupt, puts, put_errors, bytes, entries
         (scanned at open and by each collection), evictions, evicted_bytes."""
         s = _lib.CacheStats()
-        with self._using() as h:
+        with self._guard.using() as h:
             _lib.lib.qvl_cache_get_stats_sized(h, ctypes.byref(s), ctypes.sizeof(s))
         return {name: int(getattr(s, name)) for name, _ in _lib.CacheStats._fields_}
 

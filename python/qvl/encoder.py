@@ -4,8 +4,8 @@ embeddings out, written by the library straight into arrays allocated here."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import ctypes
+import functools
 import io
 import os
 import stat
@@ -533,11 +533,9 @@ class Encoder:
         self.precision = "f32"  # what the loaded model computes in: set below
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
         self._lock = threading.Lock()
-        # calls made outside _lock (key, fingerprint, info, cancel: they may run while an encode does) count
-        # themselves here, and close() waits for them before it frees the handles they use
-        self._calls = threading.Condition()
-        self._in_flight = 0
-        self._closed = False
+        # calls made outside _lock (key, fingerprint, info, cancel: they may run while an encode does) hold
+        # (model, ctx) through the guard, and close() waits for them before it frees the handles they use
+        self._guard = _lib.HandleGuard(functools.partial(QvlError, _lib.ERR_INVALID_ARG, "the Encoder is closed"))
         self._model = ctypes.c_void_p()
         self._ctx = ctypes.c_void_p()
         err = _lib.Error()
@@ -558,6 +556,7 @@ class Encoder:
             lib.qvl_model_free(self._model)
             self._model = ctypes.c_void_p()
             raise
+        self._guard.open((self._model, self._ctx))
         self._mi = _lib.ModelInfo()
         lib.qvl_model_get_info_sized(self._model, ctypes.byref(self._mi), ctypes.sizeof(self._mi))
         self.precision = "bf16" if self._mi.precision == 1 else "f32"
@@ -571,16 +570,13 @@ class Encoder:
         """Free the context and the weights (also done when the Encoder is collected), once the encode and the
         calls other threads have in flight are done; calls after it raise QvlError (cancel() does nothing)."""
         with self._lock:
-            with self._calls:
-                self._closed = True
-                while self._in_flight:
-                    self._calls.wait()
-            if self._ctx:
-                lib.qvl_ctx_free(self._ctx)
-                self._ctx = ctypes.c_void_p()
-            if self._model:
-                lib.qvl_model_free(self._model)
+            handles = self._guard.close()
+            if handles:
+                model, ctx = handles
+                self._ctx = ctypes.c_void_p()  # _live() refuses an encode from now on
                 self._model = ctypes.c_void_p()
+                lib.qvl_ctx_free(ctx)
+                lib.qvl_model_free(model)
 
     def __enter__(self) -> "Encoder":
         return self
@@ -598,29 +594,14 @@ class Encoder:
         if not self._ctx:
             raise QvlError(_lib.ERR_INVALID_ARG, "the Encoder is closed")
 
-    @contextlib.contextmanager
-    def _using(self) -> Any:
-        """The handles held for one call outside _lock: close() waits for it to end; a closed Encoder raises."""
-        with self._calls:
-            if self._closed or not self._ctx:
-                raise QvlError(_lib.ERR_INVALID_ARG, "the Encoder is closed")
-            self._in_flight += 1
-        try:
-            yield
-        finally:
-            with self._calls:
-                self._in_flight -= 1
-                if not self._in_flight:
-                    self._calls.notify_all()
-
     @property
     def fingerprint(self) -> str:
         """The weights' content fingerprint (32 hex digits, computed by the load)."""
         if self._fingerprint is None:
             err = _lib.Error()
             hexbuf = ctypes.create_string_buffer(33)
-            with self._using():
-                _check(lib.qvl_model_fingerprint(self._model, None, hexbuf, ctypes.byref(err)), err)
+            with self._guard.using() as (model, _):
+                _check(lib.qvl_model_fingerprint(model, None, hexbuf, ctypes.byref(err)), err)
             self._fingerprint = hexbuf.value.decode()
         return self._fingerprint
 
@@ -628,8 +609,8 @@ class Encoder:
     def info(self) -> EncoderInfo:
         """Dimensions, fingerprint and kernel set."""
         mi = self._mi
-        with self._using():
-            threads = lib.qvl_ctx_threads(self._ctx)
+        with self._guard.using() as (_, ctx):
+            threads = lib.qvl_ctx_threads(ctx)
         return EncoderInfo(
             model_type=mi.model_type.decode(), depth=mi.depth, hidden=mi.hidden, heads=mi.heads,
             out_hidden=mi.out_hidden, n_deepstack=mi.n_deepstack,
@@ -643,8 +624,8 @@ class Encoder:
         """Cancel the encode running now (from any thread): its remaining items fail with status cancelled.
         The next encode call clears the flag. Does nothing once the Encoder is closed."""
         try:
-            with self._using():
-                lib.qvl_ctx_cancel(self._ctx)
+            with self._guard.using() as (_, ctx):
+                lib.qvl_ctx_cancel(ctx)
         except QvlError:
             pass  # closed
 
@@ -676,7 +657,7 @@ class Encoder:
         keep: list[Any] = []
         items = _items([item], keep)
         pl = self._plan_params(dtype, layout, deepstack, preprocess, keep)
-        with self._using():
+        with self._guard.using():
             return self._key(items, 0, pl)
 
     def _key(self, items: ctypes.Array, i: int, pl: _lib.PlanParams) -> str:
