@@ -16,7 +16,10 @@ deleted and counts as a miss. A hit older than an hour has its mtime refreshed (
 server's ``--cache-size`` or :meth:`Cache.gc` is least recently used by mtime). The key (qvl_item_key) names the
 output's dtype, layout, DeepStack choice and precision: each output is its own entry.
 
-The module functions use one :class:`Cache` handle per root and process (opening one scans the root once).
+The module functions use one :class:`Cache` handle per root and process (opening one scans the root once). A read
+(get_entry) opens it on an existing cache only and creates nothing: a directory that is not a qvl cache (no
+objects/) is a miss, left as it was; a write (put_entry, init_cache_dir) opens one that creates the cache's
+directories, which then serves the reads too.
 """
 
 from __future__ import annotations
@@ -82,15 +85,20 @@ class CacheEntry:
 class Cache:
     """A libqvl cache handle on `root` (created with its directories and CACHEDIR.TAG if need be). ``max_bytes``:
     the size budget a put over it collects down to (0: unbounded); ``vllm_links``: also link
-    root/vllm-ec/<key>/encoder_cache.safetensors. Thread-safe; processes share a root through the files. `root`
-    may be str, bytes or os.PathLike (``root`` holds it as str, os.fsdecode'd)."""
+    root/vllm-ec/<key>/encoder_cache.safetensors. ``existing=True`` opens only an existing cache (root/objects/ a
+    directory) and creates nothing there, for reads (qvl_cache_params.existing): another directory is OSError
+    "qvl_cache_open: <root> is not a qvl cache (...)". Thread-safe; processes share a root through the files.
+    `root` may be str, bytes or os.PathLike (``root`` holds it as str, os.fsdecode'd)."""
 
-    def __init__(self, root: str | bytes | os.PathLike, max_bytes: int = 0, vllm_links: bool = False) -> None:
+    def __init__(self, root: str | bytes | os.PathLike, max_bytes: int = 0, vllm_links: bool = False, *,
+                 existing: bool = False) -> None:
         self.root = os.fsdecode(root)
+        self.existing = bool(existing)
         self._guard = _lib.HandleGuard(functools.partial(ValueError, f"the cache {self.root!r} is closed"))
         p = _lib.init(_lib.CacheParams)
         p.max_bytes = max_bytes
         p.vllm_links = int(bool(vllm_links))
+        p.existing = int(self.existing)
         h, err = ctypes.c_void_p(), _lib.Error()
         if _lib.lib.qvl_cache_open(os.fsencode(self.root), ctypes.byref(p), ctypes.byref(h), ctypes.byref(err)):
             _raise(err, "qvl_cache_open")
@@ -206,31 +214,47 @@ class Cache:
         return {name: int(getattr(s, name)) for name, _ in _lib.CacheStats._fields_}
 
 
-_handles: dict[tuple[int, str], Cache] = {}
+_handles: dict[tuple[int, str], Cache] = {}  # (pid, root): a creating handle, or an existing-only one for reads
 _handles_mu = threading.Lock()
 
 
-def _cache(root: str | os.PathLike) -> Cache:
-    """This process's handle on root (a forked child opens its own)."""
+def _cache(root: str | bytes | os.PathLike, existing: bool = False) -> Cache | None:
+    """This process's handle on root (a forked child opens its own). For a write (existing False): one that
+    creates the cache's directories, opened in place of an existing-only handle the table holds. For a read: any
+    handle the table holds, else one opened on an existing cache only, or None when root is not a qvl cache (no
+    objects/ directory: nothing is opened or created). A replaced handle is not closed here: calls that took it
+    finish on it, and it closes when the last of them drops it."""
     k = (os.getpid(), os.path.abspath(os.fsdecode(root)))
     with _handles_mu:
         c = _handles.get(k)
-        if c is None:
-            c = _handles[k] = Cache(k[1])
+        if c is not None and (existing or not c.existing):
+            return c
+        if existing and not os.path.isdir(os.path.join(k[1], "objects")):
+            return None
+        c = _handles[k] = Cache(k[1], existing=existing)
         return c
+
+
+def _writer(root: str | bytes | os.PathLike) -> Cache:
+    """This process's creating handle on root (see _cache)."""
+    c = _cache(root)
+    assert c is not None
+    return c
 
 
 def init_cache_dir(root: str | os.PathLike) -> None:
     """Create the cache's directories (objects, tmp, gc, vllm-ec) and its CACHEDIR.TAG, as the server does."""
-    _cache(root)
+    _writer(root)
 
 
 def get_entry(root: str | os.PathLike, key: str) -> CacheEntry | None:
     """The entry of `key`, verified, or None (a miss). An entry that fails verification is deleted (as the
-    server does); a hit whose mtime is over an hour old is touched (LRU)."""
+    server does); a hit whose mtime is over an hour old is touched (LRU). A read creates no cache: a root that is
+    not a qvl cache (no objects/ directory, or no directory at all) is a miss and is left as it was."""
     if not _is_key(key) or not os.path.isdir(os.fspath(root)):
         return None
-    return _cache(root).get(key)
+    c = _cache(root, existing=True)
+    return c.get(key) if c is not None else None
 
 
 def put_entry(root: str | os.PathLike, key: str, data: np.ndarray, dtype: str, grid_thw: tuple[int, int, int],
@@ -241,4 +265,4 @@ def put_entry(root: str | os.PathLike, key: str, data: np.ndarray, dtype: str, g
     written. ``qvl_version`` is accepted for compatibility: the entry records the loaded libqvl's version. ``kind``
     (image, video, frames, rows) is recorded as the entry's meta["kind"]."""
     del qvl_version
-    return _cache(root).put(key, data, dtype, grid_thw, fingerprint, kind)
+    return _writer(root).put(key, data, dtype, grid_thw, fingerprint, kind)

@@ -489,7 +489,7 @@ def write_cache_entry(cache_dir: str | os.PathLike, result: Result, fingerprint:
 
 def read_cache_entry(cache_dir: str | os.PathLike, key: str) -> _cache.CacheEntry | None:
     """The verified entry of `key` in the cache directory, or None (a miss; a corrupt entry is deleted, as the
-    server does). See :mod:`qvl.cache`."""
+    server does; a directory that is not a qvl cache is a miss and is left as it was). See :mod:`qvl.cache`."""
     return _cache.get_entry(cache_dir, key)
 
 

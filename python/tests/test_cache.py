@@ -368,3 +368,64 @@ def test_cache_bytes_and_pathlike_roots(tmp_path) -> None:
             assert c.get(key).data.tobytes() == m.tobytes() and os.path.isfile(qcache.entry_path(c.root, key))
             ex = os.fsencode(root) + b".ex"
             assert c.export_vllm(ex) == 1 and os.path.isfile(os.path.join(ex, key.encode(), b"encoder_cache.safetensors"))
+
+
+def _tree(root) -> list[str]:
+    """Every path under root, relative, sorted (directories too)."""
+    return sorted(os.path.relpath(os.path.join(d, n), root) for d, dirs, files in os.walk(root) for n in dirs + files)
+
+
+def test_get_entry_creates_nothing(tmp_path) -> None:
+    """get_entry is a read: on a directory that is not a qvl cache it is a miss and leaves the directory as it was
+    (it created objects/, tmp/, gc/, vllm-ec/ and CACHEDIR.TAG there); put_entry then makes it a cache, and
+    get_entry reads it. On a cache of objects/ alone, a miss and a hit (its mtime refreshed) create nothing either,
+    and a damaged entry is deleted."""
+    key, other, bad = "ef" * 32, "0e" * 32, "ba" * 32
+    m = np.arange(8, dtype=np.float32).reshape(2, 4)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("mine")
+    before = _tree(plain)
+    assert qcache.get_entry(plain, key) is None and qcache.get_entry(os.fsencode(plain), key) is None
+    assert _tree(plain) == before
+    qcache.put_entry(plain, key, m, "F32", (1, 2, 4), "fp")
+    ent = qcache.get_entry(plain, key)
+    assert ent is not None and ent.data.tobytes() == m.tobytes() and ent.grid_thw == (1, 2, 4)
+    assert os.path.isfile(plain / "CACHEDIR.TAG")
+    # a cache another handle wrote, of objects/ alone: read through a handle that creates nothing, then written
+    # through one that does (it replaces the reading handle), and read again
+    root = tmp_path / "bare"
+    with qcache.Cache(tmp_path / "src") as c:
+        c.put(key, m, "F32", (1, 2, 4), "fp")
+    os.makedirs(root / "objects" / key[:2])
+    shutil.copy(qcache.entry_path(tmp_path / "src", key), qcache.entry_path(root, key))
+    old = os.stat(qcache.entry_path(root, key)).st_mtime - 7200
+    os.utime(qcache.entry_path(root, key), (old, old))
+    before = _tree(root)
+    assert qcache.get_entry(root, other) is None
+    assert qcache.get_entry(root, key).data.tobytes() == m.tobytes()
+    assert _tree(root) == before and os.stat(qcache.entry_path(root, key)).st_mtime > old + 3600
+    raw = bytearray(open(qcache.entry_path(root, key), "rb").read())
+    raw[-30] ^= 1
+    os.makedirs(root / "objects" / bad[:2])
+    open(qcache.entry_path(root, bad), "wb").write(raw)
+    assert qcache.get_entry(root, bad) is None and not os.path.exists(qcache.entry_path(root, bad))
+    qcache.put_entry(root, other, 2 * m, "F32", (1, 2, 4), "fp")
+    assert qcache.get_entry(root, other).data.tobytes() == (2 * m).tobytes()
+    assert qcache.get_entry(root, key).data.tobytes() == m.tobytes()
+    assert os.path.isdir(root / "tmp") and os.path.isfile(root / "CACHEDIR.TAG")
+
+
+def test_cache_existing_only(tmp_path) -> None:
+    """Cache(existing=True) opens an existing cache and creates nothing: a plain directory is OSError naming it
+    (qvl_cache_open: ... is not a qvl cache), left as it was; on a cache it reads."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(OSError, match="not a qvl cache") as e:
+        qcache.Cache(plain, existing=True)
+    assert str(plain) in str(e.value) and _tree(plain) == []
+    key = "ab" * 32
+    m = np.ones((2, 4), np.float32)
+    qcache.Cache(tmp_path / "c").put(key, m, "F32", (1, 2, 4), "fp")
+    with qcache.Cache(tmp_path / "c", existing=True) as c:
+        assert c.existing and c.get(key).data.tobytes() == m.tobytes()
