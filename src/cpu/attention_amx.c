@@ -140,17 +140,6 @@ static inline __m512i aa_pairs(__m512 even, __m512 odd) {
                                          21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
 }
-/* bf16_exp2 lane-wise (the operations of attention_avx512bf16.c's exp2v, in the same order). */
-static inline __m512 aa_exp2(__m512 x) {
-    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
-    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(x, n);
-    __m512 y = _mm512_set1_ps(vm_exp2_p[0]);
-    for (int i = 1; i < 6; i++) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(vm_exp2_p[i]));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    return _mm512_castsi512_ps(
-        _mm512_maskz_add_epi32(ok, _mm512_castps_si512(y), _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23)));
-}
 #else
 static inline uint32_t aa_pair(float even, float odd) {
     return (uint32_t)bf16_round_ftz(even) | (uint32_t)bf16_round_ftz(odd) << 16;
@@ -246,13 +235,13 @@ static void aa_softmax(const float *s, int nkt, int nks, float c, float *m, floa
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int j = 0; j < nkt; j++) mx = _mm512_max_ps(mx, _mm512_load_ps(s + (size_t)j * 16));
     const __m512 m_old = _mm512_load_ps(m), m_new = _mm512_max_ps(m_old, _mm512_mul_ps(mx, cv));
-    const __m512 alpha = aa_exp2(_mm512_sub_ps(m_old, m_new));
+    const __m512 alpha = bf16_exp2_16(_mm512_sub_ps(m_old, m_new));
     __m512 te = _mm512_setzero_ps(), to = _mm512_setzero_ps();
     for (int jp = 0; jp < npair; jp++) {
         const float *se = s + (size_t)(2 * jp) * 16;
-        const __m512 pe = aa_exp2(_mm512_fmsub_ps(_mm512_load_ps(se), cv, m_new));
+        const __m512 pe = bf16_exp2_16(_mm512_fmsub_ps(_mm512_load_ps(se), cv, m_new));
         const __m512 po =
-            2 * jp + 1 < nkt ? aa_exp2(_mm512_fmsub_ps(_mm512_load_ps(se + 16), cv, m_new)) : _mm512_setzero_ps();
+            2 * jp + 1 < nkt ? bf16_exp2_16(_mm512_fmsub_ps(_mm512_load_ps(se + 16), cv, m_new)) : _mm512_setzero_ps();
         const __m512i pr = aa_pairs(pe, po);
         _mm512_store_si512(pt + (size_t)jp * 16, pr);
         te = _mm512_add_ps(te, _mm512_castsi512_ps(_mm512_slli_epi32(pr, 16)));

@@ -30,19 +30,6 @@ static inline __m512 dpm(__m512 acc, __m512i a, const uint32_t *b) {
     return acc;
 }
 
-/* bf16_exp2 lane-wise (same operations, same order); 0 where x < -125 or NaN. */
-static inline __m512 exp2v(__m512 x) {
-    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
-    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(x, n);
-    __m512 y = _mm512_set1_ps(vm_exp2_p[0]);
-#pragma GCC unroll 5
-    for (int i = 1; i < 6; i++) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(vm_exp2_p[i]));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    return _mm512_castsi512_ps(
-        _mm512_maskz_add_epi32(ok, _mm512_castps_si512(y), _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23)));
-}
-
 /* Word order that interleaves VCVTNE2PS2BF16(odd, even) (even in words 0-15, odd in 16-31) into pair dwords. */
 static inline __m512i pair_index(void) {
     return _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
@@ -140,12 +127,12 @@ static inline __attribute__((always_inline)) void rows_pass(const int G, int r0,
     for (int g = 0; g < G; g++) {
         const __m512 m_old = _mm512_load_ps(mrow + r0 + 16 * g);
         const __m512 m_new = _mm512_max_ps(m_old, _mm512_mul_ps(mx[g], cv));
-        alpha[g] = exp2v(_mm512_sub_ps(m_old, m_new));
+        alpha[g] = bf16_exp2_16(_mm512_sub_ps(m_old, m_new));
         __m512 te = _mm512_setzero_ps(), to = _mm512_setzero_ps();
         for (int jp = 0; jp < npair; jp++) {
             const float *se = s + (size_t)(2 * jp) * RB + 16 * g;
-            const __m512 pe = exp2v(_mm512_fmsub_ps(_mm512_load_ps(se), cv, m_new));
-            const __m512 po = 2 * jp + 1 < nkt ? exp2v(_mm512_fmsub_ps(_mm512_load_ps(se + RB), cv, m_new))
+            const __m512 pe = bf16_exp2_16(_mm512_fmsub_ps(_mm512_load_ps(se), cv, m_new));
+            const __m512 po = 2 * jp + 1 < nkt ? bf16_exp2_16(_mm512_fmsub_ps(_mm512_load_ps(se + RB), cv, m_new))
                                                : _mm512_setzero_ps();
             const __m512i pr = pairs16(pe, po, idx);
             _mm512_store_si512(pt + (size_t)jp * RB + 16 * g, pr);
