@@ -48,7 +48,8 @@ enum {
     GEMM_MC = 144,     /* max M block of the 6-row sets: the MC x KC packed A block is 288 KiB, L2-resident */
     GEMM_MC_MAX = 144, /* max M block of any set (AVX-512: 3 x 14 = 42 rows) */
     GEMM_NC = 768,     /* max N block of the 6-row sets: B streams through L1 one micro-panel at a time */
-    GEMM_NC_MAX = 1536 /* max N block of any set (AVX-512: fewer A repacks, measured +2 %); Cb's row stride */
+    GEMM_NC_MAX = 1536, /* max N block of any set (AVX-512: fewer A repacks, measured +2 %); Cb's row stride */
+    GEMM_PLAN_THREADS_MAX = 64 /* thread counts make_plan weighs finer splits for */
 };
 
 /* Per-thread workspace layout, every part 64-byte aligned. */
@@ -271,6 +272,40 @@ typedef struct gemm_plan {
     int nb_n;         /* blocks along N */
 } gemm_plan;
 
+/* The work of an item of a plan, in units of one micro-tile times one column: its tiles times its columns, plus a
+ * quarter tile on each column for streaming B through the cache (an item of fewer rows reads B for fewer). */
+#define GEMM_ITEM_WORK(tiles, cols) (((double)(tiles) + 0.25) * (double)(cols))
+
+/* The time the pool takes over a plan's items, handed out in order (gemm_run_isa: N-major) to whichever thread is
+ * free first, as pool_run does. Block b of M has floor((b+1)·tm/nb) − floor(b·tm/nb) tiles (gemm_task), counted
+ * here without a division per item. O(items x threads): make_plan calls it once. */
+static double plan_time(const gemm_plan *p, int N, int n_threads) {
+    double busy[GEMM_PLAN_THREADS_MAX] = {0};
+    const int q = p->tiles_m / p->nb_m, r = p->tiles_m % p->nb_m;
+    for (int jb = 0; jb < p->nb_n; jb++) {
+        const int cols = N - jb * p->nc < p->nc ? N - jb * p->nc : p->nc;
+        for (int b = 0, acc = 0; b < p->nb_m; b++) { /* acc = b·tm mod nb */
+            acc += r;
+            const int tiles = q + (acc >= p->nb_m);
+            if (acc >= p->nb_m) acc -= p->nb_m;
+            int t = 0;
+            for (int u = 1; u < n_threads; u++)
+                if (busy[u] < busy[t]) t = u;
+            busy[t] += GEMM_ITEM_WORK(tiles, cols);
+        }
+    }
+    double end = 0;
+    for (int t = 0; t < n_threads; t++) end = busy[t] > end ? busy[t] : end;
+    return end;
+}
+
+/* An upper bound on plan_time in O(1), for weighing many splits: as many rounds as it takes every thread to run
+ * one item, each as long as the largest item (exact when the items are equal). */
+static double plan_time_bound(const gemm_plan *p, int n_threads) {
+    const long items = (long)p->nb_m * p->nb_n, rounds = (items + n_threads - 1) / n_threads;
+    return (double)rounds * GEMM_ITEM_WORK((p->tiles_m + p->nb_m - 1) / p->nb_m, p->nc);
+}
+
 /* M blocks of near-equal tile counts (no sliver of a block that would stream all of B for a row or two) and even
  * N blocks, so the dynamic schedule has items of similar cost; kc depends on K only and no K block is too short to
  * amortise its Cb update: the same summation order for every M, N, thread count and B layout. */
@@ -290,6 +325,7 @@ static gemm_plan make_plan(int M, int N, int K, const gemm_kernels *kr, int n_th
      * threads: 29 rounds for 28.5 rounds' work). Split M finer, up to twice as many blocks and one tile a block at
      * least, to the first count that is a multiple of the thread count; failing that, to the first that gives 16
      * items a thread, where the last round's loss is small. */
+    const int nb_m0 = p.nb_m;
     if (n_threads > 1 && (p.nb_m * p.nb_n) % n_threads) {
         int pick = 0;
         for (int pass = 0; pass < 2 && !pick; pass++)
@@ -301,6 +337,26 @@ static gemm_plan make_plan(int M, int N, int K, const gemm_kernels *kr, int n_th
                 }
             }
         if (pick) p.nb_m = pick;
+    }
+    /* Fewer than 16 items a thread can still leave threads idle when the blocks differ (14 tiles in 6 blocks of 2
+     * or 3 on 2 threads: 8 tiles' work for one thread, 6 for the other). There, weigh splitting M finer (up to
+     * twice the blocks) and N finer too (up to four times, in whole nr-wide panels), and take the first split whose
+     * plan_time_bound is 3 % below the plan's own plan_time (14 tiles x 1152 columns on 2 threads: 7 x 2 items of
+     * 2 tiles x 576 columns). */
+    const int n_units = (N + kr->nr - 1) / kr->nr;
+    if (n_threads > 1 && n_threads <= GEMM_PLAN_THREADS_MAX && p.nb_m * p.nb_n < 16 * n_threads) {
+        gemm_plan best = p, q = p;
+        double best_time = plan_time(&p, N, n_threads);
+        for (int nbn = p.nb_n; nbn <= 4 * p.nb_n && nbn <= n_units; nbn++) {
+            q.nc = (n_units + nbn - 1) / nbn * kr->nr;
+            q.nb_n = (N + q.nc - 1) / q.nc;
+            if (q.nb_n != nbn) continue; /* not a distinct split into whole panels */
+            for (q.nb_m = nb_m0; q.nb_m <= 2 * nb_m0 && q.nb_m <= p.tiles_m; q.nb_m++) {
+                const double t = plan_time_bound(&q, n_threads);
+                if (t < 0.97 * best_time) best = q, best_time = t;
+            }
+        }
+        p = best;
     }
     return p;
 }

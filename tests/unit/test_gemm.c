@@ -201,6 +201,33 @@ int main(void) {
     /* Tower-like shapes (one M block past the first, N not a multiple of 16, K not a multiple of 8). */
     CHECK(run_case(150, 4304 / 8, 4304 / 8 + 1, QVL_DTYPE_BF16, 1, GEMM_EPI_GELU_TANH, 0, GEMM_ISA_AUTO, ws));
     CHECK(run_case(40, 200, 1150, QVL_DTYPE_BF16, 1, GEMM_EPI_NONE, 1, GEMM_ISA_AUTO, ws));
+    /* Few M blocks on many threads: the plan splits M and N finer to balance them (make_plan), over whole panels
+     * and an uneven last N block. Every element written, the bits of one thread, on 3, 5 and 16 threads. */
+    {
+        unsigned char *ws16 = malloc(gemm_workspace_size(16) + 8);
+        const int sm[] = {28, 49, 196}, sn[] = {1152, 1168, 3456};
+        for (size_t a = 0; a < sizeof sm / sizeof sm[0]; a++)
+            for (size_t b = 0; b < sizeof sn / sizeof sn[0]; b++) {
+                const int M = sm[a], N = sn[b], K = 40;
+                float *A = malloc((size_t)M * K * sizeof(float)), *B = malloc((size_t)N * K * sizeof(float));
+                float *C1 = malloc((size_t)M * N * sizeof(float)), *Ct = malloc((size_t)M * N * sizeof(float));
+                for (size_t i = 0; i < (size_t)M * K; i++) A[i] = frand();
+                for (size_t i = 0; i < (size_t)N * K; i++) B[i] = frand();
+                gemm_args g = {M, N, K, A, K, B, QVL_DTYPE_F32, K, NULL, C1, N, 0, GEMM_EPI_NONE, NULL};
+                gemm_run_isa(&g, ws16 + 8, tu_pool(1), GEMM_ISA_AUTO);
+                const int nts[] = {3, 5, 16};
+                for (size_t t = 0; t < sizeof nts / sizeof nts[0]; t++) {
+                    for (size_t i = 0; i < (size_t)M * N; i++) Ct[i] = nanf("");
+                    g.C = Ct;
+                    gemm_run_isa(&g, ws16 + 8, tu_pool(nts[t]), GEMM_ISA_AUTO);
+                    if (memcmp(C1, Ct, (size_t)M * N * sizeof(float)))
+                        fprintf(stderr, "M=%d N=%d: %d threads differ from one\n", M, N, nts[t]);
+                    CHECK(!memcmp(C1, Ct, (size_t)M * N * sizeof(float)));
+                }
+                free(A), free(B), free(C1), free(Ct);
+            }
+        free(ws16);
+    }
     /* gemm_pack_b rejects bad arguments without writing; gemm_ref reads packed weights too. */
     {
         gemm_packed pk;
