@@ -272,7 +272,8 @@ def _pixels_of(obj: Any, keep: list[Any], what: str) -> _lib.Pixels:
                 im = im.convert("RGBA" if transparent else "RGB")
             obj = np.asarray(im)
         else:
-            raise TypeError(f"{what}: {type(obj).__name__} is not an image (a path, bytes, a PIL image or a uint8 array)")
+            raise TypeError(f"{what}: {type(obj).__name__} is not an image "
+                            "(a path, bytes, a PIL image or a uint8 array)")
     a = obj
     if a.dtype != np.uint8:
         raise TypeError(f"{what}: pixel arrays must be uint8, not {a.dtype}")
