@@ -340,9 +340,9 @@ static gemm_plan make_plan(int M, int N, int K, const gemm_kernels *kr, int n_th
     }
     /* Fewer than 16 items a thread can still leave threads idle when the blocks differ (14 tiles in 6 blocks of 2
      * or 3 on 2 threads: 8 tiles' work for one thread, 6 for the other). There, weigh splitting M finer (up to
-     * twice the blocks) and N finer too (up to four times, in whole nr-wide panels), and take the first split whose
-     * plan_time_bound is 3 % below the plan's own plan_time (14 tiles x 1152 columns on 2 threads: 7 x 2 items of
-     * 2 tiles x 576 columns). */
+     * twice the blocks) and N finer too (up to four times, in whole nr-wide panels): a split replaces the plan when
+     * its plan_time_bound is 3 % below the plan's own plan_time, or below the bound of the split taken so far (14
+     * tiles x 1152 columns on 2 threads: 7 x 2 items of 2 tiles x 576 columns). */
     const int n_units = (N + kr->nr - 1) / kr->nr;
     if (n_threads > 1 && n_threads <= GEMM_PLAN_THREADS_MAX && p.nb_m * p.nb_n < 16 * n_threads) {
         gemm_plan best = p, q = p;
