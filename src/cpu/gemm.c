@@ -272,22 +272,21 @@ typedef struct gemm_plan {
     int nb_n;         /* blocks along N */
 } gemm_plan;
 
+/* The first micro-tile of M block b of a plan (b = nb_m: one past the last): blocks of near-equal tile counts. */
+static inline int plan_tile0(const gemm_plan *p, long b) { return (int)(b * p->tiles_m / p->nb_m); }
+
 /* The work of an item of a plan, in units of one micro-tile times one column: its tiles times its columns, plus a
  * quarter tile on each column for streaming B through the cache (an item of fewer rows reads B for fewer). */
 #define GEMM_ITEM_WORK(tiles, cols) (((double)(tiles) + 0.25) * (double)(cols))
 
 /* The time the pool takes over a plan's items, handed out in order (gemm_run_isa: N-major) to whichever thread is
- * free first, as pool_run does. Block b of M has floor((b+1)·tm/nb) − floor(b·tm/nb) tiles (gemm_task), counted
- * here without a division per item. O(items x threads): make_plan calls it once. */
+ * free first, as pool_run does. O(items x threads): make_plan calls it once. */
 static double plan_time(const gemm_plan *p, int N, int n_threads) {
     double busy[GEMM_PLAN_THREADS_MAX] = {0};
-    const int q = p->tiles_m / p->nb_m, r = p->tiles_m % p->nb_m;
     for (int jb = 0; jb < p->nb_n; jb++) {
         const int cols = N - jb * p->nc < p->nc ? N - jb * p->nc : p->nc;
-        for (int b = 0, acc = 0; b < p->nb_m; b++) { /* acc = b·tm mod nb */
-            acc += r;
-            const int tiles = q + (acc >= p->nb_m);
-            if (acc >= p->nb_m) acc -= p->nb_m;
+        for (int b = 0; b < p->nb_m; b++) {
+            const int tiles = plan_tile0(p, b + 1) - plan_tile0(p, b);
             int t = 0;
             for (int u = 1; u < n_threads; u++)
                 if (busy[u] < busy[t]) t = u;
@@ -480,8 +479,8 @@ typedef struct gemm_job {
 static void gemm_task(void *ctx, long it, int thread) {
     const gemm_job *j = ctx;
     const gemm_args *g = j->g;
-    const long b = it % j->pl.nb_m, tm = j->pl.tiles_m, nb = j->pl.nb_m;
-    const int mr = j->kr->mr, t0 = (int)(b * tm / nb), t1 = (int)((b + 1) * tm / nb);
+    const long b = it % j->pl.nb_m;
+    const int mr = j->kr->mr, t0 = plan_tile0(&j->pl, b), t1 = plan_tile0(&j->pl, b + 1);
     const int i0 = t0 * mr, i1 = t1 * mr < g->M ? t1 * mr : g->M, mc = i1 - i0;
     const int j0 = (int)(it / j->pl.nb_m) * j->pl.nc, nc = g->N - j0 < j->pl.nc ? g->N - j0 : j->pl.nc;
     gemm_item(g, j->kr, j->pk, j->pl.kc, i0, mc, j0, nc, j->ws + (size_t)thread * GEMM_THREAD_BYTES);
