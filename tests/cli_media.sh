@@ -156,10 +156,13 @@ if "$QVL" --help 2>&1 | grep -q '^  cache '; then # built with the server (and s
     # and the encode come from the same bytes, read once, so what is stored under the photo's key is the photo's
     # encode (the CLI hashed the file, then decoded it again: the other image's tokens under the photo's key).
     if [[ -n ${QVL_SWAP_SHIM:-} && $QVL_CROSS != 1 ]]; then
+        swapped() { # swapped FROM TO CMD...: CMD with FROM opening TO from its second open on
+            env LD_PRELOAD="$QVL_SWAP_SHIM" QVL_TEST_SWAP_FROM="$1" QVL_TEST_SWAP_TO="$2" \
+                ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" "${@:3}"
+        }
         OTHER=$SRC/tests/data/images/jpeg_420.jpg
         cp "$PHOTO" "$T/swap.jpg"
-        expect 0 "swapped file encoded" env LD_PRELOAD="$QVL_SWAP_SHIM" QVL_TEST_SWAP_FROM="$T/swap.jpg" \
-            QVL_TEST_SWAP_TO="$OTHER" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        expect 0 "swapped file encoded" swapped "$T/swap.jpg" "$OTHER" \
             "$QVL" encode --model "$T/m35" --cache "$T/cswap" "$T/swap.jpg" -o "$T/s1.safetensors"
         expect 0 "photo, no cache" "$QVL" encode --model "$T/m35" "$PHOTO" -o "$T/s2.safetensors"
         expect 0 "photo from the cache" "$QVL" encode --model "$T/m35" --cache "$T/cswap" "$PHOTO" -o "$T/s3.safetensors"
@@ -174,9 +177,7 @@ if "$QVL" --help 2>&1 | grep -q '^  cache '; then # built with the server (and s
         # makes the key differ after it, and the result is neither stored nor keyed (it was stored under the key
         # of frames the encode never saw).
         cp -r "$FRAMES" "$T/fswap"
-        expect 0 "frame swapped" env LD_PRELOAD="$QVL_SWAP_SHIM" QVL_TEST_SWAP_FROM="$T/fswap/video_frame_2.png" \
-            QVL_TEST_SWAP_TO="$FRAMES/video_frame_4.png" \
-            ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        expect 0 "frame swapped" swapped "$T/fswap/video_frame_2.png" "$FRAMES/video_frame_4.png" \
             "$QVL" encode --model "$T/m35" --cache "$T/cframes" "$T/fswap" -o "$T/f1.safetensors"
         has "frame swapped: warned" "$T/err" "fswap changed while it was encoded: not stored in the cache"
         n=$(find "$T/cframes/objects" -name '*.safetensors' 2>/dev/null | wc -l)
