@@ -8,20 +8,27 @@
  * QVL_AMX_EMULATE; the functions are then gemm_amx_*_emulated and the packer portable).
  *
  * Driver: items are (M block of up to AMX_MC rows, N block of a 32-column multiple), handed out dynamically to the
- * pool's threads; N is split only as far as needed to give every thread two items. Per item, the block's rows of
- * A are rounded and packed once, whole K, into 16 x 32 bf16 tiles (1 KiB each, zero past M and K; in the
- * per-thread workspace, sized for the model's widest K). Then for each 32-column pair of weight panels (read in
- * place), K runs in chunks of AMX_KC tiles: the panel pair's chunk (16 KiB) is used by every 32-row pair of the
- * block in turn, whose four accumulators are zeroed (first chunk) or loaded from the block's partial sums Cb
- * (128 x 32 f32, 16 KiB), run over the chunk and stored back; after the last chunk the epilogue writes C from Cb.
- * So the panel chunk and Cb stay in L1 and the A block in L2; while a chunk runs, the row pairs prefetch the next
- * chunk towards L2 (each weight byte comes from L3 or memory once per M block). Loading and storing an accumulator is exact: every
- * element is one TDPBF16PS chain over its K tiles in order, whatever the blocking or thread count, so results
- * are bit-identical for any thread count and equal to gemm_amx_ref. Each item loads the tile configuration and
- * releases the tiles when done. Measured on an AMX Xeon (bench_gemm_bf16, 1 thread; docs/PERFORMANCE.md): chunks
- * of 16 or whole-K tiles ran no faster than 8, 256-row M blocks no faster than 128 on two threads (within the
- * noise at K = 1152, 40 % slower at K = 4304), and neither prefetching the next item's A rows and the epilogue's C rows nor running a
- * column pair's epilogue in slices between the next pair's tile steps gained beyond the noise. */
+ * pool's threads. N is split by plan_nc: where the threads have fewer than 8 M blocks each, the split whose items
+ * the pool finishes first in a simulation of its hand-out (an 882-row MLP chunk is 7 M blocks: on 2 threads one
+ * thread had 4 and the other 3; now 2 N blocks make 14 items); else as few N blocks as give every thread two items.
+ * Per item, the block's rows of A are rounded and packed once, whole K, into 16 x 32 bf16 tiles (1 KiB each, zero
+ * past M and K; in the per-thread workspace, sized for the model's widest K). Then for each 32-column pair of
+ * weight panels (read in place), each 32-row pair of the block runs the whole K with its four accumulators
+ * resident in the tiles (zeroed, never loaded: one tile store each at the end), into the pair's sums (128 x 32
+ * f32, 16 KiB). The A block stays in L2, the panel pair in L2 after the first row pair brought it in, and the
+ * next column pair's panels are prefetched towards L2 meanwhile (each weight byte comes from L3 or memory once per
+ * M block). A pair's epilogue (bias, activation, residual; from its sums into C) runs a row at a time between the
+ * next pair's K steps, so the vector units work while the tile unit does (two sums buffers per thread); the last
+ * pair's runs after the tiles are released. Every element is one TDPBF16PS chain over its K tiles in order,
+ * whatever the blocking or thread count, so results are bit-identical for any thread count and equal to
+ * gemm_amx_ref.
+ * Measured on a 2-vCPU Sapphire Rapids-class VM (docs/PERFORMANCE.md, session 35): old and new kernels in one
+ * process, alternated call by call (the host's tile rate wanders by 2x from minute to minute, so separate runs
+ * say nothing at 10 %): at M = 784 on 2 threads qkv 1.24x, proj 1.08x, fc1 1.14x, fc2 0.98-1.00x the speed of the
+ * chunked kernel it replaced (K in chunks of 8 tiles, accumulators loaded and stored per chunk, the epilogue after
+ * each column pair): the accumulator loads and stores were a quarter of the tile unit's operations, and a tile
+ * load costs the unit more than half a TDPBF16PS (a 2 x 2 block with one load per product peaks at 60-65 % of the
+ * TDPBF16PS rate with every operand in L1). */
 #include <stdint.h>
 #include <string.h>
 
@@ -36,7 +43,8 @@
 enum {
     AMX_MC = BF16_AMX_MC, /* rows per M block (8 A row tiles; with K = 4608 a 1.2 MB A block, L2-resident) */
     AMX_KT = 32,          /* k per tile (16 pairs) */
-    AMX_KC = 8,           /* K tiles per chunk: a panel pair's chunk is 16 KiB, L1-resident while every row pair uses it */
+    PLAN_MAX_THREADS = 64, /* the N split is planned by simulation up to this many threads */
+    EPI_AHEAD = 8,         /* rows of C prefetched ahead of the epilogue */
 };
 
 /* Tile registers: accumulators C[r][c] for row tile r and column tile c of the 2 x 2 block, A row tiles, B tiles. */
@@ -49,13 +57,13 @@ enum {
 #define TB0 6
 #define TB1 7
 
-#define AMX_SCRATCH_BYTES ((size_t)AMX_MC * 32 * 4) /* Cb: the M block's partial sums for one 32-column pair */
+#define AMX_SCRATCH_BYTES ((size_t)AMX_MC * 32 * 4) /* the M block's sums for one 32-column pair */
 
-/* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16; twice that for BF16X2's two terms) and the
- * 32 x 32 f32 epilogue scratch. */
+/* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16; twice that for BF16X2's two terms) and
+ * two column pairs' sums (one being written out while the next is computed). */
 static size_t thread_bytes(int max_k) {
     const size_t kp = (size_t)((max_k > 0 ? max_k : 1) + AMX_KT - 1) / AMX_KT * AMX_KT;
-    return 2 * (size_t)AMX_MC * kp * 2 + AMX_SCRATCH_BYTES;
+    return 2 * (size_t)AMX_MC * kp * 2 + 2 * AMX_SCRATCH_BYTES;
 }
 
 size_t AMX_NAME(gemm_amx_workspace_size)(int n_threads, int max_k) {
@@ -133,10 +141,9 @@ typedef struct amx_job {
     unsigned char *ws;
 } amx_job;
 
-/* Lines of the next weight chunk (p0 and, if not NULL, p1: one range per 16-column panel) that a block call
- * prefetches: every weight byte is read from L3 or memory once per M block, and a first use that waits on it
- * stalls the tiles (a 16-row A tile and B tile pair from L2 keep TDPBF16PS at about 3/4 of its rate, weights
- * streamed from L3 at about 1/6). */
+/* Lines of the next column pair's panels (p0 and, if not NULL, p1: one range per 16-column panel) that a row
+ * pair's block prefetches towards L2, spread over its K steps: every weight byte is read from L3 or memory once
+ * per M block, and a first use that waits on it stalls the tiles. */
 typedef struct b_prefetch {
     const char *p0, *p1;
     int lines;
@@ -150,29 +157,92 @@ static inline void prefetch_step(const b_prefetch *pf, int *pl, int per) {
     }
 }
 
-/* One 32 x 32 block (or its 16-row / 16-column part: two_r / two_c = 0) over kt K tiles: accumulators from zero
- * (first) or loaded from cs (32 x 32, row stride 32), A tiles a0 (a1), `as` elements from one K tile to the next
- * (with split, each K tile's lo tile 512 elements after its hi tile, run right after it), B tiles b0 (b1) at
- * 1 KiB per K tile; the accumulators are stored back to cs. */
+/* A finished column pair's epilogue, written a row at a time between the next pair's tile steps: rows [0, mc) of
+ * its sums cb (row stride 32) into C (stride ldc), ncols (<= 32) columns, with gemm_bf16_epilogue_row's
+ * arithmetic (t + bias, then the activation, then c + t or a plain store). The instruction build does it in
+ * registers, two 16-lane vectors per row (vmath_avx512.h's GELUs are op_gelu_*'s on an AVX-512 CPU, which every
+ * AMX CPU is: the same bits); the vector work then runs while the tile unit works on the next pair. */
+typedef struct epi {
+    const float *cb;
+    float *C;
+    size_t ldc;
+    const float *bias;
+    be_act act;
+    int accumulate, ncols;
+    int next, rows; /* the next row to write, and the rows */
+#if !QVL_AMX_EMULATE
+    __mmask16 m0, m1;
+    __m512 b0, b1;
+#endif
+} epi;
+
+static void epi_init(epi *e, const float *cb, int rows, int ncols, const float *bias, be_act act, float *C,
+                     size_t ldc, int accumulate) {
+    e->cb = cb, e->C = C, e->ldc = ldc, e->bias = bias, e->act = act, e->accumulate = accumulate;
+    e->ncols = ncols, e->next = 0, e->rows = rows;
+#if !QVL_AMX_EMULATE
+    e->m0 = (__mmask16)(ncols >= 16 ? 0xffffu : (1u << ncols) - 1u);
+    e->m1 = (__mmask16)(ncols >= 32 ? 0xffffu : ncols > 16 ? (1u << (ncols - 16)) - 1u : 0u);
+    /* no bias: + 0 is exact for every value but -0 (-0 + 0 = +0), so the add is skipped instead */
+    e->b0 = bias ? _mm512_maskz_loadu_ps(e->m0, bias) : _mm512_setzero_ps();
+    e->b1 = bias ? _mm512_maskz_loadu_ps(e->m1, bias + 16) : _mm512_setzero_ps();
+#endif
+}
+
+#if QVL_AMX_EMULATE
+static void epi_row(epi *e) {
+    const int r = e->next++;
+    float t[32];
+    memcpy(t, e->cb + (size_t)r * 32, (size_t)e->ncols * sizeof(float));
+    gemm_bf16_epilogue_row(t, e->bias, e->ncols, e->act, e->C + (size_t)r * e->ldc, e->accumulate);
+}
+#else
+/* t (+ b where has_bias), then the activation. */
+static inline __attribute__((always_inline)) __m512 epi16(__m512 v, int has_bias, __m512 b, be_act act) {
+    if (has_bias) v = _mm512_add_ps(v, b);
+    if (act == BE_ACT_GELU_TANH) v = v16_gelu_tanh(v);
+    else if (act == BE_ACT_GELU_ERF) v = v16_gelu_erf(v);
+    return v;
+}
+
+static inline void epi_row(epi *e) {
+    const int r = e->next++;
+    const float *t = e->cb + (size_t)r * 32;
+    float *c = e->C + (size_t)r * e->ldc;
+    /* C's rows are far apart and rarely cached: ask for them EPI_AHEAD rows before they are read or written, so
+     * that a miss does not hold up the tile instructions retiring behind it */
+    if (r + EPI_AHEAD < e->rows) {
+        const char *ca = (const char *)(c + (size_t)EPI_AHEAD * e->ldc);
+        _mm_prefetch(ca, _MM_HINT_T0);
+        _mm_prefetch(ca + 64, _MM_HINT_T0);
+    }
+    __m512 v0 = epi16(_mm512_loadu_ps(t), e->bias != NULL, e->b0, e->act);
+    __m512 v1 = epi16(_mm512_loadu_ps(t + 16), e->bias != NULL, e->b1, e->act);
+    if (e->accumulate) {
+        v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(e->m0, c), v0);
+        v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(e->m1, c + 16), v1);
+    }
+    _mm512_mask_storeu_ps(c, e->m0, v0);
+    _mm512_mask_storeu_ps(c + 16, e->m1, v1);
+}
+#endif
+
+/* One 32 x 32 block (or its 16-row / 16-column part: two_r / two_c = 0) over all KB K tiles, the accumulators
+ * resident in the tiles from zero to the end: A tiles a0 (a1), `as` elements from one K tile to the next (with
+ * split, each K tile's lo tile 512 elements after its hi tile, run right after it), B tiles b0 (b1) at 1 KiB per K
+ * tile; the accumulators are stored to cs (32 x 32, row stride 32). Between K steps, the rows of e (the previous
+ * column pair's epilogue, if any) up to e_end are written, one per step. */
 static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int split, const uint32_t *b0,
-                  const uint32_t *b1, float *cs, int first, int two_r, int two_c, const b_prefetch *pf) {
+                  const uint32_t *b1, float *cs, int two_r, int two_c, const b_prefetch *pf, epi *e, int e_end) {
     const size_t ldcs = 32 * 4, s = 64;
-    /* this row pair's share of the next weight chunk, towards L2, spread over its K steps */
     const int per = (pf->lines + kt - 1) / kt;
     int pl = 0;
     float *c10 = cs + 16 * 32;
-    if (first) {
-        AMX_ZERO(TC00);
-        if (two_c) AMX_ZERO(TC01);
-        if (two_r) AMX_ZERO(TC10);
-        if (two_r && two_c) AMX_ZERO(TC11);
-    } else {
-        AMX_LOADD(TC00, cs, ldcs);
-        if (two_c) AMX_LOADD(TC01, cs + 16, ldcs);
-        if (two_r) AMX_LOADD(TC10, c10, ldcs);
-        if (two_r && two_c) AMX_LOADD(TC11, c10 + 16, ldcs);
-    }
-    if (two_r && two_c) {
+    AMX_ZERO(TC00);
+    if (two_c) AMX_ZERO(TC01);
+    if (two_r) AMX_ZERO(TC10);
+    if (two_r && two_c) AMX_ZERO(TC11);
+    if (two_r && two_c && !split) {
         for (int t = 0; t < kt; t++) {
             const uint16_t *x0 = a0 + (size_t)t * as, *x1 = a1 + (size_t)t * as;
             prefetch_step(pf, &pl, per);
@@ -184,86 +254,54 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int
             AMX_LOADD(TA1, x1, s);
             AMX_DPBF16PS(TC10, TA1, TB0);
             AMX_DPBF16PS(TC11, TA1, TB1);
-            if (split) {
-                AMX_LOADD(TA0, x0 + 512, s);
-                AMX_DPBF16PS(TC00, TA0, TB0);
-                AMX_DPBF16PS(TC01, TA0, TB1);
-                AMX_LOADD(TA1, x1 + 512, s);
-                AMX_DPBF16PS(TC10, TA1, TB0);
-                AMX_DPBF16PS(TC11, TA1, TB1);
-            }
+            if (e && e->next < e_end) epi_row(e);
         }
-        AMX_STORED(TC00, cs, ldcs);
-        AMX_STORED(TC01, cs + 16, ldcs);
-        AMX_STORED(TC10, c10, ldcs);
-        AMX_STORED(TC11, c10 + 16, ldcs);
-        return;
-    }
-    for (int t = 0; t < kt; t++) {
-        prefetch_step(pf, &pl, per);
-        for (int h = 0; h <= split; h++) {
-            const uint16_t *x0 = a0 + (size_t)t * as + (size_t)h * 512, *x1 = a1 + (size_t)t * as + (size_t)h * 512;
+    } else if (two_r && two_c) {
+        for (int t = 0; t < kt; t++) {
+            const uint16_t *x0 = a0 + (size_t)t * as, *x1 = a1 + (size_t)t * as;
+            prefetch_step(pf, &pl, per);
             AMX_LOADD(TA0, x0, s);
             AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
+            AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
             AMX_DPBF16PS(TC00, TA0, TB0);
-            if (two_c) {
-                AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
-                AMX_DPBF16PS(TC01, TA0, TB1);
+            AMX_DPBF16PS(TC01, TA0, TB1);
+            AMX_LOADD(TA1, x1, s);
+            AMX_DPBF16PS(TC10, TA1, TB0);
+            AMX_DPBF16PS(TC11, TA1, TB1);
+            AMX_LOADD(TA0, x0 + 512, s);
+            AMX_DPBF16PS(TC00, TA0, TB0);
+            AMX_DPBF16PS(TC01, TA0, TB1);
+            AMX_LOADD(TA1, x1 + 512, s);
+            AMX_DPBF16PS(TC10, TA1, TB0);
+            AMX_DPBF16PS(TC11, TA1, TB1);
+            if (e && e->next < e_end) epi_row(e);
+        }
+    } else {
+        for (int t = 0; t < kt; t++) {
+            prefetch_step(pf, &pl, per);
+            for (int h = 0; h <= split; h++) {
+                const uint16_t *x0 = a0 + (size_t)t * as + (size_t)h * 512, *x1 = a1 + (size_t)t * as + (size_t)h * 512;
+                AMX_LOADD(TA0, x0, s);
+                AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
+                AMX_DPBF16PS(TC00, TA0, TB0);
+                if (two_c) {
+                    AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
+                    AMX_DPBF16PS(TC01, TA0, TB1);
+                }
+                if (two_r) {
+                    AMX_LOADD(TA1, x1, s);
+                    AMX_DPBF16PS(TC10, TA1, TB0);
+                }
             }
-            if (two_r) {
-                AMX_LOADD(TA1, x1, s);
-                AMX_DPBF16PS(TC10, TA1, TB0);
-            }
+            if (e && e->next < e_end) epi_row(e);
         }
     }
     AMX_STORED(TC00, cs, ldcs);
     if (two_c) AMX_STORED(TC01, cs + 16, ldcs);
     if (two_r) AMX_STORED(TC10, c10, ldcs);
+    if (two_r && two_c) AMX_STORED(TC11, c10 + 16, ldcs);
+    while (e && e->next < e_end) epi_row(e); /* K shorter than the rows to write */
 }
-
-/* The epilogue of rows [0, mr) of the block's partial sums cb (row stride 32) into C (stride ldc), ncols (<= 32)
- * columns: gemm_bf16_epilogue_row's arithmetic (t + bias, then the activation, then c + t or a plain store). The
- * instruction build does it in registers, two 16-lane vectors per row, without writing cb back or calling out per
- * row (vmath_avx512.h's GELUs are op_gelu_*'s on an AVX-512 CPU, which every AMX CPU is: the same bits). */
-#if QVL_AMX_EMULATE
-static void epilogue(const float *cb, int mr, int ncols, const float *bias, be_act act, float *C, size_t ldc,
-                     int accumulate) {
-    float t[32];
-    for (int r = 0; r < mr; r++) {
-        memcpy(t, cb + (size_t)r * 32, (size_t)ncols * sizeof(float));
-        gemm_bf16_epilogue_row(t, bias, ncols, act, C + (size_t)r * ldc, accumulate);
-    }
-}
-#else
-/* t (+ b where has_bias), then the activation. */
-static inline __attribute__((always_inline)) __m512 epi16(__m512 v, int has_bias, __m512 b, be_act act) {
-    if (has_bias) v = _mm512_add_ps(v, b);
-    if (act == BE_ACT_GELU_TANH) v = v16_gelu_tanh(v);
-    else if (act == BE_ACT_GELU_ERF) v = v16_gelu_erf(v);
-    return v;
-}
-
-static void epilogue(const float *cb, int mr, int ncols, const float *bias, be_act act, float *C, size_t ldc,
-                     int accumulate) {
-    const __mmask16 m0 = (__mmask16)(ncols >= 16 ? 0xffffu : (1u << ncols) - 1u);
-    const __mmask16 m1 = (__mmask16)(ncols >= 32 ? 0xffffu : ncols > 16 ? (1u << (ncols - 16)) - 1u : 0u);
-    /* no bias: + 0 is exact for every value but -0 (-0 + 0 = +0), so skip the add instead */
-    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-    for (int r = 0; r < mr; r++) {
-        const float *t = cb + (size_t)r * 32;
-        float *c = C + (size_t)r * ldc;
-        __m512 v0 = epi16(_mm512_loadu_ps(t), bias != NULL, b0, act);
-        __m512 v1 = epi16(_mm512_loadu_ps(t + 16), bias != NULL, b1, act);
-        if (accumulate) {
-            v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
-            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
-        }
-        _mm512_mask_storeu_ps(c, m0, v0);
-        _mm512_mask_storeu_ps(c + 16, m1, v1);
-    }
-}
-#endif
 
 static void amx_task(void *ctx, long it, int thread) {
     const amx_job *j = ctx;
@@ -273,9 +311,11 @@ static void amx_task(void *ctx, long it, int thread) {
     const int KB = (w->K + AMX_KT - 1) / AMX_KT;
     unsigned char *ws = j->ws + (size_t)thread * j->thread_bytes;
     uint16_t *ap = (uint16_t *)(void *)ws;
-    float *cb = (float *)(void *)(ws + j->thread_bytes - AMX_SCRATCH_BYTES);
+    float *cbs[2] = {(float *)(void *)(ws + j->thread_bytes - 2 * AMX_SCRATCH_BYTES),
+                     (float *)(void *)(ws + j->thread_bytes - AMX_SCRATCH_BYTES)};
     const uint32_t *panels = w->data;
     const size_t panel = (size_t)w->kp_panel * 16; /* dwords per 16-column panel */
+    float *Cm = j->C + (size_t)i0 * j->ldc;
 
     const int split = w->arith == BE_ARITH_BF16X2, ns = 1 + split;
     AMX_NAME(gemm_amx_pack_a)(j->A + (size_t)i0 * j->lda, j->lda, mc, 0, w->K, KB, ns, ap);
@@ -284,48 +324,74 @@ static void amx_task(void *ctx, long it, int thread) {
     const uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
     amx_tilecfg_set(&cfg, 8, rows, colsb);
     AMX_LOADCONFIG(&cfg);
-    for (int jr = 0; jr < nc; jr += 32) {
+    epi e;
+    int pending = 0; /* e holds the previous column pair's epilogue */
+    const int npairs = (mc + 31) / 32;
+    for (int jr = 0, jp = 0; jr < nc; jr += 32, jp ^= 1) {
         const uint32_t *b0 = panels + (size_t)(j0 + jr) / 16 * panel;
         const int ncols = nc - jr < 32 ? nc - jr : 32;
-        for (int t0 = 0; t0 < KB; t0 += AMX_KC) {
-            const int kt = KB - t0 < AMX_KC ? KB - t0 : AMX_KC;
-            /* the next chunk: this column pair's next K chunk, else the next column pair's first */
-            const uint32_t *n0 = NULL;
-            int nkt = 0, ntwo = 0;
-            if (t0 + AMX_KC < KB) {
-                n0 = b0 + (size_t)(t0 + AMX_KC) * 256;
-                nkt = KB - t0 - AMX_KC < AMX_KC ? KB - t0 - AMX_KC : AMX_KC;
-                ntwo = ncols > 16;
-            } else if (jr + 32 < nc) {
-                n0 = b0 + 2 * panel;
-                nkt = KB < AMX_KC ? KB : AMX_KC;
-                ntwo = nc - jr - 32 > 16;
-            }
-            const int nlines = nkt * 16, npairs = (mc + 31) / 32; /* 16 lines per 1 KiB tile */
-            for (int ir = 0; ir < mc; ir += 32) {
-                const uint16_t *a0 = ap + ((size_t)(ir / 16) * KB + (size_t)t0) * (size_t)ns * 512;
-                const int q = ir / 32, l0 = nlines * q / npairs, l1 = nlines * (q + 1) / npairs;
-                const b_prefetch pf = {n0 ? (const char *)(n0) + (size_t)l0 * 64 : NULL,
-                                       n0 && ntwo ? (const char *)(n0 + panel) + (size_t)l0 * 64 : NULL, l1 - l0};
-                block(kt, a0, a0 + (size_t)KB * (size_t)ns * 512, (size_t)ns * 512, split, b0 + (size_t)t0 * 256,
-                      b0 + panel + (size_t)t0 * 256, cb + (size_t)ir * 32, t0 == 0, mc - ir > 16, ncols > 16, &pf);
-            }
+        float *cb = cbs[jp];
+        /* the next column pair's panels, towards L2 while this pair runs */
+        const uint32_t *n0 = jr + 32 < nc ? b0 + 2 * panel : NULL;
+        const int ntwo = nc - jr - 32 > 16, nlines = n0 ? KB * 16 : 0; /* 16 lines per 1 KiB tile */
+        for (int ir = 0; ir < mc; ir += 32) {
+            const uint16_t *a0 = ap + (size_t)(ir / 16) * KB * (size_t)ns * 512;
+            const int q = ir / 32, l0 = nlines * q / npairs, l1 = nlines * (q + 1) / npairs;
+            const b_prefetch pf = {n0 ? (const char *)(n0) + (size_t)l0 * 64 : NULL,
+                                   n0 && ntwo ? (const char *)(n0 + panel) + (size_t)l0 * 64 : NULL, l1 - l0};
+            block(KB, a0, a0 + (size_t)KB * (size_t)ns * 512, (size_t)ns * 512, split, b0, b0 + panel,
+                  cb + (size_t)ir * 32, mc - ir > 16, ncols > 16, &pf, pending ? &e : NULL,
+                  ir + 32 < mc ? ir + 32 : mc);
         }
-        epilogue(cb, mc, ncols, j->bias ? j->bias + j0 + jr : NULL, j->act, j->C + (size_t)i0 * j->ldc + j0 + jr,
-                 j->ldc, j->accumulate);
+        epi_init(&e, cb, mc, ncols, j->bias ? j->bias + j0 + jr : NULL, j->act, Cm + j0 + jr, j->ldc, j->accumulate);
+        pending = 1;
     }
     AMX_RELEASE();
+    while (pending && e.next < mc) epi_row(&e);
+}
+
+/* The finishing time of items handed out in order to whichever of nt threads is free first (the pool's dynamic
+ * hand-out), each item's cost its 16-row tiles times (its column tiles plus the A packing, about two tiles'
+ * work per row and K tile), for M split in nb_m blocks of AMX_MC rows and N in blocks of nc columns. */
+static double plan_time(int M, int N, int nc, int nt) {
+    double t[PLAN_MAX_THREADS] = {0}, end = 0;
+    const int nb_m = (M + AMX_MC - 1) / AMX_MC;
+    for (int j0 = 0; j0 < N; j0 += nc)
+        for (int b = 0; b < nb_m; b++) {
+            const int rows = M - b * AMX_MC < AMX_MC ? M - b * AMX_MC : AMX_MC, cols = N - j0 < nc ? N - j0 : nc;
+            int k = 0;
+            for (int i = 1; i < nt; i++) k = t[i] < t[k] ? i : k;
+            t[k] += (double)((rows + 15) / 16) * ((cols + 15) / 16 + 2);
+            end = t[k] > end ? t[k] : end;
+        }
+    return end;
+}
+
+/* Columns per N block. With few M blocks a thread (fewer than 8), the split whose items the threads finish first
+ * (plan_time; the fewest N blocks among those within 2 %: each N block packs its A rows again); else, and on
+ * more than PLAN_MAX_THREADS threads, as few N blocks as give every thread two items. */
+static int plan_nc(int M, int N, int nt) {
+    const int n32 = (N + 31) / 32, nb_m = (M + AMX_MC - 1) / AMX_MC;
+    if (nt < 2 || nt > PLAN_MAX_THREADS || nb_m >= 8 * nt) {
+        int nb_n = (2 * nt + nb_m - 1) / nb_m;
+        nb_n = nb_n < 1 ? 1 : nb_n > n32 ? n32 : nb_n;
+        return (n32 + nb_n - 1) / nb_n * 32;
+    }
+    int best = n32 * 32;
+    double best_t = plan_time(M, N, best, nt);
+    for (int nb = 2; nb <= n32 && nb * nb_m <= 16 * nt; nb++) {
+        const int nc = (n32 + nb - 1) / nb * 32;
+        if (nc == best) continue;
+        const double t = plan_time(M, N, nc, nt);
+        if (t < best_t * 0.98) best = nc, best_t = t;
+    }
+    return best;
 }
 
 void AMX_NAME(gemm_amx_run)(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
                             size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool) {
     if (M <= 0 || w->N <= 0) return;
-    const int nb_m = (M + AMX_MC - 1) / AMX_MC, nt = pool_size(pool), n32 = (w->N + 31) / 32;
-    /* N blocks: as few as give every thread two items (each N block packs the A block again). */
-    int nb_n = (2 * nt + nb_m - 1) / nb_m;
-    if (nb_n < 1) nb_n = 1;
-    if (nb_n > n32) nb_n = n32;
-    const int nc = (n32 + nb_n - 1) / nb_n * 32;
+    const int nb_m = (M + AMX_MC - 1) / AMX_MC, nc = plan_nc(M, w->N, pool_size(pool));
     amx_job j = {w, A, lda, M, bias, C, ldc, accumulate, act, nb_m, nc, thread_bytes(max_k),
                  (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63)};
     /* M-block-major within an N block, so items running close in time share B panels. */

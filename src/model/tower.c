@@ -190,15 +190,16 @@ static void *carve(carver *cv, size_t count, size_t elem) {
 /* The MLPs (block and mergers) run over row chunks of at most MLP_ROWS rows, so their hidden activations (the
  * widest tensor of the tower: I or 4H columns) take MLP_ROWS rows of memory, not S. Chunking M does not change a
  * GEMM's bits (its K blocking alone fixes the summation order). Chunks are multiples of the backend's M block
- * (m_align rows), so no chunk adds partial tiles or streams the weights more often than one call over all rows
- * would. */
-enum { MLP_ROWS = 882 };
+ * (m_align rows: 42 for the f32 and AVX512-BF16 sets, 128 for AMX), so no chunk adds partial tiles or streams the
+ * weights more often than one call over all rows would: at most MLP_ROWS rounded down to m_align (882 rows for
+ * 42, 896 for 128). */
+enum { MLP_ROWS = 896 };
 
-/* Rows per chunk for `rows` rows: near-even chunks of at most MLP_ROWS, rounded up to `align`. */
+/* Rows per chunk for `rows` rows: as few chunks as the cap allows, near-even, each rounded up to `align`. */
 static size_t mlp_step(size_t rows, size_t align) {
-    const size_t n = (rows + MLP_ROWS - 1) / MLP_ROWS;
-    const size_t step = n ? ((rows + n - 1) / n + align - 1) / align * align : 1;
-    return step < MLP_ROWS ? step : MLP_ROWS;
+    const size_t cap = align <= MLP_ROWS ? MLP_ROWS / align * align : align;
+    const size_t n = (rows + cap - 1) / cap;
+    return n ? ((rows + n - 1) / n + align - 1) / align * align : 1;
 }
 
 /* Widest MLP hidden layer of the model: block intermediate, merger and DeepStack mergers' fc1 outputs. */

@@ -332,6 +332,9 @@ int main(void) {
     gemm_case(130, 300, 800, QVL_DTYPE_BF16, 0, BE_ACT_NONE, 0, 1);
     gemm_case(300, 40, 64, QVL_DTYPE_F32, 0, BE_ACT_GELU_ERF, 0, 0);      /* three M blocks, 8-column tail */
     gemm_case(40, 96, 4304, QVL_DTYPE_BF16, 1, BE_ACT_NONE, 1, 0);        /* the 27B fc2's K (not a tile multiple) */
+    /* seven M blocks, the last of 114 rows (an MLP chunk of 882 rows): on 2 threads the plan splits N in two, and
+     * K of two tiles is shorter than a row pair's epilogue rows */
+    gemm_case(882, 256, 64, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1, 0);
     gemm_case(33, 70, 1536, QVL_DTYPE_BF16, 0, BE_ACT_NONE, 0, 1);        /* the patch embedding's K, split */
     split_specials();
     CHECK(backend_amx_check_emulated() == 2); /* the start-up check's own code, over the model */
