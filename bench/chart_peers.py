@@ -3,7 +3,7 @@
 machine-readable output (--work/results.tsv, with meta.tsv beside it).
 
     left panel:  time per case for every tool and precision (qvl f32, qvl bf16 per kernel set, transformers fp32 /
-                 bf16, llama.cpp ...), seconds on a log scale
+                 bf16, OpenVINO bf16, llama.cpp ...), seconds on a log scale
     right panel: qvl's achieved GFLOP/s as % of the measured peak of the unit each row ran on (f32 FMA,
                  AVX512-BF16 VDPBF16PS or AMX-BF16 TDPBF16PS); a unit whose peak could not be measured here (no AMX)
                  is written into the panel instead of a bar

@@ -40,10 +40,11 @@ MODEL_CLASSES = {
 }
 BENCH_SEED = 0x243F6A8885A308D3  # tools/cli_bench.c
 MASK64 = (1 << 64) - 1
+PROG = "hf_tower"  # error prefix; bench/ov_tower.py, which imports this module, sets its own
 
 
 def die(msg: str) -> None:
-    print(f"hf_tower: error: {msg}", file=sys.stderr)
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
     sys.exit(1)
 
 
@@ -111,6 +112,30 @@ def parse_grid(s: str) -> tuple[int, int, int]:
     return t, h, w
 
 
+def bench_cases(sizes: str, video: tuple[int, int],
+                batch: tuple[int, int]) -> list[tuple[str, list[tuple[int, int, int]]]]:
+    """The cases `qvl bench` runs, as (name, [grid t,h,w of each item]): --sizes, --video FxS, --batch NxS."""
+    cases: list[tuple[str, list[tuple[int, int, int]]]] = []
+    for s in filter(None, sizes.split(",")):
+        side = int(s)
+        if side % 32:
+            die(f"--sizes: {side} is not a multiple of 32")
+        cases.append((f"image{side}", [(1, side // 16, side // 16)]))
+    f, s = video
+    if f > 0 and s > 0:
+        cases.append((f"video{f}x{s}", [(f // 2, s // 16, s // 16)]))
+    n, s = batch
+    if n > 0 and s > 0:
+        cases.append((f"batch{n}x{s}", [(1, s // 16, s // 16)] * n))
+    return cases
+
+
+def grid_desc(grids: list[tuple[int, int, int]]) -> str:
+    """1x28x28, 8*1x14x14, or 1x28x28+1x14x14 for mixed grids."""
+    return "+".join(f"{t}x{h}x{w}" for t, h, w in grids) if len(set(grids)) > 1 else \
+        (f"{len(grids)}*" if len(grids) > 1 else "") + "x".join(map(str, grids[0]))
+
+
 def load_model(model_dir: str, dtype: torch.dtype):
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     mt = cfg.get("model_type")
@@ -147,23 +172,12 @@ def main() -> None:
         die("--repeat must be >= 1")
 
     torch.set_num_threads(a.threads)
-    cases: list[tuple[str, list[tuple[int, int, int]]]] = []
     if a.rows:
         if not a.grid:
             die("--rows needs --grid")
-        cases.append(("rows", a.grid))
+        cases = [("rows", a.grid)]
     else:
-        for s in filter(None, a.sizes.split(",")):
-            side = int(s)
-            if side % 32:
-                die(f"--sizes: {side} is not a multiple of 32")
-            cases.append((f"image{side}", [(1, side // 16, side // 16)]))
-        f, s = a.video
-        if f > 0 and s > 0:
-            cases.append((f"video{f}x{s}", [(f // 2, s // 16, s // 16)]))
-        n, s = a.batch
-        if n > 0 and s > 0:
-            cases.append((f"batch{n}x{s}", [(1, s // 16, s // 16)] * n))
+        cases = bench_cases(a.sizes, a.video, a.batch)
 
     print(f"hf_tower: torch {torch.__version__} transformers {transformers.__version__} threads={a.threads} "
           f"cpu_capability={torch.backends.cpu.get_cpu_capability()} repeat={a.repeat}", flush=True)
@@ -195,9 +209,7 @@ def main() -> None:
                     t = time.perf_counter() - t
                     if r >= 0:
                         times.append(t * 1e3)
-            gdesc = "+".join(f"{t}x{h}x{w}" for t, h, w in grids) if len(set(grids)) > 1 else \
-                (f"{len(grids)}*" if len(grids) > 1 else "") + "x".join(map(str, grids[0]))
-            print(f"hf_tower dtype={dname} case={name} grid={gdesc} patches={S} threads={a.threads} "
+            print(f"hf_tower dtype={dname} case={name} grid={grid_desc(grids)} patches={S} threads={a.threads} "
                   f"median_ms={statistics.median(times):.1f} runs_ms={','.join(f'{t:.1f}' for t in times)}",
                   flush=True)
         del model

@@ -17,6 +17,12 @@
 #
 # Peers:
 #   transformers  bench/hf_tower.py: the vision model class on the CPU, float32 and bfloat16 (bench/requirements.txt)
+#   OpenVINO      bench/ov_tower.py: the same transformers model exported per case for its fixed grid with
+#                 openvino.convert_model and run by the CPU plugin at its default inference precision (bf16 on a CPU
+#                 with AMX or AVX512-BF16), INFERENCE_NUM_THREADS = --threads; rows "OpenVINO bf16". Runs when
+#                 openvino imports in --python (pinned in bench/requirements.txt); otherwise a meta line says why. The
+#                 export (tens of seconds a case) is not timed; its seconds and the error against transformers
+#                 float32 on the first case (bench/ov_tower.py --check) go to meta.tsv.
 #   llama.cpp     optional: bench/llama_clip_bench.cpp against an existing llama.cpp build (--llama DIR, or
 #                 LLAMA_CPP_BUILD=DIR in the environment; without either, or without DIR/bin/libmtmd.so, the
 #                 llama.cpp rows are skipped with a meta line saying why). Its source tree is the build's
@@ -38,9 +44,12 @@
 #   --qvl-precisions LIST  qvl runs as PRECISION[:ISA], precision f32|bf16|auto, ISA a `qvl bench --isa` value
 #                      (default f32,bf16; e.g. bf16:avx512 forces the AVX512-BF16 set where auto would pick another)
 #   --repeat N         timed runs per case after one warm-up (default 3)
-#   --sizes LIST       square image sides for qvl and transformers (default 448,896)
-#   --video FxS        video case for qvl and transformers (default 8x448; 0x0 skips)
-#   --batch NxS        batch case for qvl and transformers (default 8x224; 0x0 skips)
+#   --sizes LIST       square image sides for qvl, transformers and OpenVINO (default 448,896)
+#   --video FxS        video case for qvl, transformers and OpenVINO (default 8x448; 0x0 skips)
+#   --batch NxS        batch case for qvl, transformers and OpenVINO (default 8x224; 0x0 skips)
+#   --openvino 0|1     the OpenVINO peer (default 1: run it where openvino imports in --python)
+#   --openvino-precisions LIST  OpenVINO runs as `bench/ov_tower.py --precision P`, P default (the plugin's own),
+#                      bf16 or f32 (default: default)
 #   --llama DIR        a llama.cpp build directory with bin/libmtmd.so (also --llama-cpp; default $LLAMA_CPP_BUILD)
 #   --llama-sizes LIST image sides for llama.cpp (default: --sizes); its video and batch cases follow --video, --batch
 #   --llama-cases LIST llama.cpp runs as MMPROJTYPE:FLASHATTN, types f32 f16 bf16 q8_0, flash attention 1 or 0
@@ -59,14 +68,14 @@
 #   --work DIR         scratch: compiled benches, mmproj files, logs (default ${TMPDIR:-/tmp}/qvl-peers)
 #   --quiet-wait S     before each tool run, wait up to S seconds for the machine to be idle (>= 90% idle over
 #                      2 s, from /proc/stat); the idle share found is logged (default 0: no wait)
-#   --only LIST        run only these of qvl,hf,blas,llama (default all)
+#   --only LIST        run only these of qvl,hf,ov,blas,llama (default all; ov is OpenVINO)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 QVL="" LLAMA="${LLAMA_CPP_BUILD:-}" MODEL="" THREADS=2 REPEAT=3 SIZES=448,896 VIDEO=8x448 BATCH=8x224 LLAMA_SIZES=""
 LLAMA_CASES=f32:1,f16:1,bf16:1,q8_0:1,f32:0,f16:0,bf16:0,q8_0:0 LLAMA_PROFILE=1 LLAMA_MMPROJ_DIR="" BLAS_CORES=auto,Haswell,SkylakeX QVL_GEMM="" LLAMA_CPU_LIB="" PY="" WORK="${TMPDIR:-/tmp}/qvl-peers"
-ONLY=qvl,hf,blas,llama QUIET_WAIT=0 QVL_PRECS=f32,bf16
+ONLY=qvl,hf,ov,blas,llama QUIET_WAIT=0 QVL_PRECS=f32,bf16 OPENVINO=1 OV_PRECS=default
 
 die() { echo "run_peers: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -77,6 +86,7 @@ while [ $# -gt 0 ]; do
         --llama-cases) LLAMA_CASES=$2 ;; --blas-cores) BLAS_CORES=$2 ;; --qvl-gemm) QVL_GEMM=$2 ;; --llama-cpu-lib) LLAMA_CPU_LIB=$2 ;;
         --python) PY=$2 ;; --work) WORK=$2 ;; --only) ONLY=$2 ;; --quiet-wait) QUIET_WAIT=$2 ;;
         --qvl-precisions) QVL_PRECS=$2 ;; --llama-profile) LLAMA_PROFILE=$2 ;; --llama-mmproj-dir) LLAMA_MMPROJ_DIR=$2 ;;
+        --openvino) OPENVINO=$2 ;; --openvino-precisions) OV_PRECS=$2 ;;
         *) die "unknown option $1 (see the header of $0)" ;;
     esac
     shift 2
@@ -104,6 +114,9 @@ want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 if [ -z "$MODEL" ] || [ ! -f "$MODEL/config.json" ]; then die "--model DIR with config.json is required"; fi
 want qvl && { [ -x "$QVL" ] || die "--qvl PATH to the qvl binary is required"; }
 want llama && [ -n "$LLAMA" ] && { [ -d "$LLAMA" ] || die "--llama $LLAMA: not a directory"; }
+for op in ${OV_PRECS//,/ }; do
+    case $op in default | bf16 | f32) ;; *) die "--openvino-precisions: '$op' is not default|bf16|f32" ;; esac
+done
 [ -n "$LLAMA_SIZES" ] || LLAMA_SIZES=$SIZES
 if [ -z "$PY" ]; then
     if [ -x "$root/.venv/bin/python" ]; then PY="$root/.venv/bin/python"; else PY=python3; fi
@@ -111,7 +124,7 @@ fi
 mkdir -p "$WORK"
 MODEL=$(cd "$MODEL" && pwd)
 
-declare -A MS=()    # "row|case" -> median ms (row: "qvl f32 (avx512)", "hf bf16", ...)
+declare -A MS=()    # "row|case" -> median ms (row: "qvl f32 (avx512)", "hf bf16", "OpenVINO bf16", ...)
 declare -A GF=()    # "tool|shape|M" -> GFLOP/s
 QROWS=()            # the qvl rows in run order (the first one is the base of the ratios)
 case_of() { # "image 448²" / "video 8x448²" / "batch 8x224²" -> image448 / video8x448 / batch8x224
@@ -260,6 +273,46 @@ if want hf; then
         ONEDNN_VERBOSE=1 "$PY" "$here/hf_tower.py" --model "$MODEL" --sizes 224 --video 0x0 --batch 0x0 \
             --threads "$THREADS" --repeat 1 --dtypes "$d" > "$WORK/onednn-$d.log" 2>&1 || true
         meta "onednn_$d" "$(onednn_summary "$WORK/onednn-$d.log") (ONEDNN_VERBOSE=1, one 224² warm-up + encode)"
+    done
+    echo
+fi
+
+# ---------------------------------------------------------------------------------------------------------- OpenVINO
+# Optional: runs when --openvino is 1 and openvino imports in --python; otherwise, and when a run fails, a meta line
+# says why and the run goes on. Peak RSS is the whole process: transformers' float32 model and the export included.
+if want ov && [ "$OPENVINO" != 1 ]; then
+    meta openvino "skipped: --openvino $OPENVINO"
+    echo
+elif want ov && ! ovver=$("$PY" -c 'import openvino; print(openvino.__version__)' 2>&1); then
+    meta openvino "skipped: openvino does not import in $PY ($(echo "$ovver" | tail -1); pip install -r bench/requirements.txt)"
+    echo
+elif want ov; then
+    echo "== OpenVINO (bench/ov_tower.py, $PY)"
+    meta openvino "$ovver (bench/ov_tower.py: transformers' vision model exported per case for its fixed grid by openvino.convert_model, compiled for the CPU plugin, INFERENCE_NUM_THREADS=$THREADS; time = median of --repeat runs after one warm-up, the export not included)"
+    for op in ${OV_PRECS//,/ }; do
+        log="$WORK/ov-$op.log"
+        wait_quiet "openvino $op"
+        if ! /usr/bin/time -f '%M' -o "$WORK/ov-$op.rss" "$PY" "$here/ov_tower.py" --model "$MODEL" --sizes "$SIZES" \
+            --video "$VIDEO" --batch "$BATCH" --threads "$THREADS" --repeat "$REPEAT" --precision "$op" --check 2>&1 |
+            tee "$WORK/ov-$op.full.log" | grep -E '^ov_tower' | tee "$log"; then
+            meta "openvino_failed_$op" "bench/ov_tower.py --precision $op failed: $(tail -1 "$WORK/ov-$op.full.log")"
+            continue
+        fi
+        rss=$(awk '/^[0-9]+$/ { printf "%.1f", $1 / 1024 }' "$WORK/ov-$op.rss")
+        conv=""
+        while read -r line; do
+            c=$(echo "$line" | sed -n 's/.*case=\([a-z0-9x]*\).*/\1/p')
+            d=$(echo "$line" | sed -n 's/^ov_tower dtype=\([a-z0-9]*\).*/\1/p')
+            np=$(echo "$line" | sed -n 's/.* patches=\([0-9]*\).*/\1/p')
+            m=$(echo "$line" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
+            k=$(sed -n "s/^ov_tower: case=$c .* kernels=\([^ ]*\).*/\1/p" "$log" | head -1)
+            conv="$conv${conv:+, }$c $(echo "$line" | sed -n 's/.*convert_s=\([0-9.]*\).*/\1/p') s"
+            MS["OpenVINO $d|$c"]=$m
+            row "$TOWER" OpenVINO "$d" "${k:--}" "$c" "$np" "$m" - - - - "${rss:--}" - - - - - - "$IDLE" "$LOAD1"
+        done < <(grep -E '^ov_tower dtype=' "$log")
+        meta "openvino_$op" "export per case (not timed): ${conv:-none}; peak RSS ${rss:-?} MiB (with the float32 model and the export)"
+        chk=$(sed -n 's/^ov_tower check //p' "$log")
+        [ -z "$chk" ] || meta "openvino_${op}_check" "$chk"
     done
     echo
 fi
