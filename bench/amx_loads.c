@@ -2,7 +2,11 @@
  * src/cpu/gemm_amx.c (per K step: load A0, B0, B1, two products, load A1, two products), with the A and B tiles
  * cycled through buffers of chosen sizes, so that they come from L1, L2 or L3. Rows:
  *   - "stream": the accumulators stay in the tiles; A cycles over A KiB and B over B KiB;
- *   - "chunked": gemm_amx.c's structure: a weight chunk of KC tiles per panel, used by P row pairs in turn, each
+ *   - "loads": the peak loop with 1, 2 or 4 tile loads per 4 TDPBF16PS into a tile no product reads: what a load
+ *     costs the tile unit apart from any wait for its data (measured 2026-12-06 on a Sapphire Rapids-class VM: 4
+ *     loads per 4 products ran at 57-65 % of the peak, 2 at 75 %: a load takes the unit over half a product's time,
+ *     so a 2 x 2 block of accumulators, one load per product, cannot pass about 65 %);
+ *   - "chunked": the structure gemm_amx.c had until session 35: a weight chunk of KC tiles per panel, used by P row pairs in turn, each
  *     loading its accumulators from a 32 x 32 f32 block (zeroing them on the first chunk) and storing them back,
  *     over NB column pairs of weights (NB x 2 x 36 KiB streamed), with or without the next chunk prefetched
  *     towards L2 as gemm_amx.c does.
@@ -53,6 +57,23 @@ static double stream(const uint16_t *a, size_t na, const uint16_t *b, size_t nb,
         AMX_DPBF16PS(3, 5, 7);
         ia = ia + 2 >= na ? 0 : ia + 2;
         ib = ib + 2 >= nb ? 0 : ib + 2;
+    }
+    return tflop(4 * steps, wall_now() - t0);
+}
+
+/* What a tile load costs the tile unit by itself: the peak loop's four TDPBF16PS with `per` loads of an L1-resident
+ * tile into tile 5, which no product reads (so no product waits on a load's data). */
+static double unused_loads(const uint16_t *a, int per, long steps) {
+    const double t0 = wall_now();
+    for (long i = 0; i < steps; i++) {
+        AMX_DPBF16PS(0, 4, 6);
+        if (per > 0) AMX_LOADD(5, a, 64);
+        AMX_DPBF16PS(1, 4, 7);
+        if (per > 1) AMX_LOADD(5, a + 512, 64);
+        AMX_DPBF16PS(2, 4, 6);
+        if (per > 2) AMX_LOADD(5, a, 64);
+        AMX_DPBF16PS(3, 4, 7);
+        if (per > 3) AMX_LOADD(5, a + 512, 64);
     }
     return tflop(4 * steps, wall_now() - t0);
 }
@@ -142,6 +163,11 @@ int main(void) {
         stream(a, st[i][0], b, st[i][1], 100000);
         const double g = stream(a, st[i][0], b, st[i][1], 1000000);
         printf("stream   A %5zu KiB  B %5zu KiB                     %6.0f GFLOP/s  %3.0f %%\n", st[i][0], st[i][1], g,
+               100.0 * g / pk);
+    }
+    for (int per = 1; per <= 4; per *= 2) {
+        const double g = unused_loads(a, per, 1000000);
+        printf("loads    %d per 4 TDPBF16PS into a tile no product reads     %6.0f GFLOP/s  %3.0f %%\n", per, g,
                100.0 * g / pk);
     }
     const int ch[][4] = {{8, 4, 1, 0}, {8, 4, 108, 0}, {8, 4, 108, 1}, {16, 4, 108, 1}, {36, 4, 108, 1}, {8, 8, 108, 1}};

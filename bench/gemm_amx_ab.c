@@ -1,0 +1,90 @@
+/* gemm_amx_ab.c — the AMX GEMM of this tree against another revision's, in one process, alternated call by call:
+ * on a VM whose tile rate wanders by 2x from minute to minute (another guest on the core's sibling), separate runs
+ * of two builds cannot tell 10 % apart, but two calls a few milliseconds apart see the same machine. Per shape
+ * (the 27B tower's qkv, proj, fc1, fc2 with their epilogues; bf16 weights), ITERS pairs of calls, which one goes
+ * first alternating; prints the median and quartiles of the per-pair time ratio old / new (> 1: the new kernel is
+ * faster) and each kernel's median and best GFLOP/s. Built by bench/gemm_amx_ab.sh, which compiles the other
+ * revision's gemm_amx.c with its three global symbols renamed old_*; not a test, and exit status 77 where AMX is not
+ * usable. Usage: gemm_amx_ab [M [THREADS [ITERS [SHAPES]]]] (default 784 2 40 qkv,proj,fc1,fc2). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "core/cpu.h"
+#include "core/pool.h"
+#include "cpu/bf16.h"
+
+/* the other revision's gemm_amx_run and gemm_amx_workspace_size (same contracts) */
+void old_gemm_amx_run(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
+                      int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
+size_t old_gemm_amx_workspace_size(int n_threads, int max_k);
+
+typedef struct shape { const char *name; int n, k; be_act act; int acc; } shape;
+static const shape shapes[] = {{"qkv", 3456, 1152, BE_ACT_NONE, 0}, {"proj", 1152, 1152, BE_ACT_NONE, 1},
+                               {"fc1", 4304, 1152, BE_ACT_GELU_TANH, 0}, {"fc2", 1152, 4304, BE_ACT_NONE, 1}};
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float lcg(uint32_t *st) { return (float)((*st = *st * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f; }
+
+int main(int argc, char **argv) {
+    const int M = argc > 1 ? atoi(argv[1]) : 784, nt = argc > 2 ? atoi(argv[2]) : 2,
+              iters = argc > 3 ? atoi(argv[3]) : 40, max_k = 4608;
+    const char *only = argc > 4 ? argv[4] : NULL;
+    if (!cpu_amx_usable()) {
+        printf("gemm_amx_ab: AMX-BF16 is not usable here (%s)\n", cpu_amx_describe(cpu_amx_state()));
+        return 77;
+    }
+    if (M < 1 || nt < 1 || iters < 4) {
+        fprintf(stderr, "gemm_amx_ab: M and THREADS must be at least 1, ITERS at least 4\n");
+        return 2;
+    }
+    thread_pool *p = pool_of(nt);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const shape *sh = &shapes[s];
+        if (only && !strstr(only, sh->name)) continue;
+        const int N = sh->n, K = sh->k;
+        float *A = malloc((size_t)M * K * 4), *C = calloc((size_t)M * N, 4), *bias = malloc((size_t)N * 4);
+        uint16_t *B = malloc((size_t)N * K * 2);
+        const size_t wn = gemm_amx_workspace_size(nt, max_k), wo = old_gemm_amx_workspace_size(nt, max_k);
+        void *panels = aligned_alloc(64, gemm_amx_pack_size(N, K)), *ws = malloc(wn > wo ? wn : wo);
+        double *ratio = malloc(sizeof(double) * (size_t)iters), *t_old = malloc(sizeof(double) * (size_t)iters),
+               *t_new = malloc(sizeof(double) * (size_t)iters);
+        be_weight w;
+        uint32_t st = 1;
+        if (!A || !C || !bias || !B || !panels || !ws || !ratio || !t_old || !t_new) {
+            fprintf(stderr, "gemm_amx_ab: out of memory\n");
+            return 1;
+        }
+        for (size_t i = 0; i < (size_t)M * K; i++) A[i] = lcg(&st);
+        for (size_t i = 0; i < (size_t)N * K; i++) B[i] = bf16_round(lcg(&st));
+        for (int i = 0; i < N; i++) bias[i] = 0.01f * (float)(i % 7);
+        if (gemm_amx_pack(&w, panels, B, QVL_DTYPE_BF16, (size_t)K, N, K, NULL) != 0) return 1;
+        for (int i = -2; i < iters; i++) { /* two warm-up pairs */
+            double t[2];
+            for (int o = 0; o < 2; o++) {
+                const int which = (i + o) & 1; /* 1: the new kernel; the first of a pair alternates */
+                const double t0 = wall_now();
+                if (which) gemm_amx_run(&w, A, (size_t)K, M, bias, C, (size_t)N, sh->acc, sh->act, ws, max_k, p);
+                else old_gemm_amx_run(&w, A, (size_t)K, M, bias, C, (size_t)N, sh->acc, sh->act, ws, max_k, p);
+                t[which] = wall_now() - t0;
+            }
+            if (i >= 0) ratio[i] = t[0] / t[1], t_old[i] = t[0], t_new[i] = t[1];
+        }
+        qsort(ratio, (size_t)iters, sizeof *ratio, cmp_double);
+        qsort(t_old, (size_t)iters, sizeof *t_old, cmp_double);
+        qsort(t_new, (size_t)iters, sizeof *t_new, cmp_double);
+        const double gf = 2.0 * M * N * K * 1e-9;
+        printf("%-5s M %5d N %5d K %5d threads %d: time old/new median %.3f (quartiles %.3f %.3f); GFLOP/s old "
+               "%.0f (best %.0f), new %.0f (best %.0f)\n", sh->name, M, N, K, nt, ratio[iters / 2], ratio[iters / 4],
+               ratio[3 * iters / 4], gf / t_old[iters / 2], gf / t_old[0], gf / t_new[iters / 2], gf / t_new[0]);
+        fflush(stdout);
+        free(A), free(C), free(bias), free(B), free(panels), free(ws), free(ratio), free(t_old), free(t_new);
+    }
+    return 0;
+}
