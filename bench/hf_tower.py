@@ -156,12 +156,17 @@ def load_model(model_dir: str, dtype: torch.dtype):
     return model.eval(), clsname
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_case_args(ap: argparse.ArgumentParser) -> None:
+    """--model and the cases (--sizes, --video, --batch), as `qvl bench` takes them; bench/ov_tower.py too."""
     ap.add_argument("--model", required=True, help="HF-layout checkpoint directory")
     ap.add_argument("--sizes", default="448,896", help="square image sides, multiples of 32 ('' for none)")
     ap.add_argument("--video", type=parse_pair, default=(8, 448), help="FRAMESxSIDE (0x0 to skip)")
     ap.add_argument("--batch", type=parse_pair, default=(8, 224), help="NxSIDE images in one call (0x0 to skip)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_case_args(ap)
     ap.add_argument("--rows", help="float32 .npy [S, row_len] to encode instead of the bench cases (needs --grid)")
     ap.add_argument("--grid", type=parse_grid, action="append", help="t,h,w of each item in --rows, in row order")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch.set_num_threads (default: all cores)")

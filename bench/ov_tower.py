@@ -36,7 +36,7 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_tower  # noqa: E402  (same directory: row generation, cases, model loading)
-from hf_tower import bench_cases, bench_rows, die, grid_desc, load_model, parse_pair  # noqa: E402
+from hf_tower import add_case_args, bench_cases, bench_rows, die, grid_desc, load_model  # noqa: E402
 
 import numpy as np  # noqa: E402
 import openvino as ov  # noqa: E402
@@ -87,10 +87,7 @@ def errors(got: np.ndarray, ref: np.ndarray) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="HF-layout checkpoint directory")
-    ap.add_argument("--sizes", default="448,896", help="square image sides, multiples of 32 ('' for none)")
-    ap.add_argument("--video", type=parse_pair, default=(8, 448), help="FRAMESxSIDE (0x0 to skip)")
-    ap.add_argument("--batch", type=parse_pair, default=(8, 224), help="NxSIDE images in one call (0x0 to skip)")
+    add_case_args(ap)
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="INFERENCE_NUM_THREADS, and torch's threads for the export (default: all cores)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per case after one warm-up")

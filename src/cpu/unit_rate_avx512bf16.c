@@ -30,35 +30,21 @@ static double now_s(void) {
     "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", \
     "xmm23", "xmm30", "xmm31", "cc"
 
-/* ITERS x 24 FMAs: zmm_i += 1.0 * 0.0. */
-static void fma_loop(long iters) {
-    static const float one = 1.0f;
-    __asm__ volatile("vbroadcastss %[one], %%zmm30\n\t"
-                     "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
-                     QVL_X24(QVL_INIT)
-                     "1:\n\t"
-                     QVL_X24(QVL_FMA)
-                     "dec %[n]\n\t"
-                     "jnz 1b\n\t"
-                     : [n] "+r"(iters)
-                     : [one] "m"(one)
-                     : QVL_CLOBBERS);
-}
-
-/* ITERS x 24 VDPBF16PS: zmm_i += the pairs of zmm30 (bf16 0.0 and 1.0) times those of zmm31 (zeros). */
-static void dot_loop(long iters) {
-    static const float one = 1.0f;
-    __asm__ volatile("vbroadcastss %[one], %%zmm30\n\t"
-                     "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
-                     QVL_X24(QVL_INIT)
-                     "1:\n\t"
-                     QVL_X24(QVL_DOT)
-                     "dec %[n]\n\t"
-                     "jnz 1b\n\t"
-                     : [n] "+r"(iters)
-                     : [one] "m"(one)
-                     : QVL_CLOBBERS);
-}
+/* A loop of `iters` x 24 instructions OP (QVL_FMA or QVL_DOT) over the accumulators zmm0-23, from zmm30 = 1.0 and
+ * zmm31 = 0: the FMA adds 1.0 x 0.0, VDPBF16PS the pairs of zmm30 (bf16 0.0 and 1.0) times those of zmm31. */
+#define QVL_RATE_LOOP(name, OP)                                                                                    \
+    static void name(long iters) {                                                                                 \
+        static const float one = 1.0f;                                                                             \
+        __asm__ volatile("vbroadcastss %[one], %%zmm30\n\t"                                                        \
+                         "vpxord %%zmm31, %%zmm31, %%zmm31\n\t" QVL_X24(QVL_INIT) "1:\n\t" QVL_X24(OP)           \
+                         "dec %[n]\n\t"                                                                            \
+                         "jnz 1b\n\t"                                                                              \
+                         : [n] "+r"(iters)                                                                         \
+                         : [one] "m"(one)                                                                          \
+                         : QVL_CLOBBERS);                                                                          \
+    }
+QVL_RATE_LOOP(fma_loop, QVL_FMA)
+QVL_RATE_LOOP(dot_loop, QVL_DOT)
 
 double unit_rate_bf16_dot_vs_fma(void) {
     /* FLOP per loop: an FMA is 16 lanes x 2, a VDPBF16PS 16 lanes x 2 products x 2 */
