@@ -37,11 +37,16 @@ static const char cache_help[] =
     "usage: qvl cache stat ROOT | gc ROOT [--size SIZE] | verify ROOT | export-vllm ROOT DIR\n"
     "The content-addressed embedding cache of qvl serve, qvl encode --cache and the Python binding:\n"
     "  stat         entries and bytes\n"
-    "  gc           evict least recently used entries down to SIZE (default: 90 %% of 10G)\n"
+    "  gc           evict least recently used entries down to SIZE (default: 90 % of 10G)\n"
     "  verify       check every entry's checksum, deleting the corrupt ones (exit 1 if any)\n"
     "  export-vllm  DIR/<key>/encoder_cache.safetensors links, vLLM's shared-storage encoder-cache layout\n"
     "ROOT must be a cache already (with its objects/ directory): no command creates one.\n"
-    "SIZE: bytes, or with K, M, G, T (powers of 1024; KiB, MB, ... are the same).\n";
+    "SIZE: bytes, or with K, M, G, T (powers of 1024; KiB, MB, ... are the same).\n"
+    "\n"
+    "Examples:\n"
+    "  qvl cache stat /var/cache/qvl\n"
+    "  qvl cache gc /var/cache/qvl --size 5G\n"
+    "  qvl cache export-vllm /var/cache/qvl /var/cache/qvl-vllm   # for vLLM's shared-storage encoder cache\n";
 
 int cmd_cache(int argc, char **argv) {
     const int help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));

@@ -65,7 +65,12 @@ static const char encode_help[] =
     "      --precision P      f32 (default), bf16 (GEMM and attention operands in bf16, f32 accumulation; fast\n"
     "                         on AMX, or AVX512-BF16 on AMD Zen 4/5) or auto (bf16 where faster: see qvl info)\n"
     "      --pos-mode MODE    position-embedding interpolation: closed (default) or linspace\n"
-    "  -h, --help             show this help\n";
+    "  -h, --help             show this help\n"
+    "\n"
+    "Examples:\n"
+    "  qvl encode --model Qwen3-VL-2B-Instruct photo.jpg clip.mp4 frames/ -o out.safetensors\n"
+    "  qvl encode --model Qwen3-VL-2B-Instruct --fps 1 --max-frames 32 --precision auto clip.mp4 -o clip.safetensors\n"
+    "  qvl encode --model Qwen3-VL-2B-Instruct --cache /var/cache/qvl --quiet photo.jpg -o out.safetensors\n";
 
 /* Stage taps copied out of the encoder as they arrive. */
 typedef struct stage_rec {

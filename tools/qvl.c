@@ -175,7 +175,11 @@ static const char info_help[] =
     "                    uses (model_type, fingerprint, weight_dtype, kernels, qvl_version, ...), deepstack_index a\n"
     "                    list, bf16_kernels null where there is no bf16 kernel set; auto_precision what\n"
     "                    --precision auto runs on this CPU and why\n"
-    "  -h, --help        show this help\n";
+    "  -h, --help        show this help\n"
+    "\n"
+    "Examples:\n"
+    "  qvl info --model Qwen3-VL-2B-Instruct\n"
+    "  qvl info --model Qwen3-VL-2B-Instruct --json      # as qvl serve's GET /info\n";
 
 static const char *source_name(qvl_weight_source s) {
     switch (s) {
@@ -367,7 +371,11 @@ static void synth_help(void) {
           "      --depth N          number of blocks (default: the preset's)\n"
           "      --deepstack LIST   DeepStack block indexes, e.g. 1,3, or none (default: the preset's, those < depth)\n"
           "  -o, --output DIR       output directory (created if missing)\n"
-          "  -h, --help             show this help\n",
+          "  -h, --help             show this help\n"
+          "\n"
+          "Examples:\n"
+          "  qvl synth --preset tiny --seed 1 --layout hf -o tiny\n"
+          "  qvl synth --preset qwen3-vl-2b --depth 2 --seed 1 --layout sharded -o synth-2b   # two blocks, real widths\n",
           stdout);
 }
 
@@ -471,7 +479,12 @@ static const char main_help[] =
     "\n"
     "Options:\n"
     "  -h, --help      show this help ('qvl COMMAND --help' for a command's options)\n"
-    "  -V, --version   print the version\n";
+    "  -V, --version   print the version\n"
+    "\n"
+    "Examples:\n"
+    "  qvl synth --preset tiny --seed 1 --layout hf -o tiny      # a small synthetic model to try things on\n"
+    "  qvl info --model tiny\n"
+    "  qvl encode --model tiny photo.jpg clip.mp4 -o out.safetensors\n";
 
 int main(int argc, char **argv) {
     opterr = 0;

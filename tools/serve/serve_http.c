@@ -831,7 +831,12 @@ static const char serve_help[] =
     "                           and 1G); a result past either is not cached (qvl_cache_puts_skipped_total)\n"
     "  --timeout-ms N           default request deadline (default 120000)\n"
     "  --drain-timeout-s N      longest a drain waits for accepted requests, then for the cache writes queued\n"
-    "                           (default 300)\n";
+    "                           (default 300)\n"
+    "\n"
+    "Examples:\n"
+    "  qvl serve --model Qwen3-VL-2B-Instruct --port 8080 --cache /var/cache/qvl\n"
+    "  curl -H 'Content-Type: image/jpeg' --data-binary @photo.jpg http://127.0.0.1:8080/v1/encode -o out.safetensors\n"
+    "  curl -H 'Content-Type: image/jpeg' --data-binary @photo.jpg http://127.0.0.1:8080/v1/vllm/image_embeds\n";
 
 static volatile sig_atomic_t got_signal;
 
