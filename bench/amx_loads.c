@@ -3,7 +3,7 @@
  * cycled through buffers of chosen sizes, so that they come from L1, L2 or L3. Rows:
  *   - "stream": the accumulators stay in the tiles; A cycles over A KiB and B over B KiB;
  *   - "loads": the peak loop with 1, 2 or 4 tile loads per 4 TDPBF16PS into a tile no product reads: what a load
- *     costs the tile unit apart from any wait for its data (measured 2026-12-06 on a Sapphire Rapids-class VM: 4
+ *     costs the tile unit apart from any wait for its data (measured 2026-12-06 on an Emerald Rapids VM: 4
  *     loads per 4 products ran at 57-65 % of the peak, 2 at 75 %: a load takes the unit over half a product's time,
  *     so a 2 x 2 block of accumulators, one load per product, cannot pass about 65 %);
  *   - "chunked": the structure gemm_amx.c had until session 35: a weight chunk of KC tiles per panel, used by P row pairs in turn, each

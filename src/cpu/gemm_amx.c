@@ -22,7 +22,7 @@
  * pair's runs after the tiles are released. Every element is one TDPBF16PS chain over its K tiles in order,
  * whatever the blocking or thread count, so results are bit-identical for any thread count and equal to
  * gemm_amx_ref.
- * Measured on a 2-vCPU Sapphire Rapids-class VM (docs/PERFORMANCE.md, session 35): old and new kernels in one
+ * Measured on a 2-vCPU Emerald Rapids VM (docs/PERFORMANCE.md, session 35): old and new kernels in one
  * process, alternated call by call (the host's tile rate wanders by 2x from minute to minute, so separate runs
  * say nothing at 10 %): at M = 784 on 2 threads qkv 1.24x, proj 1.08x, fc1 1.14x, fc2 0.98-1.00x the speed of the
  * chunked kernel it replaced (K in chunks of 8 tiles, accumulators loaded and stored per chunk, the epilogue after
