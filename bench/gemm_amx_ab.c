@@ -3,7 +3,7 @@
  * of two builds cannot tell 10 % apart, but two calls a few milliseconds apart see the same machine. Per shape
  * (the 27B tower's qkv, proj, fc1, fc2 with their epilogues; bf16 weights), ITERS pairs of calls, which one goes
  * first alternating; prints the median and quartiles of the per-pair time ratio old / new (> 1: the new kernel is
- * faster) and each kernel's median and best GFLOP/s. Built by bench/gemm_amx_ab.sh, which compiles the other
+ * faster) and each kernel's median and best GFLOP/s. Built by bench/amx_ab.sh gemm, which compiles the other
  * revision's gemm_amx.c with its three global symbols renamed old_*; not a test, and exit status 77 where AMX is not
  * usable. Usage: gemm_amx_ab [M [THREADS [ITERS [SHAPES]]]] (default 784 2 40 qkv,proj,fc1,fc2). */
 #include <stdint.h>
