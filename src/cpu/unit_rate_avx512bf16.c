@@ -3,13 +3,15 @@
  *
  * The two timed loops are inline assembly, so that every build runs the same instructions: written with intrinsics,
  * the sanitizer build compiled them differently from the release build (its loops measured VDPBF16PS above 1.25x
- * the FMA rate on a Sapphire Rapids VM where the release build measured below it, so precision auto chose another
+ * the FMA rate on an Emerald Rapids VM where the release build measured below it, so precision auto chose another
  * kernel set under ASan). The accumulators live in zmm0-zmm23 and the operands in zmm30-zmm31: nothing touches
  * memory inside a loop, and the values stay normal (1.0 plus products of zero), so no denormal assist is timed. */
 #include <immintrin.h>
 #include <time.h>
 
 #include "cpu/unit_rate.h"
+
+#if defined(__x86_64__)
 
 /* 24 independent accumulator chains per loop: enough to cover the latency times the issue width of either unit on
  * the cores measured. */
@@ -63,3 +65,8 @@ double unit_rate_bf16_dot_vs_fma(void) {
     }
     return best_fma > 0 ? best_dot / best_fma : 0;
 }
+#else
+/* 32-bit x86 has 8 vector registers, too few independent chains to cover either unit's latency: no measurement
+ * (0, as for a failed clock), so precision auto stays f32 there where the tiles are not usable. */
+double unit_rate_bf16_dot_vs_fma(void) { return 0; }
+#endif
