@@ -38,7 +38,7 @@ static const char bench_help[] =
     "\n"
     "Examples:\n"
     "  qvl bench --model Qwen3-VL-2B-Instruct --sizes 448 --video 0x0 --batch 0x0\n"
-    "  qvl bench --model Qwen3-VL-2B-Instruct --precision auto --threads 2 --repeat 1\n";
+    "  qvl bench --model Qwen3-VL-2B-Instruct --sizes 224 --video 4x224 --batch 4x224 --precision auto --repeat 1\n";
 
 /* The 512-bit loops run 24 chains: a unit of two pipes and latency L needs 2·L chains in flight, and VDPBF16PS
  * on AMD Zen 5 reached only 92 % of its rate with 12 (measured: 8 / 12 / 16 / 24 chains 353 / 488-500 / 531 /
