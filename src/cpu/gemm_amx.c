@@ -242,7 +242,7 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int
     if (two_c) AMX_ZERO(TC01);
     if (two_r) AMX_ZERO(TC10);
     if (two_r && two_c) AMX_ZERO(TC11);
-    if (two_r && two_c && !split) {
+    if (two_r && two_c) {
         for (int t = 0; t < kt; t++) {
             const uint16_t *x0 = a0 + (size_t)t * as, *x1 = a1 + (size_t)t * as;
             prefetch_step(pf, &pl, per);
@@ -254,26 +254,14 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int
             AMX_LOADD(TA1, x1, s);
             AMX_DPBF16PS(TC10, TA1, TB0);
             AMX_DPBF16PS(TC11, TA1, TB1);
-            if (e && e->next < e_end) epi_row(e);
-        }
-    } else if (two_r && two_c) {
-        for (int t = 0; t < kt; t++) {
-            const uint16_t *x0 = a0 + (size_t)t * as, *x1 = a1 + (size_t)t * as;
-            prefetch_step(pf, &pl, per);
-            AMX_LOADD(TA0, x0, s);
-            AMX_LOADD(TB0, b0 + (size_t)t * 256, s);
-            AMX_LOADD(TB1, b1 + (size_t)t * 256, s);
-            AMX_DPBF16PS(TC00, TA0, TB0);
-            AMX_DPBF16PS(TC01, TA0, TB1);
-            AMX_LOADD(TA1, x1, s);
-            AMX_DPBF16PS(TC10, TA1, TB0);
-            AMX_DPBF16PS(TC11, TA1, TB1);
-            AMX_LOADD(TA0, x0 + 512, s);
-            AMX_DPBF16PS(TC00, TA0, TB0);
-            AMX_DPBF16PS(TC01, TA0, TB1);
-            AMX_LOADD(TA1, x1 + 512, s);
-            AMX_DPBF16PS(TC10, TA1, TB0);
-            AMX_DPBF16PS(TC11, TA1, TB1);
+            if (split) {
+                AMX_LOADD(TA0, x0 + 512, s);
+                AMX_DPBF16PS(TC00, TA0, TB0);
+                AMX_DPBF16PS(TC01, TA0, TB1);
+                AMX_LOADD(TA1, x1 + 512, s);
+                AMX_DPBF16PS(TC10, TA1, TB0);
+                AMX_DPBF16PS(TC11, TA1, TB1);
+            }
             if (e && e->next < e_end) epi_row(e);
         }
     } else {
