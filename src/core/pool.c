@@ -221,3 +221,17 @@ void pool_for(thread_pool *p, long n, long grain, pool_range_fn fn, void *ctx) {
     range_job j = {fn, ctx, n, grain};
     pool_run(p, (n + grain - 1) / grain, range_task, &j);
 }
+
+double pool_finish_time(int n_threads, long n_items, double (*cost)(const void *ctx, long i), const void *ctx) {
+    double busy[POOL_FINISH_THREADS_MAX] = {0}, end = 0;
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > POOL_FINISH_THREADS_MAX) n_threads = POOL_FINISH_THREADS_MAX;
+    for (long i = 0; i < n_items; i++) {
+        int t = 0;
+        for (int u = 1; u < n_threads; u++)
+            if (busy[u] < busy[t]) t = u;
+        busy[t] += cost(ctx, i);
+    }
+    for (int t = 0; t < n_threads; t++) end = busy[t] > end ? busy[t] : end;
+    return end;
+}

@@ -35,6 +35,11 @@ void pool_run(thread_pool *p, long n_tasks, pool_task_fn fn, void *ctx);
  * be shorter), through pool_run. grain <= 0 picks about four ranges per thread. */
 typedef void (*pool_range_fn)(void *ctx, long begin, long end, int thread);
 void pool_for(thread_pool *p, long n, long grain, pool_range_fn fn, void *ctx);
+/* How long n_threads threads take over n_items items handed out in order, each to the thread free first (ties:
+ * the lowest), as pool_run hands them out, item i taking cost(ctx, i): the busiest thread's total. For planning a
+ * split of work (the GEMMs'); O(n_items x n_threads), n_threads at most POOL_FINISH_THREADS_MAX. */
+enum { POOL_FINISH_THREADS_MAX = 64 };
+double pool_finish_time(int n_threads, long n_items, double (*cost)(const void *ctx, long i), const void *ctx);
 /* The CPUs this process may run on (at least 1, at most QVL_MAX_THREADS). */
 int pool_cpu_count(void);
 

@@ -49,7 +49,7 @@ enum {
     GEMM_MC_MAX = 144, /* max M block of any set (AVX-512: 3 x 14 = 42 rows) */
     GEMM_NC = 768,     /* max N block of the 6-row sets: B streams through L1 one micro-panel at a time */
     GEMM_NC_MAX = 1536, /* max N block of any set (AVX-512: fewer A repacks, measured +2 %); Cb's row stride */
-    GEMM_PLAN_THREADS_MAX = 64 /* thread counts make_plan weighs finer splits for */
+    GEMM_PLAN_THREADS_MAX = POOL_FINISH_THREADS_MAX /* thread counts make_plan weighs finer splits for */
 };
 
 /* Per-thread workspace layout, every part 64-byte aligned. */
@@ -279,23 +279,24 @@ static inline int plan_tile0(const gemm_plan *p, long b) { return (int)(b * p->t
  * quarter tile on each column for streaming B through the cache (an item of fewer rows reads B for fewer). */
 #define GEMM_ITEM_WORK(tiles, cols) (((double)(tiles) + 0.25) * (double)(cols))
 
-/* The time the pool takes over a plan's items, handed out in order (gemm_run_isa: N-major) to whichever thread is
- * free first, as pool_run does. O(items x threads): make_plan calls it once. */
+typedef struct plan_items {
+    const gemm_plan *p;
+    int N;
+} plan_items;
+
+/* Item i of a plan in gemm_run_isa's order (N-major: N block i / nb_m, M block i % nb_m): its work. */
+static double plan_item_work(const void *ctx, long i) {
+    const plan_items *q = ctx;
+    const gemm_plan *p = q->p;
+    const int jb = (int)(i / p->nb_m), b = (int)(i % p->nb_m);
+    const int cols = q->N - jb * p->nc < p->nc ? q->N - jb * p->nc : p->nc;
+    return GEMM_ITEM_WORK(plan_tile0(p, b + 1) - plan_tile0(p, b), cols);
+}
+
+/* The time the pool takes over a plan's items (pool_finish_time). O(items x threads): make_plan calls it once. */
 static double plan_time(const gemm_plan *p, int N, int n_threads) {
-    double busy[GEMM_PLAN_THREADS_MAX] = {0};
-    for (int jb = 0; jb < p->nb_n; jb++) {
-        const int cols = N - jb * p->nc < p->nc ? N - jb * p->nc : p->nc;
-        for (int b = 0; b < p->nb_m; b++) {
-            const int tiles = plan_tile0(p, b + 1) - plan_tile0(p, b);
-            int t = 0;
-            for (int u = 1; u < n_threads; u++)
-                if (busy[u] < busy[t]) t = u;
-            busy[t] += GEMM_ITEM_WORK(tiles, cols);
-        }
-    }
-    double end = 0;
-    for (int t = 0; t < n_threads; t++) end = busy[t] > end ? busy[t] : end;
-    return end;
+    const plan_items q = {p, N};
+    return pool_finish_time(n_threads, (long)p->nb_m * p->nb_n, plan_item_work, &q);
 }
 
 /* An upper bound on plan_time in O(1), for weighing many splits: as many rounds as it takes every thread to run

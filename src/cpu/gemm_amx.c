@@ -43,7 +43,7 @@
 enum {
     AMX_MC = BF16_AMX_MC, /* rows per M block (8 A row tiles; with K = 4608 a 1.2 MB A block, L2-resident) */
     AMX_KT = 32,          /* k per tile (16 pairs) */
-    PLAN_MAX_THREADS = 64, /* the N split is planned by simulation up to this many threads */
+    PLAN_MAX_THREADS = POOL_FINISH_THREADS_MAX, /* the N split is planned by simulation up to this many threads */
     EPI_AHEAD = 8,         /* rows of C prefetched ahead of the epilogue */
 };
 
@@ -338,21 +338,24 @@ static void amx_task(void *ctx, long it, int thread) {
     while (pending && e.next < mc) epi_row(&e);
 }
 
-/* The finishing time of items handed out in order to whichever of nt threads is free first (the pool's dynamic
- * hand-out), each item's cost its 16-row tiles times (its column tiles plus the A packing, about two tiles'
- * work per row and K tile), for M split in nb_m blocks of AMX_MC rows and N in blocks of nc columns. */
+typedef struct plan_items {
+    int M, N, nc, nb_m;
+} plan_items;
+
+/* Item i of a split in gemm_amx_run's order (M block i % nb_m of N block i / nb_m): its 16-row tiles times its
+ * column tiles plus the A packing (about two tiles' work per row and K tile). */
+static double plan_item_work(const void *ctx, long i) {
+    const plan_items *q = ctx;
+    const int b = (int)(i % q->nb_m), j0 = (int)(i / q->nb_m) * q->nc;
+    const int rows = q->M - b * AMX_MC < AMX_MC ? q->M - b * AMX_MC : AMX_MC, cols = q->N - j0 < q->nc ? q->N - j0 : q->nc;
+    return (double)((rows + 15) / 16) * ((cols + 15) / 16 + 2);
+}
+
+/* How long the pool takes over the items of M in blocks of AMX_MC rows and N in blocks of nc columns
+ * (pool_finish_time). */
 static double plan_time(int M, int N, int nc, int nt) {
-    double t[PLAN_MAX_THREADS] = {0}, end = 0;
-    const int nb_m = (M + AMX_MC - 1) / AMX_MC;
-    for (int j0 = 0; j0 < N; j0 += nc)
-        for (int b = 0; b < nb_m; b++) {
-            const int rows = M - b * AMX_MC < AMX_MC ? M - b * AMX_MC : AMX_MC, cols = N - j0 < nc ? N - j0 : nc;
-            int k = 0;
-            for (int i = 1; i < nt; i++) k = t[i] < t[k] ? i : k;
-            t[k] += (double)((rows + 15) / 16) * ((cols + 15) / 16 + 2);
-            end = t[k] > end ? t[k] : end;
-        }
-    return end;
+    const plan_items q = {M, N, nc, (M + AMX_MC - 1) / AMX_MC};
+    return pool_finish_time(nt, (long)q.nb_m * ((N + nc - 1) / nc), plan_item_work, &q);
 }
 
 /* Columns per N block. With few M blocks a thread (fewer than 8), the split whose items the threads finish first

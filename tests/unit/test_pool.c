@@ -67,6 +67,9 @@ static void *driver(void *arg) {
     return NULL;
 }
 
+/* pool_finish_time's item costs: ctx an array of doubles. */
+static double cost_of(const void *ctx, long i) { return ((const double *)ctx)[i]; }
+
 int main(void) {
     /* NULL and one-thread pools run inline, thread 0 only. */
     CHECK(pool_size(NULL) == 1);
@@ -103,6 +106,15 @@ int main(void) {
     for (int i = 0; i < 3; i++) {
         pthread_join(t[i], NULL);
         CHECK(ok[i]);
+    }
+    /* pool_finish_time: items in order to the thread free first, ties to the lowest */
+    {
+        const double c1[] = {3, 1, 1}, c2[] = {1, 1, 1, 1, 1}, c3[] = {2, 2, 1, 1, 1, 1};
+        CHECK(pool_finish_time(2, 3, cost_of, c1) == 3); /* 3 | 1 + 1 */
+        CHECK(pool_finish_time(2, 5, cost_of, c2) == 3); /* 5 equal items on 2 threads: 3 rounds */
+        CHECK(pool_finish_time(1, 5, cost_of, c2) == 5);
+        CHECK(pool_finish_time(3, 6, cost_of, c3) == 3); /* 2 + 1 | 2 + 1 | 1 + 1 */
+        CHECK(pool_finish_time(2, 0, cost_of, c1) == 0);
     }
     return tu_finish("test_pool");
 }
