@@ -18,9 +18,16 @@
 /* the other revision's attn_amx_run (same contract) */
 void old_attn_amx_run(const attn_args *a, void *ws, thread_pool *pool);
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+typedef struct att_job {
+    const attn_args *a;
+    void *ws;
+    thread_pool *pool;
+} att_job;
+
+static void run_one(void *ctx, int which) {
+    const att_job *j = ctx;
+    if (which) attn_amx_run(j->a, j->ws, j->pool);
+    else old_attn_amx_run(j->a, j->ws, j->pool);
 }
 
 int main(int argc, char **argv) {
@@ -56,20 +63,8 @@ int main(int argc, char **argv) {
     const attn_args a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
                          .out = out, .ldo = H, .n_heads = NH, .head_dim = HD, .cu = cu, .n_seg = nseg,
                          .scale = 0.11785113f, .scratch = scratch, .scratch_bytes = scratch_bytes};
-    for (int i = -2; i < iters; i++) { /* two warm-up pairs */
-        double t[2];
-        for (int o = 0; o < 2; o++) {
-            const int which = (i + o) & 1; /* 1: the new kernel; the first of a pair alternates */
-            const double t0 = wall_now();
-            if (which) attn_amx_run(&a, ws, p);
-            else old_attn_amx_run(&a, ws, p);
-            t[which] = wall_now() - t0;
-        }
-        if (i >= 0) ratio[i] = t[0] / t[1], t_old[i] = t[0], t_new[i] = t[1];
-    }
-    qsort(ratio, (size_t)iters, sizeof *ratio, cmp_double);
-    qsort(t_old, (size_t)iters, sizeof *t_old, cmp_double);
-    qsort(t_new, (size_t)iters, sizeof *t_new, cmp_double);
+    att_job j = {&a, ws, p};
+    ab_pairs(iters, run_one, &j, ratio, t_old, t_new);
     const double gf = 4.0 * S * (double)S * HD * NH * nseg * 1e-9;
     printf("attention S %d x %d segments, %d heads of %d, threads %d: time old/new median %.3f (quartiles %.3f %.3f); "
            "GFLOP/s old %.0f, new %.0f\n", S, nseg, NH, HD, nt, ratio[iters / 2], ratio[iters / 4],

@@ -25,9 +25,25 @@ typedef struct shape { const char *name; int n, k; be_act act; int acc; } shape;
 static const shape shapes[] = {{"qkv", 3456, 1152, BE_ACT_NONE, 0}, {"proj", 1152, 1152, BE_ACT_NONE, 1},
                                {"fc1", 4304, 1152, BE_ACT_GELU_TANH, 0}, {"fc2", 1152, 4304, BE_ACT_NONE, 1}};
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+typedef struct gemm_job {
+    const shape *sh;
+    const be_weight *w;
+    const float *A, *bias;
+    float *C;
+    int M, max_k;
+    void *ws;
+    thread_pool *pool;
+} gemm_job;
+
+static void run_one(void *ctx, int which) {
+    const gemm_job *j = ctx;
+    const int K = j->w->K, N = j->w->N;
+    if (which)
+        gemm_amx_run(j->w, j->A, (size_t)K, j->M, j->bias, j->C, (size_t)N, j->sh->acc, j->sh->act, j->ws, j->max_k,
+                     j->pool);
+    else
+        old_gemm_amx_run(j->w, j->A, (size_t)K, j->M, j->bias, j->C, (size_t)N, j->sh->acc, j->sh->act, j->ws,
+                         j->max_k, j->pool);
 }
 
 static float lcg(uint32_t *st) { return (float)((*st = *st * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f; }
@@ -65,20 +81,8 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < (size_t)N * K; i++) B[i] = bf16_round(lcg(&st));
         for (int i = 0; i < N; i++) bias[i] = 0.01f * (float)(i % 7);
         if (gemm_amx_pack(&w, panels, B, QVL_DTYPE_BF16, (size_t)K, N, K, NULL) != 0) return 1;
-        for (int i = -2; i < iters; i++) { /* two warm-up pairs */
-            double t[2];
-            for (int o = 0; o < 2; o++) {
-                const int which = (i + o) & 1; /* 1: the new kernel; the first of a pair alternates */
-                const double t0 = wall_now();
-                if (which) gemm_amx_run(&w, A, (size_t)K, M, bias, C, (size_t)N, sh->acc, sh->act, ws, max_k, p);
-                else old_gemm_amx_run(&w, A, (size_t)K, M, bias, C, (size_t)N, sh->acc, sh->act, ws, max_k, p);
-                t[which] = wall_now() - t0;
-            }
-            if (i >= 0) ratio[i] = t[0] / t[1], t_old[i] = t[0], t_new[i] = t[1];
-        }
-        qsort(ratio, (size_t)iters, sizeof *ratio, cmp_double);
-        qsort(t_old, (size_t)iters, sizeof *t_old, cmp_double);
-        qsort(t_new, (size_t)iters, sizeof *t_new, cmp_double);
+        gemm_job job = {sh, &w, A, bias, C, M, max_k, ws, p};
+        ab_pairs(iters, run_one, &job, ratio, t_old, t_new);
         const double gf = 2.0 * M * N * K * 1e-9;
         printf("%-5s M %5d N %5d K %5d threads %d: time old/new median %.3f (quartiles %.3f %.3f); GFLOP/s old "
                "%.0f (best %.0f), new %.0f (best %.0f)\n", sh->name, M, N, K, nt, ratio[iters / 2], ratio[iters / 4],

@@ -347,7 +347,8 @@ typedef struct plan_items {
 static double plan_item_work(const void *ctx, long i) {
     const plan_items *q = ctx;
     const int b = (int)(i % q->nb_m), j0 = (int)(i / q->nb_m) * q->nc;
-    const int rows = q->M - b * AMX_MC < AMX_MC ? q->M - b * AMX_MC : AMX_MC, cols = q->N - j0 < q->nc ? q->N - j0 : q->nc;
+    const int rows = q->M - b * AMX_MC < AMX_MC ? q->M - b * AMX_MC : AMX_MC;
+    const int cols = q->N - j0 < q->nc ? q->N - j0 : q->nc;
     return (double)((rows + 15) / 16) * ((cols + 15) / 16 + 2);
 }
 
