@@ -4,8 +4,8 @@
  *   - "stream": the accumulators stay in the tiles; A cycles over A KiB and B over B KiB;
  *   - "loads": the peak loop with 1, 2 or 4 tile loads per 4 TDPBF16PS into a tile no product reads: what a load
  *     costs the tile unit apart from any wait for its data (measured 2026-12-06 on an Emerald Rapids VM: 4
- *     loads per 4 products ran at 57-65 % of the peak, 2 at 75 %: a load takes the unit over half a product's time,
- *     so a 2 x 2 block of accumulators, one load per product, cannot pass about 65 %);
+ *     loads per 4 products ran at 66 % of the peak, 2 at 82 %: a load takes the unit about half a product's time,
+ *     so a 2 x 2 block of accumulators, one load per product, cannot pass about two thirds of it);
  *   - "chunked": the structure gemm_amx.c had until session 35: a weight chunk of KC tiles per panel, used by P row pairs in turn, each
  *     loading its accumulators from a 32 x 32 f32 block (zeroing them on the first chunk) and storing them back,
  *     over NB column pairs of weights (NB x 2 x 36 KiB streamed), with or without the next chunk prefetched

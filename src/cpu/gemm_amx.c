@@ -24,11 +24,11 @@
  * gemm_amx_ref.
  * Measured on a 2-vCPU Emerald Rapids VM (docs/PERFORMANCE.md, session 35): old and new kernels in one
  * process, alternated call by call (the host's tile rate wanders by 2x from minute to minute, so separate runs
- * say nothing at 10 %): at M = 784 on 2 threads qkv 1.24x, proj 1.08x, fc1 1.14x, fc2 0.98-1.00x the speed of the
- * chunked kernel it replaced (K in chunks of 8 tiles, accumulators loaded and stored per chunk, the epilogue after
- * each column pair): the accumulator loads and stores were a quarter of the tile unit's operations, and a tile
- * load costs the unit more than half a TDPBF16PS (a 2 x 2 block with one load per product peaks at 60-65 % of the
- * TDPBF16PS rate with every operand in L1). */
+ * say nothing at 10 %): at M = 784 on 2 threads qkv 1.21-1.24x, proj 1.08-1.11x, fc1 1.11-1.14x, fc2 0.98-1.03x
+ * the speed of the chunked kernel it replaced (K in chunks of 8 tiles, accumulators loaded and stored per chunk,
+ * the epilogue after each column pair): the accumulator loads and stores were a quarter of the tile unit's operations, and a tile
+ * load costs the unit about half a TDPBF16PS (bench/amx_loads: a 2 x 2 block's one load per product leaves about
+ * two thirds of the TDPBF16PS rate with every operand in L1). */
 #include <stdint.h>
 #include <string.h>
 
