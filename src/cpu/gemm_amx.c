@@ -26,9 +26,9 @@
  * process, alternated call by call (the host's tile rate wanders by 2x from minute to minute, so separate runs
  * say nothing at 10 %): at M = 784 on 2 threads qkv 1.21-1.24x, proj 1.08-1.11x, fc1 1.11-1.14x, fc2 0.98-1.03x
  * the speed of the chunked kernel it replaced (K in chunks of 8 tiles, accumulators loaded and stored per chunk,
- * the epilogue after each column pair): the accumulator loads and stores were a quarter of the tile unit's operations, and a tile
- * load costs the unit about half a TDPBF16PS (bench/amx_loads: a 2 x 2 block's one load per product leaves about
- * two thirds of the TDPBF16PS rate with every operand in L1). */
+ * the epilogue after each column pair): the accumulator loads and stores were a quarter of the tile unit's
+ * operations, and a tile load costs the unit about half a TDPBF16PS (bench/amx_loads: a 2 x 2 block's one load per
+ * product leaves about two thirds of the TDPBF16PS rate with every operand in L1). */
 #include <stdint.h>
 #include <string.h>
 
