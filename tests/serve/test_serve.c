@@ -222,6 +222,7 @@ int main(void) {
      * that long (the arm64 build under emulation, whose 32-block tower outran the client's 60-second timeout). */
     char slow[600];
     snprintf(slow, sizeof slow, "%s/m-slow", tmp);
+    double slow_item_ms = 100.0; /* a 448² item on the slow tower, about (the time grows with the depth) */
     {
         qvl_synth_params dp;
         qvl_synth_params_default(&dp);
@@ -229,6 +230,7 @@ int main(void) {
         dp.seed = 7;
         const int depth = item_ms > 0 ? (int)(4.0 * 100.0 / item_ms + 0.999) : 4;
         dp.depth = depth < 4 ? 4 : depth > 32 ? 32 : depth;
+        if (item_ms > 0) slow_item_ms = item_ms * dp.depth / 4.0;
         printf("slow tower: a 448² item in %.1f ms on the 4-block tower, so %d blocks deep\n", item_ms, dp.depth);
         CHECK(qvl_synth_write(&dp, slow, &err) == QVL_OK);
     }
@@ -924,7 +926,9 @@ int main(void) {
      * once, is refused with 503 while the first one's items wait (bounded: five tries). Counting only decoded rows,
      * the second was always admitted (at most 8 · 784 < 8000 decoded rows queued).
      * The second is refused only while at least three of the first's items are not yet encoded, so the first must
-     * outlast the second's upload and parse (6.4 MB of JSON): the server runs the slow tower (above). */
+     * outlast the second's upload and parse (6.4 MB of JSON): the server runs the slow tower (above). The first's
+     * answer comes after all eight of its items, one at a time: its client waits for four times that, 60 s at least
+     * (under emulation, 7.7 s an item, the eight outlasted a 60-second wait and the first read as unanswered). */
     {
         snprintf(cmd, sizeof cmd, "%s/cache", tmp);
         tu_rmtree(cmd);
@@ -932,12 +936,14 @@ int main(void) {
         pid_t pq = start_server(tmp, slow, exq, 6);
         CHECK(pq > 0);
         int full = 0, first_ok = 0, tries = 0;
+        const double wait_s = 4.0 * 8.0 * slow_item_ms / 1000.0;
+        const int first_wait_s = wait_s < 60.0 ? 60 : wait_s > 1800.0 ? 1800 : (int)wait_s;
         for (int t = 0; pq > 0 && t < 5 && !full; t++, tries++) {
             uint8_t *img[16];
             size_t len[16], j1, j2;
             for (int i = 0; i < 16; i++) img[i] = make_bmp(448, 448, (unsigned)(1000 + 16 * t + i), &len[i]);
             char *b1 = json_items(img, len, 8, &j1), *b2 = json_items(img + 8, len + 8, 8, &j2);
-            int f1 = sock_connect(), f2 = sock_connect(), c1 = 0, c2 = 0;
+            int f1 = connect_to_server(first_wait_s), f2 = sock_connect(), c1 = 0, c2 = 0;
             int sent_ok = b1 && b2 && f1 >= 0 && f2 >= 0 && !sock_post(f1, "/v1/encode", "application/json", b1, j1);
             /* the first one admitted before the second is sent: its queue gauge counts its undecoded items */
             long q = -1;
