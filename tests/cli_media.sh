@@ -62,6 +62,11 @@ has "video indices" "$T/meta" '"item2.frame_indices":"\[0'
 has "video timestamps" "$T/meta" '"item2.timestamps":"\[[0-9.]+'
 has "fingerprint" "$T/meta" '"fingerprint":"[0-9a-f]{32}"'
 has "cache key" "$T/meta" '"item0.key":"[0-9a-f]{64}"'
+# Numbers as Python's repr writes them: a 30 fps source is "30.0" (it was "3e+01": the shortest %g that read back).
+expect 0 "a 30 fps video" "$QVL" encode -q --model "$T/m" "$SRC/tests/data/video/video_testsrc_30.mp4" -o "$T/v30.safetensors"
+meta "$T/v30.safetensors" >"$T/meta30"
+has "fps as repr" "$T/meta30" '"item0.source_fps":"30\.0"'
+has "timestamps as repr" "$T/meta30" '"item0.timestamps":"\[0\.3333333333333333$'
 meta "$T/p.safetensors" >"$T/meta"
 has "item error" "$T/meta" '"item1.error":".*video_not_video.mp4'
 

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,14 +80,22 @@ static void meta(qvl_st_writer *w, const char *field, int i, const char *value) 
     qvl_st_writer_meta(w, key, value, NULL); /* a failure is sticky: finish reports it */
 }
 
-/* `prefix` and v in the fewest significant digits that read back as v (as Python's repr prints a float). */
+/* `prefix` and v as Python's repr prints a float: the fewest significant digits that read back as v, in positional
+ * notation with at least one decimal ("30.0", "0.25") where 1e-4 <= |v| < 1e16 (and for 0), else as "1e-05". */
 static int print_double(char *buf, size_t cap, const char *prefix, double v) {
-    int k = 0;
-    for (int prec = 1; prec <= 17; prec++) {
-        k = snprintf(buf, cap, "%s%.*g", prefix, prec, v);
-        if (k < 0 || (size_t)k >= cap || strtod(buf + strlen(prefix), NULL) == v) break;
+    if (!isfinite(v)) return snprintf(buf, cap, "%s%s", prefix, isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
+    char e[40];
+    int prec = 1;
+    for (; prec < 17; prec++) { /* the shortest %e that reads back as v */
+        snprintf(e, sizeof e, "%.*e", prec - 1, v);
+        if (strtod(e, NULL) == v) break;
     }
-    return k;
+    snprintf(e, sizeof e, "%.*e", prec - 1, v);
+    const int exp10 = atoi(strchr(e, 'e') + 1);
+    const double a = fabs(v);
+    if (a != 0 && (a < 1e-4 || a >= 1e16)) return snprintf(buf, cap, "%s%s", prefix, e);
+    const int decimals = prec - 1 - exp10;
+    return snprintf(buf, cap, "%s%.*f", prefix, decimals > 0 ? decimals : 1, v);
 }
 
 /* "[a, b, c]" of n values printed by `fmt` into a malloc'd string (NULL on overflow or no memory). */
