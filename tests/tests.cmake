@@ -141,8 +141,8 @@ endforeach()
 
 # Fault injection (tests/fault/fault.c): the Nth allocation, read or write fails along each path, for every N.
 # The program defines the allocator itself and wraps the library's I/O calls at link time. Every build runs a
-# bounded slice (at most QVL_FAULT_RUNS values of N per path and class); QVL_FAULT=ON (`make test-fault`, with
-# ASan/LSan) adds the sweep over every N.
+# bounded slice (`--max-runs 40`: at most about 40 values of N per path and class); QVL_FAULT=ON (`make
+# test-fault`, with ASan/LSan) adds the sweep over every N.
 set(QVL_FAULT_WRAP fread fwrite read write pread pwrite mmap fflush fclose fsync ftruncate rename)
 list(TRANSFORM QVL_FAULT_WRAP PREPEND "-Wl,--wrap=")
 add_executable(qvl_fault ${QVL_ROOT}/tests/fault/fault.c)
