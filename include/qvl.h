@@ -816,8 +816,9 @@ QVL_API qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *plan, qvl_
 
 /* Encode every item that planned well: outputs[i] (ignored, may be NULL, for failed items) receives item i's
  * qvl_item_info.out_bytes in the plan's dtype and layout. Items are encoded in groups of up to max_batch_rows
- * rows; an item's bits do not depend on its group. Returns QVL_OK when every item is ok; otherwise the status of
- * the first failed item (err names it), with each item's own status in qvl_plan_item. Encoding failures
+ * rows; an item's bits do not depend on its group. Returns QVL_OK when every item that planned well was encoded
+ * (items that failed in qvl_plan_create are skipped and keep their status); otherwise the status of the first item
+ * that failed here (err names it), with each item's own status in qvl_plan_item. Encoding failures
  * (cancellation and memory) mark the items of the failing group; an item whose output holds a NaN or an infinity
  * (scanned after its group: about 0.2 ms per 10^6 output values) fails alone with QVL_ERR_NONFINITE. The plan can be encoded
  * again (for example on another ctx over the same model): there, an item over that ctx's max_item_patches or
@@ -874,6 +875,7 @@ typedef struct qvl_cache_params {
     int reserved1;      /* ignored (padding) */
 } qvl_cache_params;
 QVL_API void qvl_cache_params_init(qvl_cache_params *p, size_t struct_size);
+static inline void qvl_cache_params_default(qvl_cache_params *p) { qvl_cache_params_init(p, sizeof *p); }
 /* Open a cache root, creating its directories and CACHEDIR.TAG (unless params->existing); scans objects/ once for the
  * bytes and entries. The
  * root is resolved (realpath) here: the handle's paths, and export_vllm's symbolic links, are absolute. */

@@ -68,7 +68,7 @@ int cmd_cache(int argc, char **argv) {
     struct stat st;
     if (stat(root, &st) || !S_ISDIR(st.st_mode)) return cli_fail("%s is not a cache directory", root);
     qvl_cache_params p;
-    qvl_cache_params_init(&p, sizeof p);
+    qvl_cache_params_default(&p);
     p.max_bytes = size;
     p.existing = 1; /* a query of a cache: nothing is created, and a directory that is none is named as such */
     qvl_cache *c = NULL;

@@ -80,7 +80,7 @@ static void write_file(const char *path, const uint8_t *b, size_t n) {
 
 static qvl_cache *open_cache(const char *root, uint64_t max_bytes, int links) {
     qvl_cache_params p;
-    qvl_cache_params_init(&p, sizeof p);
+    qvl_cache_params_default(&p);
     p.max_bytes = max_bytes;
     p.vllm_links = links;
     qvl_cache *c = NULL;

@@ -892,7 +892,7 @@ int srv_load(srv_state *s, char *msg, size_t cap) {
     s->prep_json = prep_json(s);
     if (cfg->cache_dir) {
         qvl_cache_params cpar;
-        qvl_cache_params_init(&cpar, sizeof cpar);
+        qvl_cache_params_default(&cpar);
         cpar.max_bytes = cfg->cache_size;
         cpar.vllm_links = cfg->vllm_links;
         qvl_error cerr;
