@@ -97,8 +97,8 @@ const backend *backend_bf16_available(void);
  * the set is 1.6-1.8x faster than f32); else BACKEND_AUTO_F32 — on Intel Sapphire/Emerald Rapids VDPBF16PS runs
  * at half the FMA rate, and the set was 1.4-1.9x slower than f32 and further from the reference
  * (docs/PERFORMANCE.md, sessions 22 and 33), both where the OS does not enable the AMX tiles and where a
- * hypervisor hides AMX from CPUID. 1.25 lies a factor 1.6 from both measured rates; below it bf16 would buy
- * little speed for its error. */
+ * hypervisor hides AMX from CPUID. 1.25 lies between the two measured rates (a factor 1.6 below 2.0, 2.5 above
+ * 0.5); below it bf16 would buy little speed for its error. */
 #define BACKEND_AUTO_MIN_DOT_RATE 1.25
 enum { BACKEND_AUTO_F32 = 0, BACKEND_AUTO_AVX512BF16 = 1, BACKEND_AUTO_AMX = 2 };
 int backend_auto_bf16(int amx_usable, int has_avx512bf16, double dot_vs_fma);

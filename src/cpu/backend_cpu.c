@@ -351,13 +351,17 @@ qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **
     default: return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown isa %d", (int)isa);
     }
     /* The bf16 set for the request: AUTO the best this CPU has (for precision auto, backend_auto_bf16's choice);
-     * AVX512 the AVX512-BF16 set even where AMX exists. (Not asked for f32: on an AMX CPU the question requests
-     * the tile-data permission for the process.) */
+     * AVX512 the AVX512-BF16 set even where AMX exists, for precision auto only where its measured rate is
+     * auto's (on an Intel Xeon, VDPBF16PS at half the FMA rate, auto stays f32 there too). (Not asked for f32: on
+     * an AMX CPU the question requests the tile-data permission for the process.) */
     const backend *bf = isa != QVL_ISA_AUTO || precision == QVL_PRECISION_F32 ? NULL
                         : precision == QVL_PRECISION_AUTO                     ? auto_bf16()
                                                                               : backend_bf16_available();
 #if QVL_WITH_X86
-    if (isa == QVL_ISA_AVX512 && cpu_has_avx512bf16()) bf = &be_avx512bf16;
+    if (isa == QVL_ISA_AVX512 && cpu_has_avx512bf16() &&
+        (precision != QVL_PRECISION_AUTO ||
+         backend_auto_bf16(0, 1, backend_bf16_dot_rate()) == BACKEND_AUTO_AVX512BF16))
+        bf = &be_avx512bf16;
 #endif
     switch (precision) {
     case QVL_PRECISION_F32: *out = f32_for(want); return QVL_OK;

@@ -138,6 +138,17 @@ int main(void) {
         CHECK(strncmp(why, pick == BACKEND_AUTO_F32 ? "f32 (" : "bf16 on ", pick == BACKEND_AUTO_F32 ? 5 : 8) == 0);
         CHECK(strstr(why, be->name) != NULL || pick == BACKEND_AUTO_F32);
         CHECK(cpu_has_avx512bf16() && pick != BACKEND_AUTO_AMX ? strstr(why, "VDPBF16PS measured at") != NULL : 1);
+        /* --isa avx512 --precision auto: the AVX512-BF16 set by the same measured rule (AMX left aside), else f32
+         * (it took the set wherever the CPU had it, so on an Intel Xeon the slower one) */
+        if (cpu_has_avx512()) {
+            const int fast = cpu_has_avx512bf16() && backend_auto_bf16(0, 1, rate) == BACKEND_AUTO_AVX512BF16;
+            CHECK(backend_select(QVL_ISA_AVX512, QVL_PRECISION_AUTO, &be, &err) == QVL_OK && be);
+            CHECK(fast ? strcmp(be->name, "avx512bf16") == 0
+                       : be->precision == QVL_PRECISION_F32 && be->kernel == GEMM_ISA_AVX512);
+            if (cpu_has_avx512bf16()) /* bf16 asked for: the set, whatever its rate */
+                CHECK(backend_select(QVL_ISA_AVX512, QVL_PRECISION_BF16, &be, &err) == QVL_OK && be &&
+                      strcmp(be->name, "avx512bf16") == 0);
+        }
     }
     CHECK(backend_select(QVL_ISA_AUTO, (qvl_precision)7, &be, &err) == QVL_ERR_INVALID_ARG && !be);
     CHECK(backend_select((qvl_isa)9, QVL_PRECISION_F32, &be, &err) == QVL_ERR_INVALID_ARG && !be);
