@@ -36,7 +36,7 @@ int cmd_cache(int argc, char **argv);
  * max_call_patches). 0 on success, -1 for an unknown name or a bad value. */
 int cli_parse_limit(const char *s, qvl_limits *l);
 
-/* --isa: "auto", "avx2" or "avx512" into *out. 0 on success, -1 otherwise. */
+/* --isa: "auto", "avx2", "avx512" or "amx" into *out. 0 on success, -1 otherwise. */
 int cli_parse_isa(const char *s, qvl_isa *out);
 /* --precision: "f32", "bf16" or "auto" into *out. 0 on success, -1 otherwise. */
 int cli_parse_precision(const char *s, qvl_precision *out);
