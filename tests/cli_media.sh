@@ -47,6 +47,12 @@ has "good kept" "$T/names" '^item0.merged$'
 has "good kept" "$T/names" '^item2.merged$'
 if grep -q '^item1\.' "$T/names"; then bad "bad item has tensors"; else ok; fi
 
+# A .npy output is for --pixels (one array): file inputs with one are a usage error, before any work (a
+# safetensors file was written under the .npy name).
+expect 2 "file inputs to .npy" "$QVL" encode --model "$T/m" "$PHOTO" -o "$T/photo.npy"
+has "npy refused" "$T/err" 'photo.npy: file inputs write a safetensors file'
+if [[ ! -e $T/photo.npy ]]; then ok; else bad "a refused .npy output was written"; fi
+
 # Everything bad: exit 1, and no output file (nor a temporary) is left.
 expect 1 "all bad" "$QVL" encode --model "$T/m" "$T/missing.jpg" -o "$T/q.safetensors"
 has "missing file" "$T/out" 'FAILED: .*missing.jpg'

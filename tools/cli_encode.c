@@ -312,6 +312,9 @@ int cmd_encode(int argc, char **argv) {
         if (pixels_path || n_cli_grids || stages)
             return cli_usage("file inputs do not combine with --pixels, --grid or --stages (see 'qvl encode --help')");
         if (!out_path) return cli_usage("encode needs -o OUT (see 'qvl encode --help')");
+        if (ends_with(out_path, ".npy")) /* it wrote a safetensors file under the .npy name */
+            return cli_usage("-o %s: file inputs write a safetensors file (item{i}.merged, item{i}.deepstack{k}, "
+                             "metadata); name it .safetensors (.npy is for --pixels: the merged tokens alone)", out_path);
         if (!model_dir && !mo.preprocess_only) return cli_usage("encode needs --model DIR (see 'qvl encode --help')");
         rc0 = cli_check_output(out_path, model_dir, (const char *const *)(argv + optind), argc - optind);
         if (rc0) return rc0;
