@@ -57,7 +57,7 @@ fi
 cov_flags="-fprofile-instr-generate -fcoverage-mapping"
 echo "== building ${names[*]} in $build ($cc, libFuzzer + ASan + UBSan + coverage)"
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVL_FUZZ=ON \
-      -DQVL_BUILD_SHARED=OFF -DQVL_BUILD_CLI=OFF -DQVL_INSTALL=OFF \
+      -DQVL_BUILD_SHARED=OFF -DQVL_INSTALL=OFF \
       -DCMAKE_C_FLAGS="$cov_flags" -DCMAKE_EXE_LINKER_FLAGS="$cov_flags" >/dev/null
 targets=()
 for n in "${names[@]}"; do targets+=("fuzz_$n"); done
