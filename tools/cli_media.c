@@ -204,6 +204,7 @@ int encode_media(media_opts *o) {
     size_t n_grids = 0;
     int n_ok = 0;
     double t_all = cli_now_ms();
+    const int progress = !isatty(STDOUT_FILENO); /* the report goes elsewhere: say how far it is on stderr */
     qvl_limits def_lim;
     qvl_limits_default(&def_lim);
     const uint64_t max_input = (o->ctx.limits ? o->ctx.limits : &def_lim)->max_input_bytes;
@@ -306,23 +307,26 @@ int encode_media(media_opts *o) {
         }
         if (ok) grids[n_grids++] = info.grid;
         n_ok += ok;
-        if (!o->quiet) {
+        /* Progress on stderr as each input is done, where the report (stdout) goes elsewhere: on a terminal the
+         * report's line says the same. */
+        if (!o->quiet && progress) {
             if (ok)
-                fprintf(stderr, "[%d/%d] %s: %s %dx%d%s -> grid %dx%dx%d, %zu tokens (decode %.0f ms, preprocess %.0f ms"
+                fprintf(stderr, "[%d/%d] %s: %s %dx%d -> grid %dx%dx%d, %zu tokens (decode %.0f ms, preprocess %.0f ms"
                         ", encode %.0f ms)\n", i + 1, o->n_inputs, path, info.kind, info.src_width, info.src_height,
-                        info.n_frames > 1 ? " (video)" : "", info.grid.t, info.grid.h, info.grid.w, info.n_tokens,
-                        info.decode_ms, info.preprocess_ms, info.encode_ms);
+                        info.grid.t, info.grid.h, info.grid.w, info.n_tokens, info.decode_ms, info.preprocess_ms,
+                        info.encode_ms);
             else
                 fprintf(stderr, "[%d/%d] %s: failed: %s\n", i + 1, o->n_inputs, path, info.message);
         }
         if (!o->quiet) {
             if (ok)
-                printf("item %d: %s (%s %dx%d, %d frame%s): grid %dx%dx%d, %zu tokens, preprocess %.1f ms, encode %.1f ms\n",
-                       i, path, info.kind, info.src_width, info.src_height, info.n_frames ? info.n_frames : 1,
-                       info.n_frames > 1 ? "s" : "", info.grid.t, info.grid.h, info.grid.w, info.n_tokens,
-                       info.decode_ms + info.preprocess_ms, info.encode_ms);
+                printf("item %d: %s (%s %dx%d, %d frame%s): grid %dx%dx%d, %zu tokens, decode %.1f ms, preprocess %.1f ms"
+                       ", encode %.1f ms\n", i, path, info.kind, info.src_width, info.src_height,
+                       info.n_frames ? info.n_frames : 1, info.n_frames > 1 ? "s" : "", info.grid.t, info.grid.h,
+                       info.grid.w, info.n_tokens, info.decode_ms, info.preprocess_ms, info.encode_ms);
             else
                 printf("item %d: %s: FAILED: %s\n", i, path, info.message);
+            fflush(stdout);
         }
         free(buf);
         qvl_plan_free(plan);
