@@ -125,6 +125,10 @@ if [[ -s "$T/err" ]]; then bad "quiet still wrote to stderr"; else ok; fi
 cp "$PNG" "$T/in.png" && cp "$T/in.png" "$T/in.keep" && cp "$T/m/model.safetensors" "$T/m.keep"
 expect 2 "-o the input image" "$QVL" encode --model "$T/m" "$T/in.png" -o "$T/in.png"
 has "-o the input image named" "$T/err" "error: -o $T/in.png is the input $T/in.png"
+# A frame directory named with a trailing slash: its files are DIR/NAME in messages (they were DIR//NAME).
+expect 1 "mismatched frames" "$QVL" encode --model "$T/m" "$SRC/tests/data/video/frames/" -o "$T/mm.safetensors"
+has "frame path" "$T/out" 'tests/data/video/frames/video_frame_12x16\.png: frame [0-9]+ is 12x16'
+if grep -q 'frames//' "$T/out"; then bad "a doubled slash in a frame's path"; else ok; fi
 expect 2 "-o in the frame directory" "$QVL" encode --model "$T/m" "$FRAMES" -o "$FRAMES/out.safetensors"
 has "-o in the frame directory named" "$T/err" "inside the frame directory input $FRAMES"
 [[ -e $FRAMES/out.safetensors ]] && bad "wrote into the frame directory" || ok

@@ -136,7 +136,8 @@ qvl_status plan_list_frames(const char *dir, char ***out, size_t *n_out, qvl_err
             s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory listing frames", dir);
             break;
         }
-        snprintf(p, len, "%s/%s", dir, e->d_name);
+        const size_t dl = strlen(dir);
+        snprintf(p, len, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", e->d_name); /* "frames/" + name */
         struct stat st;
         if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) {
             free(p);
