@@ -434,7 +434,9 @@ QVL_API void qvl_free(void *p);
 /* Read preprocessed pixel rows from `path`, chosen by content:
  *   .npy          float32 (or f64 / f16, converted), C order, [S, row_len]; no grids (*n_grids = 0)
  *   .safetensors  tensor "pixel_values" [S, row_len] (F32, F16, BF16 or F64, converted to float32) and, if present,
- *                 "grid_thw" [n, 3] (I64 or I32, each value in 1..INT32_MAX)
+ *                 "grid_thw" [n, 3] (I64 or I32, each value in 1..INT32_MAX); without "pixel_values", the
+ *                 "item{i}.pixel_values" [S_i, row_len] that `qvl encode --preprocess-only` writes, one after the
+ *                 other in the order of i (all of one row length; S = their sum)
  * On success *rows is a malloc'd [*n_rows, *row_len] float32 array and *grids (when `grids` is not NULL) a malloc'd
  * array of *n_grids grids or NULL when there are none; free both with qvl_free. `grids` and `n_grids` may be NULL to
  * ignore grid_thw. On failure the outputs are NULL/0 and nothing leaks. Grids are not checked against the rows.

@@ -116,6 +116,12 @@ tensors "$T/pp.safetensors" >"$T/names"
 has "pixel rows" "$T/names" '^item0.pixel_values$'
 expect 0 "no model needed" "$QVL" encode --preprocess-only "$PNG" -o "$T/pp2.safetensors"
 if cmp -s "$T/pp.safetensors" "$T/pp2.safetensors"; then ok; else bad "preprocess-only output depends on --model"; fi
+# ... and --pixels encodes them as they are (test_read_rows: the rows read are the file's, in input order), a failed
+# input in between leaving no gap: the grids of the photo and the video, one after the other.
+expect 3 "preprocess three, one bad" "$QVL" encode --preprocess-only "$PHOTO" "$T/missing.png" "$VIDEO" -o "$T/pp3.safetensors"
+expect 0 "encode them with --pixels" "$QVL" encode --model "$T/m" --pixels "$T/pp3.safetensors" -o "$T/px3.safetensors"
+has "rows: the photo" "$T/out" '^item 0: grid 1x26x40, 1040 patches'
+has "rows: the video" "$T/out" '^item 1: grid [0-9]+x[0-9]+x[0-9]+, [0-9]+ patches, [0-9]+ tokens \(rows 1040\.\.'
 
 # Quiet: no progress lines.
 expect 0 "quiet" "$QVL" encode -q --model "$T/m" "$PNG" -o "$T/w.safetensors"

@@ -100,11 +100,13 @@ static qvl_status read_grids(const st_file *f, const char *path, const qvl_limit
     return QVL_OK;
 }
 
-/* The rows pixel_values [rows, row_len] holds against max_call_patches. */
-static qvl_status rows_claim(const char *path, const qvl_limits *lim, uint64_t rows, qvl_error *err) {
+/* The rows a tensor (`what`: pixel_values [rows, row_len], or the item{i}.pixel_values together) holds against
+ * max_call_patches. */
+static qvl_status rows_claim(const char *path, const char *what, const qvl_limits *lim, uint64_t rows,
+                             qvl_error *err) {
     if (rows > lim->max_call_patches)
         return limit_fail(err, "max_call_patches", lim->max_call_patches,
-                          "%s: pixel_values has %llu rows, more than the %llu allowed in one call", path,
+                          "%s: %s: %llu rows, more than the %llu allowed in one call", path, what,
                           (unsigned long long)rows, (unsigned long long)lim->max_call_patches);
     return QVL_OK;
 }
@@ -114,13 +116,68 @@ typedef struct claim_ctx {
     const qvl_limits *lim;
 } claim_ctx;
 
-/* The st_shape_check of rows files: pixel_values' rows as the header declares them, before the reader checks the
- * tensors' spans against the file, so that a truncated file claiming too many rows fails with the limit (as a .npy
- * does) rather than as a short file. */
+/* The index i of a name "item{i}.pixel_values" (i in decimal, no sign, no leading zero), or -1. */
+static long item_index(const char *name) {
+    if (strncmp(name, "item", 4) != 0) return -1;
+    const char *d = name + 4;
+    long i = 0;
+    size_t k = 0;
+    for (; d[k] >= '0' && d[k] <= '9'; k++) {
+        if (k == 9 || (k == 1 && d[0] == '0')) return -1; /* at most 9 digits; "item01" is not an index */
+        i = 10 * i + (d[k] - '0');
+    }
+    return k && strcmp(d + k, ".pixel_values") == 0 ? i : -1;
+}
+
+/* The st_shape_check of rows files: pixel_values' rows (or one input's, item{i}.pixel_values) as the header declares
+ * them, before the reader checks the tensors' spans against the file, so that a truncated file claiming too many
+ * rows fails with the limit (as a .npy does) rather than as a short file. */
 static qvl_status check_claim(void *user, const char *name, int ndim, const int64_t *shape, qvl_error *err) {
     const claim_ctx *c = user;
-    if (ndim != 2 || strcmp(name, "pixel_values") != 0) return QVL_OK; /* st_rows refuses another shape */
-    return rows_claim(c->path, c->lim, (uint64_t)shape[0], err);
+    if (ndim != 2 || (strcmp(name, "pixel_values") != 0 && item_index(name) < 0)) return QVL_OK;
+    return rows_claim(c->path, name, c->lim, (uint64_t)shape[0], err); /* st_rows refuses another shape */
+}
+
+static int by_item_index(const void *a, const void *b) {
+    const long x = item_index((*(const st_tensor *const *)a)->name), y = item_index((*(const st_tensor *const *)b)->name);
+    return (x > y) - (x < y);
+}
+
+/* The rows of a file `qvl encode --preprocess-only` wrote: item{i}.pixel_values [rows_i, row_len] for each input
+ * that succeeded (a failed one has none), in the order of i, and grid_thw with one row per such input. *items: a
+ * malloc'd array of those tensors (NULL and 0 when the file has none), their rows summed in *rows, checked against
+ * max_call_patches; each is 2-D, all of one row length (*row_len). */
+static qvl_status item_tensors(const st_file *f, const char *path, const qvl_limits *lim, const st_tensor ***items,
+                               size_t *n_items, size_t *rows, size_t *row_len, qvl_error *err) {
+    *items = NULL, *n_items = 0, *rows = 0, *row_len = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < f->n_tensors; i++) n += item_index(f->tensors[i].name) >= 0;
+    if (!n) return QVL_OK;
+    const st_tensor **t = malloc(n * sizeof *t);
+    if (!t) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    n = 0;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        if (item_index(f->tensors[i].name) >= 0) t[n++] = &f->tensors[i];
+    qsort(t, n, sizeof *t, by_item_index);
+    uint64_t sum = 0;
+    qvl_status s = QVL_OK;
+    for (size_t i = 0; i < n && s == QVL_OK; i++) {
+        if (t[i]->ndim != 2)
+            s = err_fail(err, QVL_ERR_SHAPE, "%s: %s has %d dimensions (want 2)", path, t[i]->name, t[i]->ndim);
+        else if (i && t[i]->shape[1] != t[0]->shape[1])
+            s = err_fail(err, QVL_ERR_SHAPE, "%s: %s has rows of %lld values, %s of %lld", path, t[i]->name,
+                         (long long)t[i]->shape[1], t[0]->name, (long long)t[0]->shape[1]);
+        else if ((uint64_t)t[i]->shape[0] > UINT64_MAX - sum || (sum += (uint64_t)t[i]->shape[0]) > SIZE_MAX)
+            s = err_fail(err, QVL_ERR_LIMIT, "%s: the item{i}.pixel_values rows' count overflows", path);
+        else if (sum > lim->max_call_patches) /* each is at most that (check_claim), not their sum */
+            s = rows_claim(path, "the item{i}.pixel_values together", lim, sum, err);
+    }
+    if (s != QVL_OK) {
+        free(t);
+        return s;
+    }
+    *items = t, *n_items = n, *rows = (size_t)sum, *row_len = (size_t)t[0]->shape[1];
+    return QVL_OK;
 }
 
 /* pixel_values and grid_thw of a safetensors file in memory validated with check_claim (which held its row count
@@ -129,21 +186,34 @@ static qvl_status check_claim(void *user, const char *name, int ndim, const int6
 static qvl_status st_rows(const st_file *f, const char *path, const qvl_limits *lim, float **rows, size_t *n_rows,
                           size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
     const st_tensor *t = st_find(f, "pixel_values");
-    if (!t) return err_fail(err, QVL_ERR_SHAPE, "%s: no tensor \"pixel_values\"", path);
-    if (t->ndim != 2)
-        return err_fail(err, QVL_ERR_SHAPE, "%s: pixel_values has %d dimensions (want 2)", path, t->ndim);
-    size_t r = (size_t)t->shape[0], c = (size_t)t->shape[1], n;
-    if (size_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float))
-        return err_fail(err, QVL_ERR_LIMIT, "%s: pixel_values [%zu, %zu] size overflows", path, r, c);
+    const st_tensor **items = NULL; /* without pixel_values: --preprocess-only's item{i}.pixel_values, in order */
+    size_t n_items = 0, r, c, n;
+    if (t) {
+        if (t->ndim != 2)
+            return err_fail(err, QVL_ERR_SHAPE, "%s: pixel_values has %d dimensions (want 2)", path, t->ndim);
+        r = (size_t)t->shape[0], c = (size_t)t->shape[1];
+    } else {
+        TRY(item_tensors(f, path, lim, &items, &n_items, &r, &c, err));
+        if (!n_items)
+            return err_fail(err, QVL_ERR_SHAPE, "%s: no tensor \"pixel_values\" (nor item{i}.pixel_values, as qvl "
+                            "encode --preprocess-only writes)", path);
+    }
     qvl_grid *g = NULL;
     size_t ng = 0;
-    if (grids) TRY(read_grids(f, path, lim, &g, &ng, err));
-    float *out = malloc(n ? n * sizeof(float) : 1);
-    if (!out) {
-        free(g);
-        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
+    float *out = NULL;
+    qvl_status s = QVL_OK;
+    if (size_mul_overflow(r, c, &n) || n > SIZE_MAX / sizeof(float))
+        s = err_fail(err, QVL_ERR_LIMIT, "%s: pixel_values [%zu, %zu] size overflows", path, r, c);
+    if (s == QVL_OK && grids) s = read_grids(f, path, lim, &g, &ng, err);
+    if (s == QVL_OK && !(out = malloc(n ? n * sizeof(float) : 1)))
+        s = err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
+    if (s == QVL_OK && t) s = tensor_to_f32(t, out, n, path, err);
+    for (size_t i = 0, at = 0; s == QVL_OK && i < n_items; i++) { /* rows of each, one after the other */
+        const size_t k = (size_t)items[i]->shape[0] * c;
+        s = tensor_to_f32(items[i], out + at, k, path, err);
+        at += k;
     }
-    qvl_status s = tensor_to_f32(t, out, n, path, err);
+    free(items);
     if (s != QVL_OK) {
         free(out);
         free(g);

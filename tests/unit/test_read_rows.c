@@ -317,6 +317,46 @@ static void test_buffer(void) {
     }
 }
 
+/* The rows of a file `qvl encode --preprocess-only` wrote (item{i}.pixel_values per input that succeeded, grid_thw):
+ * read in the order of i (item10 after item2, whatever the header's order), gaps (a failed input) skipped; one row
+ * length; their sum under max_call_patches; a name that is not item{i} ignored. */
+static void test_items(void) {
+    float px[10 * 4];
+    for (int i = 0; i < 40; i++) px[i] = (float)i;
+    qvl_error err;
+    /* item10: rows 0-1, item2: rows 2-5, item0: rows 6-9 as written; read back item0, item2, item10 */
+    const qvl_out_tensor t[4] = {{"item10.pixel_values", px, 2, 4}, {"item2.pixel_values", px + 8, 4, 4},
+                                 {"item0.pixel_values", px + 24, 4, 4}, {"item01.pixel_values", px, 1, 4}};
+    const qvl_grid g3[3] = {{1, 2, 2}, {1, 2, 2}, {1, 1, 2}};
+    CHECK(qvl_write_safetensors(tpath("items.safetensors"), t, 4, g3, 3, NULL, 0, &err) == QVL_OK);
+    got g = rd(tpath("items.safetensors"), NULL, 1);
+    CHECK(g.s == QVL_OK && g.n_rows == 10 && g.row_len == 4 && g.n_grids == 3 && g.rows);
+    if (g.rows) {
+        CHECK(memcmp(g.rows, px + 24, 16 * sizeof(float)) == 0);      /* item0 */
+        CHECK(memcmp(g.rows + 16, px + 8, 16 * sizeof(float)) == 0);  /* item2 */
+        CHECK(memcmp(g.rows + 32, px, 8 * sizeof(float)) == 0);       /* item10 */
+    }
+    done(&g);
+    /* the rows' sum against max_call_patches: 10 reads, 9 refuses (each alone is under it) */
+    qvl_limits l = limits(0, 0, 10);
+    g = rd(tpath("items.safetensors"), &l, 1);
+    CHECK(g.s == QVL_OK && g.n_rows == 10);
+    done(&g);
+    l = limits(0, 0, 9);
+    refused("items over max_call_patches", rd(tpath("items.safetensors"), &l, 1), "items.safetensors", QVL_ERR_LIMIT,
+            "max_call_patches", "10 ", NULL);
+    /* rows of another length */
+    const qvl_out_tensor u[2] = {{"item0.pixel_values", px, 2, 4}, {"item1.pixel_values", px, 2, 5}};
+    CHECK(qvl_write_safetensors(tpath("mixed.safetensors"), u, 2, NULL, 0, NULL, 0, &err) == QVL_OK);
+    refused("items of two row lengths", rd(tpath("mixed.safetensors"), NULL, 1), "mixed.safetensors", QVL_ERR_SHAPE,
+            "item1.pixel_values", "5 values", "item0.pixel_values");
+    /* neither pixel_values nor item{i}.pixel_values: both named */
+    const qvl_out_tensor v[1] = {{"item01.pixel_values", px, 2, 4}};
+    CHECK(qvl_write_safetensors(tpath("none.safetensors"), v, 1, NULL, 0, NULL, 0, &err) == QVL_OK);
+    refused("no rows tensor", rd(tpath("none.safetensors"), NULL, 1), "none.safetensors", QVL_ERR_SHAPE,
+            "\"pixel_values\"", "item{i}.pixel_values", NULL);
+}
+
 int main(void) {
     if (!tu_tmpdir(g_dir, sizeof g_dir)) {
         fprintf(stderr, "test_read_rows: no temp dir\n");
@@ -326,6 +366,7 @@ int main(void) {
     test_borders();
     test_truncated();
     test_buffer();
+    test_items();
     tu_rmtree(g_dir);
     return tu_finish("test_read_rows");
 }
