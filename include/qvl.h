@@ -119,7 +119,8 @@ QVL_API const char *qvl_dtype_name(qvl_dtype d);
  * field of qvl_limits; `qvl encode --limit NAME=N`). Limits are given to
  *   qvl_ctx_params.limits   the context's ceiling: qvl_encode, qvl_run_blocks and every plan made on it;
  *   qvl_plan_params.limits  a plan's own, lowered further (each field the smaller of the two: a request cannot
- *                           raise what the server's context allows);
+ *                           raise what the server's context allows); a plan made without a ctx (preprocessing
+ *                           only) has these alone;
  *   qvl_decode_params.limits / qvl_video_params.limits  the standalone decode and video calls (in a plan, the
  *                           smaller of these and the plan's).
  * NULL means the defaults below. Every field must be at least 1.
@@ -146,6 +147,10 @@ typedef struct qvl_limits {
                                      counts a longer row than 1536 values as several: qvl_plan_create) */
     uint64_t max_call_patches;    /* patch rows of one qvl_encode / qvl_run_blocks call, and of all the items of
                                      one plan together (default 1048576) */
+    uint64_t max_decode_work;     /* pixels decoded for one image, each pass counted: a progressive JPEG's scans ·
+                                     width · height, checked as each scan begins (default 2^31, about 2 s of
+                                     decoding on a 2-core VM; every JPEG of up to 10 scans within the pixel limit
+                                     passes: 10 is what encoders write). Added in 1.1 */
 } qvl_limits;
 
 /* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
@@ -747,7 +752,7 @@ typedef struct qvl_plan_params {
     const qvl_video_params *video;
     const qvl_decode_params *decode;
     const qvl_limits *limits;   /* this plan's limits, each the smaller of these and the ctx's (NULL: the ctx's;
-                                   without a ctx, the defaults) */
+                                   without a ctx, these as they are, NULL the defaults) */
 } qvl_plan_params;
 
 /* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */

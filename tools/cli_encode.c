@@ -37,7 +37,8 @@ static const char encode_help[] =
     "      --max-decode-pixels N  refuse images and frames above N pixels before decoding (default 178956970)\n"
     "      --limit NAME=N     set one resource limit (repeatable; docs/SECURITY.md lists them): max_image_pixels,\n"
     "                         max_canvas_pixels, max_input_bytes, max_png_chunk_bytes, max_jpeg_scans,\n"
-    "                         max_video_frames, max_video_pixels, max_item_patches, max_call_patches\n"
+    "                         max_video_frames, max_video_pixels, max_item_patches, max_call_patches,\n"
+    "                         max_decode_work\n"
     "      --alpha MODE       transparent images: white (default: composited onto white, as transformers'\n"
     "                         processors do with PIL images) or drop (alpha dropped, as load_image does)\n"
     "      --preprocess-only  write \"item{i}.pixel_values\" and grids instead of encoding\n"
@@ -138,7 +139,8 @@ int cli_parse_limit(const char *s, qvl_limits *l) {
              {"max_video_frames", offsetof(qvl_limits, max_video_frames), 1},
              {"max_video_pixels", offsetof(qvl_limits, max_video_pixels), 0},
              {"max_item_patches", offsetof(qvl_limits, max_item_patches), 0},
-             {"max_call_patches", offsetof(qvl_limits, max_call_patches), 0}};
+             {"max_call_patches", offsetof(qvl_limits, max_call_patches), 0},
+             {"max_decode_work", offsetof(qvl_limits, max_decode_work), 0}};
     const char *eq = strchr(s, '=');
     if (!eq) return -1;
     uint64_t v;

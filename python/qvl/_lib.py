@@ -118,6 +118,7 @@ class Limits(Structure):
         ("max_video_pixels", c_uint64),
         ("max_item_patches", c_uint64),
         ("max_call_patches", c_uint64),
+        ("max_decode_work", c_uint64),
     ]
 
 

@@ -84,6 +84,7 @@ static qvl_status resolve_limits(const qvl_decode_params *p, dec_limits *d, uint
         d->canvas_pixels = p->max_pixels, d->canvas_name = "qvl_decode_params.max_pixels";
     d->png_chunk_bytes = l.max_png_chunk_bytes;
     d->jpeg_scans = l.max_jpeg_scans;
+    d->decode_work = l.max_decode_work;
     *input_bytes = l.max_input_bytes;
     return QVL_OK;
 }

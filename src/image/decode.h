@@ -47,6 +47,11 @@
  *     jpeg_simple_progression writes 10 (6 for gray) and encoders rarely more than a few dozen; the longest valid
  *     script of a gray image (every coefficient band on its own, one bit at a time) has 704 (a colour one about
  *     three times as many), so only such contrived files are refused.
+ *   decode_work (max_decode_work, default 2^31): scans · width · height of a JPEG, checked by the same monitor as
+ *     each scan begins. The scan count alone does not bound the time: a 100 KB progressive 8192x8192 file of 500
+ *     scans (within max_jpeg_scans) took 26.6 s to decode on a 2-core VM, about 0.8 ns a pixel a scan, so 2^31 is
+ *     about 2 s there; a 10-scan file (jpeg_simple_progression's script) of up to 2^31 / 10 = 215 megapixels, more
+ *     than image_pixels admits, passes.
  *   dec_jpeg_max_memory(image_pixels): libjpeg's max_memory_to_use, DEC_JPEG_MEM_PER_PIXEL (8: four components of
  *     16-bit coefficients, the whole-image buffer of a progressive CMYK file) bytes per allowed pixel plus
  *     DEC_JPEG_MEM_SLACK (64 MiB) for its tables and row buffers: what the largest image the pixel limit admits
@@ -71,6 +76,7 @@ static inline long dec_jpeg_max_memory(uint64_t max_pixels) {
 typedef struct dec_limits {
     uint64_t image_pixels, canvas_pixels, png_chunk_bytes;
     uint32_t jpeg_scans;
+    uint64_t decode_work; /* max_decode_work: a progressive JPEG's scans · pixels */
     const char *image_name, *canvas_name;
 } dec_limits;
 

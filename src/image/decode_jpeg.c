@@ -22,6 +22,9 @@ typedef struct jpeg_ctx {
     int truncated;                /* the longjmp came from JWRN_JPEG_EOF */
     int scans;                    /* > 0: the longjmp came from the scan limit, at this scan */
     int max_scans;                /* the limit (dec_limits.jpeg_scans) */
+    uint64_t pixels;              /* width · height, once the header is read (0 before) */
+    uint64_t max_work;            /* dec_limits.decode_work: scans · pixels */
+    int work_scan;                /* > 0: the longjmp came from the work limit, at this scan */
     char msg[JMSG_LENGTH_MAX];
     uint8_t *volatile rgb;        /* output, freed on a longjmp */
     uint8_t *volatile row;        /* one scanline of gray or CMYK samples */
@@ -52,6 +55,10 @@ static void on_progress(j_common_ptr cinfo) {
     jpeg_ctx *c = (jpeg_ctx *)cinfo->err;
     if (scan > c->max_scans) {
         c->scans = scan;
+        longjmp(c->jmp, 1);
+    }
+    if (c->pixels && (uint64_t)scan > c->max_work / c->pixels) { /* scan · pixels > max_work, without overflow */
+        c->work_scan = scan;
         longjmp(c->jmp, 1);
     }
 }
@@ -88,6 +95,7 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const d
     jpeg_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.max_scans = lim->jpeg_scans > INT32_MAX ? INT32_MAX : (int)lim->jpeg_scans;
+    ctx.max_work = lim->decode_work;
     cinfo.err = jpeg_std_error(&ctx.pub);
     ctx.pub.error_exit = on_error;
     ctx.pub.emit_message = on_message;
@@ -101,6 +109,11 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const d
             return limit_fail(err, "max_jpeg_scans", lim->jpeg_scans,
                               "%s: JPEG: more than the %u scans allowed (at scan %d)", label, (unsigned)lim->jpeg_scans,
                               ctx.scans);
+        if (ctx.work_scan)
+            return limit_fail(err, "max_decode_work", lim->decode_work,
+                              "%s: JPEG: %d scans of %llu pixels are more decoding work than the %llu pixel-scans "
+                              "allowed", label, ctx.work_scan, (unsigned long long)ctx.pixels,
+                              (unsigned long long)lim->decode_work);
         if (ctx.pub.msg_code == JERR_NO_BACKING_STORE)
             return limit_fail(err, lim->image_name, lim->image_pixels,
                               "%s: JPEG: needs more than the %ld bytes of decoder memory allowed for images of up to "
@@ -118,6 +131,7 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const d
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
+    ctx.pixels = (uint64_t)cinfo.image_width * cinfo.image_height; /* from here the monitor counts the work */
 
     qvl_status s = QVL_OK;
     int nc = cinfo.num_components;

@@ -560,12 +560,16 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         s = err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_params.layout %d is not CONCAT or SPLIT", (int)p->p.layout);
     item_settings base;
     if (s == QVL_OK) s = plan_base_settings(m, &p->p, &base, err);
+    /* A ctx's limits are the ceiling the plan's own lower; without a ctx (preprocessing only) the plan's own are
+     * the limits (they were lowered by the defaults, so a raised one, `qvl encode --preprocess-only --limit`, was
+     * ignored). */
     if (ctx) p->lim = *ctx_limits(ctx);
     else limits_defaults(&p->lim);
     if (s == QVL_OK && p->p.limits) {
         qvl_limits own;
         s = limits_take(&own, p->p.limits, "qvl_plan_params.limits", err);
-        limits_min(&p->lim, &own);
+        if (ctx) limits_min(&p->lim, &own);
+        else p->lim = own;
     }
     p->p.limits = NULL;
     p->p.preprocess = NULL, p->p.video = NULL, p->p.decode = NULL; /* taken; the caller's may go */

@@ -208,6 +208,46 @@ static void test_jpeg(void) {
     expect("limit_100_scans.jpg", d, n, 0, QVL_ERR_LIMIT, low);
     g_lim = NULL;
     free(d);
+    /* A plan made without a ctx (preprocessing only: `qvl encode --preprocess-only`) takes its own limits as they
+     * are, raised ones too (they were lowered by the defaults: a raised scan limit was ignored) */
+    {
+        d = jpeg_scans(32, 32, 704, &n);
+        qvl_item it;
+        qvl_item_default(&it);
+        it.kind = QVL_ITEM_ENCODED, it.data = d, it.size = n;
+        qvl_plan_params pp;
+        qvl_plan_params_default(&pp);
+        qvl_limits raised;
+        qvl_limits_default(&raised);
+        raised.max_jpeg_scans = 1000;
+        qvl_plan *plan = NULL;
+        qvl_item_info info;
+        qvl_error err;
+        CHECK(qvl_plan_create(NULL, &it, 1, &pp, &plan, &err) == QVL_OK && plan);
+        if (plan) qvl_plan_item(plan, 0, &info);
+        CHECK(plan && info.status == QVL_ERR_LIMIT && strstr(info.message, "max_jpeg_scans = 500"));
+        qvl_plan_free(plan);
+        pp.limits = &raised;
+        plan = NULL;
+        CHECK(qvl_plan_create(NULL, &it, 1, &pp, &plan, &err) == QVL_OK && plan);
+        if (plan) qvl_plan_item(plan, 0, &info);
+        CHECK(plan && info.status == QVL_OK);
+        qvl_plan_free(plan);
+        free(d);
+    }
+    /* The decoding work, scans · pixels: 20 scans of 256 x 256 pass a budget of exactly that and are refused as the
+     * 11th scan begins under a budget of 10 scans' (the scan count alone let a 500-scan 8192 x 8192 file take
+     * 26.6 s). */
+    d = jpeg_scans(256, 256, 20, &n);
+    l.max_decode_work = (uint64_t)256 * 256 * 20;
+    g_lim = &l;
+    expect("work_20_scans.jpg", d, n, 0, QVL_OK, NULL);
+    l.max_decode_work = (uint64_t)256 * 256 * 11 - 1;
+    const char *work[] = {"11 scans of 65536 pixels", "720895 pixel-scans", "max_decode_work = 720895",
+                          "--limit max_decode_work=N", NULL};
+    expect("work_over_budget.jpg", d, n, 0, QVL_ERR_LIMIT, work);
+    g_lim = NULL;
+    free(d);
 }
 #endif
 
@@ -317,6 +357,7 @@ static void test_limits_struct(void) {
     CHECK(l.max_image_pixels == 178956970u && l.max_canvas_pixels == 178956970u);
     CHECK(l.max_input_bytes == (uint64_t)1 << 31 && l.max_png_chunk_bytes == (uint64_t)8 << 20);
     CHECK(l.max_jpeg_scans == 500 && l.max_video_frames == 4096 && l.max_video_pixels == (uint64_t)1 << 30);
+    CHECK(l.max_decode_work == (uint64_t)1 << 31);
     CHECK(l.max_item_patches == 262144 && l.max_call_patches == 1048576);
     qvl_grid g[2] = {{1, 16384, 16384}, {1, 4, 4}};
     qvl_error err;

@@ -1079,6 +1079,7 @@ char *srv_info_json(srv_state *s) {
             cJSON_AddNumberToObject(ql, "max_video_pixels", (double)q->max_video_pixels);
             cJSON_AddNumberToObject(ql, "max_item_patches", (double)q->max_item_patches);
             cJSON_AddNumberToObject(ql, "max_call_patches", (double)q->max_call_patches);
+            cJSON_AddNumberToObject(ql, "max_decode_work", (double)q->max_decode_work);
         }
     }
     cJSON_AddBoolToObject(o, "cache", s->cache != NULL);
