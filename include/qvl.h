@@ -150,7 +150,8 @@ typedef struct qvl_limits {
     uint64_t max_decode_work;     /* pixels decoded for one image, each pass counted: a progressive JPEG's scans ·
                                      width · height, checked as each scan begins (default 2^31, about 2 s of
                                      decoding on a 2-core VM; every JPEG of up to 10 scans within the pixel limit
-                                     passes: 10 is what encoders write). Added in 1.1 */
+                                     passes: 10 is what encoders write). Appended: a caller built before it
+                                     passes a smaller struct_size and gets the default */
 } qvl_limits;
 
 /* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
