@@ -11,7 +11,8 @@
  *
  * The backends are entries of one table (backend_cpu.c): f32 portable, f32 AVX2, f32 AVX-512, bf16 on AMX tiles,
  * bf16 on AVX512-BF16 (VDPBF16PS) and its portable reference, and (tests only) the AMX set over a C model of the
- * tile instructions. A NEON or a CUDA backend is a new entry and touches no caller. Private to the library. */
+ * tile instructions; backend_select (select.c) picks one for a load. A NEON or a CUDA backend is a new entry there
+ * and touches no caller. Private to the library. */
 #ifndef QVL_BACKEND_BACKEND_H
 #define QVL_BACKEND_BACKEND_H
 
@@ -117,6 +118,15 @@ int backend_amx_exact(void);
 /* The AMX start-up check run over the C model of the tiles instead of the instructions (tests, any CPU): 2 when
  * it agrees with the definitions bit for bit, as the model must. */
 int backend_amx_check_emulated(void);
+/* The CPU entries backend_select picks from (backend_cpu.c), or NULL where this build has none (the x86 sets off
+ * x86). */
+typedef enum be_cpu_entry {
+    BE_CPU_F32_PORTABLE, BE_CPU_F32_AVX2, BE_CPU_F32_AVX512, BE_CPU_BF16_PORTABLE, BE_CPU_BF16_AVX512, BE_CPU_BF16_AMX
+} be_cpu_entry;
+const backend *backend_cpu_entry(be_cpu_entry e);
+/* Whether the AMX set runs here: cpu_amx_usable() and its start-up check, asked once per process (on an AMX CPU
+ * the first call requests the tile-data permission, so it is asked only where bf16 is). */
+int backend_amx_usable(void);
 /* Every backend of the table (tests): *n entries; some may not run on this CPU (backend_runs). */
 const backend *const *backend_table(size_t *n);
 int backend_runs(const backend *be);

@@ -1,4 +1,5 @@
-/* backend_cpu.c — the table of CPU compute backends (backend/backend.h) and the selection at model load.
+/* backend_cpu.c — the table of CPU compute backends (backend/backend.h), the AMX set's start-up check and the
+ * VDPBF16PS rate; which entry a load gets is backend/select.c's.
  *
  * f32 entries wrap the GEMM driver (gemm.c) and the attention driver (attention.c) with a fixed kernel set; their
  * outputs are those of gemm_run_isa / attn_run_isa with that set. bf16 entries (gemm_bf16.c, attention_bf16.c)
@@ -250,11 +251,6 @@ int backend_runs(const backend *be) {
     return be->kernel <= cpu_level();
 }
 
-int backend_auto_bf16(int amx_usable, int has_avx512bf16, double dot_vs_fma) {
-    if (amx_usable) return BACKEND_AUTO_AMX;
-    return has_avx512bf16 && dot_vs_fma >= BACKEND_AUTO_MIN_DOT_RATE ? BACKEND_AUTO_AVX512BF16 : BACKEND_AUTO_F32;
-}
-
 double backend_bf16_dot_rate(void) {
 #if QVL_WITH_X86
     /* in thousandths; 0: not measured yet (a race only measures twice), -1: no AVX512-BF16 */
@@ -271,108 +267,18 @@ double backend_bf16_dot_rate(void) {
 #endif
 }
 
-/* backend_auto_bf16's choice on this CPU. The rate is measured only where it decides (AVX512-BF16, no usable AMX). */
-static int auto_pick(void) {
-    const int amx = amx_ok(), has = cpu_has_avx512bf16();
-    return backend_auto_bf16(amx, has, has && !amx ? backend_bf16_dot_rate() : 0);
-}
+int backend_amx_usable(void) { return amx_ok(); }
 
-/* auto_pick's choice as a backend, or NULL for f32. */
-static const backend *auto_bf16(void) {
+const backend *backend_cpu_entry(be_cpu_entry e) {
+    switch (e) {
+    case BE_CPU_F32_PORTABLE: return &be_portable;
+    case BE_CPU_BF16_PORTABLE: return &be_portable_bf16;
 #if QVL_WITH_X86
-    switch (auto_pick()) {
-    case BACKEND_AUTO_AMX: return &be_amx;
-    case BACKEND_AUTO_AVX512BF16: return &be_avx512bf16;
-    default: break;
-    }
+    case BE_CPU_F32_AVX2: return &be_avx2;
+    case BE_CPU_F32_AVX512: return &be_avx512;
+    case BE_CPU_BF16_AVX512: return &be_avx512bf16;
+    case BE_CPU_BF16_AMX: return &be_amx;
 #endif
-    return NULL;
-}
-
-void backend_auto_describe(char *buf, size_t n) {
-    const int pick = auto_pick();
-    const double rate = pick != BACKEND_AUTO_AMX && cpu_has_avx512bf16() ? backend_bf16_dot_rate() : 0;
-    if (pick == BACKEND_AUTO_AMX)
-        snprintf(buf, n, "bf16 on amx");
-    else if (pick == BACKEND_AUTO_AVX512BF16)
-        snprintf(buf, n, "bf16 on avx512bf16 (VDPBF16PS measured at %.2fx the f32 FMA rate)", rate);
-    else if (rate > 0)
-        snprintf(buf, n, "f32 (VDPBF16PS measured at %.2fx the f32 FMA rate; bf16 from %.2fx)", rate,
-                 BACKEND_AUTO_MIN_DOT_RATE);
-    else
-        snprintf(buf, n, "f32 (no AMX or AVX512-BF16 kernels on this CPU)");
-}
-
-const backend *backend_bf16_available(void) {
-#if QVL_WITH_X86
-    if (amx_ok()) return &be_amx;
-    if (cpu_has_avx512bf16()) return &be_avx512bf16;
-#endif
-    return NULL;
-}
-
-static const backend *f32_for(int isa) {
-#if QVL_WITH_X86
-    if (isa == GEMM_ISA_AVX512) return &be_avx512;
-    if (isa == GEMM_ISA_AVX2) return &be_avx2;
-#endif
-    (void)isa;
-    return &be_portable;
-}
-
-qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **out, qvl_error *err) {
-    int want, usable;
-    *out = NULL;
-    switch (isa) {
-    case QVL_ISA_AUTO: want = cpu_level(); break;
-    case QVL_ISA_AVX2:
-        if (!cpu_has_avx2()) return err_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: this CPU has no AVX2+FMA");
-        want = GEMM_ISA_AVX2;
-        break;
-    case QVL_ISA_AVX512:
-        if (!cpu_has_avx512())
-            return err_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: this CPU has no AVX-512 (F, BW, DQ, VL)");
-        want = GEMM_ISA_AVX512;
-        break;
-    case QVL_ISA_AMX:
-        if (precision == QVL_PRECISION_F32)
-            return err_fail(err, QVL_ERR_UNSUPPORTED,
-                            "qvl_model_load: the amx kernel set computes in bf16 (precision bf16 or auto), not f32");
-        if (!amx_ok()) {
-            const char *why = backend_amx_status(&usable);
-            return err_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: no AMX kernels on this CPU: AMX-BF16 %s", why);
-        }
-        if (precision != QVL_PRECISION_BF16 && precision != QVL_PRECISION_AUTO)
-            return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown precision %d", (int)precision);
-#if QVL_WITH_X86
-        *out = &be_amx;
-#endif
-        return QVL_OK;
-    default: return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown isa %d", (int)isa);
-    }
-    /* The bf16 set for the request: AUTO the best this CPU has (for precision auto, backend_auto_bf16's choice);
-     * AVX512 the AVX512-BF16 set even where AMX exists, for precision auto only where its measured rate is
-     * auto's (on an Intel Xeon, VDPBF16PS at half the FMA rate, auto stays f32 there too). (Not asked for f32: on
-     * an AMX CPU the question requests the tile-data permission for the process.) */
-    const backend *bf = isa != QVL_ISA_AUTO || precision == QVL_PRECISION_F32 ? NULL
-                        : precision == QVL_PRECISION_AUTO                     ? auto_bf16()
-                                                                              : backend_bf16_available();
-#if QVL_WITH_X86
-    if (isa == QVL_ISA_AVX512 && cpu_has_avx512bf16() &&
-        (precision != QVL_PRECISION_AUTO ||
-         backend_auto_bf16(0, 1, backend_bf16_dot_rate()) == BACKEND_AUTO_AVX512BF16))
-        bf = &be_avx512bf16;
-#endif
-    switch (precision) {
-    case QVL_PRECISION_F32: *out = f32_for(want); return QVL_OK;
-    case QVL_PRECISION_AUTO: *out = bf ? bf : f32_for(want); return QVL_OK;
-    case QVL_PRECISION_BF16:
-        if (bf) *out = bf;
-        else if (isa == QVL_ISA_AUTO) *out = &be_portable_bf16; /* correct, slow: the portable reference arithmetic */
-        else
-            return err_fail(err, QVL_ERR_UNSUPPORTED, "qvl_model_load: no bf16 kernels for the %s kernel set on this CPU",
-                            isa == QVL_ISA_AVX2 ? "avx2" : "avx512");
-        return QVL_OK;
-    default: return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_model_load: unknown precision %d", (int)precision);
+    default: return NULL;
     }
 }
