@@ -149,8 +149,9 @@ typedef struct qvl_limits {
                                      one plan together (default 1048576) */
     uint64_t max_decode_work;     /* pixels decoded for one image, each pass counted: a progressive JPEG's scans ·
                                      width · height, checked as each scan begins (default 2^31, about 2 s of
-                                     decoding on a 2-core VM; every JPEG of up to 10 scans within the pixel limit
-                                     passes: 10 is what encoders write). Appended: a caller built before it
+                                     decoding on a 2-core VM; every JPEG of up to 10 scans within the default
+                                     max_image_pixels passes: 10 is what encoders write; raising max_image_pixels
+                                     past 2^31 / 10 needs this raised too). Appended: a caller built before it
                                      passes a smaller struct_size and gets the default */
 } qvl_limits;
 

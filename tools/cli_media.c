@@ -91,10 +91,10 @@ static int print_double(char *buf, size_t cap, const char *prefix, double v) {
         if (strtod(e, NULL) == v) break;
     }
     snprintf(e, sizeof e, "%.*e", prec - 1, v);
-    const int exp10 = atoi(strchr(e, 'e') + 1);
+    const int e10 = atoi(strchr(e, 'e') + 1);
     const double a = fabs(v);
     if (a != 0 && (a < 1e-4 || a >= 1e16)) return snprintf(buf, cap, "%s%s", prefix, e);
-    const int decimals = prec - 1 - exp10;
+    const int decimals = prec - 1 - e10;
     return snprintf(buf, cap, "%s%.*f", prefix, decimals > 0 ? decimals : 1, v);
 }
 

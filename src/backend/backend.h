@@ -87,7 +87,8 @@ struct backend {
  * AVX2, else portable; auto precision: backend_auto_bf16's choice, else f32; bf16 on AMX where the
  * AMX set is usable (cpu_amx_usable() and its start-up check), else AVX512-BF16, else the portable bf16 set,
  * correct but slow). QVL_ISA_AMX: bf16 on AMX (precision f32 is refused: AMX has no f32 arithmetic);
- * QVL_ISA_AVX512 with bf16: the AVX512-BF16 set even where AMX exists. QVL_ERR_UNSUPPORTED when this CPU lacks
+ * QVL_ISA_AVX512 with bf16: the AVX512-BF16 set even where AMX exists (with auto: only by backend_auto_bf16's
+ * measured rule, AMX left aside). QVL_ERR_UNSUPPORTED when this CPU lacks
  * what was asked, QVL_ERR_INVALID_ARG for unknown values. */
 qvl_status backend_select(qvl_isa isa, qvl_precision precision, const backend **out, qvl_error *err);
 /* The bf16 backend precision bf16 would choose on this CPU, or NULL (none: bf16 precision is refused). */

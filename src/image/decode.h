@@ -51,7 +51,7 @@
  *     each scan begins. The scan count alone does not bound the time: a 100 KB progressive 8192x8192 file of 500
  *     scans (within max_jpeg_scans) took 26.6 s to decode on a 2-core VM, about 0.8 ns a pixel a scan, so 2^31 is
  *     about 2 s there; a 10-scan file (jpeg_simple_progression's script) of up to 2^31 / 10 = 215 megapixels, more
- *     than image_pixels admits, passes.
+ *     than image_pixels admits by default, passes (a caller raising image_pixels past that raises this too).
  *   dec_jpeg_max_memory(image_pixels): libjpeg's max_memory_to_use, DEC_JPEG_MEM_PER_PIXEL (8: four components of
  *     16-bit coefficients, the whole-image buffer of a progressive CMYK file) bytes per allowed pixel plus
  *     DEC_JPEG_MEM_SLACK (64 MiB) for its tables and row buffers: what the largest image the pixel limit admits

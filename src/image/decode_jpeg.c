@@ -22,7 +22,7 @@ typedef struct jpeg_ctx {
     int truncated;                /* the longjmp came from JWRN_JPEG_EOF */
     int scans;                    /* > 0: the longjmp came from the scan limit, at this scan */
     int max_scans;                /* the limit (dec_limits.jpeg_scans) */
-    uint64_t pixels;              /* width · height, once the header is read (0 before) */
+    volatile uint64_t pixels;     /* width · height, once the header is read (0 before; read after the longjmp) */
     uint64_t max_work;            /* dec_limits.decode_work: scans · pixels */
     int work_scan;                /* > 0: the longjmp came from the work limit, at this scan */
     char msg[JMSG_LENGTH_MAX];

@@ -131,7 +131,8 @@ static long item_index(const char *name) {
 
 /* The st_shape_check of rows files: pixel_values' rows (or one input's, item{i}.pixel_values) as the header declares
  * them, before the reader checks the tensors' spans against the file, so that a truncated file claiming too many
- * rows fails with the limit (as a .npy does) rather than as a short file. */
+ * rows fails with the limit (as a .npy does) rather than as a short file. (An item tensor is held to it even beside
+ * a pixel_values that makes it unread: the bound is on what an untrusted header may claim.) */
 static qvl_status check_claim(void *user, const char *name, int ndim, const int64_t *shape, qvl_error *err) {
     const claim_ctx *c = user;
     if (ndim != 2 || (strcmp(name, "pixel_values") != 0 && item_index(name) < 0)) return QVL_OK;
