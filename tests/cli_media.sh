@@ -35,13 +35,16 @@ if grep -q '^item 0: .*encode 0\.0 ms' "$T/out"; then bad "item 0 reports no enc
 has "progress" "$T/err" '^\[1/4\] .*rocket.jpg: image 640x427 -> grid 1x26x40, 260 tokens'
 has "report's timings" "$T/out" '^item 0: .*, decode [0-9.]+ ms, preprocess [0-9.]+ ms, encode [0-9.]+ ms$'
 # On a terminal the report alone: the progress lines said the same a second time (script(1) gives it one).
-if [[ ${QVL_CROSS:-0} == 0 ]] && command -v script >/dev/null; then
-    if script -qec "'$QVL' encode --model '$T/m' '$PHOTO' -o '$T/tty.safetensors'" /dev/null >"$T/tty" 2>&1 &&
-        grep -q '^item 0: .*rocket.jpg' "$T/tty"; then
-        if grep -q '^\[1/1\]' "$T/tty"; then bad "terminal: progress lines beside the report"; else ok; fi
+if [[ ${QVL_CROSS:-0} == 0 ]] && command -v script >/dev/null && script -qec true /dev/null >/dev/null 2>&1; then
+    if script -qec "'$QVL' encode --model '$T/m' '$PHOTO' -o '$T/tty.safetensors'" /dev/null >"$T/tty" 2>&1; then
+        ok
     else
-        echo "cli_media.sh: no terminal to be had here (script: $(head -c 200 "$T/tty")); the terminal case not run"
+        bad "terminal: the encode failed: $(head -c 300 "$T/tty")"
     fi
+    has "terminal: the report" "$T/tty" '^item 0: .*rocket.jpg'
+    if grep -q '^\[1/1\]' "$T/tty"; then bad "terminal: progress lines beside the report"; else ok; fi
+else
+    echo "cli_media.sh: no terminal to be had here (script(1) missing or without a pty); the terminal case not run"
 fi
 tensors "$T/o.safetensors" >"$T/names"
 for want in item0.merged item0.deepstack0 item0.deepstack1 item1.merged item2.merged item3.deepstack1 grid_thw; do

@@ -86,19 +86,25 @@ for p in "${pages[@]}"; do
         else
             W=$T/$id
             scratch "$W" || bad "$name: the scratch directory"
-            port=$(free_port) || bad "no free port"
+            if ! port=$(free_port); then
+                bad "$name: no free port for its server examples"
+                continue
+            fi
             { echo "set -euo pipefail"; sed -e "s#/var/cache/qvl#$W/cache#g" -e "s/\(127\.0\.0\.1\|localhost\):8080/\1:$port/g" \
                 -e "s/--port 8080/--port $port/g" "$T/$id.sh.body"; } >"$W.sh"
             n_sh=$((n_sh + $(grep -c '^: .#@ block' "$W.sh")))
-            # a server the script left running is stopped below, by its port
-            (cd "$W" && PATH="$W/bin:$PATH" timeout -k 5 300 bash -x "$W.sh") >"$T/out" 2>"$T/err"
+            # in a session of its own (setsid, here not forking: the id is the child's), so that a server the
+            # script left running is stopped with its process group, whatever the script did
+            (cd "$W" && PATH="$W/bin:$PATH" exec setsid timeout -k 5 300 bash -x "$W.sh") >"$T/out" 2>"$T/err" &
+            sid=$!
+            wait "$sid"
             rc=$?
+            kill -TERM -- "-$sid" 2>/dev/null
             if [[ $rc -eq 0 ]]; then ok; else
                 bad "$name: shell examples: exit $rc at $(grep -o '#@ block [0-9]* (line [0-9]*)' "$T/err" | tail -1 ||
                     echo '?')"
                 tail -n 15 "$T/err" | sed 's/^/    /' >&2
             fi
-            pkill -f -- "--port $port" 2>/dev/null
         fi
     fi
 
