@@ -48,17 +48,6 @@ blocks() {
         inb && run { print }' "$1"
 }
 
-# A fresh scratch directory $1 with the files the examples name.
-scratch() {
-    mkdir -p "$1/frames" "$1/bin" || return 1
-    ln -sf "$QVL" "$1/bin/qvl"
-    "$QVL" synth --preset tiny --seed 1 --layout hf -o "$1/Qwen3-VL-2B-Instruct" >/dev/null &&
-        cp "$SRC/tests/data/photos/rocket.jpg" "$1/photo.jpg" &&
-        cp "$SRC/tests/data/photos/chelsea.png" "$1/page.png" &&
-        cp "$SRC/tests/data/video/video_testsrc_30.mp4" "$1/clip.mp4" &&
-        for f in 0 1 2 3 4; do cp "$SRC/tests/data/video/frames/video_frame_$f.png" "$1/frames/"; done
-}
-
 # A TCP port on loopback that nothing listens on.
 free_port() {
     local p
@@ -85,7 +74,7 @@ for p in "${pages[@]}"; do
             echo "doc_examples.sh: $name's shell blocks not run: $([[ $have_serve == 0 ]] && echo "this build has no qvl serve" || echo "no curl on this machine")"
         else
             W=$T/$id
-            scratch "$W" || bad "$name: the scratch directory"
+            examples_dir "$W" || bad "$name: the scratch directory"
             if ! port=$(free_port); then
                 bad "$name: no free port for its server examples"
                 continue
@@ -115,7 +104,7 @@ for p in "${pages[@]}"; do
         k=$((k + 1))
         awk -v k="$k" '/^: .#@ block/ { i++; next } i == k' "$T/$id.c.all" >"$T/$id.$k.c"
         W=$T/$id-c$k
-        scratch "$W" || bad "$name: the scratch directory"
+        examples_dir "$W" || bad "$name: the scratch directory"
         CC=${CC:-cc}
         SAN=()
         [[ ${QVL_SANITIZE:-0} == 1 || ${QVL_SANITIZE:-} == ON ]] && SAN=(-fsanitize=address,undefined)

@@ -23,11 +23,8 @@ QVL=$(cd "$(dirname "$QVL")" && pwd)/$(basename "$QVL") # the examples run in an
 SRC=$(cd "$SRC" && pwd)
 
 W=$T/w
-mkdir -p "$W/frames" && cd "$W" || exit 1
-"$QVL" synth --preset tiny --seed 1 --layout hf -o Qwen3-VL-2B-Instruct >/dev/null || bad "synth the model"
-cp "$SRC/tests/data/photos/rocket.jpg" photo.jpg
-cp "$SRC/tests/data/video/video_testsrc_30.mp4" clip.mp4
-for f in 0 1 2 3 4; do cp "$SRC/tests/data/video/frames/video_frame_$f.png" frames/; done
+examples_dir "$W" || bad "the examples' directory (the model, photo, video, frames)"
+cd "$W" || exit 1
 
 # The example lines of a help text on stdin, without their two-space indent.
 examples() { sed -n '/^Examples:$/,$p' | sed -n 's/^  \([a-z].*\)$/\1/p'; }
