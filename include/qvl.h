@@ -148,7 +148,7 @@ typedef struct qvl_limits {
     uint64_t max_call_patches;    /* patch rows of one qvl_encode / qvl_run_blocks call, and of all the items of
                                      one plan together (default 1048576) */
     uint64_t max_decode_work;     /* pixels decoded for one image, each pass counted: a progressive JPEG's scans ·
-                                     width · height, checked as each scan begins (default 2^31, about 2 s of
+                                     width · height, checked as each scan begins (default 2^31, about 1.3 s of
                                      decoding on a 2-core VM; every JPEG of up to 10 scans within the default
                                      max_image_pixels passes: 10 is what encoders write; raising max_image_pixels
                                      past 2^31 / 10 needs this raised too). Appended: a caller built before it

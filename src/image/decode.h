@@ -49,8 +49,8 @@
  *     three times as many), so only such contrived files are refused.
  *   decode_work (max_decode_work, default 2^31): scans · width · height of a JPEG, checked by the same monitor as
  *     each scan begins. The scan count alone does not bound the time: a 100 KB progressive 8192x8192 file of 500
- *     scans (within max_jpeg_scans) took 26.6 s to decode on a 2-core VM, about 0.8 ns a pixel a scan, so 2^31 is
- *     about 2 s there; a 10-scan file (jpeg_simple_progression's script) of up to 2^31 / 10 = 215 megapixels, more
+ *     scans (within max_jpeg_scans) took 26.6 s to decode on a 2-core VM (issue 36's measurement); a 60-scan one of
+ *     that size decoded at about 0.6 ns a pixel a scan (docs/PERFORMANCE.md, session 36), so 2^31 is about 1.3 s; a 10-scan file (jpeg_simple_progression's script) of up to 2^31 / 10 = 215 megapixels, more
  *     than image_pixels admits by default, passes (a caller raising image_pixels past that raises this too).
  *   dec_jpeg_max_memory(image_pixels): libjpeg's max_memory_to_use, DEC_JPEG_MEM_PER_PIXEL (8: four components of
  *     16-bit coefficients, the whole-image buffer of a progressive CMYK file) bytes per allowed pixel plus
