@@ -18,8 +18,10 @@ int fu_is_file(const char *path) {
 }
 
 qvl_status fu_join(char *buf, size_t n, const char *dir, const char *name, qvl_error *err) {
-    int k = snprintf(buf, n, "%s/%s", dir, name);
-    if (k < 0 || (size_t)k >= n) return err_fail(err, QVL_ERR_LIMIT, "path too long: %s/%s", dir, name);
+    const size_t dl = strlen(dir);
+    const char *sep = dl && dir[dl - 1] == '/' ? "" : "/";
+    int k = snprintf(buf, n, "%s%s%s", dir, sep, name);
+    if (k < 0 || (size_t)k >= n) return err_fail(err, QVL_ERR_LIMIT, "path too long: %s%s%s", dir, sep, name);
     return QVL_OK;
 }
 

@@ -26,7 +26,8 @@ int fu_pread_full(int fd, void *p, size_t n, uint64_t off, size_t *got);
 int fu_is_file(const char *path);
 /* 1 if something exists at `path` (following links): a loader that finds it opens it and reports what it is. */
 int fu_exists(const char *path);
-/* snprintf into buf; QVL_ERR_LIMIT naming the path if it does not fit. */
+/* dir/name into buf (no second '/' where dir ends in one: "frames/" + name); QVL_ERR_LIMIT naming the path if it does
+ * not fit. */
 qvl_status fu_join(char *buf, size_t n, const char *dir, const char *name, qvl_error *err);
 
 /* Refuse a destination that exists and is not a regular file (a directory, a FIFO, a device, a socket; a symlink

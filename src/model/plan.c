@@ -128,16 +128,19 @@ qvl_status plan_list_frames(const char *dir, char ***out, size_t *n_out, qvl_err
     size_t n = 0, cap = 0;
     qvl_status s = QVL_OK;
     struct dirent *e;
+    const size_t dl = strlen(dir);
     while (s == QVL_OK && (e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
-        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        size_t len = dl + strlen(e->d_name) + 2;
         char *p = malloc(len);
         if (!p) {
             s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory listing frames", dir);
             break;
         }
-        const size_t dl = strlen(dir);
-        snprintf(p, len, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", e->d_name); /* "frames/" + name */
+        if ((s = fu_join(p, len, dir, e->d_name, err)) != QVL_OK) { /* it fits: len counts the '/' */
+            free(p);
+            break;
+        }
         struct stat st;
         if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) {
             free(p);
