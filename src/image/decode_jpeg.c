@@ -23,7 +23,8 @@ typedef struct jpeg_ctx {
     int scans;                    /* > 0: the longjmp came from the scan limit, at this scan */
     int max_scans;                /* the limit (dec_limits.jpeg_scans) */
     volatile uint64_t pixels;     /* width · height, once the header is read (0 before; read after the longjmp) */
-    uint64_t max_work;            /* dec_limits.decode_work: scans · pixels */
+    uint64_t work_scans;          /* the scans dec_limits.decode_work (scans · pixels) allows this image (UINT64_MAX
+                                     before the header is read) */
     int work_scan;                /* > 0: the longjmp came from the work limit, at this scan */
     char msg[JMSG_LENGTH_MAX];
     uint8_t *volatile rgb;        /* output, freed on a longjmp */
@@ -57,7 +58,7 @@ static void on_progress(j_common_ptr cinfo) {
         c->scans = scan;
         longjmp(c->jmp, 1);
     }
-    if (c->pixels && (uint64_t)scan > c->max_work / c->pixels) { /* scan · pixels > max_work, without overflow */
+    if ((uint64_t)scan > c->work_scans) { /* scan · pixels > decode_work */
         c->work_scan = scan;
         longjmp(c->jmp, 1);
     }
@@ -95,7 +96,7 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const d
     jpeg_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     ctx.max_scans = lim->jpeg_scans > INT32_MAX ? INT32_MAX : (int)lim->jpeg_scans;
-    ctx.max_work = lim->decode_work;
+    ctx.work_scans = UINT64_MAX;
     cinfo.err = jpeg_std_error(&ctx.pub);
     ctx.pub.error_exit = on_error;
     ctx.pub.emit_message = on_message;
@@ -131,7 +132,8 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const d
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
-    ctx.pixels = (uint64_t)cinfo.image_width * cinfo.image_height; /* from here the monitor counts the work */
+    ctx.pixels = (uint64_t)cinfo.image_width * cinfo.image_height;
+    if (ctx.pixels) ctx.work_scans = lim->decode_work / ctx.pixels; /* from here the monitor counts the work */
 
     qvl_status s = QVL_OK;
     int nc = cinfo.num_components;
