@@ -139,8 +139,14 @@ static qvl_status check_claim(void *user, const char *name, int ndim, const int6
     return rows_claim(c->path, name, c->lim, (uint64_t)shape[0], err); /* st_rows refuses another shape */
 }
 
+/* An item{i}.pixel_values tensor and its i. */
+typedef struct item_rows {
+    long i;
+    const st_tensor *t;
+} item_rows;
+
 static int by_item_index(const void *a, const void *b) {
-    const long x = item_index((*(const st_tensor *const *)a)->name), y = item_index((*(const st_tensor *const *)b)->name);
+    const long x = ((const item_rows *)a)->i, y = ((const item_rows *)b)->i;
     return (x > y) - (x < y);
 }
 
@@ -148,27 +154,32 @@ static int by_item_index(const void *a, const void *b) {
  * that succeeded (a failed one has none), in the order of i, and grid_thw with one row per such input. *items: a
  * malloc'd array of those tensors (NULL and 0 when the file has none), their rows summed in *rows, checked against
  * max_call_patches; each is 2-D, all of one row length (*row_len). */
-static qvl_status item_tensors(const st_file *f, const char *path, const qvl_limits *lim, const st_tensor ***items,
+static qvl_status item_tensors(const st_file *f, const char *path, const qvl_limits *lim, item_rows **items,
                                size_t *n_items, size_t *rows, size_t *row_len, qvl_error *err) {
     *items = NULL, *n_items = 0, *rows = 0, *row_len = 0;
-    size_t n = 0;
-    for (size_t i = 0; i < f->n_tensors; i++) n += item_index(f->tensors[i].name) >= 0;
-    if (!n) return QVL_OK;
-    const st_tensor **t = malloc(n * sizeof *t);
+    if (!f->n_tensors) return QVL_OK;
+    item_rows *t = malloc(f->n_tensors * sizeof *t);
     if (!t) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
-    n = 0;
-    for (size_t i = 0; i < f->n_tensors; i++)
-        if (item_index(f->tensors[i].name) >= 0) t[n++] = &f->tensors[i];
+    size_t n = 0;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const long k = item_index(f->tensors[i].name);
+        if (k >= 0) t[n++] = (item_rows){k, &f->tensors[i]};
+    }
+    if (!n) {
+        free(t);
+        return QVL_OK;
+    }
     qsort(t, n, sizeof *t, by_item_index);
     uint64_t sum = 0;
     qvl_status s = QVL_OK;
     for (size_t i = 0; i < n && s == QVL_OK; i++) {
-        if (t[i]->ndim != 2)
-            s = err_fail(err, QVL_ERR_SHAPE, "%s: %s has %d dimensions (want 2)", path, t[i]->name, t[i]->ndim);
-        else if (i && t[i]->shape[1] != t[0]->shape[1])
-            s = err_fail(err, QVL_ERR_SHAPE, "%s: %s has rows of %lld values, %s of %lld", path, t[i]->name,
-                         (long long)t[i]->shape[1], t[0]->name, (long long)t[0]->shape[1]);
-        else if ((uint64_t)t[i]->shape[0] > UINT64_MAX - sum || (sum += (uint64_t)t[i]->shape[0]) > SIZE_MAX)
+        const st_tensor *x = t[i].t, *x0 = t[0].t;
+        if (x->ndim != 2)
+            s = err_fail(err, QVL_ERR_SHAPE, "%s: %s has %d dimensions (want 2)", path, x->name, x->ndim);
+        else if (i && x->shape[1] != x0->shape[1])
+            s = err_fail(err, QVL_ERR_SHAPE, "%s: %s has rows of %lld values, %s of %lld", path, x->name,
+                         (long long)x->shape[1], x0->name, (long long)x0->shape[1]);
+        else if ((uint64_t)x->shape[0] > UINT64_MAX - sum || (sum += (uint64_t)x->shape[0]) > SIZE_MAX)
             s = err_fail(err, QVL_ERR_LIMIT, "%s: the item{i}.pixel_values rows' count overflows", path);
         else if (sum > lim->max_call_patches) /* each is at most that (check_claim), not their sum */
             s = rows_claim(path, "the item{i}.pixel_values together", lim, sum, err);
@@ -177,7 +188,7 @@ static qvl_status item_tensors(const st_file *f, const char *path, const qvl_lim
         free(t);
         return s;
     }
-    *items = t, *n_items = n, *rows = (size_t)sum, *row_len = (size_t)t[0]->shape[1];
+    *items = t, *n_items = n, *rows = (size_t)sum, *row_len = (size_t)t[0].t->shape[1];
     return QVL_OK;
 }
 
@@ -187,7 +198,7 @@ static qvl_status item_tensors(const st_file *f, const char *path, const qvl_lim
 static qvl_status st_rows(const st_file *f, const char *path, const qvl_limits *lim, float **rows, size_t *n_rows,
                           size_t *row_len, qvl_grid **grids, size_t *n_grids, qvl_error *err) {
     const st_tensor *t = st_find(f, "pixel_values");
-    const st_tensor **items = NULL; /* without pixel_values: --preprocess-only's item{i}.pixel_values, in order */
+    item_rows *items = NULL; /* without pixel_values: --preprocess-only's item{i}.pixel_values, in order */
     size_t n_items = 0, r, c, n;
     if (t) {
         if (t->ndim != 2)
@@ -210,8 +221,8 @@ static qvl_status st_rows(const st_file *f, const char *path, const qvl_limits *
         s = err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu floats", path, n);
     if (s == QVL_OK && t) s = tensor_to_f32(t, out, n, path, err);
     for (size_t i = 0, at = 0; s == QVL_OK && i < n_items; i++) { /* rows of each, one after the other */
-        const size_t k = (size_t)items[i]->shape[0] * c;
-        s = tensor_to_f32(items[i], out + at, k, path, err);
+        const size_t k = (size_t)items[i].t->shape[0] * c;
+        s = tensor_to_f32(items[i].t, out + at, k, path, err);
         at += k;
     }
     free(items);
