@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import qvl
-
-from conftest import SRC
+from conftest import SRC, data
 
 PAGES = [SRC / "README.md", *sorted((SRC / "docs").glob("*.md"))]
 
@@ -34,14 +32,14 @@ def python_blocks(page: Path) -> list[tuple[int, str]]:
     return out
 
 
-def scratch(d: Path) -> None:
-    qvl.synth(d / "Qwen3-VL-2B-Instruct", "tiny", seed=1)
-    shutil.copy(SRC / "tests/data/photos/rocket.jpg", d / "photo.jpg")
-    shutil.copy(SRC / "tests/data/photos/chelsea.png", d / "page.png")
-    shutil.copy(SRC / "tests/data/video/video_testsrc_30.mp4", d / "clip.mp4")
+def scratch(d: Path, model_dir: str) -> None:
+    shutil.copytree(model_dir, d / "Qwen3-VL-2B-Instruct")  # conftest's tiny model (seed 1), made once
+    shutil.copy(data("tests/data/photos/rocket.jpg"), d / "photo.jpg")
+    shutil.copy(data("tests/data/photos/chelsea.png"), d / "page.png")
+    shutil.copy(data("tests/data/video/video_testsrc_30.mp4"), d / "clip.mp4")
     (d / "frames").mkdir()
     for f in range(5):
-        shutil.copy(SRC / f"tests/data/video/frames/video_frame_{f}.png", d / "frames")
+        shutil.copy(data(f"tests/data/video/frames/video_frame_{f}.png"), d / "frames")
 
 
 def test_pages_have_python_examples():
@@ -50,8 +48,8 @@ def test_pages_have_python_examples():
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p)], ids=lambda p: p.name)
-def test_python_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    scratch(tmp_path)
+def test_python_examples_run(page: Path, model_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    scratch(tmp_path, model_dir)
     monkeypatch.chdir(tmp_path)
     qvl_bin = os.environ.get("QVL_BIN")
     if qvl_bin:

@@ -195,7 +195,7 @@ static int cached(const char *key) {
     snprintf(root, sizeof root, "%s/cache", g_tmp);
     qvl_cache *c = NULL;
     qvl_cache_params p;
-    qvl_cache_params_init(&p, sizeof p);
+    qvl_cache_params_default(&p);
     p.existing = 1;
     if (qvl_cache_open(root, &p, &c, NULL) != QVL_OK) return 0;
     const int e = qvl_cache_exists(c, key, NULL);
