@@ -29,8 +29,13 @@
  * Tiles (one configuration of eight 16 x 64-byte tiles, loaded per work item, released at its end): both products
  * in 2 x 2 blocks of accumulators, as the AMX GEMM: two query groups (32 queries) at a time, against two 16-key
  * blocks (Sᵀ) or two 16-dim blocks (Oᵀ); tiles 0-3 the accumulators, 4-5 the K (Vᵀ) tiles, 6-7 the Qᵀ (P) tiles,
- * so four independent TDPBF16PS chains and one tile load per TDPBF16PS. The next pair's Sᵀ is issued before this
- * pair's softmax, so the tile unit and the vector units can work at the same time.
+ * so four independent TDPBF16PS chains and one tile load per TDPBF16PS. The pairs are pipelined so that the tile
+ * unit and the vector units work at the same time: while pair pp's softmax runs, pair pp − 1's Oᵀ update and pair
+ * pp + 1's Sᵀ are issued in small steps (aa_tiles) between its operations, one every 4 key pairs (P needs two
+ * buffers). Issued whole before the softmax (the design before), a product filled the reorder window and the two
+ * hardly overlapped: the steps made the 896² shape (one segment of 3136 rows, 2 threads) 1.12-1.14x as fast,
+ * 1344² 1.09x, 448² 1.07x, eight 224² segments 1.03x (bench/amx_ab.sh attention, Emerald Rapids VM; a step every 2
+ * key pairs 0.89x, every 3 0.96x, every 5 or 6 0.98x, steps in the max pass too 1.00x, all against every 4).
  * Per pair of groups and 64-key tile at hd 64: 16 + 16 TDPBF16PS, 16 + 24 tile loads, 8 + 8 tile stores, and
  * the softmax's 2 x 64 exp2 vectors (~15 AVX-512 operations per key and group: the expected bottleneck). Per
  * item and 64-key tile, without the pack, also the tile's layout: 64 K rows of hd floats (far apart in the qkv
@@ -97,7 +102,7 @@ typedef struct aa_ws {
     uint16_t *kr; /* [16·KB_MAX][32·ht] K rows in bf16 (A tiles) */
     uint32_t *vt; /* [KS_MAX][16·hb][16] Vᵀ pairs of keys, per 32-key step (A tiles) */
     float *s;     /* [4][16·KB_MAX][16] scores of two pairs of groups */
-    uint32_t *pt; /* [2][KP/2][16] P pairs of a pair of groups (B tiles) */
+    uint32_t *pt; /* [2][2][KP/2][16] P pairs of two pairs of groups (B tiles), the pairs alternating */
     float *ot;    /* [16·hb][BQ_MAX] Oᵀ */
     float *mrow;  /* [BQ_MAX] running max (log2 domain) */
     float *lrow;  /* [BQ_MAX] running sum */
@@ -106,7 +111,7 @@ typedef struct aa_ws {
 static inline size_t aa_floats(int hd) {
     const size_t ht = ((size_t)hd + 31) / 32, hb = ((size_t)hd + 15) / 16;
     return 16 * ht * ATTN_BQ_MAX + 16 * AA_KB_MAX * 16 * ht + AA_KS_MAX * 16 * hb * 16 + 4 * 16 * AA_KB_MAX * 16 +
-           (size_t)AA_KP * 16 + 16 * hb * ATTN_BQ_MAX + 2 * (size_t)ATTN_BQ_MAX;
+           2 * (size_t)AA_KP * 16 + 16 * hb * ATTN_BQ_MAX + 2 * (size_t)ATTN_BQ_MAX;
 }
 
 static aa_ws aa_carve(float *ws, int hd) {
@@ -117,7 +122,7 @@ static aa_ws aa_carve(float *ws, int hd) {
     w.vt = (uint32_t *)(void *)(w.kr + 2 * 16 * AA_KB_MAX * 16 * ht);
     w.s = (float *)(void *)(w.vt + AA_KS_MAX * 16 * hb * 16);
     w.pt = (uint32_t *)(void *)(w.s + 4 * 16 * AA_KB_MAX * 16);
-    w.ot = (float *)(void *)(w.pt + (size_t)AA_KP * 16);
+    w.ot = (float *)(void *)(w.pt + 2 * (size_t)AA_KP * 16);
     w.mrow = w.ot + 16 * hb * ATTN_BQ_MAX;
     w.lrow = w.mrow + ATTN_BQ_MAX;
     return w;
@@ -227,8 +232,11 @@ static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv,
 /* The online softmax step of one 16-query group over a key tile of nkt keys: scores s [keys][16] (raw chains),
  * running max m and sum l [16] of the group, P pairs into pt [16·nks][16], Oᵀ columns ot (row stride BQ_MAX,
  * 16·hb rows) scaled by α. c = scale·log2(e). */
+typedef struct aa_tiles aa_tiles;
+static int aa_tiles_step(aa_tiles *tl);
+
 static void aa_softmax(const float *s, int nkt, int nks, float c, float *m, float *l, uint32_t *pt, float *ot,
-                       int hb) {
+                       int hb, aa_tiles *tl) {
     const int npair = (nkt + 1) / 2;
 #if AA_SIMD
     const __m512 cv = _mm512_set1_ps(c), hi = _mm512_castsi512_ps(_mm512_set1_epi32((int)0xffff0000u));
@@ -244,6 +252,7 @@ static void aa_softmax(const float *s, int nkt, int nks, float c, float *m, floa
             2 * jp + 1 < nkt ? bf16_exp2_16(_mm512_fmsub_ps(_mm512_load_ps(se + 16), cv, m_new)) : _mm512_setzero_ps();
         const __m512i pr = aa_pairs(pe, po);
         _mm512_store_si512(pt + (size_t)jp * 16, pr);
+        if ((jp & 3) == 3) aa_tiles_step(tl);
         te = _mm512_add_ps(te, _mm512_castsi512_ps(_mm512_slli_epi32(pr, 16)));
         to = _mm512_add_ps(to, _mm512_and_ps(_mm512_castsi512_ps(pr), hi));
     }
@@ -257,6 +266,8 @@ static void aa_softmax(const float *s, int nkt, int nks, float c, float *m, floa
             _mm512_store_ps(od, _mm512_mul_ps(_mm512_load_ps(od), alpha));
         }
 #else
+    while (aa_tiles_step(tl)) { /* the tile model: no overlap to gain */
+    }
     for (int r = 0; r < 16; r++) {
         float mx = -INFINITY;
         for (int j = 0; j < nkt; j++) {
@@ -316,67 +327,109 @@ static void aa_output(const float *ot, const float *lrow, int nq, int hd, int hb
 #define AA_B0 6
 #define AA_B1 7
 
-/* Sᵀ of the groups at qg (and qg + 16 with two_g): the nkb 16-key blocks of kr against their Qᵀ tiles, into s0
- * (and s1), two key blocks at a time. */
-static void aa_scores(const uint32_t *qg, int two_g, const uint16_t *kr, int ht, int nkb, float *s0, float *s1) {
-    const size_t ldq = (size_t)ATTN_BQ_MAX * 4, ldk = (size_t)64 * ht, kblk = (size_t)16 * 32 * ht;
-    for (int kb = 0; kb < nkb; kb += 2) {
-        const uint16_t *k0 = kr + (size_t)kb * kblk, *k1 = k0 + kblk;
-        const int two_k = kb + 1 < nkb;
-        AMX_ZERO(AA_C00);
-        if (two_g) AMX_ZERO(AA_C01);
-        if (two_k) AMX_ZERO(AA_C10);
-        if (two_k && two_g) AMX_ZERO(AA_C11);
-        for (int t = 0; t < ht; t++) {
-            const uint32_t *q0 = qg + (size_t)t * 16 * ATTN_BQ_MAX;
-            AMX_LOADD(AA_B0, q0, ldq);
-            if (two_g) AMX_LOADD(AA_B1, q0 + 16, ldq);
-            AMX_LOADD(AA_A0, k0 + 32 * t, ldk);
-            AMX_DPBF16PS(AA_C00, AA_A0, AA_B0);
-            if (two_g) AMX_DPBF16PS(AA_C01, AA_A0, AA_B1);
-            if (two_k) {
-                AMX_LOADD(AA_A1, k1 + 32 * t, ldk);
-                AMX_DPBF16PS(AA_C10, AA_A1, AA_B0);
-                if (two_g) AMX_DPBF16PS(AA_C11, AA_A1, AA_B1);
-            }
-        }
-        AMX_STORED(AA_C00, s0 + (size_t)kb * 256, 64);
-        if (two_g) AMX_STORED(AA_C01, s1 + (size_t)kb * 256, 64);
-        if (two_k) AMX_STORED(AA_C10, s0 + (size_t)(kb + 1) * 256, 64);
-        if (two_k && two_g) AMX_STORED(AA_C11, s1 + (size_t)(kb + 1) * 256, 64);
-    }
+/* The tile work of a pair of query groups, queued to run in steps between a softmax's vector operations (the
+ * tile unit and the vector units then work at the same time; a product issued whole before a softmax fills the
+ * reorder window long before it finishes): first an Oᵀ update, then an Sᵀ, each optional. A step is one 32-key
+ * step of two 16-dim blocks (Oᵀ) or one 32-dim K tile of two 16-key blocks (Sᵀ), with the accumulators loaded or
+ * zeroed before a block's first step and stored after its last. Each accumulator is the same TDPBF16PS chain in
+ * the same order whichever way the steps are spread: the same bits.
+ *   Oᵀ of the groups at og (and og + 16 with two_g; already scaled by α) += Vᵀ · P (P tiles pt0, pt1) over the
+ *      tile's nks key steps (Vᵀ at vt, aa_layout_kv's layout: a step's 16·hb rows of 64 bytes);
+ *   Sᵀ of the groups at qg (and qg + 16 with two_g): the nkb 16-key blocks of kr against their Qᵀ tiles, into s0
+ *      (and s1). */
+struct aa_tiles {
+    const uint32_t *pt0, *pt1, *vt;
+    float *og;
+    int pv_two_g, hb, nks, pv_db, pv_ks; /* pv_db >= hb: no Oᵀ work left */
+    const uint32_t *qg;
+    const uint16_t *kr;
+    float *s0, *s1;
+    int sc_two_g, ht, nkb, sc_kb, sc_t; /* sc_kb >= nkb: no Sᵀ work left */
+};
+
+static void aa_tiles_none(aa_tiles *tl) {
+    memset(tl, 0, sizeof *tl);
 }
 
-/* Oᵀ of the groups at og (and og + 16 with two_g; already scaled by α) += Vᵀ · P (P tiles pt0, pt1) over the
- * tile's nks key steps (Vᵀ at vt, aa_layout_kv's layout: a step's 16·hb rows of 64 bytes), two 16-dim blocks at
- * a time. */
-static void aa_pv(const uint32_t *pt0, const uint32_t *pt1, int two_g, const uint32_t *vt, int hb, int nks,
-                  float *og) {
-    const size_t ldo = (size_t)ATTN_BQ_MAX * 4, vblk = (size_t)16 * 16, vstep = (size_t)16 * hb * 16;
-    for (int db = 0; db < hb; db += 2) {
-        const uint32_t *v0 = vt + (size_t)db * vblk, *v1 = v0 + vblk;
-        float *o0 = og + (size_t)db * 16 * ATTN_BQ_MAX, *o1 = o0 + (size_t)16 * ATTN_BQ_MAX;
-        const int two_d = db + 1 < hb;
-        AMX_LOADD(AA_C00, o0, ldo);
-        if (two_g) AMX_LOADD(AA_C01, o0 + 16, ldo);
-        if (two_d) AMX_LOADD(AA_C10, o1, ldo);
-        if (two_d && two_g) AMX_LOADD(AA_C11, o1 + 16, ldo);
-        for (int ks = 0; ks < nks; ks++) {
-            AMX_LOADD(AA_B0, pt0 + (size_t)ks * 256, 64);
-            if (two_g) AMX_LOADD(AA_B1, pt1 + (size_t)ks * 256, 64);
-            AMX_LOADD(AA_A0, v0 + (size_t)ks * vstep, 64);
-            AMX_DPBF16PS(AA_C00, AA_A0, AA_B0);
-            if (two_g) AMX_DPBF16PS(AA_C01, AA_A0, AA_B1);
-            if (two_d) {
-                AMX_LOADD(AA_A1, v1 + (size_t)ks * vstep, 64);
-                AMX_DPBF16PS(AA_C10, AA_A1, AA_B0);
-                if (two_g) AMX_DPBF16PS(AA_C11, AA_A1, AA_B1);
-            }
+static void aa_tiles_pv(aa_tiles *tl, const uint32_t *pt0, const uint32_t *pt1, int two_g, const uint32_t *vt,
+                        int hb, int nks, float *og) {
+    tl->pt0 = pt0, tl->pt1 = pt1, tl->vt = vt, tl->og = og;
+    tl->pv_two_g = two_g, tl->hb = hb, tl->nks = nks, tl->pv_db = 0, tl->pv_ks = 0;
+}
+
+static void aa_tiles_scores(aa_tiles *tl, const uint32_t *qg, int two_g, const uint16_t *kr, int ht, int nkb,
+                            float *s0, float *s1) {
+    tl->qg = qg, tl->kr = kr, tl->s0 = s0, tl->s1 = s1;
+    tl->sc_two_g = two_g, tl->ht = ht, tl->nkb = nkb, tl->sc_kb = 0, tl->sc_t = 0;
+}
+
+/* One step of the queued work; 0 when none was left. */
+static int aa_tiles_step(aa_tiles *tl) {
+    if (tl->pv_db < tl->hb) {
+        const size_t ldo = (size_t)ATTN_BQ_MAX * 4, vblk = (size_t)16 * 16, vstep = (size_t)16 * tl->hb * 16;
+        const int db = tl->pv_db, ks = tl->pv_ks, two_g = tl->pv_two_g, two_d = db + 1 < tl->hb;
+        const uint32_t *v0 = tl->vt + (size_t)db * vblk, *v1 = v0 + vblk;
+        float *o0 = tl->og + (size_t)db * 16 * ATTN_BQ_MAX, *o1 = o0 + (size_t)16 * ATTN_BQ_MAX;
+        if (ks == 0) {
+            AMX_LOADD(AA_C00, o0, ldo);
+            if (two_g) AMX_LOADD(AA_C01, o0 + 16, ldo);
+            if (two_d) AMX_LOADD(AA_C10, o1, ldo);
+            if (two_d && two_g) AMX_LOADD(AA_C11, o1 + 16, ldo);
         }
-        AMX_STORED(AA_C00, o0, ldo);
-        if (two_g) AMX_STORED(AA_C01, o0 + 16, ldo);
-        if (two_d) AMX_STORED(AA_C10, o1, ldo);
-        if (two_d && two_g) AMX_STORED(AA_C11, o1 + 16, ldo);
+        AMX_LOADD(AA_B0, tl->pt0 + (size_t)ks * 256, 64);
+        if (two_g) AMX_LOADD(AA_B1, tl->pt1 + (size_t)ks * 256, 64);
+        AMX_LOADD(AA_A0, v0 + (size_t)ks * vstep, 64);
+        AMX_DPBF16PS(AA_C00, AA_A0, AA_B0);
+        if (two_g) AMX_DPBF16PS(AA_C01, AA_A0, AA_B1);
+        if (two_d) {
+            AMX_LOADD(AA_A1, v1 + (size_t)ks * vstep, 64);
+            AMX_DPBF16PS(AA_C10, AA_A1, AA_B0);
+            if (two_g) AMX_DPBF16PS(AA_C11, AA_A1, AA_B1);
+        }
+        if (++tl->pv_ks == tl->nks) {
+            AMX_STORED(AA_C00, o0, ldo);
+            if (two_g) AMX_STORED(AA_C01, o0 + 16, ldo);
+            if (two_d) AMX_STORED(AA_C10, o1, ldo);
+            if (two_d && two_g) AMX_STORED(AA_C11, o1 + 16, ldo);
+            tl->pv_db += 2, tl->pv_ks = 0;
+        }
+        return 1;
+    }
+    if (tl->sc_kb < tl->nkb) {
+        const size_t ldq = (size_t)ATTN_BQ_MAX * 4, ldk = (size_t)64 * tl->ht, kblk = (size_t)16 * 32 * tl->ht;
+        const int kb = tl->sc_kb, t = tl->sc_t, two_g = tl->sc_two_g, two_k = kb + 1 < tl->nkb;
+        const uint16_t *k0 = tl->kr + (size_t)kb * kblk, *k1 = k0 + kblk;
+        if (t == 0) {
+            AMX_ZERO(AA_C00);
+            if (two_g) AMX_ZERO(AA_C01);
+            if (two_k) AMX_ZERO(AA_C10);
+            if (two_k && two_g) AMX_ZERO(AA_C11);
+        }
+        const uint32_t *q0 = tl->qg + (size_t)t * 16 * ATTN_BQ_MAX;
+        AMX_LOADD(AA_B0, q0, ldq);
+        if (two_g) AMX_LOADD(AA_B1, q0 + 16, ldq);
+        AMX_LOADD(AA_A0, k0 + 32 * t, ldk);
+        AMX_DPBF16PS(AA_C00, AA_A0, AA_B0);
+        if (two_g) AMX_DPBF16PS(AA_C01, AA_A0, AA_B1);
+        if (two_k) {
+            AMX_LOADD(AA_A1, k1 + 32 * t, ldk);
+            AMX_DPBF16PS(AA_C10, AA_A1, AA_B0);
+            if (two_g) AMX_DPBF16PS(AA_C11, AA_A1, AA_B1);
+        }
+        if (++tl->sc_t == tl->ht) {
+            AMX_STORED(AA_C00, tl->s0 + (size_t)kb * 256, 64);
+            if (two_g) AMX_STORED(AA_C01, tl->s1 + (size_t)kb * 256, 64);
+            if (two_k) AMX_STORED(AA_C10, tl->s0 + (size_t)(kb + 1) * 256, 64);
+            if (two_k && two_g) AMX_STORED(AA_C11, tl->s1 + (size_t)(kb + 1) * 256, 64);
+            tl->sc_kb += 2, tl->sc_t = 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static void aa_tiles_finish(aa_tiles *tl) {
+    while (aa_tiles_step(tl)) {
     }
 }
 
@@ -414,22 +467,37 @@ static void aa_block_on(const float *q, size_t ldq, const float *k, size_t ldk, 
             const int next = j0 + nkt < nk ? attn_key_tile(nk, j0 + nkt) : 0;
             aa_layout_kv(k + (size_t)j0 * ldk, ldk, v + (size_t)j0 * ldv, ldv, nkt, next, hd, ht, hb, w.kr, w.vt);
         }
-        /* Pairs of query groups; the next pair's scores (tiles) are issued before this pair's softmax (vector
-         * units), so the two can overlap. Score buffers: pair pp's at s + (pp % 2)·2·sb. */
-        aa_scores(w.qt, ng > 1, kr, ht, nkb, w.s, w.s + sb);
+        /* Pairs of query groups, pipelined: pair pp's softmax (vector units) runs with pair pp − 1's Oᵀ update and
+         * pair pp + 1's Sᵀ (tiles) queued in steps between its operations. Scores of pair pp at
+         * s + (pp % 2)·2·sb, its P at pt + (pp % 2)·KP·16. */
+        aa_tiles tl;
+        aa_tiles_none(&tl);
+        aa_tiles_scores(&tl, w.qt, ng > 1, kr, ht, nkb, w.s, w.s + sb);
+        aa_tiles_finish(&tl);
         for (int pp = 0; pp < npp; pp++) {
             const int g = 2 * pp, two_g = g + 1 < ng;
             float *s0 = w.s + (size_t)(pp % 2) * 2 * sb;
+            uint32_t *p0 = w.pt + (size_t)(pp % 2) * AA_KP * 16;
+            aa_tiles_none(&tl);
+            if (pp > 0) { /* pair pp − 1 has two groups: only the last pair may have one */
+                const uint32_t *q0 = w.pt + (size_t)((pp - 1) % 2) * AA_KP * 16;
+                aa_tiles_pv(&tl, q0, q0 + AA_KP / 2 * 16, 1, vt, hb, nks, w.ot + 16 * (g - 2));
+            }
             if (pp + 1 < npp) {
                 float *n0 = w.s + (size_t)((pp + 1) % 2) * 2 * sb;
-                aa_scores(w.qt + 16 * (g + 2), g + 3 < ng, kr, ht, nkb, n0, n0 + sb);
+                aa_tiles_scores(&tl, w.qt + 16 * (g + 2), g + 3 < ng, kr, ht, nkb, n0, n0 + sb);
             }
-            aa_softmax(s0, nkt, nks, c, w.mrow + 16 * g, w.lrow + 16 * g, w.pt, w.ot + 16 * g, hb);
+            aa_softmax(s0, nkt, nks, c, w.mrow + 16 * g, w.lrow + 16 * g, p0, w.ot + 16 * g, hb, &tl);
             if (two_g)
-                aa_softmax(s0 + sb, nkt, nks, c, w.mrow + 16 * (g + 1), w.lrow + 16 * (g + 1), w.pt + AA_KP / 2 * 16,
-                           w.ot + 16 * (g + 1), hb);
-            aa_pv(w.pt, w.pt + AA_KP / 2 * 16, two_g, vt, hb, nks, w.ot + 16 * g);
+                aa_softmax(s0 + sb, nkt, nks, c, w.mrow + 16 * (g + 1), w.lrow + 16 * (g + 1), p0 + AA_KP / 2 * 16,
+                           w.ot + 16 * (g + 1), hb, &tl);
+            aa_tiles_finish(&tl);
         }
+        const int g = 2 * (npp - 1);
+        const uint32_t *q0 = w.pt + (size_t)((npp - 1) % 2) * AA_KP * 16;
+        aa_tiles_none(&tl);
+        aa_tiles_pv(&tl, q0, q0 + AA_KP / 2 * 16, g + 1 < ng, vt, hb, nks, w.ot + 16 * g);
+        aa_tiles_finish(&tl);
     }
     AMX_RELEASE();
     aa_output(w.ot, w.lrow, nq, hd, hb, out, ldo);
