@@ -383,7 +383,7 @@ QVL_API void qvl_ctx_set_tap(qvl_ctx *ctx, qvl_tap_fn fn, void *user);
 /* Cancellation. qvl_ctx_cancel raises the context's cancel flag; it may be called from any thread (a deadline
  * timer, a signal-free watchdog, a server whose client went away). The encode checks the flag before each block
  * and each merger, and returns QVL_ERR_CANCELLED, leaving the outputs unspecified; a plan's remaining items are
- * marked cancelled. The flag stays raised until qvl_ctx_uncancel, so a cancel that races the start of an encode
+ * marked cancelled. qvl_plan_create on the context polls it too while it decodes (qvl_plan_params.cancel_fn). The flag stays raised until qvl_ctx_uncancel, so a cancel that races the start of an encode
  * is not lost. Optionally `fn(user)` is polled at the same points: nonzero cancels (deadlines without a timer
  * thread). Pass fn = NULL to clear it. */
 QVL_API void qvl_ctx_cancel(qvl_ctx *ctx);
@@ -755,6 +755,12 @@ typedef struct qvl_plan_params {
     const qvl_decode_params *decode;
     const qvl_limits *limits;   /* this plan's limits, each the smaller of these and the ctx's (NULL: the ctx's;
                                    without a ctx, these as they are, NULL the defaults) */
+    /* Cancellation of the decoding qvl_plan_create does (NULL: none): polled, with the ctx's cancel flag where the
+       plan has a ctx, before each item and during its decode (a JPEG's progress, a PNG's reads, each packet of a
+       video, each frame file); nonzero fails the item being decoded and every later one with QVL_ERR_CANCELLED,
+       the plan itself is still made. Called on the thread that calls qvl_plan_create, during that call only. */
+    qvl_cancel_fn cancel_fn;
+    void *cancel_user;
 } qvl_plan_params;
 
 /* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */

@@ -216,6 +216,8 @@ class PlanParams(Structure):
         ("video", POINTER(VideoParams)),
         ("decode", POINTER(DecodeParams)),
         ("limits", POINTER(Limits)),
+        ("cancel_fn", c_void_p),  # qvl_cancel_fn: unused here (NULL)
+        ("cancel_user", c_void_p),
     ]
 
 

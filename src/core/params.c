@@ -18,7 +18,7 @@ ENDS_WITH(qvl_preprocess_params, n_threads);
 ENDS_WITH(qvl_video_params, limits);
 ENDS_WITH(qvl_decode_params, limits);
 ENDS_WITH(qvl_item, decode);
-ENDS_WITH(qvl_plan_params, limits);
+ENDS_WITH(qvl_plan_params, cancel_user);
 ENDS_WITH(qvl_synth_params, deepstack_index);
 ENDS_WITH(qvl_cache_params, reserved1);
 

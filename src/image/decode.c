@@ -85,6 +85,7 @@ static qvl_status resolve_limits(const qvl_decode_params *p, dec_limits *d, uint
     d->png_chunk_bytes = l.max_png_chunk_bytes;
     d->jpeg_scans = l.max_jpeg_scans;
     d->decode_work = l.max_decode_work;
+    d->stop = NULL;
     *input_bytes = l.max_input_bytes;
     return QVL_OK;
 }
@@ -308,14 +309,16 @@ qvl_status dec_unrecognised(const char *label, const uint8_t *d, size_t n, uint6
                     look, total > k ? "..." : "");
 }
 
-static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_params *p, const char *label,
-                                 qvl_image *out, qvl_error *err) {
+static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_params *p, const stop_probe *stop,
+                                 const char *label, qvl_image *out, qvl_error *err) {
     qvl_decode_params def;
     TRY(decode_params_take(&def, p, err));
     p = &def;
     dec_limits lim;
     uint64_t max_bytes;
     TRY(resolve_limits(p, &lim, &max_bytes, err));
+    lim.stop = stop;
+    if (stop_now(stop)) return err_fail(err, QVL_ERR_CANCELLED, "%s: not decoded: cancelled", label);
     if (n > max_bytes)
         return limit_fail(err, "max_input_bytes", max_bytes, "%s: the image is %zu bytes, more than the %llu allowed",
                           label, n, (unsigned long long)max_bytes);
@@ -363,7 +366,7 @@ qvl_status qvl_image_decode(const void *data, size_t size, const qvl_decode_para
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: out is NULL");
     memset(out, 0, sizeof *out);
     if (!data && size) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_decode: data is NULL");
-    return decode_labeled(data, size, p, "<memory>", out, err);
+    return decode_labeled(data, size, p, NULL, "<memory>", out, err);
 }
 
 qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_image *out, qvl_error *err) {
@@ -371,6 +374,12 @@ qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_imag
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: out is NULL");
     memset(out, 0, sizeof *out);
     if (!path) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_image_load: path is NULL");
+    return image_load_item(path, p, NULL, out, err);
+}
+
+qvl_status image_load_item(const char *path, const qvl_decode_params *p, const stop_probe *stop, qvl_image *out,
+                           qvl_error *err) {
+    memset(out, 0, sizeof *out);
     qvl_decode_params def;
     TRY(decode_params_take(&def, p, err));
     dec_limits lim;
@@ -384,13 +393,13 @@ qvl_status qvl_image_load(const char *path, const qvl_decode_params *p, qvl_imag
     if (rs == QVL_ERR_LIMIT)
         return limit_fail(err, "max_input_bytes", max_bytes, "%s", re.message);
     if (rs != QVL_OK) return err_fail(err, rs, "%s", re.message);
-    qvl_status s = decode_labeled((const uint8_t *)buf, n, p, path, out, err);
+    qvl_status s = decode_labeled((const uint8_t *)buf, n, p, stop, path, out, err);
     free(buf);
     return s;
 }
 
-qvl_status image_decode_labeled(const void *data, size_t size, const qvl_decode_params *p, const char *label,
-                                qvl_image *out, qvl_error *err) {
+qvl_status image_decode_labeled(const void *data, size_t size, const qvl_decode_params *p, const stop_probe *stop,
+                                const char *label, qvl_image *out, qvl_error *err) {
     memset(out, 0, sizeof *out);
-    return decode_labeled(data, size, p, label, out, err);
+    return decode_labeled(data, size, p, stop, label, out, err);
 }

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/stop.h"
 #include "qvl.h"
 
 /* Resource limits of the decoders: the qvl_limits fields (qvl.h, docs/SECURITY.md) a decode runs under, resolved
@@ -78,6 +79,7 @@ typedef struct dec_limits {
     uint32_t jpeg_scans;
     uint64_t decode_work; /* max_decode_work: a progressive JPEG's scans · pixels */
     const char *image_name, *canvas_name;
+    const stop_probe *stop; /* the caller's cancellation (core/stop.h), polled by the JPEG and PNG decoders; NULL */
 } dec_limits;
 
 typedef struct dec_out {

@@ -26,6 +26,8 @@ typedef struct jpeg_ctx {
     uint64_t work_scans;          /* the scans dec_limits.decode_work (scans · pixels) allows this image (UINT64_MAX
                                      before the header is read) */
     int work_scan;                /* > 0: the longjmp came from the work limit, at this scan */
+    const stop_probe *stop;       /* the caller's cancellation (dec_limits.stop) */
+    int stopped;                  /* > 0: the longjmp came from it, in this scan */
     char msg[JMSG_LENGTH_MAX];
     uint8_t *volatile rgb;        /* output, freed on a longjmp */
     uint8_t *volatile row;        /* one scanline of gray or CMYK samples */
@@ -49,11 +51,16 @@ static void on_message(j_common_ptr cinfo, int level) {
 static void on_output(j_common_ptr cinfo) { (void)cinfo; }
 
 /* Called by libjpeg at least once per iMCU row of every scan it reads: stops a file past max_jpeg_scans scans
- * (decode.h) through the error longjmp, before it costs another pass over the coefficient buffer. */
+ * (decode.h) through the error longjmp, before it costs another pass over the coefficient buffer, and a decode
+ * its caller cancelled. */
 static void on_progress(j_common_ptr cinfo) {
     if (!cinfo->is_decompressor) return;
     int scan = ((j_decompress_ptr)cinfo)->input_scan_number;
     jpeg_ctx *c = (jpeg_ctx *)cinfo->err;
+    if (stop_now(c->stop)) {
+        c->stopped = scan > 0 ? scan : 1;
+        longjmp(c->jmp, 1);
+    }
     if (scan > c->max_scans) {
         c->scans = scan;
         longjmp(c->jmp, 1);
@@ -97,6 +104,7 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const d
     memset(&ctx, 0, sizeof ctx);
     ctx.max_scans = lim->jpeg_scans > INT32_MAX ? INT32_MAX : (int)lim->jpeg_scans;
     ctx.work_scans = UINT64_MAX;
+    ctx.stop = lim->stop;
     cinfo.err = jpeg_std_error(&ctx.pub);
     ctx.pub.error_exit = on_error;
     ctx.pub.emit_message = on_message;
@@ -106,6 +114,8 @@ qvl_status dec_jpeg(const uint8_t *data, size_t size, const char *label, const d
         free(ctx.rgb);
         free(ctx.row);
         out->rgb = NULL;
+        if (ctx.stopped)
+            return err_fail(err, QVL_ERR_CANCELLED, "%s: JPEG: decode cancelled (in scan %d)", label, ctx.stopped);
         if (ctx.scans)
             return limit_fail(err, "max_jpeg_scans", lim->jpeg_scans,
                               "%s: JPEG: more than the %u scans allowed (at scan %d)", label, (unsigned)lim->jpeg_scans,

@@ -27,6 +27,8 @@ typedef struct png_ctx {
     uint8_t *volatile rgb;
     uint8_t *volatile alpha;       /* want_alpha and an A band or palette alpha */
     volatile int oom;              /* one of libpng's allocations failed (on_malloc) */
+    const stop_probe *stop;        /* the caller's cancellation (dec_limits.stop), polled on each read */
+    volatile int stopped;          /* the longjmp came from it */
 } png_ctx;
 
 /* libpng's allocations, through these so that a failed one is known for what it is: libpng reports it as an error
@@ -59,6 +61,10 @@ static void on_warning(png_structp png, png_const_charp msg) {
 
 static void on_read(png_structp png, png_bytep dst, size_t n) {
     png_ctx *c = png_get_io_ptr(png);
+    if (stop_now(c->stop)) { /* libpng reads IDAT 8 KiB at a time: a read per few MB of pixels at most */
+        c->stopped = 1;
+        png_error(png, "cancelled");
+    }
     if (c->size - c->pos < n) png_error(png, "truncated file (unexpected end of data)");
     memcpy(dst, c->data + c->pos, n);
     c->pos += n;
@@ -178,6 +184,7 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, const de
     ctx.data = data;
     ctx.size = size;
     ctx.label = label;
+    ctx.stop = lim->stop;
     png_structp png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &ctx, on_error, on_warning, &ctx, on_malloc,
                                                on_free);
     if (!png) return err_fail(err, QVL_ERR_NOMEM, "%s: PNG: cannot create the libpng reader", label);
@@ -196,6 +203,7 @@ qvl_status dec_png(const uint8_t *data, size_t size, const char *label, const de
         if (ctx.over_limit) /* png_set_user_limits below: a side over the pixel limit */
             return limit_fail(err, lim->image_name, lim->image_pixels, "%s: PNG: %s (more than the %llu pixels allowed)",
                               label, ctx.limit_msg, (unsigned long long)lim->image_pixels);
+        if (ctx.stopped) return err_fail(err, QVL_ERR_CANCELLED, "%s: PNG: decode cancelled", label);
         if (ctx.oom) return err_fail(err, QVL_ERR_NOMEM, "%s: PNG: out of memory in libpng: %s", label, ctx.msg);
         return err_fail(err, QVL_ERR_FORMAT, "%s: corrupt or truncated PNG: %s", label, ctx.msg);
     }

@@ -4,6 +4,7 @@
 #define QVL_IMAGE_PARAMS_H
 
 #include "core/pool.h"
+#include "core/stop.h"
 #include "qvl.h"
 
 void decode_defaults(qvl_decode_params *p);
@@ -22,8 +23,11 @@ qvl_status preprocess_image_pool(const qvl_image *img, const qvl_preprocess_para
                                  thread_pool *pool, qvl_error *err);
 qvl_status preprocess_video_pool(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                  thread_pool *pool, qvl_error *err);
-/* qvl_image_decode with `label` naming the bytes in messages. */
-qvl_status image_decode_labeled(const void *data, size_t size, const qvl_decode_params *p, const char *label,
-                                qvl_image *out, qvl_error *err);
+/* qvl_image_decode with `label` naming the bytes in messages, and qvl_image_load (without its argument checks),
+ * both stopped by `stop` (core/stop.h; NULL: never) before decoding and during a JPEG's or a PNG's decode. */
+qvl_status image_decode_labeled(const void *data, size_t size, const qvl_decode_params *p, const stop_probe *stop,
+                                const char *label, qvl_image *out, qvl_error *err);
+qvl_status image_load_item(const char *path, const qvl_decode_params *p, const stop_probe *stop, qvl_image *out,
+                           qvl_error *err);
 
 #endif

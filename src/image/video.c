@@ -160,6 +160,7 @@ typedef struct vdec {
     int stream;
     int32_t width, height; /* every frame must have this size */
     int read_errno;        /* set when a read of src failed: the failure is an I/O error, whatever FFmpeg makes of it */
+    const stop_probe *stop; /* the caller's cancellation, polled before each packet */
 } vdec;
 
 static int avio_read_cb(void *opaque, uint8_t *buf, int n) {
@@ -211,11 +212,13 @@ static void vdec_close(vdec *d) {
     free(d->rgba);
     const char *path = d->path, *max_pixels_name = d->max_pixels_name;
     const video_src *src = d->src;
+    const stop_probe *stop = d->stop;
     const AVInputFormat *ifmt = d->ifmt;
     const uint64_t max_pixels = d->max_pixels;
     memset(d, 0, sizeof *d);
     d->path = path;
     d->src = src;
+    d->stop = stop;
     d->ifmt = ifmt;
     d->max_pixels = max_pixels;
     d->max_pixels_name = max_pixels_name;
@@ -417,6 +420,9 @@ static qvl_status drain(vdec *d, vpass *ps, int *done, qvl_error *err) {
 static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
     int done = 0;
     while (!done) {
+        if (stop_now(d->stop))
+            return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %lld frames", d->path,
+                            (long long)ps->decoded);
         int ret = av_read_frame(d->fmt, d->pkt);
         if (ret == AVERROR_EOF) break;
         if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "cannot read the video (truncated?)", ret);
@@ -504,7 +510,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
 }
 
 qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
-                           const qvl_decode_params *dp, qvl_video *out, qvl_error *err) {
+                           const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out, qvl_error *err) {
     static const char *const demuxer[] = {[DEC_MOV] = "mov", [DEC_MKV] = "matroska", [DEC_AVI] = "avi",
                                           [DEC_MPEGTS] = "mpegts"};
     if (!dec_is_video((dec_format)fmt))
@@ -513,6 +519,7 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
     memset(&d, 0, sizeof d);
     d.path = label;
     d.src = src;
+    d.stop = stop;
     d.ifmt = av_find_input_format(demuxer[fmt]);
     qvl_status s;
     if (!d.ifmt) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: a video (%s), but this FFmpeg has no %s demuxer",

@@ -99,14 +99,15 @@ static void frame_decode_params(qvl_decode_params *out, const qvl_video_params *
 
 /* Decode every image in order (each must have the first one's size) and keep the sampled ones. */
 static qvl_status from_images(const char *const *paths, size_t n, const qvl_video_params *p,
-                              const qvl_decode_params *item_dp, qvl_video *out, qvl_error *err) {
+                              const qvl_decode_params *item_dp, const stop_probe *stop, qvl_video *out,
+                              qvl_error *err) {
     qvl_decode_params dp;
     frame_decode_params(&dp, p, item_dp);
     size_t next = 0, fs = 0;
     for (size_t i = 0; i < n; i++) {
         if (!paths[i]) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: path %zu is NULL", i);
         qvl_image img = {0};
-        TRY(qvl_image_load(paths[i], &dp, &img, err));
+        TRY(image_load_item(paths[i], &dp, stop, &img, err)); /* stopped before each file and within it */
         qvl_status s = QVL_OK;
         if (i == 0) { /* the first frame fixes the size */
             s = video_sample_into(out, img.width, img.height, (int64_t)n, p->default_fps, p, paths[0], err);
@@ -128,7 +129,8 @@ static qvl_status from_images(const char *const *paths, size_t n, const qvl_vide
 }
 
 qvl_status video_from_images_item(const char *const *paths, size_t n, const qvl_video_params *p,
-                                  const qvl_decode_params *dp, qvl_video *out, qvl_error *err) {
+                                  const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out,
+                                  qvl_error *err) {
     if (out) memset(out, 0, sizeof *out);
     if (!paths || !out || n == 0)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: %s",
@@ -136,7 +138,7 @@ qvl_status video_from_images_item(const char *const *paths, size_t n, const qvl_
     qvl_video_params def;
     TRY(video_params_take(&def, p, err));
     p = &def;
-    qvl_status s = from_images(paths, n, p, dp, out, err);
+    qvl_status s = from_images(paths, n, p, dp, stop, out, err);
     if (s != QVL_OK) qvl_video_free(out);
     return s;
 }
@@ -144,7 +146,7 @@ qvl_status video_from_images_item(const char *const *paths, size_t n, const qvl_
 qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
                                  qvl_error *err) {
     err_clear(err);
-    return video_from_images_item(paths, n, p, NULL, out, err);
+    return video_from_images_item(paths, n, p, NULL, NULL, out, err);
 }
 
 long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off) {
@@ -163,7 +165,8 @@ long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off) {
 /* An image as a one-frame video: decoded by qvl's decoders (the decode params of frame_decode_params), sampled at
  * p->default_fps like qvl_video_from_images of that one file. */
 static qvl_status video_still(const video_src *src, const char *label, const qvl_video_params *p,
-                              const qvl_decode_params *item_dp, qvl_video *out, qvl_error *err) {
+                              const qvl_decode_params *item_dp, const stop_probe *stop, qvl_video *out,
+                              qvl_error *err) {
     const uint8_t *d = src->data;
     uint8_t *owned = NULL;
     if (src->fd >= 0) {
@@ -186,7 +189,7 @@ static qvl_status video_still(const video_src *src, const char *label, const qvl
     qvl_decode_params dp;
     frame_decode_params(&dp, p, item_dp);
     qvl_image img;
-    qvl_status s = image_decode_labeled(d, (size_t)src->size, &dp, label, &img, err);
+    qvl_status s = image_decode_labeled(d, (size_t)src->size, &dp, stop, label, &img, err);
     free(owned);
     if (s != QVL_OK) return s;
     s = video_sample_into(out, img.width, img.height, 1, p->default_fps, p, label, err);
@@ -198,13 +201,14 @@ static qvl_status video_still(const video_src *src, const char *label, const qvl
 
 /* The dispatch of every video entry point (see the top of this file). */
 static qvl_status video_read(const video_src *src, const char *label, const qvl_video_params *p,
-                             const qvl_decode_params *dp, qvl_video *out, qvl_error *err) {
+                             const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out, qvl_error *err) {
+    if (stop_now(stop)) return err_fail(err, QVL_ERR_CANCELLED, "%s: not decoded: cancelled", label);
     uint8_t head[VIDEO_HEAD_BYTES];
     long n = video_src_read(src, head, sizeof head, 0);
     if (n < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot read: %s", label, strerror(errno));
     const dec_format f = dec_sniff(head, (size_t)n);
-    if (dec_is_image(f)) return video_still(src, label, p, dp, out, err);
-    if (dec_is_video(f)) return video_container(src, (int)f, label, p, dp, out, err);
+    if (dec_is_image(f)) return video_still(src, label, p, dp, stop, out, err);
+    if (dec_is_video(f)) return video_container(src, (int)f, label, p, dp, stop, out, err);
     char name[192];
     const char *ff = video_probe_name(head, (size_t)n, name, sizeof name);
     if (ff)
@@ -215,7 +219,8 @@ static qvl_status video_read(const video_src *src, const char *label, const qvl_
 }
 
 qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p,
-                                const qvl_decode_params *dp, const char *label, qvl_video *out, qvl_error *err) {
+                                const qvl_decode_params *dp, const stop_probe *stop, const char *label,
+                                qvl_video *out, qvl_error *err) {
     memset(out, 0, sizeof *out);
     /* the bytes in memory, as qvl_image_decode's, before anything reads them */
     qvl_limits lim;
@@ -224,7 +229,7 @@ qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_p
         return limit_fail(err, "max_input_bytes", lim.max_input_bytes, "%s: %zu bytes, more than the %llu allowed",
                           label, size, (unsigned long long)lim.max_input_bytes);
     video_src src = {data, -1, size};
-    qvl_status s = video_read(&src, label, p, dp, out, err);
+    qvl_status s = video_read(&src, label, p, dp, stop, out, err);
     if (s != QVL_OK) qvl_video_free(out);
     return s;
 }
@@ -237,16 +242,16 @@ qvl_status qvl_video_decode(const void *data, size_t size, const qvl_video_param
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_decode: %s is NULL", out ? "data" : "out");
     qvl_video_params def;
     TRY(video_params_take(&def, p, err));
-    return video_decode_labeled(data, size, &def, NULL, "<memory>", out, err);
+    return video_decode_labeled(data, size, &def, NULL, NULL, "<memory>", out, err);
 }
 
 qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
     err_clear(err);
-    return video_load_item(path, p, NULL, out, err);
+    return video_load_item(path, p, NULL, NULL, out, err);
 }
 
-qvl_status video_load_item(const char *path, const qvl_video_params *p, const qvl_decode_params *dp, qvl_video *out,
-                           qvl_error *err) {
+qvl_status video_load_item(const char *path, const qvl_video_params *p, const qvl_decode_params *dp,
+                           const stop_probe *stop, qvl_video *out, qvl_error *err) {
     if (out) memset(out, 0, sizeof *out);
     if (!path || !out)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: %s is NULL", path ? "out" : "path");
@@ -258,7 +263,7 @@ qvl_status video_load_item(const char *path, const qvl_video_params *p, const qv
     size_t size;
     TRY(fu_open_fd(path, &fd, &size, err));
     video_src src = {NULL, fd, size};
-    qvl_status s = video_read(&src, path, &def, dp, out, err);
+    qvl_status s = video_read(&src, path, &def, dp, stop, out, err);
     close(fd);
     if (s != QVL_OK) qvl_video_free(out);
     return s;

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "core/stop.h"
 #include "qvl.h"
 
 /* libswscale's SIMD output loops may store up to a vector past the end of a packed row (seen: 8 bytes at width 62,
@@ -39,10 +40,11 @@ long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off);
 
 /* Read one video whose first bytes dec_sniff recognised as a container (`fmt`): FFmpeg in video.c; the
  * QVL_VIDEO=OFF build's video_none.c refuses it with QVL_ERR_UNSUPPORTED. `label` names it in messages; `p` holds
- * full (taken) params; `dp` the item's decode params or NULL (only to name the frame-size limit that applied). On
- * failure out may hold partial allocations (qvl_video_free). */
+ * full (taken) params; `dp` the item's decode params or NULL (only to name the frame-size limit that applied);
+ * `stop` (core/stop.h) is polled before each packet. On failure out may hold partial allocations
+ * (qvl_video_free). */
 qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
-                           const qvl_decode_params *dp, qvl_video *out, qvl_error *err);
+                           const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out, qvl_error *err);
 
 /* For bytes that are no image and no accepted container: FFmpeg's name for the format it would read them as (e.g.
  * "hls", "concat"), with its long name, when FFmpeg recognises them with confidence; NULL when it does not, and
@@ -53,15 +55,18 @@ const char *video_probe_name(const uint8_t *head, size_t n, char *buf, size_t ca
 /* The video entry points of a plan's items, with the item's resolved decode params `dp` (full, taken; NULL: the
  * defaults, which is what the public calls pass): the images a video is read from (a frame directory's files, a
  * still) are decoded with its EXIF and alpha settings, as the same file given as an image item would be, under
- * the smaller of dp->max_pixels and p->max_pixels and p's limits.
+ * the smaller of dp->max_pixels and p->max_pixels and p's limits. `stop` (core/stop.h; NULL: never) cancels the
+ * read before it starts, between packets of a container, between frame files and within a JPEG's or PNG's decode.
  *   video_load_item       qvl_video_load
  *   video_decode_labeled  qvl_video_decode (ENCODED items), `label` naming the bytes in messages; `p` full
  *   video_from_images_item  qvl_video_from_images (PATH directories) */
-qvl_status video_load_item(const char *path, const qvl_video_params *p, const qvl_decode_params *dp, qvl_video *out,
-                           qvl_error *err);
+qvl_status video_load_item(const char *path, const qvl_video_params *p, const qvl_decode_params *dp,
+                           const stop_probe *stop, qvl_video *out, qvl_error *err);
 qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p,
-                                const qvl_decode_params *dp, const char *label, qvl_video *out, qvl_error *err);
+                                const qvl_decode_params *dp, const stop_probe *stop, const char *label,
+                                qvl_video *out, qvl_error *err);
 qvl_status video_from_images_item(const char *const *paths, size_t n, const qvl_video_params *p,
-                                  const qvl_decode_params *dp, qvl_video *out, qvl_error *err);
+                                  const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out,
+                                  qvl_error *err);
 
 #endif

@@ -176,11 +176,11 @@ void plan_free_names(char **names, size_t n) {
 
 /* The regular files of a directory, sorted by name, as one video's frames. */
 static qvl_status load_frames_dir(const char *dir, const qvl_video_params *vp, const qvl_decode_params *dp,
-                                  qvl_video *v, qvl_error *err) {
+                                  const stop_probe *stop, qvl_video *v, qvl_error *err) {
     char **names;
     size_t n;
     TRY(plan_list_frames(dir, &names, &n, err));
-    qvl_status s = video_from_images_item((const char *const *)names, n, vp, dp, v, err);
+    qvl_status s = video_from_images_item((const char *const *)names, n, vp, dp, stop, v, err);
     plan_free_names(names, n);
     return s;
 }
@@ -385,7 +385,8 @@ static qvl_status plan_video(plan_item *pi, const qvl_video *v, const qvl_prepro
 }
 
 static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it, const item_settings *base,
-                           const qvl_limits *plan_lim, uint64_t planned, thread_pool *pool, qvl_error *err) {
+                           const qvl_limits *plan_lim, uint64_t planned, const stop_probe *stop, thread_pool *pool,
+                           qvl_error *err) {
     item_settings s;
     TRY(plan_item_settings(base, it, &s, err));
     /* The plan's limits, lowered by any the decode / video params (the item's, else the plan's) give; every decoder
@@ -440,9 +441,9 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
         if (!dir) TRY(sniff_image(it->path, pi->label, &image, err));
         video = dir || !image;
         pi->kind = dir ? "frames" : video ? "video" : "image";
-        if (!video) st = qvl_image_load(it->path, &s.dp, &img, err);
-        else if (dir) st = load_frames_dir(it->path, &s.vp, &s.dp, &vid, err);
-        else st = video_load_item(it->path, &s.vp, &s.dp, &vid, err);
+        if (!video) st = image_load_item(it->path, &s.dp, stop, &img, err);
+        else if (dir) st = load_frames_dir(it->path, &s.vp, &s.dp, stop, &vid, err);
+        else st = video_load_item(it->path, &s.vp, &s.dp, stop, &vid, err);
         break;
     }
     case QVL_ITEM_ENCODED:
@@ -452,8 +453,8 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
         /* the same choice as for a path: images by their magic bytes, everything else to the video reader */
         video = !dec_is_image(dec_sniff(it->data, it->size));
         pi->kind = video ? "video" : "image";
-        if (video) st = video_decode_labeled(it->data, it->size, &s.vp, &s.dp, pi->label, &vid, err);
-        else st = image_decode_labeled(it->data, it->size, &s.dp, pi->label, &img, err);
+        if (video) st = video_decode_labeled(it->data, it->size, &s.vp, &s.dp, stop, pi->label, &vid, err);
+        else st = image_decode_labeled(it->data, it->size, &s.dp, stop, pi->label, &img, err);
         break;
     case QVL_ITEM_PIXELS:
         pi->kind = "image";
@@ -541,6 +542,18 @@ static void plan_groups(qvl_plan *p, const qvl_ctx *ctx) {
     p->scratch = largest ? tower_scratch_bytes(ctx, largest, p->p.dtype != QVL_DTYPE_F32) : 0;
 }
 
+/* The decoding's stop probe (core/stop.h): the ctx's cancel flag (and its cancel_fn), then the plan's cancel_fn. */
+typedef struct plan_stop {
+    qvl_ctx *ctx;
+    qvl_cancel_fn fn;
+    void *user;
+} plan_stop;
+
+static int plan_stopped(void *user) {
+    const plan_stop *s = user;
+    return (s->ctx && ctx_cancelled(s->ctx)) || (s->fn && s->fn(s->user));
+}
+
 qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, const qvl_plan_params *params,
                            qvl_plan **out, qvl_error *err) {
     err_clear(err);
@@ -602,6 +615,9 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         return s;
     }
     thread_pool *pool = ctx ? ctx_pool(ctx) : own;
+    plan_stop ps = {ctx, p->p.cancel_fn, p->p.cancel_user};
+    const stop_probe probe = {plan_stopped, &ps};
+    p->p.cancel_fn = NULL, p->p.cancel_user = NULL; /* polled during this call only */
     for (size_t i = 0; i < n_items; i++) {
         plan_item *pi = &p->items[i];
         qvl_item it;
@@ -613,7 +629,8 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         if (it.label && *it.label) snprintf(pi->label, sizeof pi->label, "%s", it.label);
         else if (it.kind == QVL_ITEM_PATH && it.path && *it.path) snprintf(pi->label, sizeof pi->label, "%s", it.path);
         else snprintf(pi->label, sizeof pi->label, "item %zu", i);
-        if (pi->status == QVL_OK) pi->status = plan_one(pi, m, &it, &base, &p->lim, p->planned_rows, pool, &ie);
+        if (pi->status == QVL_OK)
+            pi->status = plan_one(pi, m, &it, &base, &p->lim, p->planned_rows, &probe, pool, &ie);
         if (pi->status == QVL_OK) {
             const size_t merge = (size_t)pi->merge; /* the model's, once fits_model has passed */
             pi->n_tokens = pi->n_rows / (merge * merge);

@@ -148,7 +148,7 @@ void qvl_ctx_set_cancel_fn(qvl_ctx *c, qvl_cancel_fn fn, void *user) {
     c->cancel_user = user;
 }
 
-static int cancelled(qvl_ctx *c) {
+int ctx_cancelled(qvl_ctx *c) {
     if (atomic_load(&c->cancel)) return 1;
     if (c->cancel_fn && c->cancel_fn(c->cancel_user)) {
         atomic_store(&c->cancel, 1);
@@ -506,14 +506,14 @@ static qvl_status run_chain(qvl_ctx *c, size_t S, size_t n_seg, const tower_sink
         seg_flops += 4.0 * n * n * k->head_dim * k->heads;
     }
     for (int i = 0; i < k->depth; i++) {
-        if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before block %d of %d", i, k->depth);
+        if (ctx_cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before block %d of %d", i, k->depth);
         block_forward(c, &c->m->blocks[i], S, n_seg);
         c->prof.attention_flops += seg_flops;
         snprintf(name, sizeof name, "blk%d", i);
         tap(c, name, c->x, S, H);
         for (int d = 0; d < k->n_deepstack; d++) {
             if (k->deepstack_index[d] != i || !sinks_want(sinks, n_sinks, 1 + d)) continue;
-            if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before DeepStack merger %d", d);
+            if (ctx_cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before DeepStack merger %d", d);
             const merger_w *mw = &c->m->deepstack[d];
             double t0 = now_ms();
             c->be->layernorm(c->x, H * mm, c->a, H * mm, T, H * mm, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
@@ -523,7 +523,7 @@ static qvl_status run_chain(qvl_ctx *c, size_t S, size_t n_seg, const tower_sink
         }
     }
     if (!sinks_want(sinks, n_sinks, 0)) return QVL_OK;
-    if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before the merger");
+    if (ctx_cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before the merger");
     const merger_w *mw = &c->m->merger;
     double t0 = now_ms();
     c->be->layernorm(c->x, H, c->a, H, S, H, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
@@ -557,7 +557,7 @@ qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *ite
     size_t S = n_rows, H = (size_t)k->hidden;
 
     memset(&c->prof, 0, sizeof c->prof);
-    if (cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before it started");
+    if (ctx_cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before it started");
     double start = now_ms(), t0 = start;
     if (pixels) {
         linear_run(c, &c->m->patch, pixels, (size_t)k->row_len, S, c->x, H, 0, BE_ACT_NONE);

@@ -28,6 +28,8 @@ qvl_status tower_check_grid(int merge, const qvl_grid *g, const char *label, qvl
 size_t tower_scratch_bytes(const qvl_ctx *c, size_t rows, int stage);
 qvl_status tower_reserve(qvl_ctx *c, size_t rows, int stage, qvl_error *err);
 thread_pool *ctx_pool(qvl_ctx *c);
+/* Whether the context's cancel flag is raised, or its cancel_fn says so (which raises the flag): qvl_ctx_cancel. */
+int ctx_cancelled(qvl_ctx *c);
 /* The context's resource limits (qvl_ctx_params.limits, taken at create). */
 const qvl_limits *ctx_limits(const qvl_ctx *c);
 /* Grids against limits: each t·h·w ≤ max_item_patches, their sum ≤ max_call_patches (qvl_limits_check_grids). */

@@ -708,6 +708,83 @@ static void test_frames_dir_decode(const char *root) {
     }
 }
 
+/* Cancellation reaches into decoding: qvl_plan_params.cancel_fn and the ctx's flag are polled before each item and
+ * within its decode (a JPEG's progress calls, a PNG's reads, a video's packets); a cancelled item fails alone with
+ * QVL_ERR_CANCELLED, the plan is still made, and items before it keep their rows. */
+static void test_decode_cancel(void) {
+    char jpg[1024], png[1024], vid[1024];
+    photo(jpg, sizeof jpg);
+    tu_source_path("tests/data/photos/chelsea.png", png, sizeof png);
+    tu_source_path("tests/data/video/video_testsrc_30.mp4", vid, sizeof vid);
+    const char *paths[3] = {jpg, png, vid}, *what[3] = {"JPEG: decode cancelled", "PNG: decode cancelled",
+                                                         "video decode cancelled after"};
+    /* not the video under ThreadSanitizer: FFmpeg's frame threads sync through atomics it cannot see (uninstrumented
+     * libavcodec), which it reports as races */
+#ifdef __SANITIZE_THREAD__
+    const int n = 2;
+#else
+    const int n = QVL_WITH_VIDEO ? 3 : 2;
+#endif
+    qvl_item it[3];
+    for (int i = 0; i < 3; i++) {
+        qvl_item_default(&it[i]);
+        it[i].kind = QVL_ITEM_PATH, it[i].path = paths[i];
+    }
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.cancel_fn = cancel_after;
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    qvl_item_info in;
+    for (int i = 0; i < n; i++) {
+        /* not cancelled: polled more than once (within the decode), and the item is whole */
+        g_polls = 0, g_cancel_after = 1 << 30;
+        CHECK(qvl_plan_create(NULL, &it[i], 1, &pp, &plan, &err) == QVL_OK);
+        qvl_plan_item(plan, 0, &in);
+        const int polls = g_polls;
+        printf("decode cancel: %s polled %d times\n", paths[i], polls);
+        CHECK(in.status == QVL_OK && polls >= 2);
+        qvl_plan_free(plan);
+        /* the first poll (before decoding) passes, one within the decode cancels */
+        g_polls = 0, g_cancel_after = polls / 2 > 1 ? polls / 2 : 1;
+        CHECK(qvl_plan_create(NULL, &it[i], 1, &pp, &plan, &err) == QVL_OK);
+        qvl_plan_item(plan, 0, &in);
+        printf("  cancelled at poll %d: %s\n", g_polls, in.message);
+        CHECK(in.status == QVL_ERR_CANCELLED && strstr(in.message, what[i]) && g_polls == g_cancel_after + 1);
+        CHECK(qvl_plan_ok_count(plan) == 0 && qvl_plan_rows(plan, 0) == NULL);
+        qvl_plan_free(plan);
+    }
+    /* cancelled from the first poll: every item, before it is decoded; a ctx's flag does the same */
+    g_polls = 0, g_cancel_after = 0;
+    CHECK(qvl_plan_create(NULL, it, (size_t)n, &pp, &plan, &err) == QVL_OK);
+    for (int i = 0; i < n; i++) {
+        qvl_plan_item(plan, i, &in);
+        CHECK(in.status == QVL_ERR_CANCELLED && strstr(in.message, "not decoded: cancelled"));
+    }
+    qvl_plan_free(plan);
+    qvl_ctx *c = new_ctx(g_m, 1);
+    qvl_ctx_cancel(c);
+    CHECK(qvl_plan_create(c, it, (size_t)n, NULL, &plan, &err) == QVL_OK && qvl_plan_ok_count(plan) == 0);
+    qvl_plan_item(plan, 0, &in);
+    CHECK(in.status == QVL_ERR_CANCELLED && strstr(in.message, "not decoded: cancelled"));
+    qvl_plan_free(plan);
+    qvl_ctx_uncancel(c);
+    CHECK(qvl_plan_create(c, it, (size_t)n, NULL, &plan, &err) == QVL_OK && qvl_plan_ok_count(plan) == (size_t)n);
+    qvl_plan_free(plan);
+    /* cancelled within the second item: the first keeps its rows */
+    g_polls = 0, g_cancel_after = 1 << 30;
+    CHECK(qvl_plan_create(NULL, it, 1, &pp, &plan, &err) == QVL_OK);
+    qvl_plan_free(plan);
+    g_cancel_after = g_polls + 1, g_polls = 0;
+    CHECK(qvl_plan_create(NULL, it, 2, &pp, &plan, &err) == QVL_OK && qvl_plan_ok_count(plan) == 1);
+    qvl_plan_item(plan, 0, &in);
+    CHECK(in.status == QVL_OK && qvl_plan_rows(plan, 0) != NULL);
+    qvl_plan_item(plan, 1, &in);
+    CHECK(in.status == QVL_ERR_CANCELLED && strstr(in.message, "PNG: decode cancelled"));
+    qvl_plan_free(plan);
+    qvl_ctx_free(c);
+}
+
 int main(void) {
     char root[900];
     tu_tmpdir(root, sizeof root);
@@ -731,6 +808,7 @@ int main(void) {
         test_reserve();
         test_item_abi();
         test_frames_dir_decode(root);
+        test_decode_cancel();
     } else {
         printf("test_plan: only the patch-row cases, built without image decoders (QVL_MEDIA=OFF)\n");
     }
