@@ -8,6 +8,8 @@
  *     that job and was answered 503 "cancelled" well inside its own deadline; it is encoded anew now: 200
  *   - a cancelled item's 503 answered with its results (done before the notifier looked at its request) said
  *     "item 0: item 0: encode cancelled ..."; the item is named once now
+ *   - an item being decoded when its only request's deadline passed was decoded to the end (seconds for a large
+ *     progressive JPEG or a long video); the decode stops now
  * Every wait is bounded. */
 #include <signal.h>
 #include <stdio.h>
@@ -203,6 +205,38 @@ static int cached(const char *key) {
     return e;
 }
 
+/* ---- a decode nobody waits for ----
+ * A worker decoding an item whose requests have all gone (their deadlines passed) stops: the decode polls
+ * (qvl_plan_params.cancel_fn) between a PNG's reads. The first poll of each decode is followed by a hold of
+ * QVL_SERVE_TEST_DECODE_MS (800 ms): request A (deadline 300 ms) is live at its item's first poll and gone at the
+ * next, in libpng's first read: A is answered 503 at its deadline and the decode is counted cancelled. The same PNG
+ * with a 60 s deadline afterwards is decoded anew (the cancelled job left the flight table) and encoded: 200. */
+static void decode_cancelled(void) {
+    const pid_t pid = start_hooked("QVL_SERVE_TEST_DECODE_MS", "800", NULL, 0);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    char path[1024];
+    size_t n = 0;
+    uint8_t *png = tu_read_file(tu_source_path("tests/data/photos/chelsea.png", path, sizeof path), &n);
+    CHECK(png != NULL);
+    resp a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    CHECK(png && post("/v1/encode?timeout_ms=300", "image/png", png, n, &a) == 0);
+    usleep(1000000); /* the decode's second poll, 0.8 s in */
+    const long cancelled = metric_of("qvl_decodes_cancelled_total");
+    CHECK(png && post("/v1/encode?timeout_ms=60000", "image/png", png, n, &b) == 0);
+    const long after = metric_of("qvl_decodes_cancelled_total");
+    printf("a decode nobody waits for: answered %d, decodes cancelled %ld; the same image again: %d, cancelled %ld\n",
+           a.status, cancelled, b.status, after);
+    CHECK(a.status == 503 && cancelled == 1);
+    CHECK(b.status == 200 && after == 1);
+    resp_free(&a);
+    resp_free(&b);
+    free(png);
+    CHECK(stop_server(pid) == 0);
+}
+
 /* A drain finishes the cache writes queued within --drain-timeout-s, then abandons the rest (a write begun
  * completes): two results, each write held `hold_ms`, then SIGTERM; the first is written either way, the second
  * only when the drain has time for it. */
@@ -268,6 +302,7 @@ int main(void) {
     drain_end_with("QVL_SERVE_TEST_FIRE_MS", 9002);
     join_cancelled_batch();
     cancelled_message();
+    decode_cancelled();
     put_off_batcher();
     drain_puts("1500", "30", 9400, 1);
     drain_puts("3000", "1", 9410, 0);

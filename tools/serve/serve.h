@@ -205,6 +205,7 @@ typedef struct srv_metrics {
     uint64_t rejected_queue_full, rejected_not_ready, rejected_deadline;
     uint64_t puts_skipped_full, puts_skipped_large, puts_abandoned; /* results not cached: the writer's queue full, one
                                                                       output over its byte bound, a drain's end */
+    uint64_t decodes_cancelled; /* items whose decode stopped when nobody waited for them any more */
     double start_time;
 } srv_metrics;
 void srv_metrics_init(srv_metrics *m);

@@ -197,6 +197,29 @@ static void plan_params(const srv_state *s, const srv_opts *spec, qvl_plan_param
 
 /* ---- workers: decode + preprocess ---- */
 
+/* Polled while an item decodes (qvl_plan_params.cancel_fn): stop once nobody waits for it (every request for it
+ * gone or past its deadline), as batch_cancel does between blocks; the job leaves the flight table at once, so that
+ * a request for the same item arriving meanwhile queues it anew. The lock is taken at most every 10 ms. */
+typedef struct prep_probe {
+    srv_state *s;
+    srv_job *j;
+    double next;
+    int polls;
+} prep_probe;
+
+static int prep_cancel(void *user) {
+    prep_probe *p = user;
+    const double now = srv_now();
+    if (now < p->next) return 0;
+    p->next = now + 0.01;
+    pthread_mutex_lock(&p->s->mu);
+    const int live = p->j->refs > 1 && now <= p->j->deadline;
+    if (!live) flight_remove(p->s, p->j);
+    pthread_mutex_unlock(&p->s->mu);
+    if (++p->polls == 1) srv_test_hold("QVL_SERVE_TEST_DECODE_MS"); /* a slow decode, after its first poll */
+    return !live;
+}
+
 static void prep_one(srv_state *s, srv_job *j) {
     qvl_item it;
     qvl_item_default(&it);
@@ -206,11 +229,14 @@ static void prep_one(srv_state *s, srv_job *j) {
     it.label = "item"; /* dropped from its messages (unlabeled) */
     qvl_plan_params pl;
     plan_params(s, &j->spec, &pl);
+    prep_probe probe = {s, j, 0.0, 0};
+    pl.cancel_fn = prep_cancel;
+    pl.cancel_user = &probe;
     qvl_plan *plan = NULL;
     qvl_error err;
     qvl_item_info info;
     memset(&info, 0, sizeof info);
-    int http = 200;
+    int http = 200, cancelled = 0;
     char msg[512] = "";
     if (qvl_plan_create(NULL, &it, 1, &pl, &plan, &err) != QVL_OK) {
         http = srv_http_of_status(err.status);
@@ -220,9 +246,11 @@ static void prep_one(srv_state *s, srv_job *j) {
         if (info.status != QVL_OK) {
             http = srv_http_of_status(info.status);
             snprintf(msg, sizeof msg, "%s", unlabeled(info.message));
+            cancelled = info.status == QVL_ERR_CANCELLED;
         } /* over a limit (pixels, frames, patches: cfg.qlim) the plan failed the item before decoding it */
     }
-    if (http == 503) http = 500;
+    if (cancelled) MET(s, s->metrics.decodes_cancelled++);
+    else if (http == 503) http = 500;
     pthread_mutex_lock(&s->mu);
     s->prep_items--;
     s->prep_patches -= j->est_patches;

@@ -128,6 +128,8 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *o) {
     counter(o, "qvl_single_flight_joins_total", "items that joined an identical item queued, running or waiting for "
                                                 "its cache write",
             s.single_flight_joins);
+    counter(o, "qvl_decodes_cancelled_total", "items whose decode stopped because no request waited for them any more",
+            s.decodes_cancelled);
     counter_by(o, "qvl_cache_lookups_total", "cache lookups by result", "result", 3,
                (const char *const[]){"hit", "miss", "corrupt"},
                (const uint64_t[]){g->cache.hits, g->cache.misses, g->cache.corrupt});
