@@ -153,7 +153,28 @@ typedef struct qvl_limits {
                                      max_image_pixels passes: 10 is what encoders write; raising max_image_pixels
                                      past 2^31 / 10 needs this raised too). Appended: a caller built before it
                                      passes a smaller struct_size and gets the default */
+    uint64_t max_video_decode_pixels; /* pixels one video's decoding produces: width · height of every frame decoded,
+                                     sampled or not (a video is decoded from its start to its last sampled frame;
+                                     a stream without a frame count in its header once more to count them),
+                                     checked from the container's frame count and size before decoding and frame
+                                     by frame while decoding (default 2^38: an hour of 1080p at 30 fps). Appended,
+                                     as max_decode_work */
 } qvl_limits;
+
+/* Every qvl_limits field in order, as X(name, bits) with bits 32 or 64 (the field's width): for tools that list,
+ * parse or print the limits without a hand-written list. */
+#define QVL_LIMIT_FIELDS(X)                                                                                          \
+    X(max_image_pixels, 64)                                                                                          \
+    X(max_canvas_pixels, 64)                                                                                         \
+    X(max_input_bytes, 64)                                                                                           \
+    X(max_png_chunk_bytes, 64)                                                                                       \
+    X(max_jpeg_scans, 32)                                                                                            \
+    X(max_video_frames, 32)                                                                                          \
+    X(max_video_pixels, 64)                                                                                          \
+    X(max_item_patches, 64)                                                                                          \
+    X(max_call_patches, 64)                                                                                          \
+    X(max_decode_work, 64)                                                                                           \
+    X(max_video_decode_pixels, 64)
 
 /* Defaults, with struct_size = `struct_size` (the caller's sizeof; bindings call this one). */
 QVL_API void qvl_limits_init(qvl_limits *p, size_t struct_size);

@@ -32,8 +32,8 @@ int cli_parse_size(const char *s, uint64_t *out);
 /* `qvl cache` (tools/cli_cache.c). */
 int cmd_cache(int argc, char **argv);
 
-/* --limit NAME=N (`qvl encode`, `qvl serve`): N ≥ 1 into the qvl_limits field NAME (max_image_pixels, ...,
- * max_call_patches, max_decode_work). 0 on success, -1 for an unknown name or a bad value. */
+/* --limit NAME=N (`qvl encode`, `qvl serve`): N ≥ 1 into the qvl_limits field NAME (any of QVL_LIMIT_FIELDS).
+ * 0 on success, -1 for an unknown name or a bad value. */
 int cli_parse_limit(const char *s, qvl_limits *l);
 
 /* --isa: "auto", "avx2", "avx512" or "amx" into *out. 0 on success, -1 otherwise. */

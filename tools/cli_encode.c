@@ -38,7 +38,7 @@ static const char encode_help[] =
     "      --limit NAME=N     set one resource limit (repeatable; docs/SECURITY.md lists them): max_image_pixels,\n"
     "                         max_canvas_pixels, max_input_bytes, max_png_chunk_bytes, max_jpeg_scans,\n"
     "                         max_video_frames, max_video_pixels, max_item_patches, max_call_patches,\n"
-    "                         max_decode_work\n"
+    "                         max_decode_work, max_video_decode_pixels\n"
     "      --alpha MODE       transparent images: white (default: composited onto white, as transformers'\n"
     "                         processors do with PIL images) or drop (alpha dropped, as load_image does)\n"
     "      --preprocess-only  write \"item{i}.pixel_values\" and grids instead of encoding\n"
@@ -131,16 +131,11 @@ int cli_parse_limit(const char *s, qvl_limits *l) {
         const char *name;
         size_t off;
         int u32;
-    } f[] = {{"max_image_pixels", offsetof(qvl_limits, max_image_pixels), 0},
-             {"max_canvas_pixels", offsetof(qvl_limits, max_canvas_pixels), 0},
-             {"max_input_bytes", offsetof(qvl_limits, max_input_bytes), 0},
-             {"max_png_chunk_bytes", offsetof(qvl_limits, max_png_chunk_bytes), 0},
-             {"max_jpeg_scans", offsetof(qvl_limits, max_jpeg_scans), 1},
-             {"max_video_frames", offsetof(qvl_limits, max_video_frames), 1},
-             {"max_video_pixels", offsetof(qvl_limits, max_video_pixels), 0},
-             {"max_item_patches", offsetof(qvl_limits, max_item_patches), 0},
-             {"max_call_patches", offsetof(qvl_limits, max_call_patches), 0},
-             {"max_decode_work", offsetof(qvl_limits, max_decode_work), 0}};
+    } f[] = {
+#define LIMIT_ROW(name, bits) {#name, offsetof(qvl_limits, name), (bits) == 32},
+        QVL_LIMIT_FIELDS(LIMIT_ROW)
+#undef LIMIT_ROW
+    };
     const char *eq = strchr(s, '=');
     if (!eq) return -1;
     uint64_t v;

@@ -119,6 +119,7 @@ class Limits(Structure):
         ("max_item_patches", c_uint64),
         ("max_call_patches", c_uint64),
         ("max_decode_work", c_uint64),
+        ("max_video_decode_pixels", c_uint64),
     ]
 
 

@@ -21,6 +21,7 @@ void limits_defaults(qvl_limits *l) {
     l->max_item_patches = LIMIT_DEF_ITEM_PATCHES;
     l->max_call_patches = LIMIT_DEF_CALL_PATCHES;
     l->max_decode_work = LIMIT_DEF_DECODE_WORK;
+    l->max_video_decode_pixels = LIMIT_DEF_VIDEO_DECODE_PIXELS;
 }
 
 void qvl_limits_init(qvl_limits *p, size_t struct_size) {
@@ -32,32 +33,17 @@ void qvl_limits_init(qvl_limits *p, size_t struct_size) {
 qvl_status limits_take(qvl_limits *full, const qvl_limits *p, const char *what, qvl_error *err) {
     limits_defaults(full);
     TRY(params_take(full, sizeof *full, p, "qvl_limits", err));
-    const struct {
-        const char *name;
-        uint64_t v;
-    } f[] = {{"max_image_pixels", full->max_image_pixels},   {"max_canvas_pixels", full->max_canvas_pixels},
-             {"max_input_bytes", full->max_input_bytes},     {"max_png_chunk_bytes", full->max_png_chunk_bytes},
-             {"max_jpeg_scans", full->max_jpeg_scans},       {"max_video_frames", full->max_video_frames},
-             {"max_video_pixels", full->max_video_pixels},   {"max_item_patches", full->max_item_patches},
-             {"max_call_patches", full->max_call_patches},   {"max_decode_work", full->max_decode_work}};
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (f[i].v == 0)
-            return err_fail(err, QVL_ERR_INVALID_ARG, "%s: %s is 0; every limit must be at least 1", what, f[i].name);
+#define ZERO_FAILS(f, bits)                                                                                          \
+    if (full->f == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: %s is 0; every limit must be at least 1", what, #f);
+    QVL_LIMIT_FIELDS(ZERO_FAILS)
+#undef ZERO_FAILS
     return QVL_OK;
 }
 
-#define MIN_INTO(a, b, f) ((a)->f = (b)->f < (a)->f ? (b)->f : (a)->f)
 void limits_min(qvl_limits *a, const qvl_limits *b) {
-    MIN_INTO(a, b, max_image_pixels);
-    MIN_INTO(a, b, max_canvas_pixels);
-    MIN_INTO(a, b, max_input_bytes);
-    MIN_INTO(a, b, max_png_chunk_bytes);
-    MIN_INTO(a, b, max_jpeg_scans);
-    MIN_INTO(a, b, max_video_frames);
-    MIN_INTO(a, b, max_video_pixels);
-    MIN_INTO(a, b, max_item_patches);
-    MIN_INTO(a, b, max_call_patches);
-    MIN_INTO(a, b, max_decode_work);
+#define MIN_INTO(f, bits) a->f = b->f < a->f ? b->f : a->f;
+    QVL_LIMIT_FIELDS(MIN_INTO)
+#undef MIN_INTO
 }
 
 qvl_status limit_fail(qvl_error *err, const char *name, uint64_t limit, const char *fmt, ...) {

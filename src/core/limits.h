@@ -18,6 +18,7 @@
 #define LIMIT_DEF_ITEM_PATCHES ((uint64_t)1 << 18)
 #define LIMIT_DEF_CALL_PATCHES ((uint64_t)1 << 20)
 #define LIMIT_DEF_DECODE_WORK ((uint64_t)1 << 31)
+#define LIMIT_DEF_VIDEO_DECODE_PIXELS ((uint64_t)1 << 38)
 
 void limits_defaults(qvl_limits *l);
 /* *full = the defaults overlaid with the caller's *p (NULL: defaults alone); every field must be ≥ 1. `what`

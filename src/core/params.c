@@ -12,7 +12,7 @@
  * in its padding before anything is appended. */
 #define ENDS_WITH(T, f) _Static_assert(offsetof(T, f) + sizeof(((T *)0)->f) == sizeof(T), #T " ends in padding")
 ENDS_WITH(qvl_load_params, reserved1);
-ENDS_WITH(qvl_limits, max_decode_work);
+ENDS_WITH(qvl_limits, max_video_decode_pixels);
 ENDS_WITH(qvl_ctx_params, limits);
 ENDS_WITH(qvl_preprocess_params, n_threads);
 ENDS_WITH(qvl_video_params, limits);

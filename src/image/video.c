@@ -161,6 +161,8 @@ typedef struct vdec {
     int32_t width, height; /* every frame must have this size */
     int read_errno;        /* set when a read of src failed: the failure is an I/O error, whatever FFmpeg makes of it */
     const stop_probe *stop; /* the caller's cancellation, polled before each packet */
+    uint64_t max_decode_pixels, decoded_pixels; /* max_video_decode_pixels, and the pixels decoded so far (every
+                                                   pass: kept when the stream is opened again) */
 } vdec;
 
 static int avio_read_cb(void *opaque, uint8_t *buf, int n) {
@@ -214,11 +216,13 @@ static void vdec_close(vdec *d) {
     const video_src *src = d->src;
     const stop_probe *stop = d->stop;
     const AVInputFormat *ifmt = d->ifmt;
-    const uint64_t max_pixels = d->max_pixels;
+    const uint64_t max_pixels = d->max_pixels, max_decode = d->max_decode_pixels, decoded = d->decoded_pixels;
     memset(d, 0, sizeof *d);
     d->path = path;
     d->src = src;
     d->stop = stop;
+    d->max_decode_pixels = max_decode;
+    d->decoded_pixels = decoded;
     d->ifmt = ifmt;
     d->max_pixels = max_pixels;
     d->max_pixels_name = max_pixels_name;
@@ -390,6 +394,14 @@ typedef struct vpass {
 static qvl_status take_frame(vdec *d, vpass *ps, int *done, qvl_error *err) {
     size_t fs = (size_t)d->width * (size_t)d->height * 3;
     int64_t i = ps->decoded++;
+    const uint64_t px = (uint64_t)d->width * (uint64_t)d->height; /* both ≤ INT32_MAX */
+    if (px > d->max_decode_pixels || d->decoded_pixels > d->max_decode_pixels - px) /* a stream longer than its
+                                                                                       header said; a counting pass */
+        return limit_fail(err, "max_video_decode_pixels", d->max_decode_pixels,
+                          "%s: %llu frames of %dx%d decoded, one more passes the %llu pixels of decoding allowed",
+                          d->path, (unsigned long long)(d->decoded_pixels / px), (int)d->width, (int)d->height,
+                          (unsigned long long)d->max_decode_pixels);
+    d->decoded_pixels += px;
     if (ps->count_p) return video_count_check(ps->decoded, d->width, d->height, ps->fps, ps->count_p, d->path, err);
     size_t first = ps->next;
     while (ps->next < ps->n && ps->indices[ps->next] == i) {
@@ -453,12 +465,26 @@ static qvl_status frame_limit(vdec *d, const qvl_video_params *p, const qvl_deco
     TRY(limits_take(&lim, p->limits, "qvl_video_params.limits", err));
     d->max_pixels = lim.max_image_pixels;
     d->max_pixels_name = "max_image_pixels";
+    d->max_decode_pixels = lim.max_video_decode_pixels;
     if (p->max_pixels < d->max_pixels) {
         d->max_pixels = p->max_pixels;
         d->max_pixels_name = dp && dp->max_pixels <= p->max_pixels ? "qvl_decode_params.max_pixels"
                                                                    : "qvl_video_params.max_pixels";
     }
     return QVL_OK;
+}
+
+/* Before decoding: the frames up to the last sampled one (decoded in order from the start), with any counting pass
+ * already made, within max_video_decode_pixels. */
+static qvl_status decode_budget(const vdec *d, const qvl_video *v, qvl_error *err) {
+    if (v->n_frames <= 0) return QVL_OK;
+    const uint64_t px = (uint64_t)d->width * (uint64_t)d->height, frames = (uint64_t)v->indices[v->n_frames - 1] + 1;
+    if (px && frames <= (d->max_decode_pixels - d->decoded_pixels) / px) return QVL_OK;
+    return limit_fail(err, "max_video_decode_pixels", d->max_decode_pixels,
+                      "%s: sampling frame %llu of %dx%d means decoding %llu frames%s, more than the %llu pixels of "
+                      "decoding allowed", d->path, (unsigned long long)frames - 1, (int)d->width, (int)d->height,
+                      (unsigned long long)frames, d->decoded_pixels ? " after counting them" : "",
+                      (unsigned long long)d->max_decode_pixels);
 }
 
 static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decode_params *dp, qvl_video *out,
@@ -485,6 +511,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
     }
     if (total <= 0) return err_fail(err, QVL_ERR_FORMAT, "%s: the video stream has no frames", path);
     TRY(video_sample_into(out, d->width, d->height, total, fps, p, path, err));
+    TRY(decode_budget(d, out, err));
 
     vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0, NULL, 0.0};
     TRY(decode_pass(d, &ps, err));
@@ -501,6 +528,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
     vdec_close(d);
     TRY(vdec_open(d, err));
     TRY(video_sample_into(out, d->width, d->height, have, fps, p, path, err));
+    TRY(decode_budget(d, out, err));
     vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0, NULL, 0.0};
     TRY(decode_pass(d, &again, err));
     if (again.next != again.n)

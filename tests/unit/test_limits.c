@@ -357,7 +357,7 @@ static void test_limits_struct(void) {
     CHECK(l.max_image_pixels == 178956970u && l.max_canvas_pixels == 178956970u);
     CHECK(l.max_input_bytes == (uint64_t)1 << 31 && l.max_png_chunk_bytes == (uint64_t)8 << 20);
     CHECK(l.max_jpeg_scans == 500 && l.max_video_frames == 4096 && l.max_video_pixels == (uint64_t)1 << 30);
-    CHECK(l.max_decode_work == (uint64_t)1 << 31);
+    CHECK(l.max_decode_work == (uint64_t)1 << 31 && l.max_video_decode_pixels == (uint64_t)1 << 38);
     CHECK(l.max_item_patches == 262144 && l.max_call_patches == 1048576);
     qvl_grid g[2] = {{1, 16384, 16384}, {1, 4, 4}};
     qvl_error err;
@@ -604,6 +604,45 @@ static void test_video_limits(void) {
     qvl_video_free(&v);
 }
 
+/* max_video_decode_pixels: checked before decoding from the container's frame count (every frame up to the last
+ * sampled one is decoded), and frame by frame while decoding (a stream without a frame count is decoded once to
+ * count it: that pass counts too). 64x48 clips of 60 frames (tests/data/video/README.md). */
+static void test_video_decode_budget(void) {
+    char mp4[1024], webm[1024], msg[64];
+    tu_source_path("tests/data/video/video_testsrc_30.mp4", mp4, sizeof mp4);
+    tu_source_path("tests/data/video/video_testsrc_30.webm", webm, sizeof webm);
+    const uint64_t px = 64 * 48;
+    qvl_limits l;
+    qvl_limits_default(&l);
+    qvl_video_params vp;
+    qvl_video_params_default(&vp);
+    vp.limits = &l;
+    qvl_video v;
+    qvl_error err;
+    CHECK(qvl_video_load(mp4, &vp, &v, &err) == QVL_OK && v.n_frames > 0);
+    const uint64_t last = v.n_frames > 0 ? (uint64_t)v.indices[v.n_frames - 1] : 0;
+    qvl_video_free(&v);
+    l.max_video_decode_pixels = (last + 1) * px - 1;
+    snprintf(msg, sizeof msg, "means decoding %llu frames,", (unsigned long long)last + 1);
+    const char *before[] = {msg, "max_video_decode_pixels", NULL};
+    CHECK(is_err(qvl_video_load(mp4, &vp, &v, &err), &err, QVL_ERR_LIMIT, before));
+    printf("video decode budget, mp4: %s\n", err.message);
+    l.max_video_decode_pixels = (last + 1) * px;
+    CHECK(qvl_video_load(mp4, &vp, &v, &err) == QVL_OK);
+    qvl_video_free(&v);
+    /* WebM: 60 frames counted first, then decoded up to the last sampled one */
+    l.max_video_decode_pixels = 60 * px - 1;
+    const char *counting[] = {"59 frames of 64x48 decoded, one more passes", NULL};
+    CHECK(is_err(qvl_video_load(webm, &vp, &v, &err), &err, QVL_ERR_LIMIT, counting));
+    printf("video decode budget, webm: %s\n", err.message);
+    l.max_video_decode_pixels = (60 + last + 1) * px - 1;
+    const char *after[] = {"after counting them", NULL};
+    CHECK(is_err(qvl_video_load(webm, &vp, &v, &err), &err, QVL_ERR_LIMIT, after));
+    l.max_video_decode_pixels = (60 + last + 1) * px;
+    CHECK(qvl_video_load(webm, &vp, &v, &err) == QVL_OK && (uint64_t)v.indices[v.n_frames - 1] == last);
+    qvl_video_free(&v);
+}
+
 /* NaN and infinity: in ROWS items and qvl_encode input (refused, naming the row and column), and in the output of
  * finite but huge rows (the patch GEMM overflows to infinity, which becomes NaN downstream). */
 static void test_nonfinite_rows(qvl_model *m) {
@@ -752,6 +791,7 @@ static void test_api(void) {
     test_nonfinite_weights();
     test_preprocess_limits();
     test_video_limits();
+    if (QVL_WITH_VIDEO) test_video_decode_budget();
 }
 
 int main(void) {

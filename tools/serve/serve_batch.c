@@ -1098,16 +1098,9 @@ char *srv_info_json(srv_state *s) {
         const qvl_limits *q = &s->cfg.qlim; /* the library's (--limit NAME=N) */
         cJSON *ql = cJSON_AddObjectToObject(l, "library");
         if (ql) {
-            cJSON_AddNumberToObject(ql, "max_image_pixels", (double)q->max_image_pixels);
-            cJSON_AddNumberToObject(ql, "max_canvas_pixels", (double)q->max_canvas_pixels);
-            cJSON_AddNumberToObject(ql, "max_input_bytes", (double)q->max_input_bytes);
-            cJSON_AddNumberToObject(ql, "max_png_chunk_bytes", (double)q->max_png_chunk_bytes);
-            cJSON_AddNumberToObject(ql, "max_jpeg_scans", q->max_jpeg_scans);
-            cJSON_AddNumberToObject(ql, "max_video_frames", q->max_video_frames);
-            cJSON_AddNumberToObject(ql, "max_video_pixels", (double)q->max_video_pixels);
-            cJSON_AddNumberToObject(ql, "max_item_patches", (double)q->max_item_patches);
-            cJSON_AddNumberToObject(ql, "max_call_patches", (double)q->max_call_patches);
-            cJSON_AddNumberToObject(ql, "max_decode_work", (double)q->max_decode_work);
+#define LIMIT_JSON(name, bits) cJSON_AddNumberToObject(ql, #name, (double)q->name);
+            QVL_LIMIT_FIELDS(LIMIT_JSON)
+#undef LIMIT_JSON
         }
     }
     cJSON_AddBoolToObject(o, "cache", s->cache != NULL);
