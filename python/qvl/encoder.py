@@ -622,8 +622,9 @@ class Encoder:
             threads=threads, precision=self.precision, version=version())
 
     def cancel(self) -> None:
-        """Cancel the encode running now (from any thread): its remaining items fail with status cancelled.
-        The next encode call clears the flag. Does nothing once the Encoder is closed."""
+        """Cancel the encode running now (from any thread), its decoding included: the items not yet decoded or
+        encoded fail with status cancelled. The next encode call clears the flag. Does nothing once the Encoder is
+        closed."""
         try:
             with self._guard.using() as (_, ctx):
                 lib.qvl_ctx_cancel(ctx)

@@ -238,6 +238,34 @@ def test_one_encoder_many_threads(enc: qvl.Encoder) -> None:
     assert len(out) == 4 and all(same(r.embeds, ref.embeds) for r in out)
 
 
+def test_cancel_reaches_decoding(enc: qvl.Encoder) -> None:
+    """cancel() from another thread stops the items still being decoded, not only the encode after them: a call on
+    200 copies of the photo, cancelled repeatedly from another thread until it returns, leaves items that were
+    never decoded ("not decoded: cancelled") and returns well before 200 decodes would take."""
+    items = [PHOTO] * 200
+    t0 = time.perf_counter()
+    enc.encode(items[:20])
+    per_item = (time.perf_counter() - t0) / 20
+    done = threading.Event()
+    out: list = []
+
+    def work() -> None:
+        out.extend(enc.encode(items, raise_on_error=False))
+        done.set()
+
+    t = threading.Thread(target=work)
+    t0 = time.perf_counter()
+    t.start()
+    while not done.wait(0.01):
+        enc.cancel()  # again and again: the call clears the flag as it starts
+    t.join()
+    took = time.perf_counter() - t0
+    undecoded = [r for r in out if not r.ok and "not decoded: cancelled" in (r.error or "")]
+    assert len(out) == 200 and undecoded and all(r.status == 10 for r in out if not r.ok)
+    assert took < 100 * per_item, (took, per_item)
+    assert enc.encode([PHOTO])[0].ok  # the next call starts afresh
+
+
 @pytest.fixture(scope="module")
 def slow_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A one-block tower of Qwen3-VL-2B's width: a 448² image takes about half a second on one thread."""
