@@ -32,10 +32,11 @@
  * so four independent TDPBF16PS chains and one tile load per TDPBF16PS. The pairs are pipelined so that the tile
  * unit and the vector units work at the same time: while pair pp's softmax runs, pair pp − 1's Oᵀ update and pair
  * pp + 1's Sᵀ are issued in small steps (aa_tiles) between its operations, one every 4 key pairs (P needs two
- * buffers). Issued whole before the softmax (the design before), a product filled the reorder window and the two
- * hardly overlapped: the steps made the 896² shape (one segment of 3136 rows, 2 threads) 1.12-1.14x as fast,
- * 1344² 1.09x, 448² 1.07x, eight 224² segments 1.03x (bench/amx_ab.sh attention, Emerald Rapids VM; a step every 2
- * key pairs 0.89x, every 3 0.96x, every 5 or 6 0.98x, steps in the max pass too 1.00x, all against every 4).
+ * buffers). Issued whole before the softmax (the design before), the two hardly overlapped (a product likely
+ * filled the reorder window; no hardware counters showed it): the steps made the 896² shape (one segment of 3136
+ * rows, 2 threads) 1.12-1.14x as fast, 1344² 1.09x, 448² 1.07x, eight 224² segments 1.03x (bench/amx_ab.sh
+ * attention, Emerald Rapids VM; a step every 2 key pairs 0.89x, every 3 0.96x, every 5 or 6 0.98x, steps in the
+ * max pass too 1.00x, all against every 4).
  * Per pair of groups and 64-key tile at hd 64: 16 + 16 TDPBF16PS, 16 + 24 tile loads, 8 + 8 tile stores, and
  * the softmax's 2 x 64 exp2 vectors (~15 AVX-512 operations per key and group: the expected bottleneck). Per
  * item and 64-key tile, without the pack, also the tile's layout: 64 K rows of hd floats (far apart in the qkv
