@@ -5,11 +5,18 @@
 #ifndef QVL_CORE_STOP_H
 #define QVL_CORE_STOP_H
 
+#include "core/error.h"
+
 typedef struct stop_probe {
     int (*fn)(void *user);
     void *user;
 } stop_probe;
 
 static inline int stop_now(const stop_probe *s) { return s && s->fn && s->fn(s->user); }
+
+/* Before an input is read: QVL_ERR_CANCELLED naming `label` when the probe says stop, else QVL_OK. */
+static inline qvl_status stop_before(const stop_probe *s, const char *label, qvl_error *err) {
+    return stop_now(s) ? err_fail(err, QVL_ERR_CANCELLED, "%s: not decoded: cancelled", label) : QVL_OK;
+}
 
 #endif

@@ -329,8 +329,8 @@ static void aa_output(const float *ot, const float *lrow, int nq, int hd, int hb
 #define AA_B1 7
 
 /* The tile work of a pair of query groups, queued to run in steps between a softmax's vector operations (the
- * tile unit and the vector units then work at the same time; a product issued whole before a softmax fills the
- * reorder window long before it finishes): first an Oᵀ update, then an Sᵀ, each optional. A step is one 32-key
+ * tile unit and the vector units then work at the same time, which a product issued whole before a softmax
+ * hardly did: see the top of this file): first an Oᵀ update, then an Sᵀ, each optional. A step is one 32-key
  * step of two 16-dim blocks (Oᵀ) or one 32-dim K tile of two 16-key blocks (Sᵀ), with the accumulators loaded or
  * zeroed before a block's first step and stored after its last. Each accumulator is the same TDPBF16PS chain in
  * the same order whichever way the steps are spread: the same bits.
@@ -437,6 +437,10 @@ static void aa_tiles_finish(aa_tiles *tl) {
 /* One work item (attn_block_fn's contract; hd even, hd <= 128; ws: aa_floats(hd) floats, 64-byte aligned).
  * kpack, vpack NULL: K and V laid out here, per key tile (aa_layout_kv into ws); else the segment's K rows and Vᵀ
  * steps laid out beforehand (aa_run_packed), read from there: the same operands, so the same bits. */
+/* P pairs of pair of groups pp (two buffers, the pairs alternating: pp's softmax writes one while pp − 1's Oᵀ
+ * reads the other). */
+static inline uint32_t *aa_pair_p(const aa_ws *w, int pp) { return w->pt + (size_t)(pp % 2) * AA_KP * 16; }
+
 static void aa_block_on(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
                         const uint16_t *kpack, const uint32_t *vpack, float *out, size_t ldo, int nq, int nk, int hd,
                         float scale, float *ws) {
@@ -478,10 +482,10 @@ static void aa_block_on(const float *q, size_t ldq, const float *k, size_t ldk, 
         for (int pp = 0; pp < npp; pp++) {
             const int g = 2 * pp, two_g = g + 1 < ng;
             float *s0 = w.s + (size_t)(pp % 2) * 2 * sb;
-            uint32_t *p0 = w.pt + (size_t)(pp % 2) * AA_KP * 16;
+            uint32_t *p0 = aa_pair_p(&w, pp);
             aa_tiles_none(&tl);
             if (pp > 0) { /* pair pp − 1 has two groups: only the last pair may have one */
-                const uint32_t *q0 = w.pt + (size_t)((pp - 1) % 2) * AA_KP * 16;
+                const uint32_t *q0 = aa_pair_p(&w, pp - 1);
                 aa_tiles_pv(&tl, q0, q0 + AA_KP / 2 * 16, 1, vt, hb, nks, w.ot + 16 * (g - 2));
             }
             if (pp + 1 < npp) {
@@ -495,7 +499,7 @@ static void aa_block_on(const float *q, size_t ldq, const float *k, size_t ldk, 
             aa_tiles_finish(&tl);
         }
         const int g = 2 * (npp - 1);
-        const uint32_t *q0 = w.pt + (size_t)((npp - 1) % 2) * AA_KP * 16;
+        const uint32_t *q0 = aa_pair_p(&w, npp - 1);
         aa_tiles_none(&tl);
         aa_tiles_pv(&tl, q0, q0 + AA_KP / 2 * 16, g + 1 < ng, vt, hb, nks, w.ot + 16 * g);
         aa_tiles_finish(&tl);

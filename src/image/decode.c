@@ -318,7 +318,7 @@ static qvl_status decode_labeled(const uint8_t *d, size_t n, const qvl_decode_pa
     uint64_t max_bytes;
     TRY(resolve_limits(p, &lim, &max_bytes, err));
     lim.stop = stop;
-    if (stop_now(stop)) return err_fail(err, QVL_ERR_CANCELLED, "%s: not decoded: cancelled", label);
+    TRY(stop_before(stop, label, err));
     if (n > max_bytes)
         return limit_fail(err, "max_input_bytes", max_bytes, "%s: the image is %zu bytes, more than the %llu allowed",
                           label, n, (unsigned long long)max_bytes);

@@ -202,7 +202,7 @@ static qvl_status video_still(const video_src *src, const char *label, const qvl
 /* The dispatch of every video entry point (see the top of this file). */
 static qvl_status video_read(const video_src *src, const char *label, const qvl_video_params *p,
                              const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out, qvl_error *err) {
-    if (stop_now(stop)) return err_fail(err, QVL_ERR_CANCELLED, "%s: not decoded: cancelled", label);
+    TRY(stop_before(stop, label, err));
     uint8_t head[VIDEO_HEAD_BYTES];
     long n = video_src_read(src, head, sizeof head, 0);
     if (n < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot read: %s", label, strerror(errno));
