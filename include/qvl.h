@@ -139,9 +139,11 @@ typedef struct qvl_limits {
     uint64_t max_png_chunk_bytes; /* a PNG chunk before the image data, and a text/ICC chunk's inflated size
                                      (default 8 MiB) */
     uint32_t max_jpeg_scans;      /* scans of a progressive JPEG (default 500) */
-    uint32_t max_video_frames;    /* frames sampled and held for one video or FRAMES item (default 4096) */
-    uint64_t max_video_pixels;    /* frames · width · height of the frames held for one video, before they are
-                                     decoded (default 2^30: 3 GiB of RGB) */
+    uint32_t max_video_frames;    /* frames sampled for one video or FRAMES item (default 4096) */
+    uint64_t max_video_pixels;    /* frames · width · height of the source frames qvl_video_load / _decode /
+                                     _from_images return, before they are decoded (default 2^30: 3 GiB of RGB).
+                                     Not a plan's video: a plan resizes each sampled frame into the item's rows
+                                     as it is decoded and holds one source frame at a time */
     uint64_t max_item_patches;    /* patch rows t·h·w of one item, before its rows are allocated (default 262144 =
                                      4 times the default image budget of 65536 patches; a plan without a ctx
                                      counts a longer row than 1536 values as several: qvl_plan_create) */

@@ -23,6 +23,35 @@ qvl_status preprocess_image_pool(const qvl_image *img, const qvl_preprocess_para
                                  thread_pool *pool, qvl_error *err);
 qvl_status preprocess_video_pool(const qvl_video *v, const qvl_preprocess_params *p, float *rows, qvl_grid *grid,
                                  thread_pool *pool, qvl_error *err);
+/* qvl_video_grid without its argument checks (v->rgb may be NULL: only the sampling and sizes are read), with full
+ * params. */
+qvl_status video_grid_of(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
+
+/* A video's rows made as its frames arrive, bit for bit those of qvl_preprocess_video over the same frames: each
+ * sampled frame is resized (the same resize of the same frame) into one of temporal_patch frame buffers as it comes,
+ * and each temporal patch's rows are written once its frames are in (the last padded with the clip's last frame).
+ * Holds temporal_patch resized frames and the resize workspace, never the clip's source frames.
+ *   video_rows_start  for v's sampling and sizes (v->rgb not read) and its grid (video_grid_of), into rows (the
+ *                     grid's rows · row_len floats, the caller's), on `pool` (NULL: one of its own, p->n_threads);
+ *                     p (full params) must outlive the rows' making; a second start drops the first's state
+ *   video_rows_frame  slot `slot` of v's sampled frames (0, 1, ... in order), v->width x v->height RGB
+ *   video_rows_free   the buffers (also after a failure; a zeroed video_rows is free) */
+typedef struct video_rows {
+    const qvl_preprocess_params *p;
+    thread_pool *pool, *own;
+    float *rows;
+    uint8_t *frames; /* temporal_patch frames of th x tw x 3 */
+    void *ws;        /* the resize's */
+    int32_t w, h, th, tw, n_frames;
+    int resize;
+    size_t frame_bytes, next;
+    float lut[3][256];
+} video_rows;
+qvl_status video_rows_start(video_rows *vr, const qvl_video *v, const qvl_grid *grid, const qvl_preprocess_params *p,
+                            float *rows, thread_pool *pool, qvl_error *err);
+qvl_status video_rows_frame(video_rows *vr, size_t slot, const uint8_t *rgb, qvl_error *err);
+void video_rows_free(video_rows *vr);
+
 /* qvl_image_decode with `label` naming the bytes in messages, and qvl_image_load (without its argument checks),
  * both stopped by `stop` (core/stop.h; NULL: never) before decoding and during a JPEG's or a PNG's decode. */
 qvl_status image_decode_labeled(const void *data, size_t size, const qvl_decode_params *p, const stop_probe *stop,

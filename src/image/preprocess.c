@@ -236,7 +236,10 @@ qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qv
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_grid: %s is NULL", !v ? "v" : !grid ? "grid" : "v->rgb");
     qvl_preprocess_params pp;
     TRY(preprocess_params_take(&pp, p, err));
-    p = &pp;
+    return video_grid_of(v, &pp, grid, err);
+}
+
+qvl_status video_grid_of(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err) {
     TRY(check_params(p, err));
     TRY(check_source(v->width, v->height, "qvl_video_grid: a frame", err));
     int32_t th = 0, tw = 0;
@@ -271,8 +274,9 @@ static void build_lut(const qvl_preprocess_params *p, float lut[3][256]) {
 }
 
 typedef struct patch_job {
-    const uint8_t *frames;
-    int32_t n_frames, th, tw;
+    const uint8_t *frames; /* frames f0, f0 + 1, ... of the clip */
+    int32_t f0, n_frames, th, tw;
+    long r0;               /* the first row written (rows[0] is the clip's first row) */
     const qvl_preprocess_params *p;
     const float (*lut)[256];
     float *rows;
@@ -289,7 +293,7 @@ static void patch_rows(void *ctx, long r0, long r1, int thread) {
     const int P = p->patch, M = p->merge, T = p->temporal_patch;
     const int gh = j->th / P, gw = tw / P;
     const size_t row_len = (size_t)3 * T * P * P, frame_bytes = (size_t)j->th * tw * 3;
-    for (long r = r0; r < r1; r++) {
+    for (long r = j->r0 + r0; r < j->r0 + r1; r++) {
         /* r = (((t·(gh/M) + bh)·(gw/M) + bw)·M + ih)·M + iw */
         long q = r;
         int iw = (int)(q % M); q /= M;
@@ -303,7 +307,7 @@ static void patch_rows(void *ctx, long r0, long r1, int thread) {
             for (int tp = 0; tp < T; tp++) {
                 int f = t * T + tp;
                 if (f >= n_frames) f = n_frames - 1;
-                const uint8_t *fr = frames + (size_t)f * frame_bytes;
+                const uint8_t *fr = frames + (size_t)(f - j->f0) * frame_bytes;
                 for (int y = 0; y < P; y++) {
                     const uint8_t *src = fr + ((size_t)(y0 + y) * tw + x0) * 3 + c;
                     float *dst = out + (((size_t)c * T + tp) * P + y) * P;
@@ -318,7 +322,7 @@ static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_
                      const float lut[3][256], float *rows, thread_pool *pool) {
     const int P = p->patch, T = p->temporal_patch;
     const long n_rows = (long)((n_frames + T - 1) / T) * (th / P) * (tw / P);
-    patch_job j = {frames, n_frames, th, tw, p, lut, rows};
+    patch_job j = {frames, 0, n_frames, th, tw, 0, p, lut, rows};
     pool_for(pool, n_rows, 0, patch_rows, &j);
 }
 
@@ -398,6 +402,68 @@ qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params 
     TRY(qvl_video_grid(v, p, grid, err));
     return frames_to_rows(v->rgb, v->n_frames, v->width, v->height, grid->w * p->patch, grid->h * p->patch, p, rows,
                           NULL, err);
+}
+
+/* ---- a video's rows as its frames arrive (video_rows, image_params.h) ----------------------------------------- */
+
+void video_rows_free(video_rows *vr) {
+    free(vr->frames);
+    free(vr->ws);
+    pool_destroy(vr->own);
+    memset(vr, 0, sizeof *vr);
+}
+
+qvl_status video_rows_start(video_rows *vr, const qvl_video *v, const qvl_grid *grid, const qvl_preprocess_params *p,
+                            float *rows, thread_pool *pool, qvl_error *err) {
+    video_rows_free(vr);
+    const int32_t T = p->temporal_patch, th = grid->h * p->patch, tw = grid->w * p->patch;
+    size_t frame_bytes, all;
+    if (size_mul_overflow((size_t)tw * 3, (size_t)th, &frame_bytes) || size_mul_overflow(frame_bytes, (size_t)T, &all))
+        return err_fail(err, QVL_ERR_LIMIT, "resized frames %dx%d x %d overflow", tw, th, T);
+    vr->resize = v->width != tw || v->height != th;
+    if (vr->resize) {
+        const size_t ws_bytes = resize_workspace_size(v->width, v->height, tw, th, 3);
+        if (!ws_bytes)
+            return err_fail(err, QVL_ERR_LIMIT, "resize %dx%d -> %dx%d out of range", v->width, v->height, tw, th);
+        vr->ws = malloc(ws_bytes);
+    }
+    vr->frames = malloc(all);
+    if (!vr->frames || (vr->resize && !vr->ws)) {
+        video_rows_free(vr);
+        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for resized frames", all);
+    }
+    if (!pool) {
+        qvl_status s = pool_create(&vr->own, p->n_threads, err);
+        if (s != QVL_OK) {
+            video_rows_free(vr);
+            return s;
+        }
+        pool = vr->own;
+    }
+    vr->p = p, vr->pool = pool, vr->rows = rows;
+    vr->w = v->width, vr->h = v->height, vr->th = th, vr->tw = tw, vr->n_frames = v->n_frames;
+    vr->frame_bytes = frame_bytes;
+    vr->next = 0;
+    build_lut(p, vr->lut);
+    return QVL_OK;
+}
+
+qvl_status video_rows_frame(video_rows *vr, size_t slot, const uint8_t *rgb, qvl_error *err) {
+    const qvl_preprocess_params *p = vr->p;
+    const int32_t T = p->temporal_patch;
+    if (!vr->frames || slot != vr->next || slot >= (size_t)vr->n_frames)
+        return err_fail(err, QVL_ERR_INTERNAL, "video rows: frame %zu given, %zu expected", slot, vr->next);
+    uint8_t *dst = vr->frames + (slot % (size_t)T) * vr->frame_bytes;
+    if (vr->resize) TRY(resize_u8(rgb, vr->w, vr->h, 3, dst, vr->tw, vr->th, kind_of(p->resize), vr->ws, vr->pool, err));
+    else memcpy(dst, rgb, vr->frame_bytes);
+    vr->next++;
+    if (vr->next % (size_t)T != 0 && vr->next != (size_t)vr->n_frames) return QVL_OK;
+    /* a temporal patch is complete (the last one padded with the clip's last frame): its rows */
+    const long t = (long)(slot / (size_t)T), per_t = (long)(vr->th / p->patch) * (vr->tw / p->patch);
+    patch_job j = {vr->frames, (int32_t)(t * T), vr->n_frames, vr->th, vr->tw, t * per_t, p,
+                   (const float(*)[256])vr->lut, vr->rows};
+    pool_for(vr->pool, per_t, 0, patch_rows, &j);
+    return QVL_OK;
 }
 
 qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode, int n_threads,

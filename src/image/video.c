@@ -384,13 +384,15 @@ static qvl_status convert_frame(vdec *d, const AVFrame *f, int64_t index, uint8_
 typedef struct vpass {
     const int64_t *indices;
     size_t n, next;
-    uint8_t *rgb;     /* [n][h·w·3] */
+    uint8_t *rgb;     /* [n][h·w·3]; with a sink, one frame */
+    const video_sink *sink; /* NULL: the frames into rgb */
     int64_t decoded;  /* frames seen so far */
     const qvl_video_params *count_p;
     double fps;
 } vpass;
 
-/* Take one decoded frame: store it in every slot whose index it is. Sets *done once all slots are filled. */
+/* Take one decoded frame: store it in every slot whose index it is (with a sink: convert it once into the one-frame
+ * buffer and hand it to the sink for each of those slots). Sets *done once all slots are filled. */
 static qvl_status take_frame(vdec *d, vpass *ps, int *done, qvl_error *err) {
     size_t fs = (size_t)d->width * (size_t)d->height * 3;
     int64_t i = ps->decoded++;
@@ -402,12 +404,15 @@ static qvl_status take_frame(vdec *d, vpass *ps, int *done, qvl_error *err) {
                           d->path, (unsigned long long)(d->decoded_pixels / px), (int)d->width, (int)d->height,
                           (unsigned long long)d->max_decode_pixels);
     d->decoded_pixels += px;
-    if (ps->count_p) return video_count_check(ps->decoded, d->width, d->height, ps->fps, ps->count_p, d->path, err);
+    if (ps->count_p)
+        return video_count_check(ps->decoded, d->width, d->height, ps->fps, ps->count_p, ps->sink != NULL, d->path,
+                                 err);
     size_t first = ps->next;
     while (ps->next < ps->n && ps->indices[ps->next] == i) {
-        uint8_t *slot = ps->rgb + ps->next * fs;
+        uint8_t *slot = ps->sink ? ps->rgb : ps->rgb + ps->next * fs;
         if (ps->next == first) TRY(convert_frame(d, d->frame, i, slot, err));
-        else memcpy(slot, ps->rgb + first * fs, fs);
+        else if (!ps->sink) memcpy(slot, ps->rgb + first * fs, fs);
+        if (ps->sink) TRY(ps->sink->frame(ps->sink->user, ps->next, slot, err));
         ps->next++;
     }
     if (ps->next < ps->n && ps->indices[ps->next] < i)
@@ -487,8 +492,8 @@ static qvl_status decode_budget(const vdec *d, const qvl_video *v, qvl_error *er
                       (unsigned long long)d->max_decode_pixels);
 }
 
-static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decode_params *dp, qvl_video *out,
-                             qvl_error *err) {
+static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decode_params *dp,
+                             const video_sink *sink, qvl_video *out, qvl_error *err) {
     const char *path = d->path;
     TRY(frame_limit(d, p, dp, err));
     TRY(vdec_open(d, err));
@@ -501,8 +506,8 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
     int64_t total = st->nb_frames;
     int counted = 0;
     if (total <= 0) { /* no count in the header: decode once to count, within the limits */
-        TRY(video_count_check(0, d->width, d->height, fps, p, path, err));
-        vpass count = {NULL, 0, 0, NULL, 0, p, fps};
+        TRY(video_count_check(0, d->width, d->height, fps, p, sink != NULL, path, err));
+        vpass count = {NULL, 0, 0, NULL, sink, 0, p, fps};
         TRY(decode_pass(d, &count, err));
         total = count.decoded;
         counted = 1;
@@ -510,10 +515,10 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
         TRY(vdec_open(d, err));
     }
     if (total <= 0) return err_fail(err, QVL_ERR_FORMAT, "%s: the video stream has no frames", path);
-    TRY(video_sample_into(out, d->width, d->height, total, fps, p, path, err));
+    TRY(video_sample_into(out, d->width, d->height, total, fps, p, sink, 1, path, err));
     TRY(decode_budget(d, out, err));
 
-    vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0, NULL, 0.0};
+    vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0};
     TRY(decode_pass(d, &ps, err));
     if (ps.next == ps.n) return QVL_OK;
     /* The stream ended early: take the indices again over the frames it has. */
@@ -527,9 +532,9 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
     out->indices = NULL;
     vdec_close(d);
     TRY(vdec_open(d, err));
-    TRY(video_sample_into(out, d->width, d->height, have, fps, p, path, err));
+    TRY(video_sample_into(out, d->width, d->height, have, fps, p, sink, 1, path, err));
     TRY(decode_budget(d, out, err));
-    vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, 0, NULL, 0.0};
+    vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0};
     TRY(decode_pass(d, &again, err));
     if (again.next != again.n)
         return err_fail(err, QVL_ERR_FORMAT, "%s: the stream has %lld decodable frames on a second read, %lld before",
@@ -538,7 +543,8 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
 }
 
 qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
-                           const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out, qvl_error *err) {
+                           const qvl_decode_params *dp, const stop_probe *stop, const video_sink *sink,
+                           qvl_video *out, qvl_error *err) {
     static const char *const demuxer[] = {[DEC_MOV] = "mov", [DEC_MKV] = "matroska", [DEC_AVI] = "avi",
                                           [DEC_MPEGTS] = "mpegts"};
     if (!dec_is_video((dec_format)fmt))
@@ -554,8 +560,12 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
                                  label, dec_format_name((dec_format)fmt), demuxer[fmt]);
     vlog log;
     vlog *outer = vlog_enter(&log);
-    s = video_load(&d, p, dp, out, err);
+    s = video_load(&d, p, dp, sink, out, err);
     vdec_close(&d);
+    if (sink) { /* the one-frame buffer: the frames went to the sink */
+        free(out->rgb);
+        out->rgb = NULL;
+    }
     if (s != QVL_OK) vlog_append(&log, err);
     tl_vlog = outer;
     return s;

@@ -25,26 +25,29 @@
  * format) at all of them. */
 enum { VIDEO_HEAD_BYTES = 4096 };
 
-/* Allocate the output for n frames of w x h. */
-static qvl_status alloc_frames(qvl_video *out, int32_t w, int32_t h, size_t n, const char *what, qvl_error *err) {
+/* Allocate the output's table of n sampled frames and room for `held` frames of w x h. */
+static qvl_status alloc_frames(qvl_video *out, int32_t w, int32_t h, size_t n, size_t held, const char *what,
+                               qvl_error *err) {
     size_t fs, total;
-    if (n > INT32_MAX || size_mul_overflow((size_t)w * (size_t)h, 3, &fs) || size_mul_overflow(fs, n, &total))
+    if (n > INT32_MAX || size_mul_overflow((size_t)w * (size_t)h, 3, &fs) || size_mul_overflow(fs, held, &total))
         return err_fail(err, QVL_ERR_LIMIT, "%s: %zu frames of %dx%d are too large", what, n, (int)w, (int)h);
-    out->rgb = malloc(total + VIDEO_SWS_SLACK); /* the last frame's last row may be written by sws_scale */
+    out->rgb = held ? malloc(total + VIDEO_SWS_SLACK) : NULL; /* the last frame's last row may be written by
+                                                                 sws_scale */
     out->indices = malloc(n * sizeof *out->indices);
-    if (!out->rgb || !out->indices)
-        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu frames of %dx%d", what, n, (int)w, (int)h);
+    if ((held && !out->rgb) || !out->indices)
+        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu frames of %dx%d", what, held, (int)w, (int)h);
     out->width = w;
     out->height = h;
     out->n_frames = (int32_t)n;
     return QVL_OK;
 }
 
-/* The limits on holding n sampled frames of w x h, from the header's size and the sampled count, before any frame
- * buffer exists. `counted` < 0: n is what sampling picks; else the header gives no frame count, `counted` frames
- * of the stream are counted so far and n, what sampling picks from that many (at least 1), is a lower bound. */
-static qvl_status frames_fit(const qvl_limits *lim, int32_t w, int32_t h, size_t n, int64_t counted, const char *what,
-                             qvl_error *err) {
+/* The limits on n sampled frames of w x h, from the header's size and the sampled count, before any frame buffer
+ * exists; max_video_pixels only where they are all held (not `streamed` to a sink). `counted` < 0: n is what
+ * sampling picks; else the header gives no frame count, `counted` frames of the stream are counted so far and n,
+ * what sampling picks from that many (at least 1), is a lower bound. */
+static qvl_status frames_fit(const qvl_limits *lim, int32_t w, int32_t h, size_t n, int streamed, int64_t counted,
+                             const char *what, qvl_error *err) {
     const char *least = counted >= 0 ? "at least " : "";
     char so_far[96] = "";
     if (counted >= 0)
@@ -55,7 +58,7 @@ static qvl_status frames_fit(const qvl_limits *lim, int32_t w, int32_t h, size_t
     if (w > 0 && h > 0 && (uint64_t)w * (uint64_t)h > lim->max_image_pixels)
         return limit_fail(err, "max_image_pixels", lim->max_image_pixels, "%s: %dx%d frames have more than the %llu "
                           "pixels allowed", what, (int)w, (int)h, (unsigned long long)lim->max_image_pixels);
-    if (n > 0 && w > 0 && h > 0 && (uint64_t)w * (uint64_t)h > lim->max_video_pixels / n)
+    if (!streamed && n > 0 && w > 0 && h > 0 && (uint64_t)w * (uint64_t)h > lim->max_video_pixels / n)
         return limit_fail(err, "max_video_pixels", lim->max_video_pixels, "%s: %s%zu frames of %dx%d are %llu "
                           "pixels%s, more than the %llu allowed", what, least, n, (int)w, (int)h,
                           (unsigned long long)((uint64_t)w * (uint64_t)h * n), so_far,
@@ -64,27 +67,28 @@ static qvl_status frames_fit(const qvl_limits *lim, int32_t w, int32_t h, size_t
 }
 
 qvl_status video_count_check(int64_t counted, int32_t w, int32_t h, double fps, const qvl_video_params *p,
-                             const char *what, qvl_error *err) {
+                             int streamed, const char *what, qvl_error *err) {
     size_t n = 0;
     TRY(qvl_video_sample_indices(counted > 1 ? counted : 1, fps, p, NULL, 0, &n, err));
     qvl_limits lim;
     TRY(limits_take(&lim, p->limits, "qvl_video_params.limits", err));
-    return frames_fit(&lim, w, h, n, counted, what, err);
+    return frames_fit(&lim, w, h, n, streamed, counted, what, err);
 }
 
 qvl_status video_sample_into(qvl_video *out, int32_t w, int32_t h, int64_t total, double fps,
-                             const qvl_video_params *p, const char *what, qvl_error *err) {
+                             const qvl_video_params *p, const video_sink *sink, int held_one, const char *what,
+                             qvl_error *err) {
     size_t n = 0;
     TRY(qvl_video_sample_indices(total, fps, p, NULL, 0, &n, err));
     if (n == 0) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: sampling picks no frames", what);
     qvl_limits lim;
     TRY(limits_take(&lim, p->limits, "qvl_video_params.limits", err));
-    TRY(frames_fit(&lim, w, h, n, -1, what, err));
-    TRY(alloc_frames(out, w, h, n, what, err));
+    TRY(frames_fit(&lim, w, h, n, sink != NULL, -1, what, err));
+    TRY(alloc_frames(out, w, h, n, sink ? held_one != 0 : n, what, err));
     TRY(qvl_video_sample_indices(total, fps, p, out->indices, n, &n, err));
     out->total_frames = total;
     out->fps = fps;
-    return QVL_OK;
+    return sink ? sink->begin(sink->user, out, err) : QVL_OK;
 }
 
 /* The decode params of a video's images (frame files, a still): the caller's `dp` (an item's, taken; NULL: the
@@ -98,9 +102,10 @@ static void frame_decode_params(qvl_decode_params *out, const qvl_video_params *
 }
 
 /* Decode every image in order (each must have the first one's size) and keep the sampled ones. */
+/* Each sampled frame to `sink` (NULL: into out->rgb) as soon as its file is decoded. */
 static qvl_status from_images(const char *const *paths, size_t n, const qvl_video_params *p,
-                              const qvl_decode_params *item_dp, const stop_probe *stop, qvl_video *out,
-                              qvl_error *err) {
+                              const qvl_decode_params *item_dp, const stop_probe *stop, const video_sink *sink,
+                              qvl_video *out, qvl_error *err) {
     qvl_decode_params dp;
     frame_decode_params(&dp, p, item_dp);
     size_t next = 0, fs = 0;
@@ -110,7 +115,7 @@ static qvl_status from_images(const char *const *paths, size_t n, const qvl_vide
         TRY(image_load_item(paths[i], &dp, stop, &img, err)); /* stopped before each file and within it */
         qvl_status s = QVL_OK;
         if (i == 0) { /* the first frame fixes the size */
-            s = video_sample_into(out, img.width, img.height, (int64_t)n, p->default_fps, p, paths[0], err);
+            s = video_sample_into(out, img.width, img.height, (int64_t)n, p->default_fps, p, sink, 0, paths[0], err);
             fs = (size_t)img.width * (size_t)img.height * 3;
         } else if (img.width != out->width || img.height != out->height) {
             s = err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame %zu is %dx%d, the first frame (%s) is %dx%d", paths[i],
@@ -118,7 +123,8 @@ static qvl_status from_images(const char *const *paths, size_t n, const qvl_vide
         }
         for (size_t first = next; s == QVL_OK && next < (size_t)out->n_frames && out->indices[next] == (int64_t)i;
              next++)
-            memcpy(out->rgb + next * fs, next == first ? img.rgb : out->rgb + first * fs, fs);
+            if (sink) s = sink->frame(sink->user, next, img.rgb, err);
+            else memcpy(out->rgb + next * fs, next == first ? img.rgb : out->rgb + first * fs, fs);
         qvl_image_free(&img);
         if (s != QVL_OK) return s;
     }
@@ -129,8 +135,8 @@ static qvl_status from_images(const char *const *paths, size_t n, const qvl_vide
 }
 
 qvl_status video_from_images_item(const char *const *paths, size_t n, const qvl_video_params *p,
-                                  const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out,
-                                  qvl_error *err) {
+                                  const qvl_decode_params *dp, const stop_probe *stop, const video_sink *sink,
+                                  qvl_video *out, qvl_error *err) {
     if (out) memset(out, 0, sizeof *out);
     if (!paths || !out || n == 0)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_from_images: %s",
@@ -138,7 +144,7 @@ qvl_status video_from_images_item(const char *const *paths, size_t n, const qvl_
     qvl_video_params def;
     TRY(video_params_take(&def, p, err));
     p = &def;
-    qvl_status s = from_images(paths, n, p, dp, stop, out, err);
+    qvl_status s = from_images(paths, n, p, dp, stop, sink, out, err);
     if (s != QVL_OK) qvl_video_free(out);
     return s;
 }
@@ -146,7 +152,7 @@ qvl_status video_from_images_item(const char *const *paths, size_t n, const qvl_
 qvl_status qvl_video_from_images(const char *const *paths, size_t n, const qvl_video_params *p, qvl_video *out,
                                  qvl_error *err) {
     err_clear(err);
-    return video_from_images_item(paths, n, p, NULL, NULL, out, err);
+    return video_from_images_item(paths, n, p, NULL, NULL, NULL, out, err);
 }
 
 long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off) {
@@ -165,8 +171,8 @@ long video_src_read(const video_src *src, void *buf, size_t n, uint64_t off) {
 /* An image as a one-frame video: decoded by qvl's decoders (the decode params of frame_decode_params), sampled at
  * p->default_fps like qvl_video_from_images of that one file. */
 static qvl_status video_still(const video_src *src, const char *label, const qvl_video_params *p,
-                              const qvl_decode_params *item_dp, const stop_probe *stop, qvl_video *out,
-                              qvl_error *err) {
+                              const qvl_decode_params *item_dp, const stop_probe *stop, const video_sink *sink,
+                              qvl_video *out, qvl_error *err) {
     const uint8_t *d = src->data;
     uint8_t *owned = NULL;
     if (src->fd >= 0) {
@@ -192,23 +198,26 @@ static qvl_status video_still(const video_src *src, const char *label, const qvl
     qvl_status s = image_decode_labeled(d, (size_t)src->size, &dp, stop, label, &img, err);
     free(owned);
     if (s != QVL_OK) return s;
-    s = video_sample_into(out, img.width, img.height, 1, p->default_fps, p, label, err);
+    s = video_sample_into(out, img.width, img.height, 1, p->default_fps, p, sink, 0, label, err);
     size_t fs = (size_t)img.width * (size_t)img.height * 3;
-    for (int32_t i = 0; s == QVL_OK && i < out->n_frames; i++) memcpy(out->rgb + (size_t)i * fs, img.rgb, fs);
+    for (int32_t i = 0; s == QVL_OK && i < out->n_frames; i++)
+        if (sink) s = sink->frame(sink->user, (size_t)i, img.rgb, err);
+        else memcpy(out->rgb + (size_t)i * fs, img.rgb, fs);
     qvl_image_free(&img);
     return s;
 }
 
 /* The dispatch of every video entry point (see the top of this file). */
 static qvl_status video_read(const video_src *src, const char *label, const qvl_video_params *p,
-                             const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out, qvl_error *err) {
+                             const qvl_decode_params *dp, const stop_probe *stop, const video_sink *sink,
+                             qvl_video *out, qvl_error *err) {
     TRY(stop_before(stop, label, err));
     uint8_t head[VIDEO_HEAD_BYTES];
     long n = video_src_read(src, head, sizeof head, 0);
     if (n < 0) return err_fail(err, QVL_ERR_IO, "%s: cannot read: %s", label, strerror(errno));
     const dec_format f = dec_sniff(head, (size_t)n);
-    if (dec_is_image(f)) return video_still(src, label, p, dp, stop, out, err);
-    if (dec_is_video(f)) return video_container(src, (int)f, label, p, dp, stop, out, err);
+    if (dec_is_image(f)) return video_still(src, label, p, dp, stop, sink, out, err);
+    if (dec_is_video(f)) return video_container(src, (int)f, label, p, dp, stop, sink, out, err);
     char name[192];
     const char *ff = video_probe_name(head, (size_t)n, name, sizeof name);
     if (ff)
@@ -219,8 +228,8 @@ static qvl_status video_read(const video_src *src, const char *label, const qvl_
 }
 
 qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_params *p,
-                                const qvl_decode_params *dp, const stop_probe *stop, const char *label,
-                                qvl_video *out, qvl_error *err) {
+                                const qvl_decode_params *dp, const stop_probe *stop, const video_sink *sink,
+                                const char *label, qvl_video *out, qvl_error *err) {
     memset(out, 0, sizeof *out);
     /* the bytes in memory, as qvl_image_decode's, before anything reads them */
     qvl_limits lim;
@@ -229,7 +238,7 @@ qvl_status video_decode_labeled(const void *data, size_t size, const qvl_video_p
         return limit_fail(err, "max_input_bytes", lim.max_input_bytes, "%s: %zu bytes, more than the %llu allowed",
                           label, size, (unsigned long long)lim.max_input_bytes);
     video_src src = {data, -1, size};
-    qvl_status s = video_read(&src, label, p, dp, stop, out, err);
+    qvl_status s = video_read(&src, label, p, dp, stop, sink, out, err);
     if (s != QVL_OK) qvl_video_free(out);
     return s;
 }
@@ -242,16 +251,16 @@ qvl_status qvl_video_decode(const void *data, size_t size, const qvl_video_param
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_decode: %s is NULL", out ? "data" : "out");
     qvl_video_params def;
     TRY(video_params_take(&def, p, err));
-    return video_decode_labeled(data, size, &def, NULL, NULL, "<memory>", out, err);
+    return video_decode_labeled(data, size, &def, NULL, NULL, NULL, "<memory>", out, err);
 }
 
 qvl_status qvl_video_load(const char *path, const qvl_video_params *p, qvl_video *out, qvl_error *err) {
     err_clear(err);
-    return video_load_item(path, p, NULL, NULL, out, err);
+    return video_load_item(path, p, NULL, NULL, NULL, out, err);
 }
 
 qvl_status video_load_item(const char *path, const qvl_video_params *p, const qvl_decode_params *dp,
-                           const stop_probe *stop, qvl_video *out, qvl_error *err) {
+                           const stop_probe *stop, const video_sink *sink, qvl_video *out, qvl_error *err) {
     if (out) memset(out, 0, sizeof *out);
     if (!path || !out)
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_video_load: %s is NULL", path ? "out" : "path");
@@ -263,7 +272,7 @@ qvl_status video_load_item(const char *path, const qvl_video_params *p, const qv
     size_t size;
     TRY(fu_open_fd(path, &fd, &size, err));
     video_src src = {NULL, fd, size};
-    qvl_status s = video_read(&src, path, &def, dp, stop, out, err);
+    qvl_status s = video_read(&src, path, &def, dp, stop, sink, out, err);
     close(fd);
     if (s != QVL_OK) qvl_video_free(out);
     return s;

@@ -7,8 +7,9 @@
 #include "image/video_frames.h"
 
 qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
-                           const qvl_decode_params *dp, const stop_probe *stop, qvl_video *out, qvl_error *err) {
-    (void)src, (void)p, (void)dp, (void)stop, (void)out;
+                           const qvl_decode_params *dp, const stop_probe *stop, const video_sink *sink,
+                           qvl_video *out, qvl_error *err) {
+    (void)src, (void)p, (void)dp, (void)stop, (void)sink, (void)out;
     return err_fail(err, QVL_ERR_UNSUPPORTED,
                     "%s: a video (%s), but this libqvl was built without video support (QVL_VIDEO=OFF): cannot "
                     "read a video file", label, dec_format_name((dec_format)fmt));

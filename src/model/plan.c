@@ -176,11 +176,11 @@ void plan_free_names(char **names, size_t n) {
 
 /* The regular files of a directory, sorted by name, as one video's frames. */
 static qvl_status load_frames_dir(const char *dir, const qvl_video_params *vp, const qvl_decode_params *dp,
-                                  const stop_probe *stop, qvl_video *v, qvl_error *err) {
+                                  const stop_probe *stop, const video_sink *sink, qvl_video *v, qvl_error *err) {
     char **names;
     size_t n;
     TRY(plan_list_frames(dir, &names, &n, err));
-    qvl_status s = video_from_images_item((const char *const *)names, n, vp, dp, stop, v, err);
+    qvl_status s = video_from_images_item((const char *const *)names, n, vp, dp, stop, sink, v, err);
     plan_free_names(names, n);
     return s;
 }
@@ -232,9 +232,11 @@ static qvl_status pixels_rgb(const qvl_pixels *px, qvl_alpha_mode alpha, const q
     return QVL_OK;
 }
 
-/* A video from caller frames (all used, one size), copied into one block as qvl_video holds frames. */
+/* A video from caller frames (all used, one size), each frame to `sink` as it is converted to packed RGB (in place
+ * where it already is): v gets the sampling (every frame, in order), never the frames, which stay the caller's. */
 static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, qvl_alpha_mode alpha,
-                               const qvl_limits *lim, const char *label, qvl_video *v, qvl_error *err) {
+                               const qvl_limits *lim, const char *label, const video_sink *sink, qvl_video *v,
+                               qvl_error *err) {
     memset(v, 0, sizeof *v);
     if (!it->frames || it->n_frames == 0)
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s: a FRAMES item needs frames and n_frames ≥ 1 (n_frames %zu)",
@@ -245,17 +247,11 @@ static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, q
     if (!(fps > 0) || !isfinite(fps))
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s: fps %g is not a positive number", label, it->fps);
     const int32_t w = it->frames[0].width, h = it->frames[0].height;
-    size_t fs = 0, all = 0;
-    if (w < 1 || h < 1 || size_mul_overflow((size_t)w * 3, (size_t)h, &fs) ||
-        size_mul_overflow(fs, it->n_frames, &all))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame 0 is %dx%d pixels", label, w, h);
+    if (w < 1 || h < 1) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame 0 is %dx%d pixels", label, w, h);
     if (it->n_frames > lim->max_video_frames)
         return limit_fail(err, "max_video_frames", lim->max_video_frames, "%s: %zu frames, more than the %u allowed",
                           label, it->n_frames, (unsigned)lim->max_video_frames);
-    if ((uint64_t)w * (uint64_t)h > lim->max_video_pixels / it->n_frames)
-        return limit_fail(err, "max_video_pixels", lim->max_video_pixels, "%s: %zu frames of %dx%d are more than the "
-                          "%llu pixels allowed", label, it->n_frames, w, h, (unsigned long long)lim->max_video_pixels);
-    /* every frame's size, and the image limit each is held to, before the frames' block is allocated */
+    /* every frame's size, and the image limit each is held to, before any is converted */
     if ((uint64_t)w * (uint64_t)h > lim->max_image_pixels)
         return limit_fail(err, "max_image_pixels", lim->max_image_pixels, "%s frame 0: a %dx%d image has more than "
                           "the %llu pixels allowed", label, w, h, (unsigned long long)lim->max_image_pixels);
@@ -263,30 +259,23 @@ static qvl_status frames_video(const qvl_item *it, const qvl_video_params *vp, q
         if (it->frames[f].width != w || it->frames[f].height != h)
             return err_fail(err, QVL_ERR_INVALID_ARG, "%s: frame %zu is %dx%d, frame 0 is %dx%d", label, f,
                             it->frames[f].width, it->frames[f].height, w, h);
-    v->rgb = malloc(all);
     v->indices = malloc(it->n_frames * sizeof *v->indices);
-    if (!v->rgb || !v->indices) {
-        qvl_video_free(v);
-        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %zu frames of %dx%d", label, it->n_frames, w, h);
-    }
+    if (!v->indices) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %zu frames", label, it->n_frames);
+    for (size_t f = 0; f < it->n_frames; f++) v->indices[f] = (int64_t)f;
+    v->width = w, v->height = h, v->n_frames = (int32_t)it->n_frames;
+    v->total_frames = (int64_t)it->n_frames;
+    v->fps = fps;
+    TRY(sink->begin(sink->user, v, err));
     for (size_t f = 0; f < it->n_frames; f++) {
-        const qvl_pixels *px = &it->frames[f];
         char flabel[300];
         snprintf(flabel, sizeof flabel, "%s frame %zu", label, f);
         qvl_image img;
         uint8_t *owned;
-        qvl_status s = pixels_rgb(px, alpha, lim, flabel, &img, &owned, err);
-        if (s != QVL_OK) {
-            qvl_video_free(v);
-            return s;
-        }
-        memcpy(v->rgb + f * fs, img.rgb, fs);
+        TRY(pixels_rgb(&it->frames[f], alpha, lim, flabel, &img, &owned, err));
+        qvl_status s = sink->frame(sink->user, f, img.rgb, err);
         free(owned);
-        v->indices[f] = (int64_t)f;
+        TRY(s);
     }
-    v->width = w, v->height = h, v->n_frames = (int32_t)it->n_frames;
-    v->total_frames = (int64_t)it->n_frames;
-    v->fps = fps;
     return QVL_OK;
 }
 
@@ -367,11 +356,18 @@ static qvl_status plan_image(plan_item *pi, const qvl_image *img, const qvl_prep
     return preprocess_image_pool(img, pp, pi->rows_owned, &pi->grid, pool, err);
 }
 
-static qvl_status plan_video(plan_item *pi, const qvl_video *v, const qvl_preprocess_params *pp,
-                             const qvl_limits *lim, uint64_t planned, thread_pool *pool, qvl_error *err) {
+/* A video item's sampling is known (v's sizes, indices, counts and rate; v->rgb is not read): its grid against the
+ * limits, its frame table and timestamps, its rows, and vr ready to make them as the frames come. Called again when
+ * a stream is sampled again (video_sink.begin): the first call's tables and rows are dropped. */
+static qvl_status plan_video_begin(plan_item *pi, const qvl_video *v, const qvl_preprocess_params *pp,
+                                   const qvl_limits *lim, uint64_t planned, video_rows *vr, thread_pool *pool,
+                                   qvl_error *err) {
+    free(pi->indices), pi->indices = NULL, pi->n_frames = 0;
+    free(pi->timestamps), pi->timestamps = NULL, pi->n_timestamps = 0;
+    free(pi->rows_owned), pi->rows_owned = NULL, pi->rows = NULL;
     pi->src_w = v->width, pi->src_h = v->height;
     pi->total_frames = v->total_frames, pi->fps = v->fps;
-    TRY(qvl_video_grid(v, pp, &pi->grid, err));
+    TRY(video_grid_of(v, pp, &pi->grid, err));
     TRY(check_patches(pi, lim, planned, err));
     pi->indices = malloc((size_t)v->n_frames * sizeof *pi->indices);
     pi->timestamps = malloc((size_t)pi->grid.t * sizeof *pi->timestamps);
@@ -381,7 +377,35 @@ static qvl_status plan_video(plan_item *pi, const qvl_video *v, const qvl_prepro
     pi->n_frames = v->n_frames; /* with the table it counts: never n_frames > 0 beside frame_indices NULL */
     TRY(qvl_video_timestamps(v, pp->temporal_patch, pi->timestamps, (size_t)pi->grid.t, &pi->n_timestamps, err));
     TRY(alloc_rows(pi, row_len_of(pp), lim, planned, err));
-    return preprocess_video_pool(v, pp, pi->rows_owned, &pi->grid, pool, err);
+    return video_rows_start(vr, v, &pi->grid, pp, pi->rows_owned, pool, err);
+}
+
+/* A video item's frames into its rows as the reader hands them over (video_sink): the reader holds one source frame,
+ * the item its rows and temporal_patch resized frames. The resize and patchify time is kept apart from decoding. */
+typedef struct plan_stream {
+    plan_item *pi;
+    const qvl_preprocess_params *pp;
+    const qvl_limits *lim;
+    uint64_t planned;
+    thread_pool *pool;
+    video_rows vr;
+    double ms; /* spent in begin and frame */
+} plan_stream;
+
+static qvl_status stream_begin(void *user, const qvl_video *v, qvl_error *err) {
+    plan_stream *ps = user;
+    const double t0 = now_ms();
+    qvl_status s = plan_video_begin(ps->pi, v, ps->pp, ps->lim, ps->planned, &ps->vr, ps->pool, err);
+    ps->ms += now_ms() - t0;
+    return s;
+}
+
+static qvl_status stream_frame(void *user, size_t slot, const uint8_t *rgb, qvl_error *err) {
+    plan_stream *ps = user;
+    const double t0 = now_ms();
+    qvl_status s = video_rows_frame(&ps->vr, slot, rgb, err);
+    ps->ms += now_ms() - t0;
+    return s;
 }
 
 static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it, const item_settings *base,
@@ -409,6 +433,9 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     uint8_t *owned = NULL;
     qvl_status st = QVL_OK;
     int video = 0;
+    /* a video goes into its rows frame by frame, each as soon as it is decoded (or converted) */
+    plan_stream ps = {pi, &s.pp, &lim, planned, pool, {0}, 0};
+    const video_sink sink = {stream_begin, stream_frame, &ps};
     pi->row_len = row_len_of(&s.pp);
     pi->row_units = row_units_of(m, pi->row_len); /* read once the geometry is checked */
     pi->merge = s.pp.merge;
@@ -441,9 +468,10 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
         if (!dir) TRY(sniff_image(it->path, pi->label, &image, err));
         video = dir || !image;
         pi->kind = dir ? "frames" : video ? "video" : "image";
+        if (video) TRY(fits_model(m, &s.pp, pi->label, err)); /* before the first frame is resized */
         if (!video) st = image_load_item(it->path, &s.dp, stop, &img, err);
-        else if (dir) st = load_frames_dir(it->path, &s.vp, &s.dp, stop, &vid, err);
-        else st = video_load_item(it->path, &s.vp, &s.dp, stop, &vid, err);
+        else if (dir) st = load_frames_dir(it->path, &s.vp, &s.dp, stop, &sink, &vid, err);
+        else st = video_load_item(it->path, &s.vp, &s.dp, stop, &sink, &vid, err);
         break;
     }
     case QVL_ITEM_ENCODED:
@@ -453,7 +481,8 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
         /* the same choice as for a path: images by their magic bytes, everything else to the video reader */
         video = !dec_is_image(dec_sniff(it->data, it->size));
         pi->kind = video ? "video" : "image";
-        if (video) st = video_decode_labeled(it->data, it->size, &s.vp, &s.dp, stop, pi->label, &vid, err);
+        if (video) TRY(fits_model(m, &s.pp, pi->label, err));
+        if (video) st = video_decode_labeled(it->data, it->size, &s.vp, &s.dp, stop, &sink, pi->label, &vid, err);
         else st = image_decode_labeled(it->data, it->size, &s.dp, stop, pi->label, &img, err);
         break;
     case QVL_ITEM_PIXELS:
@@ -463,19 +492,19 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     case QVL_ITEM_FRAMES:
         pi->kind = "frames";
         video = 1;
-        st = frames_video(it, &s.vp, s.dp.alpha, &lim, pi->label, &vid, err);
+        TRY(fits_model(m, &s.pp, pi->label, err));
+        st = frames_video(it, &s.vp, s.dp.alpha, &lim, pi->label, &sink, &vid, err);
         break;
     default:
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s: unknown item kind %d", pi->label, (int)it->kind);
     }
-    pi->decode_ms = now_ms() - t0;
+    video_rows_free(&ps.vr);
+    pi->decode_ms = now_ms() - t0 - ps.ms;
     t0 = now_ms();
-    if (st == QVL_OK) st = fits_model(m, &s.pp, pi->label, err);
-    if (st == QVL_OK)
-        st = video ? plan_video(pi, &vid, &s.pp, &lim, planned, pool, err)
-                   : plan_image(pi, &img, &s.pp, &lim, planned, pool, err);
+    if (st == QVL_OK && !video) st = fits_model(m, &s.pp, pi->label, err);
+    if (st == QVL_OK && !video) st = plan_image(pi, &img, &s.pp, &lim, planned, pool, err);
     pi->res_w = pi->grid.w * s.pp.patch, pi->res_h = pi->grid.h * s.pp.patch;
-    pi->preprocess_ms = now_ms() - t0;
+    pi->preprocess_ms = now_ms() - t0 + ps.ms;
     if (owned) free(owned);
     else if (it->kind != QVL_ITEM_PIXELS) qvl_image_free(&img);
     qvl_video_free(&vid);

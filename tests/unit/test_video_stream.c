@@ -1,0 +1,181 @@
+/* test_video_stream.c — a plan makes a video's rows as its frames arrive (video_sink, video_rows): bit for bit the
+ * rows of the whole-clip path (qvl_video_load, then qvl_preprocess_video, which tests/unit/test_preprocess.c holds to
+ * transformers), for every clip of tests/data/video/ and a frame directory, under both resize paths, with an odd
+ * sampled count (the last temporal patch padded), repeated indices, and a stream whose header counts more frames
+ * than it has (sampled again). And what it holds: max_video_pixels, which bounds the source frames that
+ * qvl_video_load returns, no longer refuses a plan's video, which holds one source frame. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sys/stat.h>
+
+#include "qvl.h"
+#include "testutil.h"
+
+#if QVL_WITH_VIDEO
+static const char *const clips[] = {"video_testsrc_30.mp4", "video_testsrc_30.webm", "video_25fps.mkv",
+                                    "video_3frames.mp4",    "video_alpha.mov",       "video_editlist.mp4",
+                                    "video_2997.mp4",       "video_mpeg4.avi",       "video_mpeg2.ts"};
+#endif
+
+/* The whole-clip rows of `path` under vp / pp (malloc'd; NULL when it fails, with *st set). */
+static float *whole_clip(const char *path, int dir, const qvl_video_params *vp, const qvl_preprocess_params *pp,
+                         qvl_grid *grid, qvl_status *st) {
+    qvl_video v;
+    qvl_error err;
+    if (dir) {
+        const char *names[5];
+        for (int i = 0; i < 5; i++) {
+            char f[32];
+            snprintf(f, sizeof f, "video_frame_%d.png", i);
+            names[i] = tu_path(path, f);
+        }
+        *st = qvl_video_from_images(names, 5, vp, &v, &err);
+    } else {
+        *st = qvl_video_load(path, vp, &v, &err);
+    }
+    if (*st != QVL_OK) return NULL;
+    float *rows = NULL;
+    *st = qvl_video_grid(&v, pp, grid, &err);
+    if (*st == QVL_OK) {
+        const size_t n = (size_t)grid->t * grid->h * grid->w * 3 * pp->temporal_patch * pp->patch * pp->patch;
+        rows = malloc(n * sizeof *rows);
+        *st = rows ? qvl_preprocess_video(&v, pp, rows, grid, &err) : QVL_ERR_NOMEM;
+    }
+    qvl_video_free(&v);
+    if (*st != QVL_OK) free(rows), rows = NULL;
+    return rows;
+}
+
+/* One case: the plan's rows of a PATH item against the whole clip's. */
+static void same_rows(const char *path, int dir, const qvl_video_params *vp, const qvl_preprocess_params *pp,
+                      const char *what) {
+    qvl_grid want;
+    qvl_status ws;
+    float *rows = whole_clip(path, dir, vp, pp, &want, &ws);
+    qvl_item it;
+    qvl_item_default(&it);
+    it.kind = QVL_ITEM_PATH;
+    it.path = path;
+    it.video = vp;
+    it.preprocess = pp;
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    CHECK(qvl_plan_create(NULL, &it, 1, NULL, &plan, &err) == QVL_OK);
+    if (!plan) {
+        free(rows);
+        return;
+    }
+    qvl_item_info info;
+    qvl_plan_item(plan, 0, &info);
+    CHECK(info.status == ws);
+    if (ws == QVL_OK && info.status == QVL_OK) {
+        CHECK(info.grid.t == want.t && info.grid.h == want.h && info.grid.w == want.w);
+        const size_t n = (size_t)want.t * want.h * want.w * 3 * pp->temporal_patch * pp->patch * pp->patch;
+        const int same = info.n_rows == (size_t)want.t * want.h * want.w &&
+                         memcmp(qvl_plan_rows(plan, 0), rows, n * sizeof *rows) == 0;
+        CHECK(same);
+        if (!same) printf("  %s: rows differ\n", what);
+    } else if (info.status != ws) {
+        printf("  %s: whole clip %s, plan %s (%s)\n", what, qvl_status_name(ws), qvl_status_name(info.status),
+               info.message);
+    }
+    qvl_plan_free(plan);
+    free(rows);
+}
+
+static void test_same_rows(void) {
+    char dir[1024], path[1100];
+    qvl_video_params vp;
+    qvl_preprocess_params pp;
+    static const qvl_resize_mode modes[] = {QVL_RESIZE_TORCHVISION, QVL_RESIZE_PIL};
+    static const int32_t counts[] = {0, 5, 90}; /* the default sampling, an odd count, more than the frames (repeats) */
+    int cases = 0;
+    char tmp[1024];
+    tu_tmpdir(tmp, sizeof tmp);
+    for (size_t m = 0; m < 2; m++)
+        for (size_t c = 0; c < 3; c++) {
+            qvl_video_params_default(&vp);
+            vp.num_frames = counts[c];
+            qvl_preprocess_params_default(&pp);
+            pp.resize = modes[m];
+            /* a small budget, so that every clip is resized (the 16 x 16 one up, the others down) */
+            pp.video_min_pixels = 4096;
+            pp.video_max_pixels = 32 * 32 * 8;
+#if QVL_WITH_VIDEO
+            for (size_t i = 0; i < sizeof clips / sizeof *clips; i++) {
+                char what[200];
+                snprintf(what, sizeof what, "%s, resize %d, num_frames %d", clips[i], (int)modes[m], (int)counts[c]);
+                snprintf(path, sizeof path, "%s", tu_path(tu_source_path("tests/data/video", dir, sizeof dir), clips[i]));
+                same_rows(path, 0, &vp, &pp, what);
+                cases++;
+            }
+#endif
+            /* a frame directory (its five frames; the directory of the corpus also holds a frame of another size) */
+            snprintf(path, sizeof path, "%s", tu_path(tmp, "frames"));
+            tu_rmtree(path); /* a previous run's */
+            CHECK(mkdir(path, 0700) == 0);
+            for (int f = 0; f < 5; f++) {
+                char name[32];
+                snprintf(name, sizeof name, "video_frame_%d.png", f);
+                size_t n;
+                void *bytes = tu_read_file(tu_path(tu_source_path("tests/data/video/frames", dir, sizeof dir), name), &n);
+                CHECK(bytes && tu_write_file(tu_path(path, name), bytes, n));
+                free(bytes);
+            }
+            same_rows(path, 1, &vp, &pp, "frame directory");
+            cases++;
+            tu_rmtree(path);
+        }
+    printf("streamed rows equal the whole clip's: %d cases\n", cases);
+}
+
+/* max_video_pixels bounds the frames qvl_video_load holds; a plan holds one source frame and takes the video. */
+static void test_held(void) {
+#if QVL_WITH_VIDEO
+    char dir[1024], path[1100];
+    snprintf(path, sizeof path, "%s", tu_path(tu_source_path("tests/data/video", dir, sizeof dir), "video_testsrc_30.mp4"));
+    qvl_limits lim;
+    qvl_limits_default(&lim);
+    lim.max_video_pixels = 64 * 48 * 2; /* two of its 64 x 48 frames; sampling picks 4 */
+    qvl_video_params vp;
+    qvl_video_params_default(&vp);
+    vp.limits = &lim;
+    qvl_video v;
+    qvl_error err;
+    CHECK(qvl_video_load(path, &vp, &v, &err) == QVL_ERR_LIMIT && strstr(err.message, "max_video_pixels"));
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.limits = &lim;
+    qvl_item it;
+    qvl_item_default(&it);
+    it.kind = QVL_ITEM_PATH;
+    it.path = path;
+    qvl_plan *plan = NULL;
+    CHECK(qvl_plan_create(NULL, &it, 1, &pp, &plan, &err) == QVL_OK);
+    if (plan) {
+        qvl_item_info info;
+        qvl_plan_item(plan, 0, &info);
+        CHECK(info.status == QVL_OK && info.n_frames == 4 && info.n_rows > 0);
+        if (info.status != QVL_OK) printf("  plan: %s\n", info.message);
+    }
+    qvl_plan_free(plan);
+    /* the sampled count is still bounded: max_video_frames */
+    lim.max_video_frames = 3;
+    CHECK(qvl_plan_create(NULL, &it, 1, &pp, &plan, &err) == QVL_OK);
+    if (plan) {
+        qvl_item_info info;
+        qvl_plan_item(plan, 0, &info);
+        CHECK(info.status == QVL_ERR_LIMIT && strstr(info.message, "max_video_frames"));
+    }
+    qvl_plan_free(plan);
+#endif
+}
+
+int main(void) {
+    test_same_rows();
+    test_held();
+    return tu_finish("test_video_stream");
+}
