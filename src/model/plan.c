@@ -99,16 +99,18 @@ void qvl_plan_params_init(qvl_plan_params *p, size_t struct_size) {
 /* ---- one item: decode ----------------------------------------------------------------------------------------- */
 
 /* Image files by their first bytes (JPEG, PNG, GIF, WebP, BMP); anything else goes to qvl_video_load, which reads
- * the accepted containers and refuses the rest with a message saying what the file is. *image is 1 also when the
- * file cannot be opened (or is no regular file): the image loader reports that. A read error is reported here:
- * taking the file for a video would give a message about its container instead. */
+ * the accepted containers and refuses the rest with a message saying what the file is. A file that cannot be
+ * opened (or is no regular file) and a read error are reported here: taking the file for a video would give a
+ * message about its container instead. */
 static qvl_status sniff_image(const char *path, const char *label, int *image, qvl_error *err) {
     unsigned char b[DEC_SNIFF_BYTES] = {0};
     FILE *f;
     size_t size;
     *image = 1;
-    /* never blocks on a FIFO */
-    if (fu_open_regular(path, &f, &size, NULL) != QVL_OK) return QVL_OK;
+    /* never blocks on a FIFO. Before, a failed open was left to the image loader to report on its own open: an
+     * allocation that failed in the first open and not in the second sent a video to the image decoder ("a video,
+     * not an image" instead of out of memory) */
+    TRY(fu_open_regular(path, &f, &size, err));
     size_t n = fread(b, 1, sizeof b, f);
     int bad = ferror(f);
     fclose(f);

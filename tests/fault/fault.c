@@ -554,7 +554,8 @@ static void path_load_layouts(result *r) {
 }
 
 #if QVL_WITH_VIDEO
-/* A video file through FFmpeg (demux, decode, sample, convert), and a directory of frame images as a video. */
+/* A video file through FFmpeg (demux, decode, sample, convert), whole (qvl_video_load) and as a plan's item, whose
+ * frames go into its rows as they are decoded (the sink, the per-frame resize and patchify). */
 static void path_video(result *r) {
     char p[1600];
     src_path(p, sizeof p, "tests/data/video/video_3frames.mp4");
@@ -569,6 +570,20 @@ static void path_video(result *r) {
         keep(r, v.indices, (size_t)v.n_frames * sizeof *v.indices);
     }
     qvl_video_free(&v);
+    if (r->status != QVL_OK) return;
+    qvl_item it;
+    qvl_item_default(&it);
+    it.kind = QVL_ITEM_PATH;
+    it.path = p;
+    qvl_plan *plan = NULL;
+    r->status = qvl_plan_create(NULL, &it, 1, NULL, &plan, &r->err);
+    if (r->status == QVL_OK) r->status = fail_item(plan, &r->err);
+    if (r->status == QVL_OK) {
+        qvl_item_info in;
+        qvl_plan_item(plan, 0, &in);
+        keep(r, qvl_plan_rows(plan, 0), in.n_rows * 1536 * sizeof(float));
+    }
+    qvl_plan_free(plan);
 }
 #endif
 
