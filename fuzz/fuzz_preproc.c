@@ -1,7 +1,8 @@
 /* fuzz_preproc.c — libFuzzer target for the preprocessor configs (preproc_config_parse: preprocessor_config.json
  * and video_preprocessor_config.json), and for what the parsed values then drive: the image grid of a few image
- * sizes (smart resize under the parsed pixel budget, patch and merge sizes) and the video frame sampling under the
- * parsed fps and frame bounds. The first byte picks the file kind (image or video), the rest is the JSON text.
+ * sizes (smart resize under the parsed pixel budget, patch and merge sizes), the grids of a few clips under the
+ * parsed clip budget (and per-frame cap), and the video frame sampling under the parsed fps and frame bounds. The
+ * first byte picks the file kind (image or video), the rest is the JSON text.
  * Everything must return a status with a message (never crash, leak or read outside the buffer); what is accepted
  * must satisfy the invariants the preprocessor relies on: a grid of whole merge blocks, sampled indices inside
  * the video and in order. */
@@ -52,6 +53,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         s = qvl_image_grid(&img, &p, &g, &err);
         check_status(s, &err);
         if (s == QVL_OK && (g.t != 1 || g.h < 1 || g.w < 1 || g.h % p.merge || g.w % p.merge)) abort();
+    }
+
+    /* The grids of a few clips (frame count and size) under the parsed clip budget, with its per-frame cap when the
+     * file turns it on: refused with a message, or whole merge blocks and ceil(frames / temporal_patch) patches. */
+    static const int32_t clips[][3] = {{2, 48, 64}, {5, 720, 1280}, {768, 1080, 1920}, {4096, 16, 16}};
+    for (size_t i = 0; video && i < sizeof clips / sizeof *clips; i++) {
+        qvl_video vid = {.width = clips[i][2], .height = clips[i][1], .n_frames = clips[i][0], .rgb = px};
+        qvl_grid g;
+        err_clear(&err);
+        s = qvl_video_grid(&vid, &p, &g, &err);
+        check_status(s, &err);
+        if (s == QVL_OK && (g.t != (clips[i][0] + p.temporal_patch - 1) / p.temporal_patch || g.h < 1 || g.w < 1 ||
+                            g.h % p.merge || g.w % p.merge))
+            abort();
     }
 
     /* Frame sampling of a few videos: indices in [0, total), non-decreasing. */

@@ -659,6 +659,15 @@ typedef struct qvl_preprocess_params {
     int32_t patch, temporal_patch, merge;
     int n_threads;                               /* the standalone qvl_preprocess_* calls only: threads started and
                                                     joined per call (0: one per CPU); a plan uses its ctx's pool */
+    /* Appended (a caller built before them gets the defaults). transformers' per-frame pixel cap
+     * (Qwen3VLVideoProcessor's cap_pixels_per_frame, the qwen-vl-utils behaviour; video_preprocessor_config.json
+     * keys cap_pixels_per_frame and max_video_tokens): 0 (the default, as transformers 5.23's) spends the whole clip
+     * budget video_max_pixels on however many frames were sampled; 1 gives a clip of n frames the budget
+     * n · max(min(max_video_tokens · (patch · merge)², video_max_pixels / n), ⌊1.05 · video_min_pixels⌋) instead
+     * (integer division; its product within 2^64, else QVL_ERR_LIMIT), so that few frames cost few tokens. */
+    int cap_pixels_per_frame;
+    int32_t max_video_tokens;                    /* merged tokens per frame under the cap (default 768, qwen-vl-utils'
+                                                    VIDEO_MAX_TOKEN_NUM); 1..1048576 */
 } qvl_preprocess_params;
 
 /* Qwen3-VL's published values (min 65536 / max 16777216 pixels for images, 4096 / 25165824 for video, patch 16,

@@ -113,6 +113,17 @@ expect 1 "size not a multiple" "$QVL" encode --model "$T/m" --size 100x100 "$PHO
 expect 0 "num frames" "$QVL" encode --model "$T/m" --num-frames 6 "$VIDEO" -o "$T/v.safetensors"
 has "six frames" "$T/out" '\(video [0-9]+x[0-9]+, 6 frames\): grid 3x'
 
+# transformers' per-frame cap: two frames of the photo at 16 tokens a frame (16384 pixels each) instead of the clip
+# budget spent on them (grid 1x26x40 without it).
+mkdir "$T/pf"
+cp "$PHOTO" "$T/pf/a.jpg"
+cp "$PHOTO" "$T/pf/b.jpg"
+expect 0 "uncapped frames" "$QVL" encode --preprocess-only "$T/pf" -o "$T/pf0.safetensors"
+has "uncapped grid" "$T/out" '\(frames 640x427, 2 frames\): grid 1x26x40'
+expect 0 "capped frames" "$QVL" encode --preprocess-only --cap-pixels-per-frame --max-video-tokens 16 "$T/pf" -o "$T/pf1.safetensors"
+has "capped grid" "$T/out" '\(frames 640x427, 2 frames\): grid 1x6x8, 12 tokens'
+expect 2 "bad max video tokens" "$QVL" encode --preprocess-only --max-video-tokens 0 "$T/pf" -o "$T/pf2.safetensors"
+
 # --preprocess-only writes pixel rows, and they are what an encode of the same rows gives.
 expect 0 "preprocess only" "$QVL" encode --preprocess-only --model "$T/m" "$PNG" -o "$T/pp.safetensors"
 tensors "$T/pp.safetensors" >"$T/names"

@@ -34,6 +34,11 @@ static const char encode_help[] =
     "      --fps F            video frames sampled per second (default 2)\n"
     "      --num-frames N     sample exactly N frames of each video\n"
     "      --max-frames N     at most N frames per video (default 768)\n"
+    "      --cap-pixels-per-frame  transformers' per-frame pixel cap (cap_pixels_per_frame=True, qwen-vl-utils'\n"
+    "                         rule): a clip of n frames gets n x max(min(max_video_tokens x 1024, budget / n),\n"
+    "                         1.05 x video min pixels) pixels, so few frames cost few tokens (default: the\n"
+    "                         model's video_preprocessor_config.json, else off, as transformers 5.23)\n"
+    "      --max-video-tokens N  merged tokens per frame under the cap (default: the config's, else 768)\n"
     "      --max-decode-pixels N  refuse images and frames above N pixels before decoding (default 178956970)\n"
     "      --limit NAME=N     set one resource limit (repeatable; docs/SECURITY.md lists them): max_image_pixels,\n"
     "                         max_canvas_pixels, max_input_bytes, max_png_chunk_bytes, max_jpeg_scans,\n"
@@ -176,7 +181,7 @@ static int parse_size(const char *s, int32_t *h, int32_t *w) {
 int cmd_encode(int argc, char **argv) {
     enum { OPT_STAGES = 256, OPT_POS_MODE, OPT_RESIZE, OPT_MIN_PX, OPT_MAX_PX, OPT_SIZE, OPT_FPS, OPT_NUM_FRAMES,
            OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA, OPT_LIMIT, OPT_CACHE,
-           OPT_PRECISION };
+           OPT_PRECISION, OPT_CAP, OPT_MAX_VT };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
         {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
@@ -191,6 +196,8 @@ int cmd_encode(int argc, char **argv) {
         {"preprocess-only", no_argument, NULL, OPT_PREPROCESS_ONLY}, {"quiet", no_argument, NULL, 'q'},
         {"alpha", required_argument, NULL, OPT_ALPHA}, {"limit", required_argument, NULL, OPT_LIMIT},
         {"cache", required_argument, NULL, OPT_CACHE},
+        {"cap-pixels-per-frame", no_argument, NULL, OPT_CAP},
+        {"max-video-tokens", required_argument, NULL, OPT_MAX_VT},
         {NULL, 0, NULL, 0}};
     media_opts mo;
     memset(&mo, 0, sizeof mo);
@@ -264,6 +271,12 @@ int cmd_encode(int argc, char **argv) {
                 return cli_usage("--%s: '%s' is not in 1..16777216", c == OPT_NUM_FRAMES ? "num-frames" : "max-frames", optarg);
             if (c == OPT_NUM_FRAMES) mo.vp.num_frames = (int32_t)v, mo.set_num_frames = 1;
             else mo.vp.max_frames = (int32_t)v, mo.set_max_frames = 1;
+            break;
+        case OPT_CAP: mo.pp.cap_pixels_per_frame = 1, mo.set_cap = 1; break;
+        case OPT_MAX_VT:
+            if (cli_parse_long(optarg, 1, 1L << 20, &v) != 0)
+                return cli_usage("--max-video-tokens: '%s' is not in 1..1048576", optarg);
+            mo.pp.max_video_tokens = (int32_t)v, mo.set_max_vt = 1;
             break;
         case OPT_MAX_DECODE:
             if (cli_parse_u64(optarg, &u) != 0 || u == 0) return cli_usage("--max-decode-pixels: '%s' is not a positive integer", optarg);

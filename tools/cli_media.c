@@ -66,6 +66,8 @@ static int resolve_settings(media_opts *o) {
     if (o->set_fps) vp.fps = o->vp.fps;
     if (o->set_num_frames) vp.num_frames = o->vp.num_frames;
     if (o->set_max_frames) vp.max_frames = o->vp.max_frames;
+    if (o->set_cap) pp.cap_pixels_per_frame = o->pp.cap_pixels_per_frame;
+    if (o->set_max_vt) pp.max_video_tokens = o->pp.max_video_tokens;
     vp.max_pixels = o->vp.max_pixels;
     pp.n_threads = o->pp.n_threads;
     o->pp = pp;

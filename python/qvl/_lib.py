@@ -159,6 +159,8 @@ class PreprocessParams(Structure):
         ("temporal_patch", c_int32),
         ("merge", c_int32),
         ("n_threads", c_int),
+        ("cap_pixels_per_frame", c_int),
+        ("max_video_tokens", c_int32),
     ]
 
 

@@ -518,7 +518,8 @@ class Encoder:
     its key only if it is unchanged after the encode.
     ``preprocess`` overrides the model directory's preprocessing for every item (min_pixels, max_pixels,
     resize="torchvision"|"pil"|"pil-legacy", size_h/size_w, image_mean/image_std, video fps as video_fps,
-    num_frames, max_frames, alpha="white"|"drop", ...). One Encoder runs one call at a time (calls from
+    num_frames, max_frames, transformers' per-frame pixel cap as cap_pixels_per_frame=True with max_video_tokens,
+    alpha="white"|"drop", ...). One Encoder runs one call at a time (calls from
     several threads take turns); for parallel encoding use one Encoder per thread. The GIL is released while
     the library decodes and encodes.
     """

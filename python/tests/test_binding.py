@@ -141,6 +141,16 @@ def test_video_frames_and_dir(enc: qvl.Encoder, tmp_path) -> None:
     assert enc.key(str(tmp_path / "copy")) == r_dir.key
 
 
+def test_cap_pixels_per_frame() -> None:
+    # transformers' per-frame cap (cap_pixels_per_frame=True): 4 frames of 120 x 160 at 8 tokens a frame come out
+    # 64 x 96 (grid 2 x 4 x 6, as tests/fixtures/video_cap.safetensors records), 128 x 160 without it
+    frames = [np.full((120, 160, 3), 40 * k, dtype=np.uint8) for k in range(4)]
+    [off] = qvl.preprocess([qvl.Frames(frames, fps=2)])
+    [on] = qvl.preprocess([qvl.Frames(frames, fps=2)], cap_pixels_per_frame=True, max_video_tokens=8)
+    assert isinstance(off, qvl.Preprocessed) and isinstance(on, qvl.Preprocessed), (off, on)
+    assert tuple(off.grid_thw) == (2, 8, 10) and tuple(on.grid_thw) == (2, 4, 6)
+
+
 def test_layouts_and_dtypes(enc: qvl.Encoder) -> None:
     [c] = enc.encode([PHOTO])
     [s] = enc.encode([PHOTO], layout="split")

@@ -14,7 +14,7 @@
 ENDS_WITH(qvl_load_params, reserved1);
 ENDS_WITH(qvl_limits, max_video_decode_pixels);
 ENDS_WITH(qvl_ctx_params, limits);
-ENDS_WITH(qvl_preprocess_params, n_threads);
+ENDS_WITH(qvl_preprocess_params, max_video_tokens);
 ENDS_WITH(qvl_video_params, limits);
 ENDS_WITH(qvl_decode_params, limits);
 ENDS_WITH(qvl_item, decode);

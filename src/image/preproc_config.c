@@ -122,6 +122,18 @@ static qvl_status video_config(const cJSON *r, const char *path, qvl_preprocess_
                                qvl_error *err) {
     if (p) {
         TRY(budget(r, path, &p->video_min_pixels, &p->video_max_pixels, err));
+        /* transformers' per-frame cap: a boolean (null: unset, transformers' default, off) and its token count */
+        const cJSON *cap = cJSON_GetObjectItemCaseSensitive(r, "cap_pixels_per_frame");
+        if (cap && !cJSON_IsNull(cap)) {
+            char got[64];
+            if (!cJSON_IsBool(cap))
+                return err_fail(err, QVL_ERR_FORMAT, "%s: 'cap_pixels_per_frame' must be true, false or null, got %s",
+                                path, json_describe(cap, got, sizeof got));
+            p->cap_pixels_per_frame = cJSON_IsTrue(cap) ? 1 : 0;
+        }
+        double tokens = p->max_video_tokens;
+        TRY(integer(r, "max_video_tokens", 1, 1048576, &tokens, path, err));
+        p->max_video_tokens = (int32_t)tokens;
         TRY(min_bounded(path, "video min pixels (size.shortest_edge / min_pixels)", p->video_min_pixels,
                         (uint64_t)p->patch * (uint64_t)p->patch * (uint64_t)(p->temporal_patch > 0 ? p->temporal_patch : 1),
                         err));

@@ -39,6 +39,8 @@ void preprocess_defaults(qvl_preprocess_params *p) {
     p->patch = 16;
     p->temporal_patch = 2;
     p->merge = 2;
+    p->cap_pixels_per_frame = 0;      /* transformers 5.23's default */
+    p->max_video_tokens = 768;        /* Qwen3VLVideoProcessor.max_video_tokens */
 }
 
 /* Python's round() on a non-negative double: half to even (nearbyint in the default rounding mode). */
@@ -151,6 +153,12 @@ static qvl_status check_params(const qvl_preprocess_params *p, qvl_error *err) {
     if (!isfinite(p->rescale_factor))
         return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params.rescale_factor is %g (want finite)",
                         p->rescale_factor);
+    if (p->cap_pixels_per_frame != 0 && p->cap_pixels_per_frame != 1)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params.cap_pixels_per_frame is %d (want 0 or 1)",
+                        p->cap_pixels_per_frame);
+    if (p->max_video_tokens < 1 || p->max_video_tokens > 1048576)
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_params.max_video_tokens is %d (want 1..1048576)",
+                        (int)p->max_video_tokens);
     int32_t f = p->patch * p->merge;
     if ((p->size_h || p->size_w) && (p->size_h < f || p->size_w < f || p->size_h % f || p->size_w % f))
         return err_fail(err, QVL_ERR_INVALID_ARG,
@@ -211,6 +219,28 @@ qvl_status qvl_image_grid(const qvl_image *img, const qvl_preprocess_params *p, 
     return QVL_OK;
 }
 
+/* The clip budget under transformers' per-frame cap (Qwen3VLVideoProcessor.resize with cap_pixels_per_frame,
+ * transformers 5.23, models/qwen3_vl/video_processing_qwen3_vl.py), for n sampled frames:
+ *     frame_cap = self.max_video_tokens * factor * factor
+ *     pixels_per_frame = max(min(frame_cap, size.longest_edge // num_frames), int(size.shortest_edge * 1.05))
+ *     max_pixels = pixels_per_frame * num_frames
+ * (factor = patch · merge; int() truncates the double product). Python's integers do not overflow; a product past
+ * 2^64 is refused here. */
+static qvl_status video_capped_budget(const qvl_preprocess_params *p, int32_t n, uint64_t *max_pixels,
+                                      qvl_error *err) {
+    const uint64_t f = (uint64_t)p->patch * (uint64_t)p->merge;
+    const uint64_t frame_cap = (uint64_t)p->max_video_tokens * f * f; /* ≤ 2^20 · 2^28 */
+    const uint64_t share = p->video_max_pixels / (uint64_t)n;
+    const double lo = (double)p->video_min_pixels * 1.05;
+    const uint64_t floor_px = lo >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)lo;
+    uint64_t per = frame_cap < share ? frame_cap : share;
+    if (floor_px > per) per = floor_px;
+    if (__builtin_mul_overflow(per, (uint64_t)n, max_pixels))
+        return err_fail(err, QVL_ERR_LIMIT, "video: the per-frame cap's budget, %llu pixels a frame for %d frames, "
+                        "overflows", (unsigned long long)per, (int)n);
+    return QVL_OK;
+}
+
 static qvl_status video_target(const qvl_video *v, const qvl_preprocess_params *p, int32_t *th, int32_t *tw,
                                qvl_error *err) {
     if (p->size_h && p->size_w) {
@@ -226,8 +256,10 @@ static qvl_status video_target(const qvl_video *v, const qvl_preprocess_params *
         *tw = p->size_w;
         return QVL_OK;
     }
+    uint64_t max_pixels = p->video_max_pixels;
+    if (p->cap_pixels_per_frame && v->n_frames >= 1) TRY(video_capped_budget(p, v->n_frames, &max_pixels, err));
     return video_smart_resize(v->n_frames, v->height, v->width, p->patch * p->merge, p->temporal_patch,
-                              p->video_min_pixels, p->video_max_pixels, th, tw, err);
+                              p->video_min_pixels, max_pixels, th, tw, err);
 }
 
 qvl_status qvl_video_grid(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err) {

@@ -12,7 +12,8 @@
  *   settings (empty for "rows"): apply_exif u32, alpha u32, resize u32, min_pixels u64, max_pixels u64,
  *     video_min_pixels u64, video_max_pixels u64, size_h i32, size_w i32, image_mean f32×3, image_std f32×3,
  *     rescale_factor f64, patch i32, temporal_patch i32, merge i32, fps f64, num_frames i32, min_frames i32,
- *     max_frames i32, default_fps f64 ·
+ *     max_frames i32, default_fps f64, and only when transformers' per-frame cap is on (so that every key made
+ *     before it existed stays what it was): cap_pixels_per_frame u32 (1), max_video_tokens i32 ·
  *   SHA-256 of the content, by kind:
  *     "encoded"     (PATH file, ENCODED) byte count u64, the bytes: a file's bytes, never its name
  *     "frames-dir"  (PATH directory) file count u64, then per frame file in name order: byte count u64, bytes
@@ -108,6 +109,7 @@ static void field_settings(struct sha256_ctx *h, const item_settings *s) {
     kb_f64(&k, vp->fps);
     kb_i32(&k, vp->num_frames), kb_i32(&k, vp->min_frames), kb_i32(&k, vp->max_frames);
     kb_f64(&k, vp->default_fps);
+    if (pp->cap_pixels_per_frame) kb_u32(&k, (uint32_t)pp->cap_pixels_per_frame), kb_i32(&k, pp->max_video_tokens);
     field(h, k.b, k.n);
 }
 

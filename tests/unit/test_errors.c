@@ -345,6 +345,11 @@ static void test_bad_preprocessor_configs(void) {
         {"{\"size\": {\"longest_edge\": \"x\"}}", "longest_edge"},
         {"{\"size\": []}", "size"},
         {"{\"min_pixels\": 0}", "min_pixels"},
+        {"{\"cap_pixels_per_frame\": 1}", "cap_pixels_per_frame"},
+        {"{\"cap_pixels_per_frame\": \"true\"}", "cap_pixels_per_frame"},
+        {"{\"max_video_tokens\": 0}", "max_video_tokens"},
+        {"{\"max_video_tokens\": 2.5}", "max_video_tokens"},
+        {"{\"max_video_tokens\": 1e9}", "max_video_tokens"},
         {"not json", "JSON"},
     };
     for (size_t i = 0; i < sizeof video / sizeof video[0]; i++) {

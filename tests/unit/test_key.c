@@ -122,7 +122,8 @@ int main(void) {
     qvl_preprocess_params base;
     qvl_preprocess_params_default(&base);
     CHECK(qvl_preprocess_params_load(d1, &base, NULL, &err) == QVL_OK);
-    for (int field = 0; field < 13; field++) {
+    char k_cap[QVL_KEY_HEX] = "";
+    for (int field = 0; field < 15; field++) {
         qvl_preprocess_params p = base;
         switch (field) {
         case 0: p.resize = QVL_RESIZE_PIL; break;
@@ -138,6 +139,8 @@ int main(void) {
         case 10: p.patch += 1; break;
         case 11: p.temporal_patch += 1; break;
         case 12: p.merge += 1; break;
+        case 13: p.cap_pixels_per_frame = 1; break; /* transformers' per-frame cap, and its token count */
+        case 14: p.cap_pixels_per_frame = 1, p.max_video_tokens = 256; break;
         }
         char kp[QVL_KEY_HEX], ki[QVL_KEY_HEX];
         qvl_plan_params_default(&pp);
@@ -148,6 +151,17 @@ int main(void) {
         it2.preprocess = &p;
         key_of(g_c, &it2, NULL, ki);
         CHECK(strcmp(ki, kp) == 0);
+        if (field == 13) snprintf(k_cap, sizeof k_cap, "%s", kp);
+        if (field == 14) CHECK(strcmp(kp, k_cap) != 0);
+    }
+    /* the cap's token count without the cap changes no output and no key (keys made before the cap existed stay) */
+    {
+        qvl_preprocess_params p = base;
+        p.max_video_tokens = 256;
+        qvl_plan_params_default(&pp);
+        pp.preprocess = &p;
+        key_of(g_c, &it, &pp, k);
+        CHECK(strcmp(k, k_path) == 0);
     }
     /* the defaults spelt out are the defaults */
     qvl_plan_params_default(&pp);

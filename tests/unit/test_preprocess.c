@@ -150,10 +150,12 @@ static void run_case(const st_file *fx, const char *name) {
 }
 
 /* Videos given as frame arrays: tests/fixtures/video.safetensors (tests/oracle/video_oracle.py) holds
- * Qwen3VLVideoProcessor's rows as uint8 codes into a per-channel table of normalized values. */
-static void run_video_cases(void) {
+ * Qwen3VLVideoProcessor's rows as uint8 codes into a per-channel table of normalized values; so does
+ * tests/fixtures/video_cap.safetensors (tests/oracle/video_cap_oracle.py) with transformers' per-frame cap on
+ * (cap_pixels_per_frame=True; each case's size then holds max_video_tokens too). */
+static void run_video_cases(const char *fixture) {
     char path[1024];
-    tu_source_path("tests/fixtures/video.safetensors", path, sizeof path);
+    tu_source_path(fixture, path, sizeof path);
     st_file *fx = NULL;
     qvl_error err;
     err_clear(&err);
@@ -177,15 +179,17 @@ static void run_video_cases(void) {
         size = st_find(fx, key);
         CHECK(frames && grid && size && frames->ndim == 4);
         if (!(frames && grid && size)) continue;
-        int64_t g[3], sz[2];
+        int64_t g[3], sz[3] = {0, 0, 0};
         memcpy(g, grid->data, 24);
-        memcpy(sz, size->data, 16);
+        CHECK(size->nbytes == 16 || size->nbytes == 24);
+        memcpy(sz, size->data, size->nbytes <= 24 ? size->nbytes : 24);
         qvl_video v = {.width = (int32_t)frames->shape[2], .height = (int32_t)frames->shape[1],
                        .n_frames = (int32_t)frames->shape[0], .rgb = (uint8_t *)frames->data};
         qvl_preprocess_params p;
         qvl_preprocess_params_default(&p);
         p.video_min_pixels = (uint64_t)sz[0];
         p.video_max_pixels = (uint64_t)sz[1];
+        if (size->nbytes == 24) p.cap_pixels_per_frame = 1, p.max_video_tokens = (int32_t)sz[2];
         qvl_grid got;
         CHECK(qvl_video_grid(&v, &p, &got, &err) == QVL_OK);
         CHECK(got.t == g[0] && got.h == g[1] && got.w == g[2]);
@@ -207,7 +211,65 @@ static void run_video_cases(void) {
         free(ref);
         n++;
     }
-    CHECK(n >= 5);
+    CHECK(n >= 3);
+    st_close(fx);
+}
+
+/* transformers' per-frame cap on 2472 (frames, size, budget, max_video_tokens) cases: the size
+ * Qwen3VLVideoProcessor.resize chose with cap_pixels_per_frame=True (tests/oracle/video_cap_oracle.py), or the
+ * error where it raised, against qvl_video_grid's; and the cap off gives the uncapped size. */
+static void run_cap_sizes(void) {
+    char path[1024];
+    tu_source_path("tests/fixtures/video_cap.safetensors", path, sizeof path);
+    st_file *fx = NULL;
+    qvl_error err;
+    CHECK(st_load(path, SIZE_MAX, &fx, &err) == QVL_OK);
+    if (!fx) return;
+    const st_tensor *par = st_find(fx, "cap.params"), *sz = st_find(fx, "cap.size");
+    CHECK(par && sz && par->ndim == 2 && par->shape[1] == 6 && sz->shape[0] == par->shape[0]);
+    size_t bad = 0, n = par ? (size_t)par->shape[0] : 0, changed = 0;
+    static uint8_t dummy[3];
+    for (size_t i = 0; sz && i < n; i++) {
+        int64_t q[6], want[2];
+        memcpy(q, (const uint8_t *)par->data + i * 48, 48);
+        memcpy(want, (const uint8_t *)sz->data + i * 16, 16);
+        qvl_video v = {.width = (int32_t)q[2], .height = (int32_t)q[1], .n_frames = (int32_t)q[0], .rgb = dummy};
+        qvl_preprocess_params p;
+        qvl_preprocess_params_default(&p);
+        p.video_min_pixels = (uint64_t)q[3];
+        p.video_max_pixels = (uint64_t)q[4];
+        p.max_video_tokens = (int32_t)q[5];
+        qvl_grid off, on;
+        const qvl_status s_off = qvl_video_grid(&v, &p, &off, &err);
+        p.cap_pixels_per_frame = 1;
+        const qvl_status s = qvl_video_grid(&v, &p, &on, &err);
+        const int ok = want[0] < 0 ? s == QVL_ERR_INVALID_ARG
+                                   : s == QVL_OK && on.h * 16 == want[0] && on.w * 16 == want[1] &&
+                                         on.t == (int32_t)((q[0] + 1) / 2);
+        if (!ok && bad++ < 5)
+            printf("  cap case %zu: %lld frames %lldx%lld, size (%lld, %lld), %lld tokens: want %lldx%lld, got %s "
+                   "%dx%d\n", i, (long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3], (long long)q[4],
+                   (long long)q[5], (long long)want[0], (long long)want[1], qvl_status_name(s), on.h * 16, on.w * 16);
+        if (s == QVL_OK && s_off == QVL_OK) changed += off.h != on.h || off.w != on.w;
+    }
+    /* from a model's video_preprocessor_config.json, as transformers' processor takes its attributes */
+    char dir[1024];
+    tu_tmpdir(dir, sizeof dir);
+    const char *json = "{\"cap_pixels_per_frame\": true, \"max_video_tokens\": 256, \"size\": {\"shortest_edge\": "
+                       "4096, \"longest_edge\": 25165824}}";
+    CHECK(tu_write_file(tu_path(dir, "video_preprocessor_config.json"), json, strlen(json)));
+    qvl_preprocess_params lp;
+    qvl_preprocess_params_default(&lp);
+    CHECK(lp.cap_pixels_per_frame == 0 && lp.max_video_tokens == 768);
+    CHECK(qvl_preprocess_params_load(dir, &lp, NULL, &err) == QVL_OK);
+    CHECK(lp.cap_pixels_per_frame == 1 && lp.max_video_tokens == 256);
+    json = "{\"cap_pixels_per_frame\": null}";
+    CHECK(tu_write_file(tu_path(dir, "video_preprocessor_config.json"), json, strlen(json)));
+    CHECK(qvl_preprocess_params_load(dir, &lp, NULL, &err) == QVL_OK && lp.cap_pixels_per_frame == 1); /* kept */
+    tu_rmtree(dir);
+    printf("per-frame cap: %zu cases, %zu differ from transformers, %zu resized otherwise than without the cap\n", n,
+           bad, changed);
+    CHECK(n >= 2400 && bad == 0 && changed > 100);
     st_close(fx);
 }
 
@@ -321,7 +383,9 @@ int main(void) {
         CHECK(qvl_smart_resize(ex[i][0], ex[i][1], 32, 65536, 16777216, &h, &w, &err) == QVL_OK);
         CHECK(h == ex[i][2] && w == ex[i][3]);
     }
-    run_video_cases();
+    run_video_cases("tests/fixtures/video.safetensors");
+    run_video_cases("tests/fixtures/video_cap.safetensors");
+    run_cap_sizes();
 
     int32_t h, w;
     CHECK(qvl_smart_resize(1, 201, 32, 65536, 16777216, &h, &w, &err) == QVL_ERR_INVALID_ARG);

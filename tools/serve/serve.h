@@ -73,7 +73,8 @@ int srv_is_image(const uint8_t *d, size_t n);
  * SRV_MEDIA_IMAGE, its bytes data/size, or its file's first 64 KiB when path is set), its header's size through the
  * resize rule of p (smart_resize onto the patch·merge grid within [min_pixels, max_pixels]) — the grid decoding
  * gives; for a video, or bytes without an image header found in their first 64 KiB, a conservative bound: the
- * whole-clip budget (video_max_pixels) in patches. Never above max_item_patches. */
+ * whole-clip budget (video_max_pixels; with the per-frame cap, which can exceed it, none) in patches. Never above
+ * max_item_patches. */
 size_t srv_estimate_patches(const qvl_preprocess_params *p, size_t max_item_patches, int media, const uint8_t *data,
                             size_t size, const char *path);
 

@@ -81,7 +81,10 @@ int srv_is_image(const uint8_t *d, size_t n) {
 size_t srv_estimate_patches(const qvl_preprocess_params *p, size_t max_item_patches, int media, const uint8_t *data,
                             size_t size, const char *path) {
     const uint64_t P = p->patch > 0 ? (uint64_t)p->patch : 16, cap = max_item_patches;
-    uint64_t bound = (media == SRV_MEDIA_VIDEO ? p->video_max_pixels : p->max_pixels) / (P * P) + 1;
+    /* with transformers' per-frame cap a clip's budget is n · max(..., 1.05 · video_min_pixels), which many frames
+     * take past video_max_pixels: then only max_item_patches bounds it before decoding */
+    const uint64_t video_px = p->cap_pixels_per_frame ? UINT64_MAX : p->video_max_pixels;
+    uint64_t bound = (media == SRV_MEDIA_VIDEO ? video_px : p->max_pixels) / (P * P) + 1;
     if (bound > cap) bound = cap;
     if (media == SRV_MEDIA_VIDEO) return (size_t)bound;
     uint8_t head[65536];
@@ -98,7 +101,7 @@ size_t srv_estimate_patches(const qvl_preprocess_params *p, size_t max_item_patc
     uint32_t w, h;
     int32_t rh, rw;
     qvl_error err;
-    uint64_t vb = p->video_max_pixels / (P * P) + 1; /* not an image header we know: it may be a video */
+    uint64_t vb = video_px / (P * P) + 1; /* not an image header we know: it may be a video */
     if (vb > bound) bound = vb < cap ? vb : cap;
     if (!d || srv_header_dims(d, n, &w, &h) || w > INT32_MAX || h > INT32_MAX ||
         qvl_smart_resize((int32_t)h, (int32_t)w, (int32_t)(P * (uint64_t)(p->merge > 0 ? p->merge : 2)),

@@ -818,6 +818,8 @@ static char *prep_json(const srv_state *s) {
     cJSON_AddNumberToObject(o, "max_pixels", (double)p->max_pixels);
     cJSON_AddNumberToObject(o, "video_min_pixels", (double)p->video_min_pixels);
     cJSON_AddNumberToObject(o, "video_max_pixels", (double)p->video_max_pixels);
+    cJSON_AddBoolToObject(o, "cap_pixels_per_frame", p->cap_pixels_per_frame != 0);
+    cJSON_AddNumberToObject(o, "max_video_tokens", p->max_video_tokens);
     cJSON_AddNumberToObject(o, "size_h", p->size_h);
     cJSON_AddNumberToObject(o, "size_w", p->size_w);
     cJSON_AddItemToObject(o, "image_mean", cJSON_CreateFloatArray(p->image_mean, 3));
