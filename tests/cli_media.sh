@@ -122,6 +122,10 @@ expect 0 "uncapped frames" "$QVL" encode --preprocess-only "$T/pf" -o "$T/pf0.sa
 has "uncapped grid" "$T/out" '\(frames 640x427, 2 frames\): grid 1x26x40'
 expect 0 "capped frames" "$QVL" encode --preprocess-only --cap-pixels-per-frame --max-video-tokens 16 "$T/pf" -o "$T/pf1.safetensors"
 has "capped grid" "$T/out" '\(frames 640x427, 2 frames\): grid 1x6x8, 12 tokens'
+# the clip budget from the command line: the cap above gave the two frames 32768 pixels; so does this
+expect 0 "video max pixels" "$QVL" encode --preprocess-only --video-max-pixels 32768 "$T/pf" -o "$T/pf3.safetensors"
+has "clip budget grid" "$T/out" '\(frames 640x427, 2 frames\): grid 1x6x8, 12 tokens'
+expect 2 "video min above max" "$QVL" encode --preprocess-only --video-min-pixels 9000 --video-max-pixels 8000 "$T/pf" -o "$T/pf3.safetensors"
 expect 2 "bad max video tokens" "$QVL" encode --preprocess-only --max-video-tokens 0 "$T/pf" -o "$T/pf2.safetensors"
 
 # --preprocess-only writes pixel rows, and they are what an encode of the same rows gives.

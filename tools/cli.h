@@ -73,7 +73,8 @@ typedef struct media_opts {
     qvl_video_params vp;
     qvl_decode_params dp;
     /* which preprocessing settings the command line set (they override the model's json files) */
-    int set_resize, set_min, set_max, set_size, set_fps, set_num_frames, set_max_frames, set_cap, set_max_vt;
+    int set_resize, set_min, set_max, set_size, set_fps, set_num_frames, set_max_frames, set_cap, set_max_vt,
+        set_vmin, set_vmax;
 } media_opts;
 
 /* Exit status when some inputs failed and the others were written. */

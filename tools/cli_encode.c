@@ -31,6 +31,9 @@ static const char encode_help[] =
     "      --min-pixels N     image pixel budget (default: the model's preprocessor_config.json, else 65536)\n"
     "      --max-pixels N     (default: the model's preprocessor_config.json, else 16777216)\n"
     "      --size HxW         exact resize target in pixels (multiples of 32) instead of smart-resize\n"
+    "      --video-min-pixels N  video pixel budget of a whole clip (default: the model's\n"
+    "                         video_preprocessor_config.json, else 4096)\n"
+    "      --video-max-pixels N  (default: the model's video_preprocessor_config.json, else 25165824)\n"
     "      --fps F            video frames sampled per second (default 2)\n"
     "      --num-frames N     sample exactly N frames of each video\n"
     "      --max-frames N     at most N frames per video (default 768)\n"
@@ -181,7 +184,7 @@ static int parse_size(const char *s, int32_t *h, int32_t *w) {
 int cmd_encode(int argc, char **argv) {
     enum { OPT_STAGES = 256, OPT_POS_MODE, OPT_RESIZE, OPT_MIN_PX, OPT_MAX_PX, OPT_SIZE, OPT_FPS, OPT_NUM_FRAMES,
            OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA, OPT_LIMIT, OPT_CACHE,
-           OPT_PRECISION, OPT_CAP, OPT_MAX_VT };
+           OPT_PRECISION, OPT_CAP, OPT_MAX_VT, OPT_VMIN_PX, OPT_VMAX_PX };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
         {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
@@ -198,6 +201,8 @@ int cmd_encode(int argc, char **argv) {
         {"cache", required_argument, NULL, OPT_CACHE},
         {"cap-pixels-per-frame", no_argument, NULL, OPT_CAP},
         {"max-video-tokens", required_argument, NULL, OPT_MAX_VT},
+        {"video-min-pixels", required_argument, NULL, OPT_VMIN_PX},
+        {"video-max-pixels", required_argument, NULL, OPT_VMAX_PX},
         {NULL, 0, NULL, 0}};
     media_opts mo;
     memset(&mo, 0, sizeof mo);
@@ -255,6 +260,14 @@ int cmd_encode(int argc, char **argv) {
             if (c == OPT_MIN_PX) mo.pp.min_pixels = u, mo.set_min = 1;
             else mo.pp.max_pixels = u, mo.set_max = 1;
             break;
+        case OPT_VMIN_PX:
+        case OPT_VMAX_PX:
+            if (cli_parse_u64(optarg, &u) != 0 || u == 0)
+                return cli_usage("--%s: '%s' is not a positive integer",
+                                 c == OPT_VMIN_PX ? "video-min-pixels" : "video-max-pixels", optarg);
+            if (c == OPT_VMIN_PX) mo.pp.video_min_pixels = u, mo.set_vmin = 1;
+            else mo.pp.video_max_pixels = u, mo.set_vmax = 1;
+            break;
         case OPT_SIZE:
             if (parse_size(optarg, &mo.pp.size_h, &mo.pp.size_w) != 0)
                 return cli_usage("--size: '%s' is not HxW (positive integers)", optarg);
@@ -309,6 +322,9 @@ int cmd_encode(int argc, char **argv) {
         default: return cli_bad_option("encode", c, argv);
         }
     }
+    if (mo.set_vmin && mo.set_vmax && mo.pp.video_min_pixels > mo.pp.video_max_pixels)
+        return cli_usage("--video-min-pixels %llu is above --video-max-pixels %llu",
+                         (unsigned long long)mo.pp.video_min_pixels, (unsigned long long)mo.pp.video_max_pixels);
     if (mo.set_min && mo.set_max && mo.pp.min_pixels > mo.pp.max_pixels) /* as the config parser refuses it */
         return cli_usage("--min-pixels %llu is above --max-pixels %llu", (unsigned long long)mo.pp.min_pixels,
                          (unsigned long long)mo.pp.max_pixels);

@@ -63,6 +63,8 @@ static int resolve_settings(media_opts *o) {
     if (o->set_min) pp.min_pixels = o->pp.min_pixels;
     if (o->set_max) pp.max_pixels = o->pp.max_pixels;
     if (o->set_size) pp.size_h = o->pp.size_h, pp.size_w = o->pp.size_w;
+    if (o->set_vmin) pp.video_min_pixels = o->pp.video_min_pixels;
+    if (o->set_vmax) pp.video_max_pixels = o->pp.video_max_pixels;
     if (o->set_fps) vp.fps = o->vp.fps;
     if (o->set_num_frames) vp.num_frames = o->vp.num_frames;
     if (o->set_max_frames) vp.max_frames = o->vp.max_frames;
