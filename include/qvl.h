@@ -779,7 +779,9 @@ typedef struct qvl_plan_params {
     int deepstack;              /* 1 (default): outputs include the DeepStack features; 0: the merger output alone */
     size_t max_batch_rows;      /* items are encoded together (one forward pass over several attention segments,
                                    the same bits as one by one) in groups of at most this many patch rows; an item
-                                   above it runs alone. 0: 16384 */
+                                   above it runs alone, a video in pieces of whole temporal patches (again the
+                                   same bits: attention stays within a temporal patch), so that the encode's
+                                   scratch is set by this, not by the video's length. 0: 16384 */
     /* Defaults for items that give none. NULL: what the model directory's json files said when the model was
        loaded (a file that could not be read or parsed fails the plan, with the load's message). */
     const qvl_preprocess_params *preprocess;

@@ -557,13 +557,32 @@ qvl_status plan_base_settings(const qvl_model *m, const qvl_plan_params *pp, ite
     return QVL_OK;
 }
 
-/* The group structure: consecutive ok items while their rows fit max_batch_rows (an item above it alone). */
+/* Temporal patches of item pi in one piece when its rows are more than `cap`: as many whole temporal patches as fit,
+ * at least one. A video attends within each temporal patch, and every row-wise operation and GEMM of the tower
+ * gives the same bits however its rows are split (model/tower.c), so pieces of whole temporal patches, each with
+ * the grid (t', h, w), encode to exactly the rows of the whole item: the scratch an encode holds is then set by
+ * the cap, not by the video's length. */
+static int32_t piece_t(const plan_item *pi, size_t cap) {
+    const size_t per_t = (size_t)pi->grid.h * (size_t)pi->grid.w, fit = cap / (per_t ? per_t : 1);
+    return fit < 1 ? 1 : fit > (size_t)pi->grid.t ? pi->grid.t : (int32_t)fit;
+}
+
+/* The group structure: consecutive ok items while their rows fit max_batch_rows; an item above it alone, in pieces
+ * of whole temporal patches (piece_t) where it has more than one. */
 static void plan_groups(qvl_plan *p, const qvl_ctx *ctx) {
     const size_t cap = p->p.max_batch_rows;
     size_t rows = 0, largest = 0, group = 0;
     for (size_t i = 0; i < p->n; i++) {
         plan_item *pi = &p->items[i];
         if (pi->status != QVL_OK) continue;
+        if (pi->n_rows > cap) { /* alone: its pieces */
+            if (rows) group++;
+            pi->group = group++;
+            const size_t piece = (size_t)piece_t(pi, cap) * (size_t)pi->grid.h * (size_t)pi->grid.w;
+            if (piece > largest) largest = piece;
+            rows = 0;
+            continue;
+        }
         if (rows && rows + pi->n_rows > cap) rows = 0, group++;
         rows += pi->n_rows;
         pi->group = group;
@@ -744,17 +763,20 @@ qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *p, qvl_error *err)
     return tower_reserve(ctx, rows, p->p.dtype != QVL_DTYPE_F32, err);
 }
 
-/* Sink of item i (its own buffer `out`): CONCAT puts target k at column k·O of each row, SPLIT at plane k. */
-static void item_sink(const qvl_plan *p, const plan_item *pi, size_t t0, void *out, tower_sink *k) {
+/* Sink of item i (its own buffer `out`), for its tokens [tok0, tok0 + n) (all of them: 0, n_tokens; a piece: its
+ * share), which are the group's tokens from t0 on: CONCAT puts target k at column k·O of each row, SPLIT at plane
+ * k. */
+static void item_sink(const qvl_plan *p, const plan_item *pi, size_t t0, size_t tok0, size_t n, void *out,
+                      tower_sink *k) {
     memset(k, 0, sizeof *k);
     k->t0 = t0;
-    k->n = pi->n_tokens;
+    k->n = n;
     k->dtype = p->p.dtype;
     k->ld = p->out_cols;
     unsigned char *base = out;
     for (int d = 0; d <= p->n_ds; d++) {
         const size_t off = p->p.layout == QVL_OUTPUT_CONCAT ? (size_t)d * p->O : (size_t)d * pi->n_tokens * p->O;
-        k->dst[d] = base + off * p->esize;
+        k->dst[d] = base + (off + tok0 * p->out_cols) * p->esize;
     }
 }
 
@@ -834,7 +856,8 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
     int stop = 0;
     for (size_t i = 0; i < p->n && !stop;) {
         /* the next group: consecutive ok items of one plan group while their rows fit (on the planning ctx, with
-         * every item encoded, the plan's groups: its call limit, which bounds the whole plan, lowers nothing) */
+         * every item encoded, the plan's groups: its call limit, which bounds the whole plan, lowers nothing); an
+         * item above the cap alone, in pieces of whole temporal patches (piece_t) */
         size_t n = 0, rows = 0, tok = 0, group = 0;
         for (; i < p->n; i++) {
             plan_item *pi = &p->items[i];
@@ -843,16 +866,36 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
             group = pi->group;
             p->g_rows[n] = pi->rows;
             p->g_grids[n] = pi->grid;
-            item_sink(p, pi, tok, outputs[i], &p->g_sinks[n]);
+            item_sink(p, pi, tok, 0, pi->n_tokens, outputs[i], &p->g_sinks[n]);
             p->g_items[n++] = i;
             rows += pi->n_rows;
             tok += pi->n_tokens;
+            if (pi->n_rows > cap) {
+                i++;
+                break;
+            }
         }
         if (!n) break;
         qvl_error ge;
         err_clear(&ge);
         double t0 = now_ms();
-        qvl_status s = tower_encode(ctx, NULL, p->g_rows, rows, p->g_grids, n, p->g_sinks, n, &ge);
+        qvl_status s = QVL_OK;
+        const plan_item *one = &p->items[p->g_items[0]];
+        if (n == 1 && rows > cap && one->grid.t > 1) { /* in pieces */
+            const size_t per_t = (size_t)one->grid.h * (size_t)one->grid.w, mm = (size_t)one->merge * one->merge;
+            const int32_t step = piece_t(one, cap);
+            for (int32_t t = 0; t < one->grid.t && s == QVL_OK; t += step) {
+                const int32_t tn = one->grid.t - t < step ? one->grid.t - t : step;
+                const size_t r0 = (size_t)t * per_t, pr = (size_t)tn * per_t;
+                const float *piece_rows = one->rows + r0 * one->row_len;
+                const qvl_grid g = {tn, one->grid.h, one->grid.w};
+                tower_sink k;
+                item_sink(p, one, 0, r0 / mm, pr / mm, outputs[p->g_items[0]], &k);
+                s = tower_encode(ctx, NULL, &piece_rows, pr, &g, 1, &k, 1, &ge);
+            }
+        } else {
+            s = tower_encode(ctx, NULL, p->g_rows, rows, p->g_grids, n, p->g_sinks, n, &ge);
+        }
         double ms = now_ms() - t0;
         for (size_t j = 0; j < n; j++) { /* the group's time, shared by rows */
             plan_item *pi = &p->items[p->g_items[j]];

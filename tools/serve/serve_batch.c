@@ -435,7 +435,9 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
     }
     qvl_plan_params pl;
     plan_params(s, &spec, &pl);
-    pl.max_batch_rows = rows;
+    /* one pass for the batch; a lone item above the budget in passes within it where it is a video (the plan
+     * encodes a video in pieces of whole temporal patches: the same bits, scratch set by the budget) */
+    pl.max_batch_rows = rows > s->cfg.lim.max_batch_patches ? s->cfg.lim.max_batch_patches : rows;
     if (http_all == 200 && qvl_plan_create(s->ctx, items, n, &pl, &plan, &err) != QVL_OK) {
         http_all = 500;
         snprintf(msg, sizeof msg, "%s", err.message);
