@@ -683,6 +683,30 @@ int main(void) {
         if (p3 > 0) CHECK(stop_server(p3) == 0);
     }
 
+    /* A video above the batch budget (--max-batch-patches 1: every temporal patch is more) is encoded in pieces of
+     * whole temporal patches: the bits of qvl encode's one pass. */
+    if (QVL_WITH_VIDEO) {
+        char *exv[] = {"--max-batch-patches", "1"};
+        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
+        tu_rmtree(cmd);
+        pid_t pv = start_server(tmp, model, exv, 2);
+        CHECK(pv > 0);
+        size_t n;
+        uint8_t *b = tu_read_file(paths[3], &n);
+        CHECK(pv > 0 && b && post("/v1/encode", "video/mp4", b, n, &r) == 0 && r.status == 200 && r.complete);
+        st_file *f = NULL;
+        if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+            const st_tensor *e = st_find(f, "embeddings");
+            CHECK(e && (size_t)e->shape[0] == ri[3].tokens && same_concat(e->data, &ri[3]));
+            st_close(f);
+        } else {
+            CHECK(!"a video in pieces: 200 and a safetensors body");
+        }
+        free(b);
+        resp_free(&r);
+        if (pv > 0) CHECK(stop_server(pv) == 0);
+    }
+
     /* --precision bf16: /info and the answer's metadata say so, and the cache key differs from f32's (the key
      * holds the precision). The portable bf16 kernels run where the CPU has no AVX512-BF16. */
     {
