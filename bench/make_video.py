@@ -35,25 +35,29 @@ def main():
     if a.loop > 1:
         return loop(a, av, w, h, n)
     with av.open(a.out, "w") as c:
-        s = c.add_stream("libx264", rate=a.fps)
-        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        s.options = {"preset": "veryfast", "crf": "23", "g": str(a.gop), "keyint_min": str(a.gop),
-                     "sc_threshold": "0"}
-        y, x = np.mgrid[0:h, 0:w].astype(np.int32)
-        for i in range(n):
-            img = np.empty((h, w, 3), np.uint8)
-            img[..., 0] = (x + 3 * i) & 255
-            img[..., 1] = (y + 2 * i) & 255
-            img[..., 2] = ((x + y) // 4 + 5 * i) & 255
-            sq = max(8, h // 6)
-            x0 = (7 * i) % max(1, w - sq)
-            y0 = (3 * i) % max(1, h - sq)
-            img[y0:y0 + sq, x0:x0 + sq] = 255
-            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                c.mux(p)
-        for p in s.encode(None):
-            c.mux(p)
+        encode(c, a, av, w, h, n, {})
     print(f"make_video: {a.out}: {n} frames of {w}x{h} at {a.fps} fps, a keyframe every {a.gop}")
+
+
+def encode(c, a, av, w, h, n, extra):
+    """n frames of the moving pattern into container c: libx264 veryfast, a keyframe every a.gop (+ extra options)."""
+    s = c.add_stream("libx264", rate=a.fps)
+    s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+    s.options = {"preset": "veryfast", "crf": "23", "g": str(a.gop), "keyint_min": str(a.gop), "sc_threshold": "0",
+                 **extra}
+    y, x = np.mgrid[0:h, 0:w].astype(np.int32)
+    for i in range(n):
+        img = np.empty((h, w, 3), np.uint8)
+        img[..., 0] = (x + 3 * i) & 255
+        img[..., 1] = (y + 2 * i) & 255
+        img[..., 2] = ((x + y) // 4 + 5 * i) & 255
+        sq = max(8, h // 6)
+        x0, y0 = (7 * i) % max(1, w - sq), (3 * i) % max(1, h - sq)
+        img[y0:y0 + sq, x0:x0 + sq] = 255
+        for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+            c.mux(p)
+    for p in s.encode(None):
+        c.mux(p)
 
 
 def loop(a, av, w, h, n):
@@ -61,23 +65,7 @@ def loop(a, av, w, h, n):
     import io
     seg = io.BytesIO()
     with av.open(seg, "w", format="mp4") as c:
-        s = c.add_stream("libx264", rate=a.fps)
-        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        s.options = {"preset": "veryfast", "crf": "23", "g": str(a.gop), "keyint_min": str(a.gop),
-                     "sc_threshold": "0", "x264-params": "open-gop=0"}
-        y, x = np.mgrid[0:h, 0:w].astype(np.int32)
-        for i in range(n):
-            img = np.empty((h, w, 3), np.uint8)
-            img[..., 0] = (x + 3 * i) & 255
-            img[..., 1] = (y + 2 * i) & 255
-            img[..., 2] = ((x + y) // 4 + 5 * i) & 255
-            sq = max(8, h // 6)
-            x0, y0 = (7 * i) % max(1, w - sq), (3 * i) % max(1, h - sq)
-            img[y0:y0 + sq, x0:x0 + sq] = 255
-            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                c.mux(p)
-        for p in s.encode(None):
-            c.mux(p)
+        encode(c, a, av, w, h, n, {"x264-params": "open-gop=0"})
     seg.seek(0)
     with av.open(seg) as src, av.open(a.out, "w") as dst:
         ins = src.streams.video[0]
