@@ -73,6 +73,17 @@ struct backend {
     /* ws: linear_ws(pool_size(pool), max_k) bytes with w->K <= max_k. */
     void (*linear)(const backend *be, const be_weight *w, const float *A, size_t lda, int M, const float *bias,
                    float *C, size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
+    /* Optional (NULL where the backend has none): its GEMM's own bf16 operand layout, so that a linear whose
+     * result only feeds another linear's bf16 arithmetic hands it over without an f32 round trip (one pass less over
+     * [M, N] each way, and no packing in the consumer). packed_size: bytes of an [M, K] operand in it. linear_packed:
+     * linear() with A read from A_packed (an operand written by a linear_packed before, K = w->K; w->arith
+     * BE_ARITH_BF16) instead of A, and/or the result written into C_packed (a next linear's [M, w->N] operand; not
+     * with accumulate) instead of C; each pointer NULL for the plain f32 side. The bits are those of linear() into
+     * C followed by the consumer's own packing of C. */
+    size_t (*packed_size)(int M, int K);
+    void (*linear_packed)(const backend *be, const be_weight *w, const float *A, size_t lda, const void *A_packed,
+                          int M, const float *bias, float *C, size_t ldc, void *C_packed, int accumulate, be_act act,
+                          void *ws, int max_k, thread_pool *pool);
     size_t (*attention_ws)(int head_dim, int n_threads);
     void (*attention)(const backend *be, const be_attn *a, void *ws, thread_pool *pool);
     void (*layernorm)(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,

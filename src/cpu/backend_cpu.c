@@ -92,6 +92,23 @@ static void bf16_linear(const backend *be, const be_weight *w, const float *A, s
     }
 }
 
+/* The AMX sets' linear with operands in the tiles' layout (gemm_amx_run_packed); f32-arithmetic weights and the
+ * other sets have none (their entries leave linear_packed NULL; the tower asks only for bf16-arithmetic pairs). */
+static void amx_linear_packed(const backend *be, const be_weight *w, const float *A, size_t lda, const void *A_packed,
+                              int M, const float *bias, float *C, size_t ldc, void *C_packed, int accumulate,
+                              be_act act, void *ws, int max_k, thread_pool *pool) {
+    switch (be->set) {
+#if QVL_WITH_X86
+    case BF16_SET_AMX:
+        gemm_amx_run_packed(w, A, lda, A_packed, M, bias, C, ldc, C_packed, accumulate, act, ws, max_k, pool);
+        return;
+#endif
+    default:
+        gemm_amx_run_packed_emulated(w, A, lda, A_packed, M, bias, C, ldc, C_packed, accumulate, act, ws, max_k, pool);
+        return;
+    }
+}
+
 static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 
 static size_t bf16_linear_ws(int n_threads, int max_k) {
@@ -136,6 +153,8 @@ enum { ROW_ALIGN = 42 };
     {.name = nm, .isa = isa_, .precision = QVL_PRECISION_BF16, .m_align = IS_AMX(set_) ? BF16_AMX_MC : ROW_ALIGN,   \
      .pack_size = IS_AMX(set_) ? amx_pack_size : bf16_pack_size, .pack = bf16_pack, .linear = bf16_linear,         \
      .linear_ws = IS_AMX(set_) ? amx_linear_ws : bf16_linear_ws, .attention_ws = bf16_attention_ws,                 \
+     .packed_size = IS_AMX(set_) ? gemm_amx_packed_size : NULL,                                                     \
+     .linear_packed = IS_AMX(set_) ? amx_linear_packed : NULL,                                                      \
      .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_,      \
      .split = IS_AMX(set_)}
 

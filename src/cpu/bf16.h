@@ -152,6 +152,20 @@ void gemm_amx_run(const be_weight *w, const float *A, size_t lda, int M, const f
                   int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
 void gemm_amx_run_emulated(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
                            size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
+/* gemm_amx_run with its A operand and/or its result in the A operand layout of the AMX GEMM (gemm_amx_pack_a's
+ * tiles with ns = 1 for all rows: the 16 x 32 tile of row group g and K tile t at (g·ceil(K / 32) + t)·512
+ * elements, zero past M (up to the group's 16 rows) and past K): with Ap not NULL, A is read from Ap (an [M, K]
+ * operand, K = w->K; A and lda unused; w->arith BF16 only), and with Cp not NULL, the result is written there, as
+ * a next GEMM's [M, N] operand (C and ldc unused; not with accumulate), each element the bf16 rounding
+ * (bf16_round) of the f32 value C would get: the same bits as gemm_amx_run into C and gemm_amx_pack_a of C. */
+void gemm_amx_run_packed(const be_weight *w, const float *A, size_t lda, const uint16_t *Ap, int M, const float *bias,
+                         float *C, size_t ldc, uint16_t *Cp, int accumulate, be_act act, void *ws, int max_k,
+                         thread_pool *pool);
+void gemm_amx_run_packed_emulated(const be_weight *w, const float *A, size_t lda, const uint16_t *Ap, int M,
+                                  const float *bias, float *C, size_t ldc, uint16_t *Cp, int accumulate, be_act act,
+                                  void *ws, int max_k, thread_pool *pool);
+/* Bytes of an [M, K] operand in that layout (0 when M or K <= 0). */
+size_t gemm_amx_packed_size(int M, int K);
 /* The A packer of the AMX GEMM: rows [0, mr) of A (row stride lda), k in [k0, k0 + 32·kt) clipped to K, into kt
  * 16 x 32 bf16 tiles per 16-row group (ns = 2: each followed by its BF16X2 lo tile), zero past mr and K. The
  * instruction build's is AVX-512 (callable on any AVX512-BF16 CPU, tests), the emulated build's portable C; the

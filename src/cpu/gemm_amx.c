@@ -66,6 +66,13 @@ static size_t thread_bytes(int max_k) {
     return 2 * (size_t)AMX_MC * kp * 2 + 2 * AMX_SCRATCH_BYTES;
 }
 
+#if QVL_AMX_EMULATE /* one definition, in the build every platform has (the layout is the same in both) */
+size_t gemm_amx_packed_size(int M, int K) {
+    if (M <= 0 || K <= 0) return 0;
+    return (size_t)(M + 15) / 16 * 16 * ((size_t)(K + AMX_KT - 1) / AMX_KT * AMX_KT) * sizeof(uint16_t);
+}
+#endif
+
 size_t AMX_NAME(gemm_amx_workspace_size)(int n_threads, int max_k) {
     if (n_threads < 1) n_threads = 1;
     return (size_t)n_threads * thread_bytes(max_k) + 64;
@@ -139,6 +146,8 @@ typedef struct amx_job {
     int nb_m, nc;
     size_t thread_bytes;
     unsigned char *ws;
+    const uint16_t *Ap; /* A packed by the caller (gemm_amx_run_packed), or NULL: packed here per item */
+    uint16_t *Cp;       /* the result packed as a next GEMM's A (K = N), or NULL: into C */
 } amx_job;
 
 /* Lines of the next column pair's panels (p0 and, if not NULL, p1: one range per 16-column panel) that a row
@@ -166,6 +175,8 @@ typedef struct epi {
     const float *cb;
     float *C;
     size_t ldc;
+    uint16_t *P;     /* or, where not NULL, the rows as bf16 into this column pair's A tiles of the next GEMM */
+    size_t pgroup;   /* elements from one 16-row group's tile to the next's */
     const float *bias;
     be_act act;
     int accumulate, ncols;
@@ -177,8 +188,9 @@ typedef struct epi {
 } epi;
 
 static void epi_init(epi *e, const float *cb, int rows, int ncols, const float *bias, be_act act, float *C,
-                     size_t ldc, int accumulate) {
+                     size_t ldc, int accumulate, uint16_t *P, size_t pgroup) {
     e->cb = cb, e->C = C, e->ldc = ldc, e->bias = bias, e->act = act, e->accumulate = accumulate;
+    e->P = P, e->pgroup = pgroup;
     e->ncols = ncols, e->next = 0, e->rows = rows;
 #if !QVL_AMX_EMULATE
     e->m0 = (__mmask16)(ncols >= 16 ? 0xffffu : (1u << ncols) - 1u);
@@ -194,6 +206,13 @@ static void epi_row(epi *e) {
     const int r = e->next++;
     float t[32];
     memcpy(t, e->cb + (size_t)r * 32, (size_t)e->ncols * sizeof(float));
+    if (e->P) { /* the value C would get, rounded as gemm_amx_pack_a rounds it; zero past the columns */
+        float v[32];
+        gemm_bf16_epilogue_row(t, e->bias, e->ncols, e->act, v, 0);
+        uint16_t *d = e->P + (size_t)(r / 16) * e->pgroup + (size_t)(r % 16) * AMX_KT;
+        for (int c = 0; c < AMX_KT; c++) d[c] = bf16_round(c < e->ncols ? v[c] : 0.0f);
+        return;
+    }
     gemm_bf16_epilogue_row(t, e->bias, e->ncols, e->act, e->C + (size_t)r * e->ldc, e->accumulate);
 }
 #else
@@ -208,6 +227,14 @@ static inline __attribute__((always_inline)) __m512 epi16(__m512 v, int has_bias
 static inline void epi_row(epi *e) {
     const int r = e->next++;
     const float *t = e->cb + (size_t)r * 32;
+    if (e->P) { /* the value C would get, rounded as gemm_amx_pack_a rounds it (split16); zero past the columns */
+        const __m512 v0 = _mm512_maskz_mov_ps(e->m0, epi16(_mm512_loadu_ps(t), e->bias != NULL, e->b0, e->act));
+        const __m512 v1 = _mm512_maskz_mov_ps(e->m1, epi16(_mm512_loadu_ps(t + 16), e->bias != NULL, e->b1, e->act));
+        uint16_t *d = e->P + (size_t)(r / 16) * e->pgroup + (size_t)(r % 16) * AMX_KT;
+        split16(v0, d, NULL);
+        split16(v1, d + 16, NULL);
+        return;
+    }
     float *c = e->C + (size_t)r * e->ldc;
     /* C's rows are far apart and rarely cached: ask for them EPI_AHEAD rows before they are read or written, so
      * that a miss does not hold up the tile instructions retiring behind it */
@@ -298,7 +325,7 @@ static void amx_task(void *ctx, long it, int thread) {
     const int j0 = (int)(it / j->nb_m) * j->nc, nc = w->N - j0 < j->nc ? w->N - j0 : j->nc;
     const int KB = (w->K + AMX_KT - 1) / AMX_KT;
     unsigned char *ws = j->ws + (size_t)thread * j->thread_bytes;
-    uint16_t *ap = (uint16_t *)(void *)ws;
+    const uint16_t *ap = (const uint16_t *)(void *)ws;
     float *cbs[2] = {(float *)(void *)(ws + j->thread_bytes - 2 * AMX_SCRATCH_BYTES),
                      (float *)(void *)(ws + j->thread_bytes - AMX_SCRATCH_BYTES)};
     const uint32_t *panels = w->data;
@@ -306,7 +333,18 @@ static void amx_task(void *ctx, long it, int thread) {
     float *Cm = j->C + (size_t)i0 * j->ldc;
 
     const int split = w->arith == BE_ARITH_BF16X2, ns = 1 + split;
-    AMX_NAME(gemm_amx_pack_a)(j->A + (size_t)i0 * j->lda, j->lda, mc, 0, w->K, KB, ns, ap);
+    if (j->Ap) /* the block's 16-row groups of the caller's packed A (ns = 1: BF16 weights only) */
+        ap = j->Ap + (size_t)(i0 / 16) * KB * 512;
+    else
+        AMX_NAME(gemm_amx_pack_a)(j->A + (size_t)i0 * j->lda, j->lda, mc, 0, w->K, KB, ns, (uint16_t *)(void *)ws);
+    /* packed result: K tiles of the next GEMM (one per 32 columns of this one), zero rows past M in the group */
+    const size_t pgroup = (size_t)((w->N + AMX_KT - 1) / AMX_KT) * 512;
+    uint16_t *Pm = j->Cp ? j->Cp + (size_t)(i0 / 16) * pgroup : NULL;
+    if (Pm)
+        for (int r = mc; r % 16; r++)
+            for (int jr = 0; jr < nc; jr += 32)
+                memset(Pm + (size_t)(r / 16) * pgroup + (size_t)(j0 + jr) / 32 * 512 + (size_t)(r % 16) * AMX_KT, 0,
+                       AMX_KT * sizeof(uint16_t));
     amx_tilecfg cfg;
     const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
     const uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
@@ -331,7 +369,8 @@ static void amx_task(void *ctx, long it, int thread) {
                   cb + (size_t)ir * 32, mc - ir > 16, ncols > 16, &pf, pending ? &e : NULL,
                   ir + 32 < mc ? ir + 32 : mc);
         }
-        epi_init(&e, cb, mc, ncols, j->bias ? j->bias + j0 + jr : NULL, j->act, Cm + j0 + jr, j->ldc, j->accumulate);
+        epi_init(&e, cb, mc, ncols, j->bias ? j->bias + j0 + jr : NULL, j->act, Cm + j0 + jr, j->ldc, j->accumulate,
+                 Pm ? Pm + (size_t)(j0 + jr) / 32 * 512 : NULL, pgroup);
         pending = 1;
     }
     AMX_RELEASE();
@@ -380,12 +419,18 @@ static int plan_nc(int M, int N, int nt) {
     return best;
 }
 
-void AMX_NAME(gemm_amx_run)(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
-                            size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool) {
+void AMX_NAME(gemm_amx_run_packed)(const be_weight *w, const float *A, size_t lda, const uint16_t *Ap, int M,
+                                   const float *bias, float *C, size_t ldc, uint16_t *Cp, int accumulate, be_act act,
+                                   void *ws, int max_k, thread_pool *pool) {
     if (M <= 0 || w->N <= 0) return;
     const int nb_m = (M + AMX_MC - 1) / AMX_MC, nc = plan_nc(M, w->N, pool_size(pool));
     amx_job j = {w, A, lda, M, bias, C, ldc, accumulate, act, nb_m, nc, thread_bytes(max_k),
-                 (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63)};
+                 (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), Ap, Cp};
     /* M-block-major within an N block, so items running close in time share B panels. */
     pool_run(pool, (long)nb_m * ((w->N + nc - 1) / nc), amx_task, &j);
+}
+
+void AMX_NAME(gemm_amx_run)(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C,
+                            size_t ldc, int accumulate, be_act act, void *ws, int max_k, thread_pool *pool) {
+    AMX_NAME(gemm_amx_run_packed)(w, A, lda, NULL, M, bias, C, ldc, NULL, accumulate, act, ws, max_k, pool);
 }

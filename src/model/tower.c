@@ -402,12 +402,26 @@ static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, 
     c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
 }
 
-/* out (=|+=) fc2(act(fc1(in))) over `rows` rows, in chunks of mlp_step rows through c->mlp. */
+/* out (=|+=) fc2(act(fc1(in))) over `rows` rows, in chunks of mlp_step rows through c->mlp. Where the backend
+ * has its own operand layout and fc2 rounds its input to bf16 (the blocks' fc2 past the first DeepStack tap), fc1
+ * writes the hidden rows in that layout and fc2 reads them as they are: the same bits as through f32 (the layout
+ * holds exactly what fc2 would pack), without the f32 round trip and fc2's packing. */
 static void mlp_rows(qvl_ctx *c, const linear *fc1, const linear *fc2, be_act act, const float *in,
                      size_t ld_in, size_t rows, float *out, size_t ld_out, int accumulate) {
-    const size_t hid = (size_t)fc1->w.rows, step = mlp_step(rows, (size_t)c->be->m_align);
+    const backend *be = c->be;
+    const size_t hid = (size_t)fc1->w.rows, step = mlp_step(rows, (size_t)be->m_align);
+    const int handover = be->linear_packed && fc1->packed.arith != BE_ARITH_F32 && fc2->packed.arith == BE_ARITH_BF16 &&
+                         be->packed_size((int)step, (int)hid) <= c->mlp_floats * sizeof(float);
     for (size_t r = 0; r < rows; r += step) {
         const size_t m = rows - r < step ? rows - r : step;
+        if (handover) {
+            be->linear_packed(be, &fc1->packed, in + r * ld_in, ld_in, NULL, (int)m, fc1->b, NULL, 0, c->mlp, 0, act,
+                              c->gemm_ws, c->max_k, c->pool);
+            be->linear_packed(be, &fc2->packed, NULL, 0, c->mlp, (int)m, fc2->b, out + r * ld_out, ld_out, NULL,
+                              accumulate, BE_ACT_NONE, c->gemm_ws, c->max_k, c->pool);
+            c->prof.gemm_flops += 2.0 * (double)m * (double)hid * (fc1->w.cols + fc2->w.rows);
+            continue;
+        }
         linear_run(c, fc1, in + r * ld_in, ld_in, m, c->mlp, hid, 0, act);
         linear_run(c, fc2, c->mlp, hid, m, out + r * ld_out, ld_out, accumulate, BE_ACT_NONE);
     }

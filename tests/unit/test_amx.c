@@ -135,6 +135,65 @@ static void gemm_case(int M, int N, int K, qvl_dtype dt, int bias_on, be_act act
     free(ws), free(ref), free(buf), free(Bh), free(A), free(Bf), free(bias), free(C0);
 }
 
+typedef void (*run_packed_fn)(const be_weight *, const float *, size_t, const uint16_t *, int, const float *,
+                              float *, size_t, uint16_t *, int, be_act, void *, int, thread_pool *);
+
+/* gemm_amx_run_packed: fc1 (N1 x K) writing its [M, N1] result in the operand layout, fc2 (N2 x N1, bf16 arithmetic,
+ * accumulating) reading it, against fc1 into f32, gemm_amx_pack_a of that (emulated build), fc2 from the f32 rows:
+ * the same bytes, the layout's every byte written (poisoned before; its padding zero past M and N1), on both
+ * builds and 1, 2 and 16 threads. */
+static void packed_case(int M, int K, int N1, int N2, be_act act) {
+    uint32_t st = (uint32_t)(M * 131 + K * 7 + N1 * 3 + N2);
+    float *A = malloc((size_t)M * K * sizeof(float)), *B1 = malloc((size_t)N1 * K * sizeof(float));
+    float *B2 = malloc((size_t)N2 * N1 * sizeof(float)), *b1 = malloc((size_t)N1 * sizeof(float));
+    float *b2 = malloc((size_t)N2 * sizeof(float)), *C0 = malloc((size_t)M * N2 * sizeof(float));
+    float *H = malloc((size_t)M * N1 * sizeof(float)), *ref = malloc((size_t)M * N2 * sizeof(float));
+    float *out = malloc((size_t)M * N2 * sizeof(float));
+    fill(A, (size_t)M * K, &st, 1.0f), fill(B1, (size_t)N1 * K, &st, 0.2f), fill(B2, (size_t)N2 * N1, &st, 0.2f);
+    fill(b1, (size_t)N1, &st, 0.5f), fill(b2, (size_t)N2, &st, 0.5f), fill(C0, (size_t)M * N2, &st, 1.0f);
+    void *p1 = aligned_alloc(64, gemm_amx_pack_size(N1, K)), *p2 = aligned_alloc(64, gemm_amx_pack_size(N2, N1));
+    be_weight w1, w2;
+    CHECK(gemm_amx_pack(&w1, p1, B1, QVL_DTYPE_F32, (size_t)K, N1, K, NULL) == 0);
+    CHECK(gemm_amx_pack(&w2, p2, B2, QVL_DTYPE_F32, (size_t)N1, N2, N1, NULL) == 0);
+    const int kmax = K > N1 ? K : N1;
+    void *ws = malloc(gemm_amx_workspace_size_emulated(16, kmax));
+    const size_t pb = gemm_amx_packed_size(M, N1);
+    CHECK(pb == ((size_t)M + 15) / 16 * 16 * (((size_t)N1 + 31) / 32 * 32) * 2);
+    uint16_t *pref = aligned_alloc(64, pb), *pk = aligned_alloc(64, pb);
+    /* the reference: f32 through the emulated build, the emulated packer over all rows */
+    gemm_amx_run_emulated(&w1, A, (size_t)K, M, b1, H, (size_t)N1, 0, act, ws, kmax, NULL);
+    memset(pref, 0xa5, pb);
+    gemm_amx_pack_a_emulated(H, (size_t)N1, M, 0, N1, (N1 + 31) / 32, 1, pref);
+    memcpy(ref, C0, (size_t)M * N2 * sizeof(float));
+    gemm_amx_run_emulated(&w2, H, (size_t)N1, M, b2, ref, (size_t)N2, 1, BE_ACT_NONE, ws, kmax, NULL);
+    struct { const char *name; run_packed_fn run; int on; } sets[] = {
+        {"emulated", gemm_amx_run_packed_emulated, 1},
+#if QVL_WITH_X86
+        {"amx", gemm_amx_run_packed, hw && exact},
+#endif
+    };
+    char what[128];
+    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        if (!sets[s].on) continue;
+        static const int nts[] = {1, 2, 16};
+        for (int ti = 0; ti < 3; ti++) {
+            memset(pk, 0xa5, pb);
+            sets[s].run(&w1, A, (size_t)K, NULL, M, b1, NULL, 0, pk, 0, act, ws, kmax, tu_pool(nts[ti]));
+            snprintf(what, sizeof what, "packed result m%d k%d n%d act %d (%s, %d threads)", M, K, N1, (int)act,
+                     sets[s].name, nts[ti]);
+            CHECK(tu_same_bytes((const unsigned char *)pk, (const unsigned char *)pref, pb, what));
+            memcpy(out, C0, (size_t)M * N2 * sizeof(float));
+            sets[s].run(&w2, NULL, 0, pk, M, b2, out, (size_t)N2, NULL, 1, BE_ACT_NONE, ws, kmax, tu_pool(nts[ti]));
+            snprintf(what, sizeof what, "packed operand m%d k%d n%d (%s, %d threads)", M, N1, N2, sets[s].name,
+                     nts[ti]);
+            CHECK(tu_same_bytes((const unsigned char *)out, (const unsigned char *)ref, (size_t)M * N2 * sizeof(float),
+                                what));
+        }
+    }
+    free(A), free(B1), free(B2), free(b1), free(b2), free(C0), free(H), free(ref), free(out), free(p1), free(p2);
+    free(ws), free(pref), free(pk);
+}
+
 /* amx_gemm_excess, which lets the instructions through when their tiles sum in another order than the definition:
  * the VDPBF16PS order (gemm_bf16_ref) on the same operands is within its bound of the TDPBF16PS one, and so is
  * the f64 sum; a lost K tile, two swapped rows, an element off by 0.05·K and a NaN are not. */
@@ -337,6 +396,12 @@ int main(void) {
     gemm_case(882, 256, 64, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1, 0);
     gemm_case(33, 70, 1536, QVL_DTYPE_BF16, 0, BE_ACT_NONE, 0, 1);        /* the patch embedding's K, split */
     split_specials();
+    /* the MLP's hand-over: rows at and past the 16-row groups and 128-row blocks, hidden widths at and past the
+     * 16- and 32-column edges (the 27B's 4304: a half tile), both GELUs */
+    packed_case(1, 40, 16, 24, BE_ACT_GELU_TANH);
+    packed_case(17, 33, 33, 16, BE_ACT_NONE);
+    packed_case(130, 64, 100, 40, BE_ACT_GELU_ERF);
+    packed_case(300, 32, 4304, 32, BE_ACT_GELU_TANH);
     CHECK(backend_amx_check_emulated() == 2); /* the start-up check's own code, over the model */
     agree_case(40, 48, 80, BE_ACT_GELU_TANH, 1); /* the start-up check's shape */
     agree_case(17, 33, 385, BE_ACT_NONE, 0);
