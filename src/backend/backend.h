@@ -79,8 +79,13 @@ struct backend {
      * linear() with A read from A_packed (an operand written by a linear_packed before, K = w->K; w->arith
      * BE_ARITH_BF16) instead of A, and/or the result written into C_packed (a next linear's [M, w->N] operand; not
      * with accumulate) instead of C; each pointer NULL for the plain f32 side. The bits are those of linear() into
-     * C followed by the consumer's own packing of C. */
+     * C followed by the consumer's own packing of C. An operand's rows from r on (r a multiple of m_align) start
+     * packed_size(r, K) bytes into it, so a chunk of rows is an operand of its own. */
     size_t (*packed_size)(int M, int K);
+    /* layernorm() into that layout: y an [rows, cols] operand (K = cols) of a next linear. ws: linear_ws(
+     * pool_size(pool), max_k) bytes with cols <= max_k. The bits of layernorm() followed by the consumer's packing. */
+    void (*layernorm_packed)(const backend *be, const float *x, size_t ldx, void *y, size_t rows, size_t cols,
+                             const float *w, const float *b, float eps, void *ws, thread_pool *pool);
     void (*linear_packed)(const backend *be, const be_weight *w, const float *A, size_t lda, const void *A_packed,
                           int M, const float *bias, float *C, size_t ldc, void *C_packed, int accumulate, be_act act,
                           void *ws, int max_k, thread_pool *pool);

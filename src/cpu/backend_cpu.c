@@ -109,6 +109,45 @@ static void amx_linear_packed(const backend *be, const be_weight *w, const float
     }
 }
 
+/* The AMX sets' LayerNorm into the GEMM's operand layout: 16-row groups over the pool, each normalized by
+ * op_layernorm into the thread's part of ws (16 x cols floats) and packed by the set's own packer. */
+typedef struct ln_packed_job {
+    const float *x;
+    size_t ldx, rows, cols, stride; /* stride: bytes of ws per thread */
+    uint16_t *y;
+    const float *w, *b;
+    float eps;
+    unsigned char *ws;
+    int emulated;
+} ln_packed_job;
+
+static void ln_packed_groups(void *ctx, long g0, long g1, int thread) {
+    const ln_packed_job *j = ctx;
+    float *t = (float *)(void *)(j->ws + (size_t)thread * j->stride);
+    const int kt = (int)((j->cols + 31) / 32);
+    for (long g = g0; g < g1; g++) {
+        const size_t r0 = (size_t)g * 16, mr = j->rows - r0 < 16 ? j->rows - r0 : 16;
+        uint16_t *dst = j->y + (size_t)g * (size_t)kt * 512;
+        op_layernorm(j->x + r0 * j->ldx, j->ldx, t, j->cols, mr, j->cols, j->w, j->b, j->eps, NULL);
+#if QVL_WITH_X86
+        if (!j->emulated) {
+            gemm_amx_pack_a(t, j->cols, (int)mr, 0, (int)j->cols, kt, 1, dst);
+            continue;
+        }
+#endif
+        gemm_amx_pack_a_emulated(t, j->cols, (int)mr, 0, (int)j->cols, kt, 1, dst);
+    }
+}
+
+static void amx_layernorm_packed(const backend *be, const float *x, size_t ldx, void *y, size_t rows, size_t cols,
+                                 const float *w, const float *b, float eps, void *ws, thread_pool *pool) {
+    if (rows == 0 || cols == 0) return;
+    /* 16 rows of cols floats a thread, 64-byte aligned: within linear_ws (the A block alone is 128 x cols bf16) */
+    ln_packed_job j = {x, ldx, rows, cols, (16 * cols * sizeof(float) + 63) & ~(size_t)63, y, w, b, eps,
+                       (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), be->set == BF16_SET_AMX_EMULATED};
+    pool_for(pool, (long)((rows + 15) / 16), 1, ln_packed_groups, &j);
+}
+
 static size_t max2(size_t a, size_t b) { return a > b ? a : b; }
 
 static size_t bf16_linear_ws(int n_threads, int max_k) {
@@ -154,6 +193,7 @@ enum { ROW_ALIGN = 42 };
      .pack_size = IS_AMX(set_) ? amx_pack_size : bf16_pack_size, .pack = bf16_pack, .linear = bf16_linear,         \
      .linear_ws = IS_AMX(set_) ? amx_linear_ws : bf16_linear_ws, .attention_ws = bf16_attention_ws,                 \
      .packed_size = IS_AMX(set_) ? gemm_amx_packed_size : NULL,                                                     \
+     .layernorm_packed = IS_AMX(set_) ? amx_layernorm_packed : NULL,                                                \
      .linear_packed = IS_AMX(set_) ? amx_linear_packed : NULL,                                                      \
      .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_,      \
      .split = IS_AMX(set_)}

@@ -407,18 +407,20 @@ static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, 
  * writes the hidden rows in that layout and fc2 reads them as they are: the same bits as through f32 (the layout
  * holds exactly what fc2 would pack), without the f32 round trip and fc2's packing. */
 static void mlp_rows(qvl_ctx *c, const linear *fc1, const linear *fc2, be_act act, const float *in,
-                     size_t ld_in, size_t rows, float *out, size_t ld_out, int accumulate) {
+                     size_t ld_in, const void *in_packed, size_t rows, float *out, size_t ld_out, int accumulate) {
     const backend *be = c->be;
     const size_t hid = (size_t)fc1->w.rows, step = mlp_step(rows, (size_t)be->m_align);
     const int handover = be->linear_packed && fc1->packed.arith != BE_ARITH_F32 && fc2->packed.arith == BE_ARITH_BF16 &&
                          be->packed_size((int)step, (int)hid) <= c->mlp_floats * sizeof(float);
     for (size_t r = 0; r < rows; r += step) {
         const size_t m = rows - r < step ? rows - r : step;
-        if (handover) {
-            be->linear_packed(be, &fc1->packed, in + r * ld_in, ld_in, NULL, (int)m, fc1->b, NULL, 0, c->mlp, 0, act,
-                              c->gemm_ws, c->max_k, c->pool);
-            be->linear_packed(be, &fc2->packed, NULL, 0, c->mlp, (int)m, fc2->b, out + r * ld_out, ld_out, NULL,
-                              accumulate, BE_ACT_NONE, c->gemm_ws, c->max_k, c->pool);
+        const void *ap = in_packed ? (const unsigned char *)in_packed + be->packed_size((int)r, fc1->w.cols) : NULL;
+        if (handover || ap) {
+            void *hp = handover ? c->mlp : NULL;
+            be->linear_packed(be, &fc1->packed, ap ? NULL : in + r * ld_in, ld_in, ap, (int)m, fc1->b, hp ? NULL : c->mlp,
+                              hid, hp, 0, act, c->gemm_ws, c->max_k, c->pool);
+            be->linear_packed(be, &fc2->packed, hp ? NULL : c->mlp, hid, hp, (int)m, fc2->b, out + r * ld_out, ld_out,
+                              NULL, accumulate, BE_ACT_NONE, c->gemm_ws, c->max_k, c->pool);
             c->prof.gemm_flops += 2.0 * (double)m * (double)hid * (fc1->w.cols + fc2->w.rows);
             continue;
         }
@@ -449,7 +451,7 @@ static void store_rows(const float *src, size_t rows, size_t cols, void *dst, si
 static void merger_to(qvl_ctx *c, const merger_w *mw, const float *in, size_t ld_in, size_t rows, void *dst,
                       size_t ld, qvl_dtype dt) {
     if (dt == QVL_DTYPE_F32) {
-        mlp_rows(c, &mw->fc1, &mw->fc2, BE_ACT_GELU_ERF, in, ld_in, rows, dst, ld, 0);
+        mlp_rows(c, &mw->fc1, &mw->fc2, BE_ACT_GELU_ERF, in, ld_in, NULL, rows, dst, ld, 0);
         return;
     }
     const size_t hid = (size_t)mw->fc1.w.rows, O = (size_t)mw->fc2.w.rows, step = mlp_step(rows, (size_t)c->be->m_align),
@@ -462,14 +464,40 @@ static void merger_to(qvl_ctx *c, const merger_w *mw, const float *in, size_t ld
     }
 }
 
+/* Whether the LayerNorm feeding `l` (all S rows of c->a) can be written in the backend's operand layout: l rounds
+ * its input to bf16 and the layout fits in c->a. */
+static int ln_hands_over(const qvl_ctx *c, const linear *l, size_t S) {
+    const backend *be = c->be;
+    return be->layernorm_packed && be->linear_packed && l->packed.arith == BE_ARITH_BF16 &&
+           be->packed_size((int)S, l->w.cols) <= S * (size_t)c->m->cfg.hidden * sizeof(float);
+}
+
+/* LayerNorm of the residual stream into c->a, in the backend's operand layout when `packed`. */
+static void block_norm(qvl_ctx *c, const layernorm *n, size_t S, int packed) {
+    const size_t H = (size_t)c->m->cfg.hidden;
+    if (packed)
+        c->be->layernorm_packed(c->be, c->x, H, c->a, S, H, n->w, n->b, c->m->cfg.ln_eps, c->gemm_ws, c->pool);
+    else
+        c->be->layernorm(c->x, H, c->a, H, S, H, n->w, n->b, c->m->cfg.ln_eps, c->pool);
+}
+
 static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) {
     const tower_config *k = &c->m->cfg;
     size_t H = (size_t)k->hidden;
     qvl_profile *pf = &c->prof;
+    /* the LayerNorms hand their rows to qkv and fc1 in the backend's layout where those round them to bf16 (the
+     * same bits: the layout holds exactly what the GEMM would pack from f32) */
+    const int p1 = ln_hands_over(c, &b->qkv, S), p2 = ln_hands_over(c, &b->fc1, S);
     double t0 = now_ms(), t1;
-    c->be->layernorm(c->x, H, c->a, H, S, H, b->norm1.w, b->norm1.b, k->ln_eps, c->pool);
+    block_norm(c, &b->norm1, S, p1);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
-    linear_run(c, &b->qkv, c->a, H, S, c->qkv, 3 * H, 0, BE_ACT_NONE);
+    if (p1) {
+        c->be->linear_packed(c->be, &b->qkv.packed, NULL, 0, c->a, (int)S, b->qkv.b, c->qkv, 3 * H, NULL, 0,
+                             BE_ACT_NONE, c->gemm_ws, c->max_k, c->pool);
+        c->prof.gemm_flops += 2.0 * (double)S * b->qkv.w.rows * b->qkv.w.cols;
+    } else {
+        linear_run(c, &b->qkv, c->a, H, S, c->qkv, 3 * H, 0, BE_ACT_NONE);
+    }
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->pool);
     t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
@@ -481,10 +509,10 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     t1 = now_ms(), pf->attention_ms += t1 - t0, t0 = t1;
     linear_run(c, &b->proj, c->a, H, S, c->x, H, 1, BE_ACT_NONE);
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
-    c->be->layernorm(c->x, H, c->a, H, S, H, b->norm2.w, b->norm2.b, k->ln_eps, c->pool);
+    block_norm(c, &b->norm2, S, p2);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
-    mlp_rows(c, &b->fc1, &b->fc2, k->act == ACT_GELU_TANH ? BE_ACT_GELU_TANH : BE_ACT_GELU_ERF, c->a, H, S,
-             c->x, H, 1);
+    mlp_rows(c, &b->fc1, &b->fc2, k->act == ACT_GELU_TANH ? BE_ACT_GELU_TANH : BE_ACT_GELU_ERF, c->a, H,
+             p2 ? c->a : NULL, S, c->x, H, 1);
     pf->gemm_ms += now_ms() - t0;
 }
 

@@ -194,6 +194,39 @@ static void packed_case(int M, int K, int N1, int N2, be_act act) {
     free(ws), free(pref), free(pk);
 }
 
+/* The AMX entries' layernorm_packed against layernorm into f32 and the emulated packer: the same bytes, every
+ * byte of the layout written (rows past the last to their 16-row group zero), on 1, 2 and 16 threads. */
+static void ln_packed_case(size_t rows, size_t cols) {
+    uint32_t st = (uint32_t)(rows * 17 + cols);
+    const size_t ldx = cols + 3;
+    float *x = malloc(rows * ldx * sizeof(float)), *w = malloc(cols * sizeof(float)), *b = malloc(cols * sizeof(float));
+    float *y = malloc(rows * cols * sizeof(float));
+    fill(x, rows * ldx, &st, 3.0f), fill(w, cols, &st, 1.0f), fill(b, cols, &st, 0.5f);
+    size_t n;
+    const backend *const *tab = backend_table(&n);
+    char what[96];
+    for (size_t e = 0; e < n; e++) {
+        const backend *be = tab[e];
+        if (!be->layernorm_packed || !backend_runs(be)) continue;
+        const size_t pb = be->packed_size((int)rows, (int)cols);
+        uint16_t *ref = aligned_alloc(64, pb), *got = aligned_alloc(64, pb);
+        void *ws = malloc(be->linear_ws(16, (int)cols));
+        be->layernorm(x, ldx, y, cols, rows, cols, w, b, 1e-6f, NULL);
+        memset(ref, 0xa5, pb);
+        gemm_amx_pack_a_emulated(y, cols, (int)rows, 0, (int)cols, (int)(cols + 31) / 32, 1, ref);
+        static const int nts[] = {1, 2, 16};
+        for (int ti = 0; ti < 3; ti++) {
+            memset(got, 0x5a, pb);
+            be->layernorm_packed(be, x, ldx, got, rows, cols, w, b, 1e-6f, ws, tu_pool(nts[ti]));
+            snprintf(what, sizeof what, "layernorm packed rows %zu cols %zu (%s, %d threads)", rows, cols, be->name,
+                     nts[ti]);
+            CHECK(tu_same_bytes((const unsigned char *)got, (const unsigned char *)ref, pb, what));
+        }
+        free(ref), free(got), free(ws);
+    }
+    free(x), free(w), free(b), free(y);
+}
+
 /* amx_gemm_excess, which lets the instructions through when their tiles sum in another order than the definition:
  * the VDPBF16PS order (gemm_bf16_ref) on the same operands is within its bound of the TDPBF16PS one, and so is
  * the f64 sum; a lost K tile, two swapped rows, an element off by 0.05·K and a NaN are not. */
@@ -402,6 +435,9 @@ int main(void) {
     packed_case(17, 33, 33, 16, BE_ACT_NONE);
     packed_case(130, 64, 100, 40, BE_ACT_GELU_ERF);
     packed_case(300, 32, 4304, 32, BE_ACT_GELU_TANH);
+    ln_packed_case(1, 40);
+    ln_packed_case(17, 33);
+    ln_packed_case(130, 1152);
     CHECK(backend_amx_check_emulated() == 2); /* the start-up check's own code, over the model */
     agree_case(40, 48, 80, BE_ACT_GELU_TANH, 1); /* the start-up check's shape */
     agree_case(17, 33, 385, BE_ACT_NONE, 0);
