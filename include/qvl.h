@@ -874,6 +874,20 @@ QVL_API qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *plan, qvl_
  * max_call_patches fails alone with QVL_ERR_LIMIT, and groups are kept within its max_call_patches. */
 QVL_API qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *plan, void *const *outputs, qvl_error *err);
 
+/* Told by qvl_plan_encode_chunks as an item's output becomes final: item `item`'s tokens [tok0, tok0 + n_tokens)
+ * are written to outputs[item] (every plane of the layout) and checked finite, and nothing will write them again.
+ * An item encoded whole is one call (tok0 0, all its tokens), after its group; a video above max_batch_rows, which
+ * is encoded in pieces of whole temporal patches, one call per piece, in order, as each piece is done: a caller can
+ * consume (write out, send, hand to a model) a long video's first tokens while the rest encodes. Called on the
+ * thread that called qvl_plan_encode_chunks, never while the tower runs, and never for an item that failed. Return
+ * 0 to go on; nonzero to stop: no further item or piece is encoded or told, an item cut short fails with
+ * QVL_ERR_CANCELLED ("stopped by the chunk callback after N of its M tokens"), items not reached fail with
+ * QVL_ERR_CANCELLED, and items already told keep QVL_OK. */
+typedef int (*qvl_chunk_fn)(void *user, size_t item, size_t tok0, size_t n_tokens);
+/* qvl_plan_encode, telling fn (may be NULL: qvl_plan_encode itself) of each finished chunk of output. */
+QVL_API qvl_status qvl_plan_encode_chunks(qvl_ctx *ctx, qvl_plan *plan, void *const *outputs, qvl_chunk_fn fn,
+                                          void *user, qvl_error *err);
+
 /* Content-addressed cache key of one item: 32 bytes (64 lowercase hex digits, the `uuid` a server hands to vLLM),
  * equal exactly when the item's output is the same by construction. SHA-256 over a length-prefixed canonical tuple
  * ("qvl-key-v1", spelt out in src/model/key.c) of: the weights' fingerprint (qvl_model_fingerprint), the

@@ -782,11 +782,18 @@ static void item_sink(const qvl_plan *p, const plan_item *pi, size_t t0, size_t 
 
 /* An item's output must be finite (NaN weights, or activations past the float32 range, would otherwise come back
  * as a success): the first element that is not, as QVL_ERR_NONFINITE naming the output, token and column. */
-static qvl_status item_out_finite(const qvl_plan *p, const plan_item *pi, const void *out, qvl_error *err) {
-    const size_t n = pi->n_tokens * p->out_cols * p->n_planes;
-    const size_t i = p->p.dtype == QVL_DTYPE_F32 ? first_nonfinite_f32(out, n)
-                                                 : first_nonfinite_16(out, n, p->p.dtype == QVL_DTYPE_BF16);
-    if (i == n) return QVL_OK;
+/* Tokens [tok0, tok0 + n_tok) of item pi's output `out` (every plane) must be finite. */
+static qvl_status item_out_finite(const qvl_plan *p, const plan_item *pi, const void *out, size_t tok0, size_t n_tok,
+                                  qvl_error *err) {
+    size_t i = SIZE_MAX;
+    for (size_t q = 0; q < p->n_planes && i == SIZE_MAX; q++) {
+        const size_t start = (q * pi->n_tokens + tok0) * p->out_cols, n = n_tok * p->out_cols;
+        const void *first = (const unsigned char *)out + start * p->esize;
+        const size_t j = p->p.dtype == QVL_DTYPE_F32 ? first_nonfinite_f32(first, n)
+                                                     : first_nonfinite_16(first, n, p->p.dtype == QVL_DTYPE_BF16);
+        if (j < n) i = start + j;
+    }
+    if (i == SIZE_MAX) return QVL_OK;
     size_t plane, tok, col;
     if (p->p.layout == QVL_OUTPUT_CONCAT) tok = i / p->out_cols, col = i % p->out_cols, plane = col / p->O, col %= p->O;
     else plane = i / (pi->n_tokens * p->O), tok = i % (pi->n_tokens * p->O) / p->O, col = i % p->O;
@@ -822,15 +829,28 @@ static void mark(qvl_plan *p, const size_t *idx, size_t n, qvl_status s, const c
     }
 }
 
+static qvl_status plan_encode(const char *fname, qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_chunk_fn fn,
+                              void *user, qvl_error *err);
+
 qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_error *err) {
+    return plan_encode("qvl_plan_encode", ctx, p, outputs, NULL, NULL, err);
+}
+
+qvl_status qvl_plan_encode_chunks(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_chunk_fn fn, void *user,
+                                  qvl_error *err) {
+    return plan_encode("qvl_plan_encode_chunks", ctx, p, outputs, fn, user, err);
+}
+
+static qvl_status plan_encode(const char *fname, qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_chunk_fn fn,
+                              void *user, qvl_error *err) {
     err_clear(err);
     if (!ctx || !p || (!outputs && p->n_ok))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_encode: %s is NULL", !ctx ? "ctx" : !p ? "plan" : "outputs");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: %s is NULL", fname, !ctx ? "ctx" : !p ? "plan" : "outputs");
     if (!p->m)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_encode: the plan was made without a ctx (preprocessing "
-                        "only); make it on a ctx to encode it");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: the plan was made without a ctx (preprocessing only); make it "
+                        "on a ctx to encode it", fname);
     if (ctx_model(ctx) != p->m)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_encode: the plan was made for another model");
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: the plan was made for another model", fname);
     const qvl_limits *lim = ctx_limits(ctx);
     for (size_t i = 0; i < p->n; i++) { /* a fresh encode: earlier encode failures are forgotten */
         plan_item *pi = &p->items[i];
@@ -853,7 +873,8 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
      * plan reserved for. */
     const size_t cap = lim->max_call_patches < p->p.max_batch_rows ? (size_t)lim->max_call_patches
                                                                    : p->p.max_batch_rows;
-    int stop = 0;
+    int stop = 0;     /* cancelled, or the chunk callback asked to stop */
+    int by_fn = 0;    /* ... the callback */
     for (size_t i = 0; i < p->n && !stop;) {
         /* the next group: consecutive ok items of one plan group while their rows fit (on the planning ctx, with
          * every item encoded, the plan's groups: its call limit, which bounds the whole plan, lowers nothing); an
@@ -881,17 +902,29 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
         double t0 = now_ms();
         qvl_status s = QVL_OK;
         const plan_item *one = &p->items[p->g_items[0]];
+        int delivered = 0; /* the pieces went to the callback one by one (each checked finite first) */
         if (n == 1 && rows > cap && one->grid.t > 1) { /* in pieces */
             const size_t per_t = (size_t)one->grid.h * (size_t)one->grid.w, mm = (size_t)one->merge * one->merge;
             const int32_t step = piece_t(one, cap);
+            void *out = outputs[p->g_items[0]];
+            delivered = fn != NULL;
             for (int32_t t = 0; t < one->grid.t && s == QVL_OK; t += step) {
                 const int32_t tn = one->grid.t - t < step ? one->grid.t - t : step;
                 const size_t r0 = (size_t)t * per_t, pr = (size_t)tn * per_t;
                 const float *piece_rows = one->rows + r0 * one->row_len;
                 const qvl_grid g = {tn, one->grid.h, one->grid.w};
                 tower_sink k;
-                item_sink(p, one, 0, r0 / mm, pr / mm, outputs[p->g_items[0]], &k);
+                item_sink(p, one, 0, r0 / mm, pr / mm, out, &k);
                 s = tower_encode(ctx, NULL, &piece_rows, pr, &g, 1, &k, 1, &ge);
+                if (s != QVL_OK || !fn) continue;
+                if ((s = item_out_finite(p, one, out, r0 / mm, pr / mm, &ge)) != QVL_OK) break;
+                if (fn(user, p->g_items[0], r0 / mm, pr / mm)) {
+                    by_fn = 1;
+                    if (t + tn < one->grid.t)
+                        s = err_fail(&ge, QVL_ERR_CANCELLED, "stopped by the chunk callback after %zu of its %zu "
+                                     "tokens", (r0 + pr) / mm, one->n_tokens);
+                    break;
+                }
             }
         } else {
             s = tower_encode(ctx, NULL, p->g_rows, rows, p->g_grids, n, p->g_sinks, n, &ge);
@@ -901,7 +934,12 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
             plan_item *pi = &p->items[p->g_items[j]];
             pi->encode_ms = ms * (double)pi->n_rows / (double)rows;
         }
-        if (s != QVL_OK) {
+        if (s == QVL_ERR_NONFINITE && delivered) { /* a piece's tokens (the message names the item) */
+            plan_item *pi = &p->items[p->g_items[0]];
+            pi->encoded = 1;
+            pi->enc_status = s;
+            snprintf(pi->message, sizeof pi->message, "%s", ge.message);
+        } else if (s != QVL_OK) {
             mark(p, p->g_items, n, s, ge.message);
             if (s == QVL_ERR_CANCELLED) stop = 1;
         } else {
@@ -909,14 +947,18 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
                 const size_t ii = p->g_items[j];
                 plan_item *pi = &p->items[ii];
                 pi->encoded = 1;
+                if (delivered) continue; /* its pieces were checked and handed over */
                 qvl_error fe;
                 err_clear(&fe);
-                if (item_out_finite(p, pi, outputs[ii], &fe) != QVL_OK) {
+                if (item_out_finite(p, pi, outputs[ii], 0, pi->n_tokens, &fe) != QVL_OK) {
                     pi->enc_status = QVL_ERR_NONFINITE;
                     snprintf(pi->message, sizeof pi->message, "%s", fe.message);
+                } else if (fn && !by_fn && fn(user, ii, 0, pi->n_tokens)) {
+                    by_fn = 1;
                 }
             }
         }
+        if (by_fn) stop = 1;
     }
     /* Items a cancellation left unencoded. */
     qvl_status first = QVL_OK;
@@ -925,7 +967,8 @@ qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *p, void *const *outputs, qvl_
         if (pi->status != QVL_OK) continue;
         if (stop && pi->enc_status == QVL_OK && !pi->encoded) {
             pi->enc_status = QVL_ERR_CANCELLED;
-            snprintf(pi->message, sizeof pi->message, "%s: not encoded: the encode was cancelled", pi->label);
+            snprintf(pi->message, sizeof pi->message, "%s: not encoded: %s", pi->label,
+                     by_fn ? "the chunk callback asked to stop" : "the encode was cancelled");
         }
         if (pi->enc_status != QVL_OK && first == QVL_OK) {
             first = pi->enc_status;

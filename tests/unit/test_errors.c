@@ -918,6 +918,10 @@ static void test_model_api(const char *model_dir) {
         expect_fail("qvl_plan_encode ctx", qvl_plan_encode(NULL, pl, NULL, dirty(&err)), &err, "ctx", NULL);
         expect_fail("qvl_plan_encode plan", qvl_plan_encode(ctx, NULL, NULL, dirty(&err)), &err, "plan", NULL);
         expect_fail("qvl_plan_encode outputs", qvl_plan_encode(ctx, pl, NULL, dirty(&err)), &err, "outputs", NULL);
+        expect_fail("qvl_plan_encode_chunks ctx", qvl_plan_encode_chunks(NULL, pl, NULL, NULL, NULL, dirty(&err)), &err,
+                    "qvl_plan_encode_chunks: ctx", NULL);
+        expect_fail("qvl_plan_encode_chunks outputs", qvl_plan_encode_chunks(ctx, pl, NULL, NULL, NULL, dirty(&err)),
+                    &err, "qvl_plan_encode_chunks: outputs", NULL);
         expect_fail("qvl_ctx_reserve_plan plan", qvl_ctx_reserve_plan(ctx, NULL, dirty(&err)), &err, "plan", NULL);
         expect_ok("qvl_ctx_reserve_plan", qvl_ctx_reserve_plan(ctx, pl, dirty(&err)), &err);
         qvl_item_info info;

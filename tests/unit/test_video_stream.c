@@ -176,8 +176,36 @@ static void test_held(void) {
 #endif
 }
 
+/* What qvl_plan_encode_chunks told: each chunk checked, when told, against the one-pass output (`ref`): every plane's
+ * rows of the chunk already final; chunks of an item in order and back to back. */
+typedef struct chunks {
+    void *const *out, *const *ref;
+    size_t planes, tok_bytes[3], n_tok[3], next[3], calls[3];
+    int bad, stop_after; /* stop_after: return nonzero at that call (counted from 1; 0: never) */
+    int n_calls;
+} chunks;
+
+static int on_chunk(void *user, size_t item, size_t tok0, size_t n) {
+    chunks *c = user;
+    c->n_calls++;
+    if (item >= 3 || tok0 != c->next[item] || n == 0 || tok0 + n > c->n_tok[item]) {
+        c->bad++;
+        return 1;
+    }
+    c->next[item] = tok0 + n;
+    c->calls[item]++;
+    const size_t tb = c->tok_bytes[item]; /* bytes of one token in one plane */
+    for (size_t q = 0; q < c->planes; q++) {
+        const size_t off = (q * c->n_tok[item] + tok0) * tb;
+        if (memcmp((const char *)c->out[item] + off, (const char *)c->ref[item] + off, n * tb) != 0) c->bad++;
+    }
+    return c->stop_after && c->n_calls == c->stop_after;
+}
+
 /* Encode [image, video of 7 frames (4 temporal patches), image] with every item in one pass and with the video in
- * pieces (max_batch_rows below its rows), and compare the outputs byte for byte. */
+ * pieces (max_batch_rows below its rows), and compare the outputs byte for byte; the pieces through
+ * qvl_plan_encode_chunks, each told as it is done (a chunk per image, one per piece), and told final; and a stop
+ * from the callback after the video's first piece. */
 static void pieces_case(qvl_ctx *ctx, qvl_output_layout layout, qvl_dtype dt, const char *what) {
     static uint8_t frames_px[7][64 * 96 * 3], img_px[2][48 * 64 * 3];
     uint32_t st = 7;
@@ -214,9 +242,34 @@ static void pieces_case(qvl_ctx *ctx, qvl_output_layout layout, qvl_dtype dt, co
             if (c == 0) out[0][i] = calloc(1, bytes[i] ? bytes[i] : 1);
             else out[1][i] = calloc(1, bytes[i] ? bytes[i] : 1);
         }
-        const qvl_status s = qvl_plan_encode(ctx, plan, (void *const *)out[c ? 1 : 0], &err);
+        chunks ck = {.out = out[1], .ref = out[0], .planes = layout == QVL_OUTPUT_SPLIT ? 3 : 1};
+        for (size_t i = 0; i < 3; i++) {
+            qvl_item_info info;
+            qvl_plan_item(plan, i, &info);
+            ck.n_tok[i] = info.n_tokens;
+            ck.tok_bytes[i] = info.out_bytes / info.n_tokens / ck.planes;
+        }
+        const qvl_status s = c ? qvl_plan_encode_chunks(ctx, plan, (void *const *)out[1], on_chunk, &ck, &err)
+                               : qvl_plan_encode(ctx, plan, (void *const *)out[0], &err);
         CHECK(s == QVL_OK);
         if (s != QVL_OK) printf("  %s, max_batch_rows %zu: %s\n", what, caps[c], err.message);
+        if (c) { /* every token told once, final when told; the video in its pieces (1 or 2 temporal patches) */
+            CHECK(ck.bad == 0);
+            for (size_t i = 0; i < 3; i++) CHECK(ck.next[i] == ck.n_tok[i]);
+            CHECK(ck.calls[0] == 1 && ck.calls[2] == 1 && ck.calls[1] == (caps[c] == 30 ? 4u : 2u));
+        }
+        if (c == 1) { /* stopped after the video's first piece: it is cut short, the image after it not encoded */
+            chunks sc = ck;
+            memset(sc.next, 0, sizeof sc.next), memset(sc.calls, 0, sizeof sc.calls);
+            sc.n_calls = 0, sc.stop_after = 2;
+            CHECK(qvl_plan_encode_chunks(ctx, plan, (void *const *)out[1], on_chunk, &sc, &err) == QVL_ERR_CANCELLED);
+            CHECK(strstr(err.message, "stopped by the chunk callback after 6 of its 24 tokens") != NULL);
+            qvl_item_info i0, i1, i2;
+            qvl_plan_item(plan, 0, &i0), qvl_plan_item(plan, 1, &i1), qvl_plan_item(plan, 2, &i2);
+            CHECK(i0.status == QVL_OK && i1.status == QVL_ERR_CANCELLED && i2.status == QVL_ERR_CANCELLED);
+            CHECK(strstr(i2.message, "the chunk callback asked to stop") != NULL);
+            CHECK(sc.n_calls == 2 && sc.bad == 0);
+        }
         qvl_plan_free(plan);
         if (c) {
             for (size_t i = 0; i < 3; i++) {
