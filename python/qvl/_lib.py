@@ -323,6 +323,9 @@ STRUCTS = {
 _status = c_int
 _err = POINTER(Error)
 
+# qvl_chunk_fn: int (*)(void *user, size_t item, size_t tok0, size_t n_tokens)
+CHUNK_FN = ctypes.CFUNCTYPE(ctypes.c_int, c_void_p, c_size_t, c_size_t, c_size_t)
+
 # name: (restype, argtypes)
 _SIGNATURES = {
     "qvl_version": (c_char_p, []),
@@ -363,6 +366,7 @@ _SIGNATURES = {
     "qvl_plan_rows": (POINTER(c_float), [c_void_p, c_size_t]),
     "qvl_ctx_reserve_plan": (_status, [c_void_p, c_void_p, _err]),
     "qvl_plan_encode": (_status, [c_void_p, c_void_p, POINTER(c_void_p), _err]),
+    "qvl_plan_encode_chunks": (_status, [c_void_p, c_void_p, POINTER(c_void_p), c_void_p, c_void_p, _err]),
     "qvl_item_key": (_status, [c_void_p, POINTER(Item), POINTER(PlanParams), c_void_p, c_char_p, _err]),
     "qvl_synth_params_init": (None, [POINTER(SynthParams), c_size_t]),
     "qvl_synth_write": (_status, [POINTER(SynthParams), c_char_p, _err]),

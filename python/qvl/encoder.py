@@ -8,10 +8,11 @@ import ctypes
 import functools
 import io
 import os
+import queue
 import stat
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -26,6 +27,7 @@ __all__ = [
     "EncoderInfo",
     "Result",
     "Batch",
+    "Chunk",
     "Frames",
     "Preprocessed",
     "preprocess",
@@ -124,6 +126,17 @@ class EncoderInfo:
     threads: int
     precision: str
     version: str
+
+
+@dataclass
+class Chunk:
+    """A part of one item's output that is final (:meth:`Encoder.encode_chunks`): its tokens [tok0, tok0 + n) as
+    ``embeds`` [n, out_hidden·(1 + n_deepstack)] (the concat layout), a view into the item's whole output, which
+    ``total`` tokens long."""
+
+    tok0: int
+    embeds: np.ndarray
+    total: int
 
 
 @dataclass
@@ -683,6 +696,78 @@ class Encoder:
         messages (default: the path, else "item N")."""
         return self._run(list(items), dtype, layout, deepstack, raise_on_error, keys, preprocess, batch=False,
                          labels=labels)[0]
+
+    def encode_chunks(self, item: Item, dtype: str = "float32", *, deepstack: bool = True,
+                      preprocess: Mapping[str, Any] | None = None, max_batch_rows: int | None = None,
+                      label: str | None = None) -> Iterator[Chunk]:
+        """Encode one item, yielding its output in :class:`Chunk` s as they become final: a video above
+        ``max_batch_rows`` patch rows (default the library's, 16384) is encoded in pieces of whole temporal patches
+        and each piece comes out as soon as it is done, so a long video's first tokens can be used (written, sent,
+        fed to a model) while the rest encodes; anything else is one chunk. The chunks are in order, back to back,
+        and the same bits as :meth:`encode`'s (concat layout). The encode runs on a thread of its own, holding this
+        Encoder as an encode does; leaving the loop early (``break``, an exception, closing the generator) stops it
+        after the piece in progress. An item that fails raises :class:`QvlError`."""
+        msgs: queue.Queue = queue.Queue()
+        stop = threading.Event()
+        np_dtype = _DTYPES[dtype][1] if dtype in _DTYPES else None
+
+        def work() -> None:
+            keep: list[Any] = []
+            try:
+                with self._lock:
+                    self._live()
+                    lib.qvl_ctx_uncancel(self._ctx)
+                    pl = self._plan_params(dtype, "concat", deepstack, preprocess, keep)
+                    if max_batch_rows is not None:
+                        if max_batch_rows < 1:
+                            raise ValueError(f"max_batch_rows {max_batch_rows}: at least 1")
+                        pl.max_batch_rows = max_batch_rows
+                    citems = _items([item], keep, labels=[label] if label else None)
+                    err = _lib.Error()
+                    plan = ctypes.c_void_p()
+                    _check(lib.qvl_plan_create(self._ctx, citems, 1, ctypes.byref(pl), ctypes.byref(plan),
+                                               ctypes.byref(err)), err)
+                    try:
+                        inf = _info(plan, 0)
+                        if inf.status != _lib.OK:
+                            raise QvlError(inf.status, (inf.message or b"").decode(errors="replace"))
+                        out = np.empty((inf.n_tokens, inf.out_cols), dtype=np_dtype)
+                        msgs.put(("out", out))
+                        outs = (ctypes.c_void_p * 1)(out.ctypes.data)
+
+                        def told(user: Any, i: int, tok0: int, n: int) -> int:
+                            msgs.put(("chunk", tok0, n))
+                            return 1 if stop.is_set() else 0
+
+                        fn = _lib.CHUNK_FN(told)
+                        lib.qvl_ctx_reserve_plan(self._ctx, plan, None)
+                        s = lib.qvl_plan_encode_chunks(self._ctx, plan, outs, fn, None, ctypes.byref(err))
+                        if s != _lib.OK and not stop.is_set():
+                            raise QvlError(s, (_info(plan, 0).message or b"").decode(errors="replace"))
+                    finally:
+                        lib.qvl_plan_free(plan)
+            except BaseException as e:  # handed to the consumer, raised there
+                msgs.put(("error", e))
+            else:
+                msgs.put(("done",))
+
+        t = threading.Thread(target=work, name="qvl-encode-chunks", daemon=True)
+        t.start()
+        try:
+            out = None
+            while True:
+                m = msgs.get()
+                if m[0] == "out":
+                    out = m[1]
+                elif m[0] == "chunk":
+                    yield Chunk(tok0=m[1], embeds=out[m[1]: m[1] + m[2]], total=out.shape[0])
+                elif m[0] == "error":
+                    raise m[1]
+                else:
+                    return
+        finally:
+            stop.set()
+            t.join()
 
     def encode_batch(self, items: Iterable[Item], dtype: str = "float32", *, deepstack: bool = True,
                      raise_on_error: bool = False, keys: bool = True,

@@ -141,6 +141,31 @@ def test_video_frames_and_dir(enc: qvl.Encoder, tmp_path) -> None:
     assert enc.key(str(tmp_path / "copy")) == r_dir.key
 
 
+def test_encode_chunks(enc: qvl.Encoder) -> None:
+    # a video above max_batch_rows comes out piece by piece, each chunk final when it is yielded (its rows already
+    # those of the one-pass encode), back to back; an image is one chunk; leaving early stops the encode
+    src = np.asarray(PIL.open(PHOTO).convert("RGB").resize((96, 64)))
+    frames = qvl.Frames([np.ascontiguousarray(np.roll(src, 3 * k, axis=1)) for k in range(7)], fps=2)
+    [whole] = enc.encode([frames])
+    assert whole.ok and whole.grid_thw[0] == 4, whole.error
+    per_t = whole.n_tokens // 4
+    got = []
+    for c in enc.encode_chunks(frames, max_batch_rows=30):
+        assert c.total == whole.n_tokens
+        assert same(c.embeds, whole.embeds[c.tok0: c.tok0 + c.embeds.shape[0]])  # final when yielded
+        got.append((c.tok0, c.embeds.shape[0]))
+    assert got == [(t * per_t, per_t) for t in range(4)]
+    [c] = list(enc.encode_chunks(PHOTO))
+    [r] = enc.encode([PHOTO])
+    assert c.tok0 == 0 and same(c.embeds, r.embeds)
+    it = enc.encode_chunks(frames, max_batch_rows=30)
+    first = next(it)
+    it.close()  # stops after the piece in progress; the Encoder is free again
+    assert first.tok0 == 0 and enc.encode([PHOTO])[0].ok
+    with pytest.raises(qvl.QvlError):
+        list(enc.encode_chunks(b"not an image"))
+
+
 def test_cap_pixels_per_frame() -> None:
     # transformers' per-frame cap (cap_pixels_per_frame=True): 4 frames of 120 x 160 at 8 tokens a frame come out
     # 64 x 96 (grid 2 x 4 x 6, as tests/fixtures/video_cap.safetensors records), 128 x 160 without it
