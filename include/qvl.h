@@ -879,8 +879,9 @@ QVL_API qvl_status qvl_plan_encode(qvl_ctx *ctx, qvl_plan *plan, void *const *ou
  * An item encoded whole is one call (tok0 0, all its tokens), after its group; a video above max_batch_rows, which
  * is encoded in pieces of whole temporal patches, one call per piece, in order, as each piece is done: a caller can
  * consume (write out, send, hand to a model) a long video's first tokens while the rest encodes. Called on the
- * thread that called qvl_plan_encode_chunks, never while the tower runs, and never for an item that failed. Return
- * 0 to go on; nonzero to stop: no further item or piece is encoded or told, an item cut short fails with
+ * thread that called qvl_plan_encode_chunks, never while the tower runs, and never for tokens that failed (a
+ * video's later piece can still fail, cancelled or out of memory: the tokens told stay as told, the item fails).
+ * Return 0 to go on; nonzero to stop: no further item or piece is encoded or told, an item cut short fails with
  * QVL_ERR_CANCELLED ("stopped by the chunk callback after N of its M tokens"), items not reached fail with
  * QVL_ERR_CANCELLED, and items already told keep QVL_OK. */
 typedef int (*qvl_chunk_fn)(void *user, size_t item, size_t tok0, size_t n_tokens);
