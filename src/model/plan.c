@@ -780,9 +780,9 @@ static void item_sink(const qvl_plan *p, const plan_item *pi, size_t t0, size_t 
     }
 }
 
-/* An item's output must be finite (NaN weights, or activations past the float32 range, would otherwise come back
- * as a success): the first element that is not, as QVL_ERR_NONFINITE naming the output, token and column. */
-/* Tokens [tok0, tok0 + n_tok) of item pi's output `out` (every plane) must be finite. */
+/* An item's output, tokens [tok0, tok0 + n_tok) of every plane, must be finite (NaN weights, or activations past
+ * the float32 range, would otherwise come back as a success): the first element that is not, as QVL_ERR_NONFINITE
+ * naming the output, token and column. */
 static qvl_status item_out_finite(const qvl_plan *p, const plan_item *pi, const void *out, size_t tok0, size_t n_tok,
                                   qvl_error *err) {
     size_t i = SIZE_MAX;

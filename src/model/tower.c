@@ -396,10 +396,22 @@ static void tap(qvl_ctx *c, const char *name, const float *data, size_t rows, si
     if (c->tap) c->tap(c->tap_user, name, data, rows, cols);
 }
 
+/* C (=|+=) act(A·Wᵀ + b), or with A_packed / C_packed (not NULL) the input read from / the result written into the
+ * backend's own operand layout instead of the f32 rows A / C (backend.h, linear_packed). */
+static void linear_io(qvl_ctx *c, const linear *l, const float *A, size_t lda, const void *A_packed, size_t M,
+                      float *C, size_t ldc, void *C_packed, int accumulate, be_act act) {
+    const backend *be = c->be;
+    if (A_packed || C_packed)
+        be->linear_packed(be, &l->packed, A, lda, A_packed, (int)M, l->b, C, ldc, C_packed, accumulate, act,
+                          c->gemm_ws, c->max_k, c->pool);
+    else
+        be->linear(be, &l->packed, A, lda, (int)M, l->b, C, ldc, accumulate, act, c->gemm_ws, c->max_k, c->pool);
+    c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
+}
+
 static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, size_t M, float *C, size_t ldc,
                        int accumulate, be_act act) {
-    c->be->linear(c->be, &l->packed, A, lda, (int)M, l->b, C, ldc, accumulate, act, c->gemm_ws, c->max_k, c->pool);
-    c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
+    linear_io(c, l, A, lda, NULL, M, C, ldc, NULL, accumulate, act);
 }
 
 /* out (=|+=) fc2(act(fc1(in))) over `rows` rows, in chunks of mlp_step rows through c->mlp. Where the backend
@@ -412,20 +424,12 @@ static void mlp_rows(qvl_ctx *c, const linear *fc1, const linear *fc2, be_act ac
     const size_t hid = (size_t)fc1->w.rows, step = mlp_step(rows, (size_t)be->m_align);
     const int handover = be->linear_packed && fc1->packed.arith != BE_ARITH_F32 && fc2->packed.arith == BE_ARITH_BF16 &&
                          be->packed_size((int)step, (int)hid) <= c->mlp_floats * sizeof(float);
+    void *hp = handover ? c->mlp : NULL; /* the hidden rows in the backend's layout */
     for (size_t r = 0; r < rows; r += step) {
         const size_t m = rows - r < step ? rows - r : step;
         const void *ap = in_packed ? (const unsigned char *)in_packed + be->packed_size((int)r, fc1->w.cols) : NULL;
-        if (handover || ap) {
-            void *hp = handover ? c->mlp : NULL;
-            be->linear_packed(be, &fc1->packed, ap ? NULL : in + r * ld_in, ld_in, ap, (int)m, fc1->b, hp ? NULL : c->mlp,
-                              hid, hp, 0, act, c->gemm_ws, c->max_k, c->pool);
-            be->linear_packed(be, &fc2->packed, hp ? NULL : c->mlp, hid, hp, (int)m, fc2->b, out + r * ld_out, ld_out,
-                              NULL, accumulate, BE_ACT_NONE, c->gemm_ws, c->max_k, c->pool);
-            c->prof.gemm_flops += 2.0 * (double)m * (double)hid * (fc1->w.cols + fc2->w.rows);
-            continue;
-        }
-        linear_run(c, fc1, in + r * ld_in, ld_in, m, c->mlp, hid, 0, act);
-        linear_run(c, fc2, c->mlp, hid, m, out + r * ld_out, ld_out, accumulate, BE_ACT_NONE);
+        linear_io(c, fc1, in + r * ld_in, ld_in, ap, m, c->mlp, hid, hp, 0, act);
+        linear_io(c, fc2, c->mlp, hid, hp, m, out + r * ld_out, ld_out, NULL, accumulate, BE_ACT_NONE);
     }
 }
 
@@ -491,13 +495,7 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     double t0 = now_ms(), t1;
     block_norm(c, &b->norm1, S, p1);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
-    if (p1) {
-        c->be->linear_packed(c->be, &b->qkv.packed, NULL, 0, c->a, (int)S, b->qkv.b, c->qkv, 3 * H, NULL, 0,
-                             BE_ACT_NONE, c->gemm_ws, c->max_k, c->pool);
-        c->prof.gemm_flops += 2.0 * (double)S * b->qkv.w.rows * b->qkv.w.cols;
-    } else {
-        linear_run(c, &b->qkv, c->a, H, S, c->qkv, 3 * H, 0, BE_ACT_NONE);
-    }
+    linear_io(c, &b->qkv, c->a, H, p1 ? c->a : NULL, S, c->qkv, 3 * H, NULL, 0, BE_ACT_NONE);
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->pool);
     t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
