@@ -183,6 +183,14 @@ static double encode_ms_448(const qvl_model *m) {
     return ms;
 }
 
+/* Empty the servers' cache under tmp, so that the next server encodes instead of answering from an earlier one's
+ * entries. */
+static void clear_cache(const char *tmp) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/cache", tmp);
+    tu_rmtree(dir);
+}
+
 int main(void) {
 #if !QVL_WITH_MEDIA
     printf("test_serve: skipped (no image decoding in this build)\n");
@@ -646,8 +654,7 @@ int main(void) {
      * twice in one request is encoded once (single flight) and answered twice. Counted from /metrics. */
     {
         char *ex3[] = {"--max-batch-patches", "256"};
-        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
-        tu_rmtree(cmd);
+        clear_cache(tmp);
         pid_t p3 = start_server(tmp, model, ex3, 2);
         CHECK(p3 > 0);
         char body[4096];
@@ -687,8 +694,7 @@ int main(void) {
      * whole temporal patches: the bits of qvl encode's one pass. */
     if (QVL_WITH_VIDEO) {
         char *exv[] = {"--max-batch-patches", "1"};
-        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
-        tu_rmtree(cmd);
+        clear_cache(tmp);
         pid_t pv = start_server(tmp, model, exv, 2);
         CHECK(pv > 0);
         size_t n;
@@ -737,8 +743,7 @@ int main(void) {
      * preprocessed: three small images of one request make one batch of three. */
     {
         char *ex4[] = {"--workers", "1", "--max-wait-us", "5000000"};
-        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
-        tu_rmtree(cmd);
+        clear_cache(tmp);
         pid_t p4 = start_server(tmp, model, ex4, 4);
         CHECK(p4 > 0);
         char body[4096], a[600], b[600], c[600];
@@ -765,8 +770,7 @@ int main(void) {
      * request with more items than the queue holds is 413 */
     {
         char *ex2[] = {"--max-queue-items", "1", "--workers", "1"};
-        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
-        tu_rmtree(cmd);
+        clear_cache(tmp);
         pid_t p2 = start_server(tmp, model, ex2, 4);
         CHECK(p2 > 0);
         size_t n;
@@ -784,8 +788,7 @@ int main(void) {
                 if (ba[i].status == 503 && ba[i].retry_after) full++;
                 else if (ba[i].status != 200) other++;
             }
-            snprintf(cmd, sizeof cmd, "%s/cache", tmp); /* no hits next round */
-            tu_rmtree(cmd);
+            clear_cache(tmp); /* no hits next round */
         }
         printf("queue full: %d refused with 503, %d other failures\n", full, other);
         CHECK(full >= 1 && other == 0);
@@ -806,8 +809,7 @@ int main(void) {
      * with the library's message naming the limit; /info lists them; a bad --limit is a usage error. */
     {
         char *ex5[] = {"--limit", "max_image_pixels=10000", "--limit", "max_video_frames=1"};
-        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
-        tu_rmtree(cmd);
+        clear_cache(tmp);
         pid_t p5 = start_server(tmp, model, ex5, 4);
         CHECK(p5 > 0);
         size_t n;
@@ -868,8 +870,7 @@ int main(void) {
      * connection beyond N. */
     {
         enum { N_IDLE = 300 };
-        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
-        tu_rmtree(cmd);
+        clear_cache(tmp);
         char *exc[] = {"--http-threads", "2"};
         pid_t pc = start_server(tmp, model, exc, 2);
         CHECK(pc > 0);
@@ -954,8 +955,7 @@ int main(void) {
      * answer comes after all eight of its items, one at a time: its client waits for four times that, 60 s at least
      * (under emulation, 7.7 s an item, the eight outlasted a 60-second wait and the first read as unanswered). */
     {
-        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
-        tu_rmtree(cmd);
+        clear_cache(tmp);
         char *exq[] = {"--workers", "1", "--max-queue-patches", "8000", "--max-batch-items", "1"};
         pid_t pq = start_server(tmp, slow, exq, 6);
         CHECK(pq > 0);
@@ -983,8 +983,7 @@ int main(void) {
             printf("undecoded queue: try %d: queue gauge %ld, first %d, second %d\n", t, q, s1, s2);
             free(b1), free(b2);
             for (int i = 0; i < 16; i++) free(img[i]);
-            snprintf(cmd, sizeof cmd, "%s/cache", tmp);
-            tu_rmtree(cmd);
+            clear_cache(tmp);
         }
         CHECK(full == 1 && first_ok == tries);
         if (pq > 0) CHECK(stop_server(pq) == 0);
@@ -995,8 +994,7 @@ int main(void) {
      * waiting when the last is sent (on the 4-block one all twelve were answered first in 1 of 10 runs on a Zen 5). */
     {
         enum { N_SUS = 12 };
-        snprintf(cmd, sizeof cmd, "%s/cache", tmp);
-        tu_rmtree(cmd);
+        clear_cache(tmp);
         char *exd[] = {"--workers", "1", "--max-batch-items", "1"};
         pid_t pd = start_server(tmp, slow, exd, 4);
         CHECK(pd > 0);
