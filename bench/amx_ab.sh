@@ -15,7 +15,7 @@ set -euo pipefail
 kernel=$1 rev=$2
 shift 2
 case "$kernel" in
-    gemm) src=gemm_amx.c syms=(gemm_amx_run gemm_amx_run_packed gemm_amx_workspace_size gemm_amx_pack_a) ;;
+    gemm) src=gemm_amx.c syms=(gemm_amx_run gemm_amx_run_packed gemm_amx_run_qkv gemm_amx_workspace_size gemm_amx_pack_a) ;;
     attention) src=attention_amx.c syms=(attn_amx_run attn_amx_check) ;;
     *) echo "amx_ab: the kernel is gemm or attention, not $kernel" >&2; exit 2 ;;
 esac

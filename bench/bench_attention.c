@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
         int cu[65];
         for (int s = 0; s <= n_seg; s++) cu[s] = s * S1;
         attn_args a = {qkv, qkv + H, qkv + 2 * H, 3 * (size_t)H, 3 * (size_t)H, 3 * (size_t)H, out, (size_t)H, nh, hd,
-                       cu, n_seg, 1.0f / sqrtf((float)hd), NULL, 0};
+                       cu, n_seg, 1.0f / sqrtf((float)hd), NULL, 0, NULL, NULL, NULL, NULL};
         void *scratch = NULL;
         if (getenv("BENCH_SCRATCH")) { /* tower.c's mlp_step(S, 42) · I floats */
             const size_t n = ((size_t)S + 881) / 882, step0 = ((S + n - 1) / n + 41) / 42 * 42;

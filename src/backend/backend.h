@@ -41,6 +41,7 @@ typedef struct be_weight {
     be_arith arith;
     int kp_panel;    /* bf16 panels: pair steps stored per 16-column panel ((K + 1) / 2, or padded to whole tiles) */
     const void *data;
+    int rope_hd;     /* 0, or a block's qkv weight packed by pack_qkv in its rotary column order (heads of rope_hd) */
 } be_weight;
 
 typedef struct be_attn {
@@ -54,6 +55,10 @@ typedef struct be_attn {
     float scale;
     void *scratch; /* free for the call (attn_args.scratch), or NULL */
     size_t scratch_bytes;
+    /* Backends with qkv_rope: q, k, v from its operand instead (qkv_op; q, k, v and their strides unused), and with
+     * out_packed the output as proj's linear_packed A operand (K = n_heads·head_dim) instead of out. */
+    const void *qkv_op;
+    void *out_packed;
 } be_attn;
 
 typedef struct backend backend;
@@ -89,6 +94,19 @@ struct backend {
     void (*linear_packed)(const backend *be, const be_weight *w, const float *A, size_t lda, const void *A_packed,
                           int M, const float *bias, float *C, size_t ldc, void *C_packed, int accumulate, be_act act,
                           void *ws, int max_k, thread_pool *pool);
+    /* Optional (NULL where the backend has none): the block's attention half on its own operands. pack_qkv: pack()
+     * for a block's qkv weight [3H, K] (Q, K, V of H = n_heads·head_dim columns each) in the column order qkv_rope
+     * needs, setting out->rope_hd = head_dim; for a shape or arithmetic it does not take, pack() itself (rope_hd
+     * 0). qkv_rope: linear() with a weight so packed, the rotary embedding (cos_t, sin_t [M, head_dim / 2],
+     * tables_rope's) applied in its epilogue, Q, K, V written into qkv_op (qkv_op_size(M, N) bytes) for
+     * attention's be_attn.qkv_op instead of C; A as linear_packed's. The bits of linear(), rope_apply and the
+     * attention's own rounding of its operands. */
+    int (*pack_qkv)(const backend *be, be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N,
+                    int K, int head_dim, be_arith ar, thread_pool *pool);
+    size_t (*qkv_op_size)(int M, int N);
+    void (*qkv_rope)(const backend *be, const be_weight *w, const float *A, size_t lda, const void *A_packed, int M,
+                     const float *bias, const float *cos_t, const float *sin_t, void *qkv_op, void *ws, int max_k,
+                     thread_pool *pool);
     size_t (*attention_ws)(int head_dim, int n_threads);
     void (*attention)(const backend *be, const be_attn *a, void *ws, thread_pool *pool);
     void (*layernorm)(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,

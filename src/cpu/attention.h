@@ -10,6 +10,7 @@
 #define QVL_CPU_ATTENTION_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/pool.h"
 
@@ -26,6 +27,13 @@ typedef struct attn_args {
      * touched. Any alignment (the pack starts at its first 64-byte boundary). */
     void *scratch;
     size_t scratch_bytes;
+    /* The attention on AMX tiles only (attn_amx_run, for head dims it takes; NULL elsewhere). q16 (with k16, v16):
+     * q, k, v as bf16 rows instead (strides ldq, ldk, ldv in elements), each value already the kernel's rounding
+     * of the f32 one (bf16_round_ftz), as gemm_amx_run_qkv writes them: the same bits. out_tiles: the output into
+     * the AMX GEMM's A operand layout of [S, n_heads·head_dim] (gemm_amx_run_packed's Ap) instead of out, each
+     * value bf16_round of out's (the GEMM packer's rounding), padding zeroed: the bits the packer would make. */
+    const uint16_t *q16, *k16, *v16;
+    uint16_t *out_tiles;
 } attn_args;
 
 size_t attn_workspace_size(int head_dim, int n_threads);

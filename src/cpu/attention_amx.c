@@ -131,6 +131,34 @@ static aa_ws aa_carve(float *ws, int hd) {
 
 /* ---- the layouts and the softmax, in AVX-512 or portable C (the same bits) ---- */
 
+/* Rows of q, k or v: f32 (f), or bf16 already rounded as the layouts round (h: attn_args.q16 ...); ld elements. */
+typedef struct aa_src {
+    const float *f;
+    const uint16_t *h;
+    size_t ld;
+} aa_src;
+
+/* The source's rows from (row, col) on. */
+static inline aa_src aa_at(const float *f, const uint16_t *h, size_t ld, size_t row, size_t col) {
+    aa_src s = {f ? f + row * ld + col : NULL, h ? h + row * ld + col : NULL, ld};
+    return s;
+}
+
+/* Where an item's output goes: f32 rows (f, row stride ld), or the AMX GEMM's A tiles (t, kt K tiles per 16-row
+ * group) at absolute row `row` and column `col`. */
+typedef struct aa_dst {
+    float *f;
+    size_t ld;
+    uint16_t *t;
+    size_t kt;
+    int row, col;
+} aa_dst;
+
+/* Element (r, c) of an operand in the GEMM's tile layout of kt K tiles per 16-row group. */
+static inline uint16_t *aa_tile_at(uint16_t *t, size_t kt, size_t r, size_t c) {
+    return t + ((r / 16) * kt + c / 32) * 512 + (r % 16) * 32 + c % 32;
+}
+
 #if AA_SIMD
 static inline __mmask16 aa_first(int n) {
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
@@ -138,6 +166,13 @@ static inline __mmask16 aa_first(int n) {
 /* row[d, d + 16) clipped to n elements (zero past n; the pointer is only formed below n). */
 static inline __m512 aa_load(const float *row, int d, int n) {
     return d < n ? _mm512_maskz_loadu_ps(aa_first(n - d), row + d) : _mm512_setzero_ps();
+}
+/* Row j's first hd elements towards L1. */
+static inline void aa_prefetch_row(const aa_src *s, size_t j, int hd) {
+    if (s->h)
+        for (int d = 0; d < hd; d += 32) _mm_prefetch((const char *)(s->h + j * s->ld + d), _MM_HINT_T0);
+    else
+        for (int d = 0; d < hd; d += 16) _mm_prefetch((const char *)(s->f + j * s->ld + d), _MM_HINT_T0);
 }
 /* 16 pair dwords (even[i] low, odd[i] high), each rounded by bf16_round_ftz (VCVTNE2PS2BF16, then an
  * interleave of its two halves). */
@@ -147,88 +182,133 @@ static inline __m512i aa_pairs(__m512 even, __m512 odd) {
     return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
 }
 #else
+/* Element (j, d) of a source as f32. */
+static inline float aa_val(const aa_src *s, size_t j, int d) {
+    return s->h ? bf16_float(s->h[j * s->ld + (size_t)d]) : s->f[j * s->ld + (size_t)d];
+}
 static inline uint32_t aa_pair(float even, float odd) {
     return (uint32_t)bf16_round_ftz(even) | (uint32_t)bf16_round_ftz(odd) << 16;
 }
 #endif
 
 /* Qᵀ pairs of the item's nq rows: qt[p][i] = (q_i[2p], q_i[2p + 1]), zero past hd and for rows nq .. 16·ng. */
-static void aa_layout_q(const float *q, size_t ldq, int nq, int hd, int ht, uint32_t *qt) {
-    const int ng = (nq + 15) / 16;
 #if AA_SIMD
+/* bf: the source is bf16 (compile-time at each call, so each kind's loop has no test in it): a row's 16 pairs are
+ * then its 32 values as they are, which VCVTNE2PS2BF16 of them widened would give back. */
+static inline __attribute__((always_inline)) void aa_layout_q_on(const aa_src *q, int nq, int hd, int ht, uint32_t *qt,
+                                                                  const int bf) {
+    const int ng = (nq + 15) / 16;
     for (int i0 = 0; i0 < 16 * ng; i0 += 16)
         for (int p0 = 0; p0 < 16 * ht; p0 += 16) {
             __m512i r[16];
+            const int left = hd - 2 * p0;
+            const __mmask32 m32 = left >= 32 ? (__mmask32)0xffffffffu : left <= 0 ? 0 : (__mmask32)((1u << left) - 1u);
             for (int i = 0; i < 16; i++) {
                 if (i0 + i >= nq) {
                     r[i] = _mm512_setzero_si512();
                     continue;
                 }
-                const float *qi = q + (size_t)(i0 + i) * ldq;
-                r[i] = (__m512i)_mm512_cvtne2ps_pbh(aa_load(qi, 2 * p0 + 16, hd), aa_load(qi, 2 * p0, hd));
+                const size_t j = (size_t)(i0 + i);
+                if (bf)
+                    r[i] = _mm512_maskz_loadu_epi16(m32, q->h + j * q->ld + 2 * p0);
+                else
+                    r[i] = (__m512i)_mm512_cvtne2ps_pbh(aa_load(q->f + j * q->ld, 2 * p0 + 16, hd),
+                                                        aa_load(q->f + j * q->ld, 2 * p0, hd));
             }
             tr16_epi32(r);
             for (int p = 0; p < 16; p++) _mm512_store_si512(qt + (size_t)(p0 + p) * ATTN_BQ_MAX + i0, r[p]);
         }
+}
+static void aa_layout_q(const aa_src *q, int nq, int hd, int ht, uint32_t *qt) {
+    if (q->h)
+        aa_layout_q_on(q, nq, hd, ht, qt, 1);
+    else
+        aa_layout_q_on(q, nq, hd, ht, qt, 0);
+}
 #else
+static void aa_layout_q(const aa_src *q, int nq, int hd, int ht, uint32_t *qt) {
+    const int ng = (nq + 15) / 16;
     for (int p = 0; p < 16 * ht; p++)
         for (int i = 0; i < 16 * ng; i++) {
-            const float *qi = q + (size_t)i * ldq;
             const int ok = i < nq;
-            qt[(size_t)p * ATTN_BQ_MAX + i] =
-                aa_pair(ok && 2 * p < hd ? qi[2 * p] : 0.0f, ok && 2 * p + 1 < hd ? qi[2 * p + 1] : 0.0f);
+            qt[(size_t)p * ATTN_BQ_MAX + i] = aa_pair(ok && 2 * p < hd ? aa_val(q, (size_t)i, 2 * p) : 0.0f,
+                                                      ok && 2 * p + 1 < hd ? aa_val(q, (size_t)i, 2 * p + 1) : 0.0f);
         }
-#endif
 }
+#endif
 
 /* nkt keys' operands (a key tile, or a chunk of a segment's pack): K rows kr[j][d] (j < 16·nkb, d < 32·ht) and
  * Vᵀ pairs per 32-key step vt[t][d][i] = (v_32t+2i[d], v_32t+2i+1[d]) (t < nks, d < 16·hb, i < 16), all rounded
  * to bf16, zero past nkt keys and past hd. The K and V rows of the next `next` keys (right after these) are
  * prefetched towards L1: they are far apart in the qkv rows. */
-static void aa_layout_kv(const float *k, size_t ldk, const float *v, size_t ldv, int nkt, int next, int hd, int ht,
-                         int hb, uint16_t *kr, uint32_t *vt) {
-    const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32, kl = 32 * ht;
 #if AA_SIMD
+/* bf as in aa_layout_q_on: bf16 sources are copied as they are. */
+static inline __attribute__((always_inline)) void aa_layout_kv_on(const aa_src *k, const aa_src *v, int nkt, int next,
+                                                                   int hd, int ht, int hb, uint16_t *kr, uint32_t *vt,
+                                                                   const int bf) {
+    const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32, kl = 32 * ht;
     for (int j = 0; j < 16 * nkb; j++) {
-        const float *kj = k + (size_t)j * ldk;
-        if (j < next)
-            for (int d = 0; d < hd; d += 16) {
-                _mm_prefetch((const char *)(k + (size_t)(nkt + j) * ldk + d), _MM_HINT_T0);
-                _mm_prefetch((const char *)(v + (size_t)(nkt + j) * ldv + d), _MM_HINT_T0);
-            }
+        if (j < next) {
+            aa_prefetch_row(k, (size_t)(nkt + j), hd);
+            aa_prefetch_row(v, (size_t)(nkt + j), hd);
+        }
         for (int d = 0; d < kl; d += 16) {
-            const __m512 x = j < nkt ? aa_load(kj, d, hd) : _mm512_setzero_ps();
-            _mm256_store_si256((__m256i *)(void *)(kr + (size_t)j * kl + d), (__m256i)_mm512_cvtneps_pbh(x));
+            __m256i x = _mm256_setzero_si256();
+            if (j < nkt && d < hd)
+                x = bf ? _mm256_maskz_loadu_epi16(aa_first(hd - d), k->h + (size_t)j * k->ld + d)
+                       : (__m256i)_mm512_cvtneps_pbh(aa_load(k->f + (size_t)j * k->ld, d, hd));
+            _mm256_store_si256((__m256i *)(void *)(kr + (size_t)j * kl + d), x);
         }
     }
     for (int i0 = 0; i0 < 16 * nks; i0 += 16)
         for (int d0 = 0; d0 < 16 * hb; d0 += 16) {
             __m512i r[16];
+            const __mmask16 md = aa_first(hd - d0);
             for (int i = 0; i < 16; i++) {
                 const int j = 2 * (i0 + i);
-                const __m512 e = j < nkt ? aa_load(v + (size_t)j * ldv, d0, hd) : _mm512_setzero_ps();
-                const __m512 o = j + 1 < nkt ? aa_load(v + (size_t)(j + 1) * ldv, d0, hd) : _mm512_setzero_ps();
-                r[i] = aa_pairs(e, o);
+                if (bf) { /* (e, o) pairs of bf16 values: e in the low half, o in the high */
+                    const __m512i e = _mm512_cvtepu16_epi32(j < nkt ? _mm256_maskz_loadu_epi16(md, v->h + (size_t)j * v->ld + d0)
+                                                                    : _mm256_setzero_si256());
+                    const __m512i o = _mm512_cvtepu16_epi32(
+                        j + 1 < nkt ? _mm256_maskz_loadu_epi16(md, v->h + (size_t)(j + 1) * v->ld + d0)
+                                    : _mm256_setzero_si256());
+                    r[i] = _mm512_or_si512(e, _mm512_slli_epi32(o, 16));
+                } else {
+                    const __m512 e = j < nkt ? aa_load(v->f + (size_t)j * v->ld, d0, hd) : _mm512_setzero_ps();
+                    const __m512 o = j + 1 < nkt ? aa_load(v->f + (size_t)(j + 1) * v->ld, d0, hd) : _mm512_setzero_ps();
+                    r[i] = aa_pairs(e, o);
+                }
             }
             tr16_epi32(r);
             uint32_t *vs = vt + (size_t)(i0 / 16) * 16 * hb * 16; /* step i0 / 16 */
             for (int d = 0; d < 16; d++) _mm512_store_si512(vs + (size_t)(d0 + d) * 16, r[d]);
         }
+}
+static void aa_layout_kv(const aa_src *k, const aa_src *v, int nkt, int next, int hd, int ht, int hb, uint16_t *kr,
+                         uint32_t *vt) {
+    if (k->h)
+        aa_layout_kv_on(k, v, nkt, next, hd, ht, hb, kr, vt, 1);
+    else
+        aa_layout_kv_on(k, v, nkt, next, hd, ht, hb, kr, vt, 0);
+}
 #else
+static void aa_layout_kv(const aa_src *k, const aa_src *v, int nkt, int next, int hd, int ht, int hb, uint16_t *kr,
+                         uint32_t *vt) {
+    const int nkb = (nkt + 15) / 16, nks = (nkt + 31) / 32, kl = 32 * ht;
     (void)next;
     for (int j = 0; j < 16 * nkb; j++)
         for (int d = 0; d < kl; d++)
-            kr[(size_t)j * kl + d] = j < nkt && d < hd ? bf16_round_ftz(k[(size_t)j * ldk + d]) : 0;
+            kr[(size_t)j * kl + d] = j < nkt && d < hd ? bf16_round_ftz(aa_val(k, (size_t)j, d)) : 0;
     for (int d = 0; d < 16 * hb; d++)
         for (int i = 0; i < 16 * nks; i++) {
             const int j = 2 * i;
             uint32_t *vs = vt + (size_t)(i / 16) * 16 * hb * 16; /* step i / 16 */
-            const float e = j < nkt && d < hd ? v[(size_t)j * ldv + d] : 0.0f;
-            const float o = j + 1 < nkt && d < hd ? v[(size_t)(j + 1) * ldv + d] : 0.0f;
+            const float e = j < nkt && d < hd ? aa_val(v, (size_t)j, d) : 0.0f;
+            const float o = j + 1 < nkt && d < hd ? aa_val(v, (size_t)(j + 1), d) : 0.0f;
             vs[(size_t)d * 16 + (size_t)(i % 16)] = aa_pair(e, o);
         }
-#endif
 }
+#endif
 
 /* The online softmax step of one 16-query group over a key tile of nkt keys: scores s [keys][16] (raw chains),
  * running max m and sum l [16] of the group, P pairs into pt [16·nks][16], Oᵀ columns ot (row stride BQ_MAX,
@@ -293,8 +373,8 @@ static void aa_softmax(const float *s, int nkt, int nks, float c, float *m, floa
 #endif
 }
 
-/* out rows [0, nq), columns [0, hd) = Oᵀ / l. */
-static void aa_output(const float *ot, const float *lrow, int nq, int hd, int hb, float *out, size_t ldo) {
+/* Output rows [0, nq), columns [0, hd) = Oᵀ / l: into f32 rows, or bf16_round of it into the GEMM's tiles. */
+static void aa_output(const float *ot, const float *lrow, int nq, int hd, int hb, const aa_dst *o) {
 #if AA_SIMD
     for (int i0 = 0; i0 < nq; i0 += 16) {
         const __m512 l = _mm512_load_ps(lrow + i0);
@@ -305,13 +385,33 @@ static void aa_output(const float *ot, const float *lrow, int nq, int hd, int hb
                 r[d] = _mm512_castps_si512(_mm512_div_ps(_mm512_load_ps(ot + (size_t)(d0 + d) * ATTN_BQ_MAX + i0), l));
             tr16_epi32(r);
             const __mmask16 mk = aa_first(hd - d0);
-            for (int i = 0; i < rows; i++) _mm512_mask_storeu_epi32(out + (size_t)(i0 + i) * ldo + d0, mk, r[i]);
+            if (o->f) {
+                for (int i = 0; i < rows; i++) _mm512_mask_storeu_epi32(o->f + (size_t)(i0 + i) * o->ld + d0, mk, r[i]);
+                continue;
+            }
+            /* 16 columns from c0 on: up to the end of c0's K tile, then the next tile's first ones */
+            const size_t c0 = (size_t)o->col + (size_t)d0;
+            const int n_in = 32 - (int)(c0 % 32);
+            const __mmask16 m_in = (__mmask16)(mk & aa_first(n_in)), m_next = (__mmask16)(mk & ~aa_first(n_in));
+            for (int i = 0; i < rows; i++) {
+                const size_t row = (size_t)o->row + (size_t)(i0 + i);
+                const __m256i b = _mm512_cvtepi32_epi16(bf16_round16(_mm512_castsi512_ps(r[i])));
+                _mm256_mask_storeu_epi16(aa_tile_at(o->t, o->kt, row, c0), m_in, b);
+                if (m_next) /* lane n_in + x at the next tile's column x */
+                    _mm256_mask_storeu_epi16(aa_tile_at(o->t, o->kt, row, c0 + (size_t)n_in) - n_in, m_next, b);
+            }
         }
     }
 #else
     (void)hb;
     for (int i = 0; i < nq; i++)
-        for (int d = 0; d < hd; d++) out[(size_t)i * ldo + d] = ot[(size_t)d * ATTN_BQ_MAX + i] / lrow[i];
+        for (int d = 0; d < hd; d++) {
+            const float x = ot[(size_t)d * ATTN_BQ_MAX + i] / lrow[i];
+            if (o->f)
+                o->f[(size_t)i * o->ld + (size_t)d] = x;
+            else
+                *aa_tile_at(o->t, o->kt, (size_t)o->row + (size_t)i, (size_t)o->col + (size_t)d) = bf16_round(x);
+        }
 #endif
 }
 
@@ -441,14 +541,13 @@ static void aa_tiles_finish(aa_tiles *tl) {
  * reads the other). */
 static inline uint32_t *aa_pair_p(const aa_ws *w, int pp) { return w->pt + (size_t)(pp % 2) * AA_KP * 16; }
 
-static void aa_block_on(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
-                        const uint16_t *kpack, const uint32_t *vpack, float *out, size_t ldo, int nq, int nk, int hd,
-                        float scale, float *ws) {
+static void aa_block_on(const aa_src *q, const aa_src *k, const aa_src *v, const uint16_t *kpack,
+                        const uint32_t *vpack, const aa_dst *out, int nq, int nk, int hd, float scale, float *ws) {
     const int ht = (hd + 31) / 32, hb = (hd + 15) / 16, ng = (nq + 15) / 16, npp = (ng + 1) / 2;
     const aa_ws w = aa_carve(ws, hd);
     const float c = scale * 1.44269504088896341f; /* log2 domain */
     const size_t sb = (size_t)16 * AA_KB_MAX * 16;  /* floats of one group's scores */
-    aa_layout_q(q, ldq, nq, hd, ht, w.qt);
+    aa_layout_q(q, nq, hd, ht, w.qt);
     for (int i = 0; i < 16 * ng; i++) {
         w.mrow[i] = -INFINITY;
         w.lrow[i] = 0.0f;
@@ -470,7 +569,8 @@ static void aa_block_on(const float *q, size_t ldq, const float *k, size_t ldk, 
             vt = vpack + (size_t)(j0 / 32) * 16 * hb * 16;
         } else {
             const int next = j0 + nkt < nk ? attn_key_tile(nk, j0 + nkt) : 0;
-            aa_layout_kv(k + (size_t)j0 * ldk, ldk, v + (size_t)j0 * ldv, ldv, nkt, next, hd, ht, hb, w.kr, w.vt);
+            const aa_src kt = aa_at(k->f, k->h, k->ld, (size_t)j0, 0), vt_ = aa_at(v->f, v->h, v->ld, (size_t)j0, 0);
+            aa_layout_kv(&kt, &vt_, nkt, next, hd, ht, hb, w.kr, w.vt);
         }
         /* Pairs of query groups, pipelined: pair pp's softmax (vector units) runs with pair pp − 1's Oᵀ update and
          * pair pp + 1's Sᵀ (tiles) queued in steps between its operations. Scores of pair pp at
@@ -505,12 +605,7 @@ static void aa_block_on(const float *q, size_t ldq, const float *k, size_t ldk, 
         aa_tiles_finish(&tl);
     }
     AMX_RELEASE();
-    aa_output(w.ot, w.lrow, nq, hd, hb, out, ldo);
-}
-
-static void aa_block(const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv, float *out,
-                     size_t ldo, int nq, int nk, int hd, float scale, float *ws) {
-    aa_block_on(q, ldq, k, ldk, v, ldv, NULL, NULL, out, ldo, nq, nk, hd, scale, ws);
+    aa_output(w.ot, w.lrow, nq, hd, hb, out);
 }
 
 /* ---- K and V laid out once per (segment, head): the pack in a->scratch ----
@@ -581,6 +676,22 @@ static uint32_t *aa_head_v(const aa_pack_job *j, int g, size_t vstep) {
     return j->pack + (size_t)g * j->head_dw + j->krows * 16 * ht + vstep * 256 * hb;
 }
 
+/* The call's q, k, v from (row, col) on (bf16 rows where q16 is set), and its output at (row, col). */
+static aa_src aa_q(const attn_args *a, size_t row, size_t col) {
+    return aa_at(a->q16 ? NULL : a->q, a->q16, a->ldq, row, col);
+}
+static aa_src aa_k(const attn_args *a, size_t row, size_t col) {
+    return aa_at(a->q16 ? NULL : a->k, a->q16 ? a->k16 : NULL, a->ldk, row, col);
+}
+static aa_src aa_v(const attn_args *a, size_t row, size_t col) {
+    return aa_at(a->q16 ? NULL : a->v, a->q16 ? a->v16 : NULL, a->ldv, row, col);
+}
+static aa_dst aa_out(const attn_args *a, int row, int col) {
+    aa_dst d = {a->out_tiles ? NULL : a->out + (size_t)row * a->ldo + (size_t)col, a->ldo, a->out_tiles,
+                ((size_t)a->n_heads * (size_t)a->head_dim + 31) / 32, row, col};
+    return d;
+}
+
 static void aa_pack_task(void *ctx, long it, int thread) {
     (void)thread;
     const aa_pack_job *j = ctx;
@@ -595,8 +706,8 @@ static void aa_pack_task(void *ctx, long it, int thread) {
     const int n = len - j0 < AA_CHUNK ? len - j0 : AA_CHUNK, rest_keys = len - j0 - n;
     const size_t col = (size_t)(j->h0 + g) * hd;
     /* the last chunk of a segment writes its padding: rows up to nk16, steps up to nk32 / 32 */
-    aa_layout_kv(a->k + (size_t)(base + j0) * a->ldk + col, a->ldk, a->v + (size_t)(base + j0) * a->ldv + col,
-                 a->ldv, n, rest_keys < AA_CHUNK ? rest_keys : AA_CHUNK, hd, ht, hb,
+    const aa_src k = aa_k(a, (size_t)(base + j0), col), v = aa_v(a, (size_t)(base + j0), col);
+    aa_layout_kv(&k, &v, n, rest_keys < AA_CHUNK ? rest_keys : AA_CHUNK, hd, ht, hb,
                  aa_head_k(j, g, krow) + (size_t)j0 * 32 * ht, aa_head_v(j, g, vstep) + (size_t)(j0 / 32) * 256 * hb);
 }
 
@@ -611,10 +722,39 @@ static void aa_item_task(void *ctx, long it, int thread) {
     const long tiles = attn_query_tiles(len);
     const int g = (int)(rest / tiles), qt = (int)(rest % tiles);
     const int i0 = base + qt * ATTN_BQ, nq = attn_query_rows(len, qt);
-    const size_t col = (size_t)(j->h0 + g) * hd;
-    aa_block_on(a->q + (size_t)i0 * a->ldq + col, a->ldq, NULL, 0, NULL, 0, aa_head_k(j, g, krow),
-                aa_head_v(j, g, vstep), a->out + (size_t)i0 * a->ldo + col, a->ldo, nq, len, hd, a->scale,
+    const int col = (j->h0 + g) * hd;
+    const aa_src q = aa_q(a, (size_t)i0, (size_t)col);
+    const aa_dst out = aa_out(a, i0, col);
+    aa_block_on(&q, NULL, NULL, aa_head_k(j, g, krow), aa_head_v(j, g, vstep), &out, nq, len, hd, a->scale,
                 j->ws + (size_t)thread * j->thread_floats);
+}
+
+/* Without the pack: K and V laid out per key tile inside each item (j->nh = all heads, h0 = 0). */
+static void aa_plain_task(void *ctx, long it, int thread) {
+    const aa_pack_job *j = ctx;
+    const attn_args *a = j->a;
+    const int hd = a->head_dim;
+    size_t krow, vstep;
+    long rest = it;
+    const int s = aa_find_seg(a, &rest, &krow, &vstep, aa_seg_tiles, a->n_heads), base = a->cu[s];
+    const int len = a->cu[s + 1] - base;
+    const long tiles = attn_query_tiles(len);
+    const int h = (int)(rest / tiles), qt = (int)(rest % tiles);
+    const int i0 = base + qt * ATTN_BQ, nq = attn_query_rows(len, qt), col = h * hd;
+    const aa_src q = aa_q(a, (size_t)i0, (size_t)col), k = aa_k(a, (size_t)base, (size_t)col),
+                 v = aa_v(a, (size_t)base, (size_t)col);
+    const aa_dst out = aa_out(a, i0, col);
+    aa_block_on(&q, &k, &v, NULL, NULL, &out, nq, len, hd, a->scale, j->ws + (size_t)thread * j->thread_floats);
+}
+
+/* out_tiles' padding, which no item writes: rows S .. the last 16-row group's end, columns past H up to whole K
+ * tiles. */
+static void aa_zero_pad(const attn_args *a) {
+    const size_t S = (size_t)a->cu[a->n_seg], H = (size_t)a->n_heads * (size_t)a->head_dim, kt = (H + 31) / 32;
+    for (size_t r = S; r % 16; r++)
+        for (size_t t = 0; t < kt; t++) memset(aa_tile_at(a->out_tiles, kt, r, 32 * t), 0, 32 * sizeof(uint16_t));
+    if (H % 32)
+        for (size_t r = 0; r < S; r++) memset(aa_tile_at(a->out_tiles, kt, r, H), 0, (32 - H % 32) * sizeof(uint16_t));
 }
 
 /* The packed path when a->scratch holds at least one head's pack; 0 (nothing done, scratch untouched)
@@ -643,8 +783,13 @@ void AA_NAME(attn_amx_run)(const attn_args *a, void *ws, thread_pool *pool) {
 #endif
         return;
     }
+    if (a->out_tiles && a->n_seg > 0) aa_zero_pad(a);
     if (aa_run_packed(a, ws, pool)) return;
-    attn_run_blocks(a, ws, pool, aa_block, (aa_floats(a->head_dim) + 15) & ~(size_t)15);
+    long items = 0;
+    for (int s = 0; s < a->n_seg; s++) items += aa_seg_tiles(a->cu[s + 1] - a->cu[s], a->n_heads);
+    aa_pack_job j = {a, NULL, 0, 0, 0, a->n_heads, (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63),
+                     (aa_floats(a->head_dim) + 15) & ~(size_t)15};
+    pool_run(pool, items, aa_plain_task, &j);
 }
 
 /* A start-up check of this build against the definition: two segments (37 rows: a partial query group; 100: two

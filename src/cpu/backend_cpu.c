@@ -109,6 +109,28 @@ static void amx_linear_packed(const backend *be, const be_weight *w, const float
     }
 }
 
+/* The AMX sets' qkv in the rotary column order (gemm_amx_pack_qkv) where it takes the shape, for qkv_rope. */
+static int amx_pack_qkv(const backend *be, be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb,
+                        int N, int K, int head_dim, be_arith ar, thread_pool *pool) {
+    if (ar == BE_ARITH_BF16 && N % 3 == 0 && qkv_rope_takes(N / 3, head_dim))
+        return gemm_amx_pack_qkv(out, buf, B, dtype, ldb, N, K, head_dim, pool);
+    return bf16_pack(be, out, buf, B, dtype, ldb, N, K, ar, pool);
+}
+
+/* Their attention operand: q, k, v as bf16 rows [M, N] (gemm_amx_run_qkv). */
+static size_t amx_qkv_op_size(int M, int N) { return M > 0 && N > 0 ? (size_t)M * (size_t)N * sizeof(uint16_t) : 0; }
+
+static void amx_qkv_rope(const backend *be, const be_weight *w, const float *A, size_t lda, const void *A_packed,
+                         int M, const float *bias, const float *cos_t, const float *sin_t, void *qkv_op, void *ws,
+                         int max_k, thread_pool *pool) {
+    switch (be->set) {
+#if QVL_WITH_X86
+    case BF16_SET_AMX: gemm_amx_run_qkv(w, A, lda, A_packed, M, bias, cos_t, sin_t, qkv_op, ws, max_k, pool); return;
+#endif
+    default: gemm_amx_run_qkv_emulated(w, A, lda, A_packed, M, bias, cos_t, sin_t, qkv_op, ws, max_k, pool); return;
+    }
+}
+
 /* The AMX sets' LayerNorm into the GEMM's operand layout: 16-row groups over the pool, each normalized by
  * op_layernorm into the thread's part of ws (16 x cols floats) and packed by the set's own packer. */
 typedef struct ln_packed_job {
@@ -168,7 +190,13 @@ static size_t bf16_attention_ws(int head_dim, int n_threads) {
 static void bf16_attention(const backend *be, const be_attn *a, void *ws, thread_pool *pool) {
     attn_args at = {.q = a->q, .k = a->k, .v = a->v, .ldq = a->ldq, .ldk = a->ldk, .ldv = a->ldv, .out = a->out,
                     .ldo = a->ldo, .n_heads = a->n_heads, .head_dim = a->head_dim, .cu = a->cu, .n_seg = a->n_seg,
-                    .scale = a->scale, .scratch = a->scratch, .scratch_bytes = a->scratch_bytes};
+                    .scale = a->scale, .scratch = a->scratch, .scratch_bytes = a->scratch_bytes,
+                    .out_tiles = a->out_packed};
+    if (a->qkv_op) { /* the AMX sets' operand (amx_qkv_rope): bf16 rows [S, 3H] */
+        const size_t H = (size_t)a->n_heads * (size_t)a->head_dim;
+        at.q16 = a->qkv_op, at.k16 = at.q16 + H, at.v16 = at.q16 + 2 * H;
+        at.ldq = at.ldk = at.ldv = 3 * H;
+    }
     /* The AMX sets' attention is on the tiles (attn_amx_ref's arithmetic; the emulated set over the C model). */
     switch (be->set) {
 #if QVL_WITH_X86
@@ -195,6 +223,8 @@ enum { ROW_ALIGN = 42 };
      .packed_size = IS_AMX(set_) ? gemm_amx_packed_size : NULL,                                                     \
      .layernorm_packed = IS_AMX(set_) ? amx_layernorm_packed : NULL,                                                \
      .linear_packed = IS_AMX(set_) ? amx_linear_packed : NULL,                                                      \
+     .pack_qkv = IS_AMX(set_) ? amx_pack_qkv : NULL, .qkv_op_size = IS_AMX(set_) ? amx_qkv_op_size : NULL,         \
+     .qkv_rope = IS_AMX(set_) ? amx_qkv_rope : NULL,                                                                \
      .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_,      \
      .split = IS_AMX(set_)}
 

@@ -235,6 +235,39 @@ int attn_amx_check(void);
 int attn_amx_check_emulated(void);
 int attn_amx_check_emulated_simd(void);
 
+/* ---- a block's qkv on AMX with the rotary embedding in the epilogue (gemm_amx.c), for the attention on tiles ----
+ * The qkv weight [3H, K] (Q, K, V parts of H = heads·hd columns, head h at [h·hd, (h+1)·hd) of each) is packed
+ * with its columns reordered (gemm_amx_pack_qkv) so that each 32-column pair of the GEMM holds 16 columns and
+ * their rotary partners: in the Q and K parts, pair g's first 16 columns are the part's first halves f = 16g ...
+ * 16g + 15 (f over the heads' first halves, head after head: head f / (hd/2), dim f % (hd/2)) and its next 16 their
+ * partners (dim + hd/2); V keeps its order. Reordering the columns changes no element's arithmetic (each is its
+ * own chain over K). The epilogue (gemm_amx_run_qkv) then has a and its partner b in the same lane of the pair's two
+ * halves and applies tables.c's rope_apply to them as it does (t + bias; a·cos − b·sin and b·cos + a·sin, each
+ * product rounded, no FMA), and writes q, k and v as bf16 rows [M, 3H] in the weight's own column order, each
+ * value bf16_round_ftz of the f32 one (the rounding the attention on tiles gives its operands): the bits of
+ * gemm_amx_run, rope_apply and the attention's rounding, in one pass. Taken for head dims the attention on tiles
+ * takes from 32 on (a 16-lane group then spans at most two heads) and H a multiple of 32 (every Qwen3-VL tower:
+ * 1024 and 1152 wide, heads of 64 and 72). */
+static inline int qkv_rope_takes(int H, int head_dim) {
+    return attn_amx_takes(head_dim) && head_dim >= 32 && H > 0 && H % 32 == 0 && H % head_dim == 0;
+}
+/* The weight's column (and q, k, v's) that packed column j of the rotary order holds (H = N / 3). */
+static inline int qkv_rope_col(int H, int head_dim, int j) {
+    if (j >= 2 * H) return j;
+    const int part = j / H, r = j % H, half = head_dim / 2, f = 16 * (r / 32) + r % 16;
+    return part * H + f / half * head_dim + f % half + (r % 32 >= 16 ? half : 0);
+}
+/* gemm_amx_pack in that order; -1 where qkv_rope_takes(N / 3, head_dim) does not hold. w->rope_hd = head_dim. */
+int gemm_amx_pack_qkv(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                      int head_dim, thread_pool *pool);
+/* qkv16 [M, N] bf16 rows (row stride N) = the attention's rounding of rope(A·Wᵀ + bias) in the weight's column
+ * order; A as gemm_amx_run_packed's (f32 rows, or Ap); cos_t, sin_t [M, head_dim / 2] (tables_rope's). */
+void gemm_amx_run_qkv(const be_weight *w, const float *A, size_t lda, const uint16_t *Ap, int M, const float *bias,
+                      const float *cos_t, const float *sin_t, uint16_t *qkv16, void *ws, int max_k, thread_pool *pool);
+void gemm_amx_run_qkv_emulated(const be_weight *w, const float *A, size_t lda, const uint16_t *Ap, int M,
+                               const float *bias, const float *cos_t, const float *sin_t, uint16_t *qkv16, void *ws,
+                               int max_k, thread_pool *pool);
+
 /* ---- agreement of AMX results that are not the model's bits (amx_agree.c) ----
  * The largest |c − ref| over the elements of an M x N GEMM result c (row stride ldc; A [M][K] row stride lda, B
  * [N][K] the f32 weights, bias, c0 the accumulate base or NULL) in units of the bound within which two f32 sums of

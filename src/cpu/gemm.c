@@ -240,6 +240,8 @@ int gemm_pack_b_isa(gemm_packed *out, void *buf, const void *B, qvl_dtype dtype,
     out->dtype = pd;
     out->order = pd == QVL_DTYPE_BF16 ? j.kr->order : GEMM_BF16_LANES;
     out->arith = BE_ARITH_F32;
+    out->kp_panel = 0;
+    out->rope_hd = 0;
     out->data = buf;
     return 0;
 }

@@ -148,6 +148,8 @@ typedef struct amx_job {
     unsigned char *ws;
     const uint16_t *Ap; /* A packed by the caller (gemm_amx_run_packed), or NULL: packed here per item */
     uint16_t *Cp;       /* the result packed as a next GEMM's A (K = N), or NULL: into C */
+    uint16_t *Q;        /* gemm_amx_run_qkv: q, k, v as bf16 rows [M, N] (C, Cp unused), rotated by cos_t, sin_t */
+    const float *cos_t, *sin_t;
 } amx_job;
 
 /* Lines of the next column pair's panels (p0 and, if not NULL, p1: one range per 16-column panel) that a row
@@ -181,7 +183,18 @@ typedef struct epi {
     be_act act;
     int accumulate, ncols;
     int next, rows; /* the next row to write, and the rows */
-#if !QVL_AMX_EMULATE
+    /* gemm_amx_run_qkv (Q not NULL): the pair's rows as bf16 into Q (row stride ldq, the weight's column order).
+     * A rotary pair (co not NULL: the rows' cos and sin tables, row stride half): lane i of the first 16 columns
+     * is the weight's column base + i (+ half from lane n1 on: the next head's first dims), lane i of the next 16
+     * its partner (half further); a V pair (co NULL): columns base ... base + 31. */
+    uint16_t *Q;
+    size_t ldq;
+    const float *co, *si;
+    int half, hd, base, n1;
+#if QVL_AMX_EMULATE
+    int col[32];    /* the weight's column of each lane (qkv_rope_col) */
+    float bq[32];   /* its bias (qkv: in the lanes' order) */
+#else
     __mmask16 m0, m1;
     __m512 b0, b1;
 #endif
@@ -192,6 +205,7 @@ static void epi_init(epi *e, const float *cb, int rows, int ncols, const float *
     e->cb = cb, e->C = C, e->ldc = ldc, e->bias = bias, e->act = act, e->accumulate = accumulate;
     e->P = P, e->pgroup = pgroup;
     e->ncols = ncols, e->next = 0, e->rows = rows;
+    e->Q = NULL;
 #if !QVL_AMX_EMULATE
     e->m0 = (__mmask16)(ncols >= 16 ? 0xffffu : (1u << ncols) - 1u);
     e->m1 = (__mmask16)(ncols >= 32 ? 0xffffu : ncols > 16 ? (1u << (ncols - 16)) - 1u : 0u);
@@ -201,9 +215,59 @@ static void epi_init(epi *e, const float *cb, int rows, int ncols, const float *
 #endif
 }
 
+/* The pair of packed columns jc .. jc + 31 of a qkv weight in the rotary order (gemm_amx_run_qkv): rows of cb into
+ * Q's rows (row stride ldq), rotated by the rows' tables co, si (row stride hd / 2) where jc is in the Q or K part
+ * (H columns each). */
+static void epi_init_qkv(epi *e, const float *cb, int rows, const float *bias, uint16_t *Q, size_t ldq, int jc,
+                         int H, int hd, const float *co, const float *si) {
+    epi_init(e, cb, rows, 32, bias && jc >= 2 * H ? bias + jc : bias, BE_ACT_NONE, NULL, 0, 0, NULL, 0);
+    const int half = hd / 2, r = jc % H, f0 = 16 * (r / 32), d0 = f0 % half;
+    e->Q = Q, e->ldq = ldq, e->half = half, e->hd = hd;
+    e->co = jc < 2 * H ? co : NULL, e->si = si;
+    e->base = jc < 2 * H ? jc - r + f0 / half * hd + d0 : jc;
+    e->n1 = half - d0 < 16 ? half - d0 : 16;
 #if QVL_AMX_EMULATE
+    for (int c = 0; c < 32; c++) {
+        e->col[c] = qkv_rope_col(H, hd, jc + c);
+        e->bq[c] = bias ? bias[e->col[c]] : 0.0f;
+    }
+#else
+    if (bias && e->co) { /* lanes from n1 on: half further in the weight's order (the next head's first dims) */
+        const __mmask16 lo = (__mmask16)((1u << e->n1) - 1u);
+        const float *b = bias + e->base;
+        e->b0 = _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(lo, b), (__mmask16)~lo, b + half);
+        e->b1 = _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(lo, b + half), (__mmask16)~lo, b + hd);
+    }
+#endif
+}
+
+#if QVL_AMX_EMULATE
+/* Row r of a qkv pair (epi_init_qkv): t + bias; in a rotary pair a = t[i], b = t[16 + i] rotated as rope_apply does;
+ * each value bf16_round_ftz into its column of Q. */
+static void epi_row_qkv(const epi *e, int r) {
+    const float *t = e->cb + (size_t)r * 32;
+    uint16_t *q = e->Q + (size_t)r * e->ldq;
+    float v[32];
+    for (int c = 0; c < 32; c++) v[c] = e->bias ? t[c] + e->bq[c] : t[c];
+    if (e->co) {
+        const float *co = e->co + (size_t)r * e->half, *si = e->si + (size_t)r * e->half;
+        for (int i = 0; i < 16; i++) {
+            const int k = (e->col[i] % e->hd) % e->half; /* the lane's frequency */
+            const float a = v[i], b = v[16 + i];
+            const float ac = a * co[k], bs = b * si[k], bc = b * co[k], as = a * si[k];
+            v[i] = ac - bs;
+            v[16 + i] = bc + as;
+        }
+    }
+    for (int c = 0; c < 32; c++) q[e->col[c]] = bf16_round_ftz(v[c]);
+}
+
 static void epi_row(epi *e) {
     const int r = e->next++;
+    if (e->Q) {
+        epi_row_qkv(e, r);
+        return;
+    }
     float t[32];
     memcpy(t, e->cb + (size_t)r * 32, (size_t)e->ncols * sizeof(float));
     if (e->P) { /* the value C would get, rounded as gemm_amx_pack_a rounds it; zero past the columns */
@@ -224,8 +288,45 @@ static inline __attribute__((always_inline)) __m512 epi16(__m512 v, int has_bias
     return v;
 }
 
+/* A row's 16 values of a rotary pair's table (t: the row's hd / 2 entries) in the lanes' order: t[d0 + i] below
+ * lane n1, t[i − n1] from it on (the next head's first dims). */
+static inline __m512 epi_table(const float *t, int d0, int n1) {
+    const __mmask16 lo = (__mmask16)((1u << n1) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(lo, t + d0);
+    return n1 < 16 ? _mm512_mask_expandloadu_ps(v, (__mmask16)~lo, t) : v;
+}
+
+/* Row r of a qkv pair (epi_init_qkv), epi_row_qkv's arithmetic in registers (no FMA: the build does not contract). */
+static inline void epi_row_qkv(const epi *e, int r) {
+    const float *t = e->cb + (size_t)r * 32;
+    uint16_t *q = e->Q + (size_t)r * e->ldq + e->base;
+    const __m512 v0 = epi16(_mm512_loadu_ps(t), e->bias != NULL, e->b0, BE_ACT_NONE);
+    const __m512 v1 = epi16(_mm512_loadu_ps(t + 16), e->bias != NULL, e->b1, BE_ACT_NONE);
+    if (!e->co) {
+        _mm256_storeu_si256((__m256i *)(void *)q, (__m256i)_mm512_cvtneps_pbh(v0));
+        _mm256_storeu_si256((__m256i *)(void *)(q + 16), (__m256i)_mm512_cvtneps_pbh(v1));
+        return;
+    }
+    const int half = e->half, d0 = (e->base % e->hd) % half, n1 = e->n1;
+    const float *cr = e->co + (size_t)r * half, *sr = e->si + (size_t)r * half;
+    const __m512 c = epi_table(cr, d0, n1), s = epi_table(sr, d0, n1);
+    const __m256i x0 = (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(_mm512_mul_ps(v0, c), _mm512_mul_ps(v1, s)));
+    const __m256i x1 = (__m256i)_mm512_cvtneps_pbh(_mm512_add_ps(_mm512_mul_ps(v1, c), _mm512_mul_ps(v0, s)));
+    const __mmask16 lo = (__mmask16)((1u << n1) - 1u);
+    _mm256_mask_storeu_epi16(q, lo, x0);
+    _mm256_mask_storeu_epi16(q + half, lo, x1);
+    if (n1 < 16) { /* lane i from n1 on: the next head's dim i − n1, at base + i + half (its partner + hd) */
+        _mm256_mask_storeu_epi16(q + half, (__mmask16)~lo, x0);
+        _mm256_mask_storeu_epi16(q + e->hd, (__mmask16)~lo, x1);
+    }
+}
+
 static inline void epi_row(epi *e) {
     const int r = e->next++;
+    if (e->Q) {
+        epi_row_qkv(e, r);
+        return;
+    }
     const float *t = e->cb + (size_t)r * 32;
     if (e->P) { /* the value C would get, rounded as gemm_amx_pack_a rounds it (split16); zero past the columns */
         const __m512 v0 = _mm512_maskz_mov_ps(e->m0, epi16(_mm512_loadu_ps(t), e->bias != NULL, e->b0, e->act));
@@ -330,7 +431,7 @@ static void amx_task(void *ctx, long it, int thread) {
                      (float *)(void *)(ws + j->thread_bytes - AMX_SCRATCH_BYTES)};
     const uint32_t *panels = w->data;
     const size_t panel = (size_t)w->kp_panel * 16; /* dwords per 16-column panel */
-    float *Cm = j->C + (size_t)i0 * j->ldc;
+    float *Cm = j->C ? j->C + (size_t)i0 * j->ldc : NULL;
 
     const int split = w->arith == BE_ARITH_BF16X2, ns = 1 + split;
     if (j->Ap) /* the block's 16-row groups of the caller's packed A (ns = 1: BF16 weights only) */
@@ -369,8 +470,14 @@ static void amx_task(void *ctx, long it, int thread) {
                   cb + (size_t)ir * 32, mc - ir > 16, ncols > 16, &pf, pending ? &e : NULL,
                   ir + 32 < mc ? ir + 32 : mc);
         }
-        epi_init(&e, cb, mc, ncols, j->bias ? j->bias + j0 + jr : NULL, j->act, Cm + j0 + jr, j->ldc, j->accumulate,
-                 Pm ? Pm + (size_t)(j0 + jr) / 32 * 512 : NULL, pgroup);
+        if (j->Q) {
+            const size_t half = (size_t)w->rope_hd / 2;
+            epi_init_qkv(&e, cb, mc, j->bias, j->Q + (size_t)i0 * (size_t)w->N, (size_t)w->N, j0 + jr, w->N / 3,
+                         w->rope_hd, j->cos_t + (size_t)i0 * half, j->sin_t + (size_t)i0 * half);
+        } else {
+            epi_init(&e, cb, mc, ncols, j->bias ? j->bias + j0 + jr : NULL, j->act, Cm ? Cm + j0 + jr : NULL, j->ldc,
+                     j->accumulate, Pm ? Pm + (size_t)(j0 + jr) / 32 * 512 : NULL, pgroup);
+        }
         pending = 1;
     }
     AMX_RELEASE();
@@ -425,8 +532,18 @@ void AMX_NAME(gemm_amx_run_packed)(const be_weight *w, const float *A, size_t ld
     if (M <= 0 || w->N <= 0) return;
     const int nb_m = (M + AMX_MC - 1) / AMX_MC, nc = plan_nc(M, w->N, pool_size(pool));
     amx_job j = {w, A, lda, M, bias, C, ldc, accumulate, act, nb_m, nc, thread_bytes(max_k),
-                 (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), Ap, Cp};
+                 (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), Ap, Cp, NULL, NULL, NULL};
     /* M-block-major within an N block, so items running close in time share B panels. */
+    pool_run(pool, (long)nb_m * ((w->N + nc - 1) / nc), amx_task, &j);
+}
+
+void AMX_NAME(gemm_amx_run_qkv)(const be_weight *w, const float *A, size_t lda, const uint16_t *Ap, int M,
+                                const float *bias, const float *cos_t, const float *sin_t, uint16_t *qkv16, void *ws,
+                                int max_k, thread_pool *pool) {
+    if (M <= 0 || w->N <= 0 || !w->rope_hd) return;
+    const int nb_m = (M + AMX_MC - 1) / AMX_MC, nc = plan_nc(M, w->N, pool_size(pool));
+    amx_job j = {w, A, lda, M, bias, NULL, 0, 0, BE_ACT_NONE, nb_m, nc, thread_bytes(max_k),
+                 (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), Ap, NULL, qkv16, cos_t, sin_t};
     pool_run(pool, (long)nb_m * ((w->N + nc - 1) / nc), amx_task, &j);
 }
 

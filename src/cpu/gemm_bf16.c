@@ -64,6 +64,7 @@ typedef struct bpack_job {
     qvl_dtype dt;
     size_t ldb;
     int N, K, kpp;
+    int rope_hd; /* 0, or the panels' columns in the rotary order of qkv_rope_col */
     uint32_t *buf;
 } bpack_job;
 
@@ -76,17 +77,18 @@ static void bpack_panel(void *ctx, long p, int thread) {
         for (int c = 0; c < BF16_NR; c++) {
             uint32_t lo = 0, hi = 0;
             if (j0 + c < j->N && 2 * q < j->K) {
-                lo = b_bf16(j->B, j->dt, j->ldb, (size_t)(j0 + c), (size_t)(2 * q));
-                if (2 * q + 1 < j->K) hi = b_bf16(j->B, j->dt, j->ldb, (size_t)(j0 + c), (size_t)(2 * q + 1));
+                const size_t n = (size_t)(j->rope_hd ? qkv_rope_col(j->N / 3, j->rope_hd, j0 + c) : j0 + c);
+                lo = b_bf16(j->B, j->dt, j->ldb, n, (size_t)(2 * q));
+                if (2 * q + 1 < j->K) hi = b_bf16(j->B, j->dt, j->ldb, n, (size_t)(2 * q + 1));
             }
             d[(size_t)q * BF16_NR + c] = lo | hi << 16;
         }
 }
 
 static int pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K, int amx,
-                thread_pool *pool) {
+                int rope_hd, thread_pool *pool) {
     if (!out || !buf || !B || N <= 0 || K <= 0 || ldb < (size_t)K || ((uintptr_t)buf & 63)) return -1;
-    bpack_job j = {B, dtype, ldb, N, K, kp_panel(K, amx), buf};
+    bpack_job j = {B, dtype, ldb, N, K, kp_panel(K, amx), rope_hd, buf};
     pool_run(pool, (N + BF16_NR - 1) / BF16_NR, bpack_panel, &j);
     out->N = N;
     out->K = K;
@@ -94,18 +96,25 @@ static int pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_
     out->order = 0;
     out->arith = BE_ARITH_BF16;
     out->kp_panel = j.kpp;
+    out->rope_hd = rope_hd;
     out->data = buf;
     return 0;
 }
 
 int gemm_bf16_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
                    thread_pool *pool) {
-    return pack(out, buf, B, dtype, ldb, N, K, 0, pool);
+    return pack(out, buf, B, dtype, ldb, N, K, 0, 0, pool);
 }
 
 int gemm_amx_pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
                   thread_pool *pool) {
-    return pack(out, buf, B, dtype, ldb, N, K, 1, pool);
+    return pack(out, buf, B, dtype, ldb, N, K, 1, 0, pool);
+}
+
+int gemm_amx_pack_qkv(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
+                      int head_dim, thread_pool *pool) {
+    if (N % 3 || !qkv_rope_takes(N / 3, head_dim)) return -1;
+    return pack(out, buf, B, dtype, ldb, N, K, 1, head_dim, pool);
 }
 
 /* ---- portable micro-tile and A packer ---- */

@@ -199,6 +199,12 @@ static size_t linear_of(linear *const *ls, size_t n_ls, size_t i) {
     return k;
 }
 
+static int is_block_qkv(const qvl_model *m, const linear *l) {
+    for (int b = 0; b < m->cfg.depth; b++)
+        if (l == &m->blocks[b].qkv) return 1;
+    return 0;
+}
+
 /* One pass over every bound tensor in canonical order, each read from its file once (into `bounce`, or the
  * position table straight into owned_pos; bind made the MLX conv weight's bytes itself): check it is finite; if it
  * is a Linear's weight, pack it into GEMM panels at byte off[k] of m->panels for ls[k] (bf16 stays bf16: the panels
@@ -226,8 +232,13 @@ static qvl_status load_pass(qvl_model *m, linear *const *ls, size_t n_ls, const 
         }
         const int pack = l && !m->describe_only;
         unsigned char *panel = pack ? (unsigned char *)m->panels + off[k] : NULL;
-        if (pack && m->be->pack(m->be, &l->packed, panel, data, l->w.dtype, (size_t)l->w.cols, l->w.rows,
-                                l->w.cols, arith_of(m, l), pool) != 0)
+        const backend *be = m->be;
+        /* a block's qkv for the backend's qkv_rope where it has one (the rotary embedding in the GEMM's epilogue) */
+        const int qkv = pack && be->pack_qkv && is_block_qkv(m, l);
+        if (pack && (qkv ? be->pack_qkv(be, &l->packed, panel, data, l->w.dtype, (size_t)l->w.cols, l->w.rows,
+                                        l->w.cols, m->cfg.head_dim, arith_of(m, l), pool)
+                         : be->pack(be, &l->packed, panel, data, l->w.dtype, (size_t)l->w.cols, l->w.rows, l->w.cols,
+                                    arith_of(m, l), pool)) != 0)
             return err_fail(err, QVL_ERR_INTERNAL, "packing a %dx%d weight failed", l->w.rows, l->w.cols);
         fingerprint_header(st, t);
         XXH3_128bits_update(st, data, (size_t)t->nbytes);

@@ -398,6 +398,8 @@ static void tap(qvl_ctx *c, const char *name, const float *data, size_t rows, si
 
 /* C (=|+=) act(A·Wᵀ + b), or with A_packed / C_packed (not NULL) the input read from / the result written into the
  * backend's own operand layout instead of the f32 rows A / C (backend.h, linear_packed). */
+static void count_linear(qvl_ctx *c, const linear *l, size_t M) { c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols; }
+
 static void linear_io(qvl_ctx *c, const linear *l, const float *A, size_t lda, const void *A_packed, size_t M,
                       float *C, size_t ldc, void *C_packed, int accumulate, be_act act) {
     const backend *be = c->be;
@@ -406,7 +408,7 @@ static void linear_io(qvl_ctx *c, const linear *l, const float *A, size_t lda, c
                           c->gemm_ws, c->max_k, c->pool);
     else
         be->linear(be, &l->packed, A, lda, (int)M, l->b, C, ldc, accumulate, act, c->gemm_ws, c->max_k, c->pool);
-    c->prof.gemm_flops += 2.0 * (double)M * l->w.rows * l->w.cols;
+    count_linear(c, l, M);
 }
 
 static void linear_run(qvl_ctx *c, const linear *l, const float *A, size_t lda, size_t M, float *C, size_t ldc,
@@ -487,25 +489,40 @@ static void block_norm(qvl_ctx *c, const layernorm *n, size_t S, int packed) {
 
 static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) {
     const tower_config *k = &c->m->cfg;
+    const backend *be = c->be;
     size_t H = (size_t)k->hidden;
     qvl_profile *pf = &c->prof;
     /* the LayerNorms hand their rows to qkv and fc1 in the backend's layout where those round them to bf16 (the
      * same bits: the layout holds exactly what the GEMM would pack from f32) */
     const int p1 = ln_hands_over(c, &b->qkv, S), p2 = ln_hands_over(c, &b->fc1, S);
+    /* where the backend packed qkv for qkv_rope, the rotary embedding is in its epilogue and Q, K, V go to the
+     * attention in the backend's operand (c->qkv), and the attention hands its output to proj in the GEMM's layout
+     * where proj rounds it to bf16 (c->a: LN1's rows are consumed by then) */
+    const int fused = b->qkv.packed.rope_hd != 0 && be->qkv_op_size((int)S, 3 * k->hidden) <= S * 3 * H * sizeof(float);
+    const int p3 = fused && be->linear_packed && b->proj.packed.arith == BE_ARITH_BF16 &&
+                   be->packed_size((int)S, k->hidden) <= S * H * sizeof(float);
     double t0 = now_ms(), t1;
     block_norm(c, &b->norm1, S, p1);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
-    linear_io(c, &b->qkv, c->a, H, p1 ? c->a : NULL, S, c->qkv, 3 * H, NULL, 0, BE_ACT_NONE);
-    t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
-    rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->pool);
-    t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
+    if (fused) {
+        be->qkv_rope(be, &b->qkv.packed, c->a, H, p1 ? c->a : NULL, (int)S, b->qkv.b, c->cos_t, c->sin_t, c->qkv,
+                     c->gemm_ws, c->max_k, c->pool);
+        count_linear(c, &b->qkv, S);
+        t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
+    } else {
+        linear_io(c, &b->qkv, c->a, H, p1 ? c->a : NULL, S, c->qkv, 3 * H, NULL, 0, BE_ACT_NONE);
+        t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
+        rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->pool);
+        t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
+    }
     be_attn at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
                   .out = c->a, .ldo = H, .n_heads = k->heads, .head_dim = k->head_dim, .cu = c->cu,
                   .n_seg = (int)n_seg, .scale = 1.0f / sqrtf((float)k->head_dim), .scratch = c->mlp,
-                  .scratch_bytes = c->mlp_floats * sizeof(float)};
-    c->be->attention(c->be, &at, c->attn_ws, c->pool);
+                  .scratch_bytes = c->mlp_floats * sizeof(float), .qkv_op = fused ? c->qkv : NULL,
+                  .out_packed = p3 ? c->a : NULL};
+    be->attention(be, &at, c->attn_ws, c->pool);
     t1 = now_ms(), pf->attention_ms += t1 - t0, t0 = t1;
-    linear_run(c, &b->proj, c->a, H, S, c->x, H, 1, BE_ACT_NONE);
+    linear_io(c, &b->proj, c->a, H, p3 ? c->a : NULL, S, c->x, H, NULL, 1, BE_ACT_NONE);
     t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     block_norm(c, &b->norm2, S, p2);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;

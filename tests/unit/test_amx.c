@@ -19,6 +19,7 @@
 #include "core/convert.h"
 #include "core/cpu.h"
 #include "cpu/bf16.h"
+#include "model/tables.h" /* rope_apply */
 #include "testutil.h"
 
 static int hw;    /* the AMX set is usable here (CPU, OS permission and the start-up check) */
@@ -393,6 +394,92 @@ static void packer_case(int mr, int K, int ns) {
 #endif
 }
 
+/* The AMX entries' attention half on their own operands — qkv packed in the rotary order (pack_qkv), qkv_rope
+ * (the rotary embedding in the GEMM's epilogue, Q, K, V in bf16), the attention reading them and writing proj's
+ * operand — against the same entry's f32 path: linear into f32, rope_apply, the attention into f32, and the
+ * packer's rounding of its output. The same bytes (the operand and the attention's f32 output compared too),
+ * with and without the attention's scratch, with A as f32 rows and as the GEMM's layout, on 1, 2 and 16 threads;
+ * every byte of the outputs written (poisoned first). Segments end inside 16-row groups and 128-row blocks. */
+static void attn_half_case(int heads, int hd, const int *cu, int n_seg, int hw_only) {
+    const int H = heads * hd, N = 3 * H, K = H, S = cu[n_seg], half = hd / 2;
+    CHECK(qkv_rope_takes(H, hd));
+    uint32_t st = (uint32_t)(H * 7 + S);
+    float *A = malloc((size_t)S * K * sizeof(float)), *B = malloc((size_t)N * K * sizeof(float));
+    float *bias = malloc((size_t)N * sizeof(float)), *co = malloc((size_t)S * half * sizeof(float));
+    float *si = malloc((size_t)S * half * sizeof(float)), *qkv = malloc((size_t)S * N * sizeof(float));
+    float *o_ref = malloc((size_t)S * H * sizeof(float)), *o = malloc((size_t)S * H * sizeof(float));
+    fill(A, (size_t)S * K, &st, 1.0f), fill(B, (size_t)N * K, &st, 0.1f), fill(bias, (size_t)N, &st, 0.5f);
+    fill(co, (size_t)S * half, &st, 1.0f), fill(si, (size_t)S * half, &st, 1.0f);
+    uint16_t *q_ref = malloc((size_t)S * N * 2), *q = malloc((size_t)S * N * 2);
+    size_t n;
+    const backend *const *tab = backend_table(&n);
+    char what[160];
+    for (size_t e = 0; e < n; e++) {
+        const backend *be = tab[e];
+        if (!be->qkv_rope || !backend_runs(be) || (hw_only && be->test_only)) continue;
+        const size_t wb = be->pack_size(N, K, QVL_DTYPE_F32, BE_ARITH_BF16), pb = be->packed_size(S, H);
+        void *w0 = aligned_alloc(64, wb), *w1 = aligned_alloc(64, wb), *ws = malloc(be->linear_ws(16, K));
+        void *aws = malloc(be->attention_ws(hd, 16)), *scratch = malloc((size_t)S * N * 4);
+        uint16_t *ap = aligned_alloc(64, be->packed_size(S, K)), *p_ref = aligned_alloc(64, pb);
+        uint16_t *p = aligned_alloc(64, pb);
+        be_weight wp, wr;
+        CHECK(be->pack(be, &wp, w0, B, QVL_DTYPE_F32, (size_t)K, N, K, BE_ARITH_BF16, NULL) == 0 && wp.rope_hd == 0);
+        CHECK(be->pack_qkv(be, &wr, w1, B, QVL_DTYPE_F32, (size_t)K, N, K, hd, BE_ARITH_BF16, NULL) == 0 &&
+              wr.rope_hd == hd);
+        /* the reference: the f32 path of the same entry */
+        be->linear(be, &wp, A, (size_t)K, S, bias, qkv, (size_t)N, 0, BE_ACT_NONE, ws, K, tu_pool(2));
+        rope_apply(qkv, (size_t)N, (size_t)S, heads, hd, co, si, NULL);
+        for (size_t i = 0; i < (size_t)S * N; i++) q_ref[i] = bf16_round_ftz(qkv[i]);
+        be_attn at = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .ldq = (size_t)N, .ldk = (size_t)N, .ldv = (size_t)N,
+                      .out = o_ref, .ldo = (size_t)H, .n_heads = heads, .head_dim = hd, .cu = cu, .n_seg = n_seg,
+                      .scale = 1.0f / sqrtf((float)hd), .scratch = scratch, .scratch_bytes = (size_t)S * N * 4};
+        be->attention(be, &at, aws, tu_pool(2));
+        memset(p_ref, 0xa5, pb);
+        gemm_amx_pack_a_emulated(o_ref, (size_t)H, S, 0, H, (H + 31) / 32, 1, p_ref);
+        gemm_amx_pack_a_emulated(A, (size_t)K, S, 0, K, (K + 31) / 32, 1, ap);
+        static const int nts[] = {1, 2, 16};
+        for (int ti = 0; ti < 3; ti++)
+            for (int v = 0; v < 4; v++) { /* bit 0: A in the GEMM's layout; bit 1: no scratch for the attention */
+                thread_pool *pool = tu_pool(nts[ti]);
+                snprintf(what, sizeof what, "%s: qkv_rope %d heads of %d, %d rows in %d segments, A %s, %s, %d threads",
+                         be->name, heads, hd, S, n_seg, v & 1 ? "packed" : "f32", v & 2 ? "no scratch" : "scratch",
+                         nts[ti]);
+                memset(q, 0xa5, (size_t)S * N * 2);
+                CHECK(be->qkv_op_size(S, N) == (size_t)S * N * 2);
+                be->qkv_rope(be, &wr, v & 1 ? NULL : A, (size_t)K, v & 1 ? ap : NULL, S, bias, co, si, q, ws, K, pool);
+                CHECK(tu_same_bytes((const unsigned char *)q, (const unsigned char *)q_ref, (size_t)S * N * 2, what));
+                be_attn a2 = at;
+                a2.q = a2.k = a2.v = NULL;
+                a2.qkv_op = q;
+                a2.scratch = v & 2 ? NULL : scratch;
+                a2.scratch_bytes = v & 2 ? 0 : (size_t)S * N * 4;
+                a2.out_packed = p;
+                memset(p, 0xa5, pb);
+                be->attention(be, &a2, aws, pool);
+                CHECK(tu_same_bytes((const unsigned char *)p, (const unsigned char *)p_ref, pb, what));
+                a2.out_packed = NULL;
+                a2.out = o;
+                for (size_t i = 0; i < (size_t)S * H; i++) o[i] = NAN;
+                be->attention(be, &a2, aws, pool);
+                CHECK(tu_same_bytes((const unsigned char *)o, (const unsigned char *)o_ref, (size_t)S * H * 4, what));
+#if QVL_WITH_X86
+                if (be->test_only && cpu_has_avx512bf16()) { /* the instruction build's bf16 layouts, on any AVX512-BF16 CPU */
+                    attn_args aa = {.ldq = (size_t)N, .ldk = (size_t)N, .ldv = (size_t)N, .n_heads = heads,
+                                    .head_dim = hd, .cu = cu, .n_seg = n_seg, .scale = at.scale,
+                                    .scratch = a2.scratch, .scratch_bytes = a2.scratch_bytes, .q16 = q, .k16 = q + H,
+                                    .v16 = q + 2 * H, .out_tiles = p};
+                    memset(p, 0xa5, pb);
+                    attn_amx_run_emulated_simd(&aa, aws, pool);
+                    snprintf(what + strlen(what), sizeof what - strlen(what), ", emulated tiles with AVX-512 layouts");
+                    CHECK(tu_same_bytes((const unsigned char *)p, (const unsigned char *)p_ref, pb, what));
+                }
+#endif
+            }
+        free(w0), free(w1), free(ws), free(aws), free(scratch), free(ap), free(p_ref), free(p);
+    }
+    free(A), free(B), free(bias), free(co), free(si), free(qkv), free(o_ref), free(o), free(q_ref), free(q);
+}
+
 int main(void) {
     int usable = 0;
     const char *status = backend_amx_status(&usable);
@@ -438,6 +525,16 @@ int main(void) {
     ln_packed_case(1, 40);
     ln_packed_case(17, 33);
     ln_packed_case(130, 1152);
+    {
+        /* segments ending inside 16-row groups and past a 128-row block; four heads of 72 (rotary groups across
+         * heads), two of 64, one of 32; on the tiles only (the model of them takes a minute), a 448² image's 784
+         * rows in the 27B tower's 16 heads of 72 */
+        static const int cu3[] = {0, 37, 137, 141}, cu1[] = {0, 784};
+        attn_half_case(4, 72, cu3, 3, 0);
+        attn_half_case(2, 64, cu3, 3, 0);
+        attn_half_case(1, 32, cu3, 3, 0);
+        attn_half_case(16, 72, cu1, 1, 1);
+    }
     CHECK(backend_amx_check_emulated() == 2); /* the start-up check's own code, over the model */
     agree_case(40, 48, 80, BE_ACT_GELU_TANH, 1); /* the start-up check's shape */
     agree_case(17, 33, 385, BE_ACT_NONE, 0);

@@ -250,7 +250,7 @@ static void attn_case(const int *lens, int n_seg, int hd, int nh, int gap, int t
         snprintf(what + strlen(what), sizeof what - strlen(what), " (backend %s)", be_emu->name);
         for (int z = 0; z < 2; z++) { /* without scratch, and with it for every head (the call passes it on) */
             be_attn ba = {a.q, a.k, a.v, a.ldq, a.ldk, a.ldv, out, ldo, nh, hd, cu, n_seg, a.scale, z ? sc : NULL,
-                          z ? (size_t)nh * head_bytes + 64 : 0};
+                          z ? (size_t)nh * head_bytes + 64 : 0, NULL, NULL};
             poison(out, on);
             if (z) memset(sc, 0xff, (size_t)nh * head_bytes + 64);
             be_emu->attention(be_emu, &ba, bws, tu_pool(2));

@@ -39,7 +39,7 @@ static void run_case(const int *lens, int n_seg, int nh, int hd, float qmag) {
     unsigned char *wsbuf = malloc(attn_workspace_size(hd, 2) + 4);
     void *ws = wsbuf + 4; /* misaligned on purpose: attn_run aligns inside its slack */
     attn_args a = {qkv, qkv + H, qkv + 2 * H, ldqkv, ldqkv, ldqkv, outs[0], ldo, nh, hd, cu, n_seg,
-                   1.0f / sqrtf((float)hd), NULL, 0};
+                   1.0f / sqrtf((float)hd), NULL, 0, NULL, NULL, NULL, NULL};
     attn_ref(&a);
     a.out = outs[1];
     attn_run_isa(&a, ws, tu_pool(1), isa);

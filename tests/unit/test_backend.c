@@ -63,10 +63,10 @@ static void check_entry(const backend *be, const float *A, const float *B, const
     const int cu[3] = {0, 37, S};
     float *o1 = malloc((size_t)S * NH * HD * sizeof(float)), *o2 = malloc((size_t)S * NH * HD * sizeof(float));
     be_attn a = {qkv, qkv + NH * HD, qkv + 2 * NH * HD, 3 * NH * HD, 3 * NH * HD, 3 * NH * HD, o1, NH * HD, NH, HD,
-                 cu, 2, 1.0f / sqrtf((float)HD), NULL, 0};
+                 cu, 2, 1.0f / sqrtf((float)HD), NULL, 0, NULL, NULL};
     be->attention(be, &a, ws, tu_pool(2));
     attn_args at = {qkv, qkv + NH * HD, qkv + 2 * NH * HD, 3 * NH * HD, 3 * NH * HD, 3 * NH * HD, o2, NH * HD, NH, HD,
-                    cu, 2, 1.0f / sqrtf((float)HD), NULL, 0};
+                    cu, 2, 1.0f / sqrtf((float)HD), NULL, 0, NULL, NULL, NULL, NULL};
     if (be->precision == QVL_PRECISION_BF16 && (be->set == BF16_SET_AMX || be->set == BF16_SET_AMX_EMULATED)) {
         attn_amx_ref(&at);
     } else if (be->precision == QVL_PRECISION_BF16) {
