@@ -42,8 +42,10 @@ static size_t pack_size(int N, int K, int amx) {
 size_t gemm_bf16_pack_size(int N, int K) { return pack_size(N, K, 0); }
 size_t gemm_amx_pack_size(int N, int K) { return pack_size(N, K, 1); }
 
-/* Element (j, k) of B as bf16 bits: bf16 as stored, f32 / f16 rounded to nearest even. */
-static uint16_t b_bf16(const unsigned char *B, qvl_dtype dt, size_t ldb, size_t j, size_t k) {
+/* Element (j, k) of B as bf16 bits: bf16 as stored, f32 / f16 rounded to nearest even. Inlined into each
+ * dtype's loop of bpack_panel (the dtype a constant there). */
+static inline __attribute__((always_inline)) uint16_t b_bf16(const unsigned char *B, qvl_dtype dt, size_t ldb,
+                                                             size_t j, size_t k) {
     if (dt == QVL_DTYPE_BF16) {
         uint16_t h;
         memcpy(&h, B + (j * ldb + k) * 2, 2);
@@ -68,21 +70,36 @@ typedef struct bpack_job {
     uint32_t *buf;
 } bpack_job;
 
+/* Panel p's pair steps: a column (one row of B, read along k) at a time, zero past N and K. */
+static inline __attribute__((always_inline)) void bpack_panel_dt(const bpack_job *j, long p, qvl_dtype dt) {
+    const int j0 = (int)p * BF16_NR, K = j->K;
+    uint32_t *d = j->buf + (size_t)p * j->kpp * BF16_NR;
+    for (int c = 0; c < BF16_NR; c++) {
+        if (j0 + c >= j->N) {
+            for (int q = 0; q < j->kpp; q++) d[(size_t)q * BF16_NR + c] = 0;
+            continue;
+        }
+        const size_t n = (size_t)(j->rope_hd ? qkv_rope_col(j->N / 3, j->rope_hd, j0 + c) : j0 + c);
+        int q = 0;
+        for (; 2 * q + 1 < K; q++)
+            d[(size_t)q * BF16_NR + c] = (uint32_t)b_bf16(j->B, dt, j->ldb, n, (size_t)(2 * q)) |
+                                         (uint32_t)b_bf16(j->B, dt, j->ldb, n, (size_t)(2 * q + 1)) << 16;
+        if (2 * q < K) { /* odd K: the last pair's high half zero */
+            d[(size_t)q * BF16_NR + c] = b_bf16(j->B, dt, j->ldb, n, (size_t)(2 * q));
+            q++;
+        }
+        for (; q < j->kpp; q++) d[(size_t)q * BF16_NR + c] = 0;
+    }
+}
+
 static void bpack_panel(void *ctx, long p, int thread) {
     (void)thread;
     const bpack_job *j = ctx;
-    const int j0 = (int)p * BF16_NR;
-    uint32_t *d = j->buf + (size_t)p * j->kpp * BF16_NR;
-    for (int q = 0; q < j->kpp; q++)
-        for (int c = 0; c < BF16_NR; c++) {
-            uint32_t lo = 0, hi = 0;
-            if (j0 + c < j->N && 2 * q < j->K) {
-                const size_t n = (size_t)(j->rope_hd ? qkv_rope_col(j->N / 3, j->rope_hd, j0 + c) : j0 + c);
-                lo = b_bf16(j->B, j->dt, j->ldb, n, (size_t)(2 * q));
-                if (2 * q + 1 < j->K) hi = b_bf16(j->B, j->dt, j->ldb, n, (size_t)(2 * q + 1));
-            }
-            d[(size_t)q * BF16_NR + c] = lo | hi << 16;
-        }
+    switch (j->dt) {
+    case QVL_DTYPE_BF16: bpack_panel_dt(j, p, QVL_DTYPE_BF16); return;
+    case QVL_DTYPE_F16: bpack_panel_dt(j, p, QVL_DTYPE_F16); return;
+    default: bpack_panel_dt(j, p, QVL_DTYPE_F32); return;
+    }
 }
 
 static int pack(be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K, int amx,
