@@ -22,6 +22,10 @@
  * head's, once per (segment, head) for all its items beforehand, as many heads at a time as fit, over the pool
  * (aa_run_packed): key tiles start at multiples of 64, so a tile's rows and steps are the segment's, and the
  * items' tile loads read the pack directly. The same bf16_round_ftz of the same values: the same bits.
+ * Q, K, V from the AMX GEMM's qkv epilogue (attn_args.q16, k16, v16: gemm_amx_run_qkv) are bf16 already, rounded as
+ * the layouts round, so the layouts copy them (a row's Q pairs are its values as they are; K rows a copy; Vᵀ pairs
+ * two rows' values interleaved): the same operands. With attn_args.out_tiles the output, Oᵀ / l, goes into proj's A
+ * tiles with the GEMM packer's rounding (aa_output; the padding no item writes zeroed first, aa_zero_pad).
  * Head dims: Sᵀ takes 32 per K tile, the last padded with zeros (64: 2 tiles; 72: 3, i.e. padded to 96: one
  * tile configuration for every item, at the price of computing the scores as for 96 dims); Oᵀ 16 per row
  * tile (72: 5 tiles, the fifth's rows past 72 zero and never written out). Keys: a key tile is 1-3 steps of 32
@@ -711,6 +715,8 @@ static void aa_pack_task(void *ctx, long it, int thread) {
                  aa_head_k(j, g, krow) + (size_t)j0 * 32 * ht, aa_head_v(j, g, vstep) + (size_t)(j0 / 32) * 256 * hb);
 }
 
+/* One work item, (segment, head of the group, query tile) in order; with the pack (j->pack) K and V from it, else
+ * (j->pack NULL: every head, h0 = 0) laid out per key tile inside the item. */
 static void aa_item_task(void *ctx, long it, int thread) {
     const aa_pack_job *j = ctx;
     const attn_args *a = j->a;
@@ -721,30 +727,16 @@ static void aa_item_task(void *ctx, long it, int thread) {
     const int len = a->cu[s + 1] - base;
     const long tiles = attn_query_tiles(len);
     const int g = (int)(rest / tiles), qt = (int)(rest % tiles);
-    const int i0 = base + qt * ATTN_BQ, nq = attn_query_rows(len, qt);
-    const int col = (j->h0 + g) * hd;
+    const int i0 = base + qt * ATTN_BQ, nq = attn_query_rows(len, qt), col = (j->h0 + g) * hd;
     const aa_src q = aa_q(a, (size_t)i0, (size_t)col);
     const aa_dst out = aa_out(a, i0, col);
-    aa_block_on(&q, NULL, NULL, aa_head_k(j, g, krow), aa_head_v(j, g, vstep), &out, nq, len, hd, a->scale,
-                j->ws + (size_t)thread * j->thread_floats);
-}
-
-/* Without the pack: K and V laid out per key tile inside each item (j->nh = all heads, h0 = 0). */
-static void aa_plain_task(void *ctx, long it, int thread) {
-    const aa_pack_job *j = ctx;
-    const attn_args *a = j->a;
-    const int hd = a->head_dim;
-    size_t krow, vstep;
-    long rest = it;
-    const int s = aa_find_seg(a, &rest, &krow, &vstep, aa_seg_tiles, a->n_heads), base = a->cu[s];
-    const int len = a->cu[s + 1] - base;
-    const long tiles = attn_query_tiles(len);
-    const int h = (int)(rest / tiles), qt = (int)(rest % tiles);
-    const int i0 = base + qt * ATTN_BQ, nq = attn_query_rows(len, qt), col = h * hd;
-    const aa_src q = aa_q(a, (size_t)i0, (size_t)col), k = aa_k(a, (size_t)base, (size_t)col),
-                 v = aa_v(a, (size_t)base, (size_t)col);
-    const aa_dst out = aa_out(a, i0, col);
-    aa_block_on(&q, &k, &v, NULL, NULL, &out, nq, len, hd, a->scale, j->ws + (size_t)thread * j->thread_floats);
+    float *ws = j->ws + (size_t)thread * j->thread_floats;
+    if (j->pack) {
+        aa_block_on(&q, NULL, NULL, aa_head_k(j, g, krow), aa_head_v(j, g, vstep), &out, nq, len, hd, a->scale, ws);
+        return;
+    }
+    const aa_src k = aa_k(a, (size_t)base, (size_t)col), v = aa_v(a, (size_t)base, (size_t)col);
+    aa_block_on(&q, &k, &v, NULL, NULL, &out, nq, len, hd, a->scale, ws);
 }
 
 /* out_tiles' padding, which no item writes: rows S .. the last 16-row group's end, columns past H up to whole K
@@ -789,7 +781,7 @@ void AA_NAME(attn_amx_run)(const attn_args *a, void *ws, thread_pool *pool) {
     for (int s = 0; s < a->n_seg; s++) items += aa_seg_tiles(a->cu[s + 1] - a->cu[s], a->n_heads);
     aa_pack_job j = {a, NULL, 0, 0, 0, a->n_heads, (float *)(void *)(((uintptr_t)ws + 63) & ~(uintptr_t)63),
                      (aa_floats(a->head_dim) + 15) & ~(size_t)15};
-    pool_run(pool, items, aa_plain_task, &j);
+    pool_run(pool, items, aa_item_task, &j);
 }
 
 /* A start-up check of this build against the definition: two segments (37 rows: a partial query group; 100: two
