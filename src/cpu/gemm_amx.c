@@ -186,11 +186,12 @@ typedef struct epi {
     /* gemm_amx_run_qkv (Q not NULL): the pair's rows as bf16 into Q (row stride ldq, the weight's column order).
      * A rotary pair (co not NULL: the rows' cos and sin tables, row stride half): lane i of the first 16 columns
      * is the weight's column base + i (+ half from lane n1 on: the next head's first dims), lane i of the next 16
-     * its partner (half further); a V pair (co NULL): columns base ... base + 31. */
+     * its partner (half further); a V pair (co NULL): columns base ... base + 31. Lane i's rotary frequency: d0 + i
+     * below lane n1, i − n1 from it on. */
     uint16_t *Q;
     size_t ldq;
     const float *co, *si;
-    int half, hd, base, n1;
+    int half, hd, base, d0, n1;
 #if QVL_AMX_EMULATE
     int col[32];    /* the weight's column of each lane (qkv_rope_col) */
     float bq[32];   /* its bias (qkv: in the lanes' order) */
@@ -225,7 +226,7 @@ static void epi_init_qkv(epi *e, const float *cb, int rows, const float *bias, u
     e->Q = Q, e->ldq = ldq, e->half = half, e->hd = hd;
     e->co = jc < 2 * H ? co : NULL, e->si = si;
     e->base = jc < 2 * H ? jc - r + f0 / half * hd + d0 : jc;
-    e->n1 = half - d0 < 16 ? half - d0 : 16;
+    e->d0 = d0, e->n1 = half - d0 < 16 ? half - d0 : 16;
 #if QVL_AMX_EMULATE
     for (int c = 0; c < 32; c++) {
         e->col[c] = qkv_rope_col(H, hd, jc + c);
@@ -252,7 +253,7 @@ static void epi_row_qkv(const epi *e, int r) {
     if (e->co) {
         const float *co = e->co + (size_t)r * e->half, *si = e->si + (size_t)r * e->half;
         for (int i = 0; i < 16; i++) {
-            const int k = (e->col[i] % e->hd) % e->half; /* the lane's frequency */
+            const int k = i < e->n1 ? e->d0 + i : i - e->n1; /* the lane's frequency */
             const float a = v[i], b = v[16 + i];
             const float ac = a * co[k], bs = b * si[k], bc = b * co[k], as = a * si[k];
             v[i] = ac - bs;
@@ -307,7 +308,7 @@ static inline void epi_row_qkv(const epi *e, int r) {
         _mm256_storeu_si256((__m256i *)(void *)(q + 16), (__m256i)_mm512_cvtneps_pbh(v1));
         return;
     }
-    const int half = e->half, d0 = (e->base % e->hd) % half, n1 = e->n1;
+    const int half = e->half, d0 = e->d0, n1 = e->n1;
     const float *cr = e->co + (size_t)r * half, *sr = e->si + (size_t)r * half;
     const __m512 c = epi_table(cr, d0, n1), s = epi_table(sr, d0, n1);
     const __m256i x0 = (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(_mm512_mul_ps(v0, c), _mm512_mul_ps(v1, s)));
