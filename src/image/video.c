@@ -9,9 +9,12 @@
  * count stops with QVL_ERR_LIMIT as soon as what sampling picks from the frames counted so far breaks
  * max_video_frames or max_video_pixels (video_count_check: the pick never shrinks as the count grows), so a video
  * over the limits is refused after the frames that prove it, not decoded to its end first.
- * Decoding is sequential from the start and keeps only the sampled frames (a repeated index is copied), stopping
- * after the last one, as read_video_pyav does. If the stream ends before the last sampled index (a header count
- * that overstates, e.g. an edit list), the indices are taken again over the frames actually decoded.
+ * Decoding keeps only the sampled frames (a repeated index is copied), stopping after the last one, as
+ * read_video_pyav does. It is sequential from the start, as there, except for H.264 streams that can be proven to
+ * give the same frames when the decoder skips what no sampled frame needs ("decoding only what sampling needs",
+ * below; for those the packets count the frames of a stream whose header has no count). If the stream ends before
+ * the last sampled index (a header count that overstates, e.g. an edit list), the indices are taken again over the
+ * frames actually decoded.
  *
  * Pixel conversion: swscale at the frame's own size, source matrix and range from the frame's tags
  * (colorspace, color_range; yuvj formats are full range; untagged is BT.601), output full-range RGB24, flags
@@ -39,6 +42,7 @@
 #include "core/error.h"
 #include "core/limits.h"
 #include "image/decode.h"
+#include "image/h264_scan.h"
 #include "image/image_params.h"
 #include "image/video_frames.h"
 
@@ -71,6 +75,9 @@ static const enum AVCodecID VIDEO_CODECS[] = {
 };
 #define VIDEO_FORMAT_WHITELIST "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,mpegts"
 enum { VIDEO_AVIO_BUFFER = 32768 };
+/* The fewest frames a skipping read must save before it scans a stream whose header counts its frames; the most
+ * packets it tables (2^22: 38 hours at 30 fps, a 143 MiB table), past which the stream is decoded in order. */
+enum { VIDEO_SKIP_MIN = 8, VIDEO_SKIP_MAX_PACKETS = 1 << 22 };
 
 /* ---- FFmpeg's log, into the failing call's message ----------------------------------------------------------
  *
@@ -163,6 +170,7 @@ typedef struct vdec {
     const stop_probe *stop; /* the caller's cancellation, polled before each packet */
     uint64_t max_decode_pixels, decoded_pixels; /* max_video_decode_pixels, and the pixels decoded so far (every
                                                    pass: kept when the stream is opened again) */
+    video_read_info *info; /* NULL, or the caller's: how the frames were read */
 } vdec;
 
 static int avio_read_cb(void *opaque, uint8_t *buf, int n) {
@@ -215,12 +223,14 @@ static void vdec_close(vdec *d) {
     const char *path = d->path, *max_pixels_name = d->max_pixels_name;
     const video_src *src = d->src;
     const stop_probe *stop = d->stop;
+    video_read_info *info = d->info;
     const AVInputFormat *ifmt = d->ifmt;
     const uint64_t max_pixels = d->max_pixels, max_decode = d->max_decode_pixels, decoded = d->decoded_pixels;
     memset(d, 0, sizeof *d);
     d->path = path;
     d->src = src;
     d->stop = stop;
+    d->info = info;
     d->max_decode_pixels = max_decode;
     d->decoded_pixels = decoded;
     d->ifmt = ifmt;
@@ -391,11 +401,8 @@ typedef struct vpass {
     double fps;
 } vpass;
 
-/* Take one decoded frame: store it in every slot whose index it is (with a sink: convert it once into the one-frame
- * buffer and hand it to the sink for each of those slots). Sets *done once all slots are filled. */
-static qvl_status take_frame(vdec *d, vpass *ps, int *done, qvl_error *err) {
-    size_t fs = (size_t)d->width * (size_t)d->height * 3;
-    int64_t i = ps->decoded++;
+/* One more frame decoded: within max_video_decode_pixels. */
+static qvl_status count_decoded(vdec *d, qvl_error *err) {
     const uint64_t px = (uint64_t)d->width * (uint64_t)d->height; /* both ≤ INT32_MAX */
     if (px > d->max_decode_pixels || d->decoded_pixels > d->max_decode_pixels - px) /* a stream longer than its
                                                                                        header said; a counting pass */
@@ -404,9 +411,14 @@ static qvl_status take_frame(vdec *d, vpass *ps, int *done, qvl_error *err) {
                           d->path, (unsigned long long)(d->decoded_pixels / px), (int)d->width, (int)d->height,
                           (unsigned long long)d->max_decode_pixels);
     d->decoded_pixels += px;
-    if (ps->count_p)
-        return video_count_check(ps->decoded, d->width, d->height, ps->fps, ps->count_p, ps->sink != NULL, d->path,
-                                 err);
+    if (d->info) d->info->frames_decoded++;
+    return QVL_OK;
+}
+
+/* The decoded frame is frame `i` of the stream: store it in every slot whose index it is (with a sink: convert it
+ * once into the one-frame buffer and hand it to the sink for each of those slots). */
+static qvl_status deliver(vdec *d, vpass *ps, int64_t i, qvl_error *err) {
+    size_t fs = (size_t)d->width * (size_t)d->height * 3;
     size_t first = ps->next;
     while (ps->next < ps->n && ps->indices[ps->next] == i) {
         uint8_t *slot = ps->sink ? ps->rgb : ps->rgb + ps->next * fs;
@@ -415,6 +427,17 @@ static qvl_status take_frame(vdec *d, vpass *ps, int *done, qvl_error *err) {
         if (ps->sink) TRY(ps->sink->frame(ps->sink->user, ps->next, slot, err));
         ps->next++;
     }
+    return QVL_OK;
+}
+
+/* Take one decoded frame, the next in a sequential decode. Sets *done once all slots are filled. */
+static qvl_status take_frame(vdec *d, vpass *ps, int *done, qvl_error *err) {
+    int64_t i = ps->decoded++;
+    TRY(count_decoded(d, err));
+    if (ps->count_p)
+        return video_count_check(ps->decoded, d->width, d->height, ps->fps, ps->count_p, ps->sink != NULL, d->path,
+                                 err);
+    TRY(deliver(d, ps, i, err));
     if (ps->next < ps->n && ps->indices[ps->next] < i)
         return err_fail(err, QVL_ERR_INTERNAL, "%s: sampled indices are not sorted", d->path);
     *done = ps->n > 0 && ps->next == ps->n;
@@ -462,6 +485,263 @@ static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
     return drain(d, ps, &done, err);
 }
 
+/* ---- decoding only what sampling needs ------------------------------------------------------------------------
+ *
+ * A sampled frame's identity is its ordinal in a sequential decode's output (read_video_pyav's enumerate). For an
+ * H.264 stream that can be proven to output one frame per packet in presentation order (h264_scan.h: frame
+ * pictures only, the reordering depth stated, no frame-number gaps; here: every packet one picture with a
+ * timestamp, all timestamps distinct, none marked discard or corrupt, the first packet an IDR picture holding the
+ * earliest timestamp, as many packets as the header counts frames), that ordinal is the rank of the frame's
+ * timestamp among the packets': a first pass over the packets (demuxing, no decoding) gives the ranks. Then the
+ * decode skips what no sampled frame needs, in two ways that leave every decoded frame's pixels as a sequential
+ * decode makes them:
+ *   - a packet whose frame is not sampled is decoded with skip_frame = AVDISCARD_NONREF: if no frame references it
+ *     (nal_ref_idc 0), the decoder drops it (the setting is read per packet, frame threads included: FFmpeg's
+ *     pthread_frame.c copies it from the caller's context at each packet);
+ *   - when the earliest packet a sampled frame still needs lies after a resume point — an IDR picture that no
+ *     earlier packet's frame follows in presentation order (a closed GOP) — the packets before that point are not
+ *     sent at all: the decoder is flushed and starts again at the IDR, which marks every reference unused.
+ * The ordinals are checked as the frames come: each frame's timestamp must be a packet's, its rank above the last
+ * one's, no frame that was decoded (sampled, or a reference) may be missing below it, and every sampled frame must
+ * come. Anything else — a decoder error, a frame out of place — and the whole read is done again sequentially from
+ * the start (a counting decode included; the sink's begin is called again), so the result is always the sequential
+ * decode's: the skipping decode either gives the same frames or is not used. A stream that does not qualify, and
+ * every other codec, decodes sequentially; so does a stream whose header counts its frames when sampling leaves
+ * fewer than VIDEO_SKIP_MIN of them out (the first pass reads the whole file: not worth it to save a few frames).
+ * Where the header has no count, the first pass counts the packets instead of decoding the stream to count it,
+ * checking the limits packet by packet as the counting decode does frame by frame.
+ * The packet table costs 34 bytes per packet (and 4 per sampled frame) while the video is read, of the order of
+ * FFmpeg's own index of the stream, and holds at most VIDEO_SKIP_MAX_PACKETS; max_video_decode_pixels bounds each read as before (a stream read again after a
+ * failed skipping read may decode up to twice that). */
+typedef struct vskip {
+    size_t n, cap;       /* packets of the stream, in decode order */
+    int64_t *pts;        /* [n] each packet's timestamp */
+    uint8_t *flags;      /* [n] H264_PKT_* */
+    uint8_t *want;       /* [n] its frame is sampled */
+    int64_t *sorted;     /* [n] the timestamps ascending: a frame's ordinal is its timestamp's place here */
+    uint32_t *rank;      /* [n] packet → ordinal */
+    uint32_t *pkt;       /* [n] ordinal → packet */
+    uint32_t *resume;    /* [n] packet → the last resume point at or before it */
+    uint32_t *sent;      /* [n] by ordinal: the decoder generation that was given its packet to decode (0: none) */
+    uint32_t *first;     /* [slots] the earliest packet that slot or any after it needs */
+    int consumed;        /* packets were read: the stream must be opened again */
+} vskip;
+
+static void vskip_free(vskip *k) {
+    free(k->pts), free(k->flags), free(k->want), free(k->sorted), free(k->rank), free(k->pkt), free(k->resume);
+    free(k->sent), free(k->first);
+    memset(k, 0, sizeof *k);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The ordinal of timestamp `pts`, or -1 when no packet has it. */
+static int64_t rank_of(const vskip *k, int64_t pts) {
+    const int64_t *hit = bsearch(&pts, k->sorted, k->n, sizeof *k->sorted, cmp_i64);
+    return hit ? hit - k->sorted : -1;
+}
+
+/* One more packet into the table (grown by doubling; n stays ≤ total, which the caller checks first). */
+static int vskip_push(vskip *k, int64_t pts, uint8_t flags) {
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 1024;
+        int64_t *p = realloc(k->pts, cap * sizeof *p);
+        if (p) k->pts = p;
+        uint8_t *f = realloc(k->flags, cap);
+        if (f) k->flags = f;
+        if (!p || !f) return 0;
+        k->cap = cap;
+    }
+    k->pts[k->n] = pts;
+    k->flags[k->n++] = flags;
+    return 1;
+}
+
+/* The first pass: read the stream's packets (no decoding) into k and decide whether the stream qualifies; *why is
+ * NULL when it does, else the reason. `total` is the header's frame count, which the packets must match; 0 when
+ * the header has none: the packets count the frames then, each one checked against the limits as the counting
+ * decode checks each frame (sampling `p` at `fps`). Fails only on those limits, when the caller stops it or when
+ * memory runs out: any other trouble is a reason to decode sequentially. */
+static qvl_status skip_scan(vdec *d, int64_t total, const qvl_video_params *p, double fps, int streamed, vskip *k,
+                            const char **why, qvl_error *err) {
+    const AVCodecParameters *par = d->fmt->streams[d->stream]->codecpar;
+    *why = NULL;
+    h264_scan sc;
+    h264_scan_init(&sc, par->extradata, par->extradata && par->extradata_size > 0 ? (size_t)par->extradata_size : 0);
+    k->consumed = 1;
+    while (!sc.unusable) {
+        if (stop_now(d->stop))
+            return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after reading %zu packets", d->path,
+                            k->n);
+        int ret = av_read_frame(d->fmt, d->pkt);
+        if (ret == AVERROR_EOF) break;
+        if (ret < 0) return *why = "unreadable packets", QVL_OK;
+        const AVPacket *pk = d->pkt;
+        qvl_status s = QVL_OK;
+        if (pk->stream_index == d->stream) {
+            if (total > 0 && (int64_t)k->n == total) *why = "more packets than the header's frame count";
+            else if (k->n == VIDEO_SKIP_MAX_PACKETS) *why = "more packets than a skipping read tables";
+            else if (pk->pts == AV_NOPTS_VALUE) *why = "a packet without a timestamp";
+            else if (pk->flags & (AV_PKT_FLAG_DISCARD | AV_PKT_FLAG_CORRUPT)) *why = "a discarded or corrupt packet";
+            else if (!vskip_push(k, pk->pts, (uint8_t)h264_scan_packet(&sc, pk->data, pk->data ? (size_t)pk->size : 0)))
+                s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for the packet table", d->path);
+            else if (total <= 0)
+                s = video_count_check((int64_t)k->n, d->width, d->height, fps, p, streamed, d->path, err);
+        }
+        av_packet_unref(d->pkt);
+        TRY(s);
+        if (*why) return QVL_OK;
+    }
+    if (sc.unusable) return *why = sc.unusable, QVL_OK;
+    if (!sc.sps_seen) return *why = "no sequence parameter set", QVL_OK;
+    const size_t n = k->n;
+    if (n == 0) return *why = "no packets", QVL_OK;
+    if (total > 0 && (int64_t)n != total) return *why = "fewer packets than the header's frame count", QVL_OK;
+    if (!(k->flags[0] & H264_PKT_IDR)) return *why = "the first picture is not an IDR picture", QVL_OK;
+    k->want = calloc(n, 1);
+    k->sorted = malloc(n * sizeof *k->sorted);
+    k->rank = malloc(n * sizeof *k->rank);
+    k->pkt = malloc(n * sizeof *k->pkt);
+    k->resume = malloc(n * sizeof *k->resume);
+    k->sent = calloc(n, sizeof *k->sent);
+    if (!k->want || !k->sorted || !k->rank || !k->pkt || !k->resume || !k->sent)
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for the packet table", d->path);
+    memcpy(k->sorted, k->pts, n * sizeof *k->sorted);
+    qsort(k->sorted, n, sizeof *k->sorted, cmp_i64);
+    for (size_t i = 1; i < n; i++)
+        if (k->sorted[i] == k->sorted[i - 1]) return *why = "two packets with one timestamp", QVL_OK;
+    if (k->pts[0] != k->sorted[0]) return *why = "a frame shown before the first IDR picture", QVL_OK;
+    for (size_t i = 0; i < n; i++) {
+        k->rank[i] = (uint32_t)rank_of(k, k->pts[i]);
+        k->pkt[k->rank[i]] = (uint32_t)i;
+    }
+    /* Resume points: IDR packets whose frames, and every later packet's, come after every earlier packet's frame in
+       presentation order (the ranks' running maximum below the suffix minimum, kept in `sent` for now). */
+    uint32_t max_before = 0, last = 0;
+    for (size_t i = 0; i < n; i++) k->sent[i] = k->rank[i];
+    for (size_t i = n - 1; i-- > 0;)
+        if (k->sent[i + 1] < k->sent[i]) k->sent[i] = k->sent[i + 1];
+    for (size_t i = 0; i < n; i++) {
+        if (k->flags[i] & H264_PKT_IDR && (i == 0 || max_before < k->sent[i])) last = (uint32_t)i;
+        k->resume[i] = last;
+        if (i == 0 || k->rank[i] > max_before) max_before = k->rank[i];
+    }
+    memset(k->sent, 0, n * sizeof *k->sent);
+    return QVL_OK;
+}
+
+/* The sampled frames `v` into a qualifying stream's plan: which packets are wanted, and for each slot the earliest
+ * packet it or a later slot needs. */
+static qvl_status skip_sample(vdec *d, vskip *k, const qvl_video *v, const char **why, qvl_error *err) {
+    k->first = malloc((size_t)v->n_frames * sizeof *k->first);
+    if (!k->first) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for the packet table", d->path);
+    uint32_t earliest = UINT32_MAX;
+    for (size_t j = (size_t)v->n_frames; j-- > 0;) {
+        const int64_t idx = v->indices[j];
+        if (idx < 0 || (uint64_t)idx >= k->n) return *why = "a sampled index outside the stream", QVL_OK;
+        const uint32_t p = k->pkt[idx];
+        k->want[p] = 1;
+        if (p < earliest) earliest = p;
+        k->first[j] = earliest;
+    }
+    return QVL_OK;
+}
+
+/* A decoded frame in the skipping pass: checked against the ordinals (*why set when it does not fit), counted, and
+ * delivered to its slots. */
+static qvl_status take_skipping(vdec *d, vpass *ps, const vskip *k, uint32_t gen, int64_t *last, int *done,
+                                const char **why, qvl_error *err) {
+    const int64_t r = d->frame->pts == AV_NOPTS_VALUE ? -1 : rank_of(k, d->frame->pts);
+    if (r < 0) return *why = "a frame with a timestamp no packet has", QVL_OK;
+    if (r <= *last) return *why = "frames out of order", QVL_OK;
+    for (int64_t q = *last + 1; q < r; q++)
+        if (k->sent[q] == gen) return *why = "a decoded frame missing from the output", QVL_OK;
+    if (ps->next < ps->n && ps->indices[ps->next] < r) return *why = "a sampled frame missing from the output", QVL_OK;
+    *last = r;
+    ps->decoded++;
+    TRY(count_decoded(d, err));
+    TRY(deliver(d, ps, r, err));
+    *done = ps->next == ps->n;
+    return QVL_OK;
+}
+
+static qvl_status drain_skipping(vdec *d, vpass *ps, const vskip *k, uint32_t gen, int64_t *last, int *done,
+                                 const char **why, qvl_error *err) {
+    while (!*done && !*why) {
+        int ret = avcodec_receive_frame(d->dec, d->frame);
+        if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return QVL_OK;
+        if (ret < 0) return *why = "a decoding error", QVL_OK;
+        qvl_status s = take_skipping(d, ps, k, gen, last, done, why, err);
+        av_frame_unref(d->frame);
+        TRY(s);
+    }
+    return QVL_OK;
+}
+
+/* The skipping pass over a freshly opened stream (see above). *why is set when it could not give the sequential
+ * decode's frames: the caller then reads the stream again. */
+static qvl_status decode_skipping(vdec *d, vpass *ps, vskip *k, const char **why, qvl_error *err) {
+    size_t at = 0;     /* the packet's place in decode order */
+    uint32_t gen = 1;  /* the decoder's generation: flushing starts a new one */
+    int64_t last = -1; /* the ordinal of the last frame out */
+    int done = 0, sent_any = 0, skipping = 0;
+    while (!done && !*why) {
+        if (stop_now(d->stop))
+            return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %lld frames", d->path,
+                            (long long)ps->decoded);
+        int ret = av_read_frame(d->fmt, d->pkt);
+        if (ret == AVERROR_EOF) break;
+        if (ret < 0) return *why = "unreadable packets", QVL_OK;
+        if (d->pkt->stream_index != d->stream) {
+            av_packet_unref(d->pkt);
+            continue;
+        }
+        if (at >= k->n || d->pkt->pts != k->pts[at]) {
+            av_packet_unref(d->pkt);
+            return *why = "packets that differ from the first read", QVL_OK;
+        }
+        const uint32_t from = k->resume[k->first[ps->next]];
+        if (at < from) { /* a later resume point serves every sampled frame left: not sent at all */
+            av_packet_unref(d->pkt);
+            at++;
+            skipping = 1;
+            continue;
+        }
+        if (skipping) {
+            if (sent_any) avcodec_flush_buffers(d->dec);
+            gen++;
+            skipping = 0;
+        }
+        const int want = k->want[at];
+        d->dec->skip_frame = want ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+        if (want || (k->flags[at] & H264_PKT_REF)) k->sent[k->rank[at]] = gen;
+        ret = avcodec_send_packet(d->dec, d->pkt);
+        if (ret == AVERROR(EAGAIN)) {
+            qvl_status s = drain_skipping(d, ps, k, gen, &last, &done, why, err);
+            ret = s != QVL_OK || done || *why ? 0 : avcodec_send_packet(d->dec, d->pkt);
+            if (s != QVL_OK) {
+                av_packet_unref(d->pkt);
+                return s;
+            }
+        }
+        av_packet_unref(d->pkt);
+        if (ret < 0) return *why = "a decoding error", QVL_OK;
+        sent_any = 1;
+        at++;
+        TRY(drain_skipping(d, ps, k, gen, &last, &done, why, err));
+    }
+    if (!done && !*why) {
+        int ret = avcodec_send_packet(d->dec, NULL);
+        if (ret < 0 && ret != AVERROR_EOF) return *why = "a decoding error", QVL_OK;
+        TRY(drain_skipping(d, ps, k, gen, &last, &done, why, err));
+    }
+    if (!done && !*why) *why = "a sampled frame missing from the output";
+    return QVL_OK;
+}
+
 /* The frame-size limit: the smaller of max_image_pixels and p->max_pixels, named as the setting to raise. In a plan
  * p->max_pixels is itself the smaller of the item's decode and video max_pixels; `dp` (the item's decode params,
  * NULL outside a plan) tells which of the two it is. */
@@ -492,8 +772,12 @@ static qvl_status decode_budget(const vdec *d, const qvl_video *v, qvl_error *er
                       (unsigned long long)d->max_decode_pixels);
 }
 
+/* Open the stream and read its sampled frames into out (or the sink): skipping what they do not need where the stream
+ * qualifies (above), else sequentially — always when `seq_why` (the reason) is given. *retry is set when a
+ * skipping read found the stream not to behave as it must: the caller then reads it again with a reason. */
 static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decode_params *dp,
-                             const video_sink *sink, qvl_video *out, qvl_error *err) {
+                             const video_sink *sink, const char *seq_why, vskip *k, int *retry, qvl_video *out,
+                             qvl_error *err) {
     const char *path = d->path;
     TRY(frame_limit(d, p, dp, err));
     TRY(vdec_open(d, err));
@@ -503,8 +787,16 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
     else if (st->r_frame_rate.num > 0 && st->r_frame_rate.den > 0) fps = av_q2d(st->r_frame_rate);
     else fps = p->default_fps;
 
+    const char *why = seq_why ? seq_why : st->codecpar->codec_id != AV_CODEC_ID_H264 ? "not H.264" : NULL;
     int64_t total = st->nb_frames;
-    int counted = 0;
+    int counted = 0; /* 1: by decoding, 2: by its packets */
+    if (total <= 0 && !why) { /* no count in the header: the packets count the frames of a stream that qualifies */
+        TRY(video_count_check(0, d->width, d->height, fps, p, sink != NULL, path, err));
+        TRY(skip_scan(d, 0, p, fps, sink != NULL, k, &why, err));
+        vdec_close(d);
+        TRY(vdec_open(d, err));
+        if (!why) total = (int64_t)k->n, counted = 2;
+    }
     if (total <= 0) { /* no count in the header: decode once to count, within the limits */
         TRY(video_count_check(0, d->width, d->height, fps, p, sink != NULL, path, err));
         vpass count = {NULL, 0, 0, NULL, sink, 0, p, fps};
@@ -518,6 +810,30 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
     TRY(video_sample_into(out, d->width, d->height, total, fps, p, sink, 1, path, err));
     TRY(decode_budget(d, out, err));
 
+    if (!why && !k->consumed) { /* a count from the header: scan when there is enough to skip to pay for it */
+        const int64_t span = out->indices[out->n_frames - 1] + 1; /* the frames a sequential decode needs */
+        if (span - out->n_frames < VIDEO_SKIP_MIN) {
+            why = "too few frames to skip";
+        } else {
+            TRY(skip_scan(d, total, p, fps, sink != NULL, k, &why, err));
+            vdec_close(d);
+            TRY(vdec_open(d, err));
+        }
+    }
+    if (!why) TRY(skip_sample(d, k, out, &why, err));
+    if (why && counted == 2) { /* counted by its packets, yet not read skipping: count it by decoding */
+        if (d->info) d->info->skipping_why = why;
+        *retry = 1;
+        return QVL_OK;
+    }
+    if (!why) {
+        vpass fast = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0};
+        TRY(decode_skipping(d, &fast, k, &why, err));
+        if (d->info) d->info->skipping_why = why;
+        *retry = why != NULL;
+        return QVL_OK;
+    }
+    if (d->info) d->info->skipping_why = why;
     vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0};
     TRY(decode_pass(d, &ps, err));
     if (ps.next == ps.n) return QVL_OK;
@@ -545,6 +861,12 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
 qvl_status video_container(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
                            const qvl_decode_params *dp, const stop_probe *stop, const video_sink *sink,
                            qvl_video *out, qvl_error *err) {
+    return video_container_info(src, fmt, label, p, dp, stop, sink, NULL, out, err);
+}
+
+qvl_status video_container_info(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
+                                const qvl_decode_params *dp, const stop_probe *stop, const video_sink *sink,
+                                video_read_info *info, qvl_video *out, qvl_error *err) {
     static const char *const demuxer[] = {[DEC_MOV] = "mov", [DEC_MKV] = "matroska", [DEC_AVI] = "avi",
                                           [DEC_MPEGTS] = "mpegts"};
     if (!dec_is_video((dec_format)fmt))
@@ -554,13 +876,28 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
     d.path = label;
     d.src = src;
     d.stop = stop;
+    d.info = info;
+    if (info) info->frames_decoded = 0, info->skipping_why = NULL;
     d.ifmt = av_find_input_format(demuxer[fmt]);
     qvl_status s;
     if (!d.ifmt) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: a video (%s), but this FFmpeg has no %s demuxer",
                                  label, dec_format_name((dec_format)fmt), demuxer[fmt]);
     vlog log;
     vlog *outer = vlog_enter(&log);
-    s = video_load(&d, p, dp, sink, out, err);
+    vskip k = {0};
+    int retry = 0;
+    s = video_load(&d, p, dp, sink, info && info->sequential ? "asked to decode sequentially" : NULL, &k, &retry, out,
+                   err);
+    if (s == QVL_OK && retry) { /* the skipping read was not the sequential decode's: read it again, in order */
+        const char *why = info ? info->skipping_why : "";
+        vskip_free(&k);
+        vdec_close(&d);
+        free(out->rgb), out->rgb = NULL;
+        free(out->indices), out->indices = NULL;
+        d.decoded_pixels = 0;
+        s = video_load(&d, p, dp, sink, why ? why : "", &k, &retry, out, err);
+    }
+    vskip_free(&k);
     vdec_close(&d);
     if (sink) { /* the one-frame buffer: the frames went to the sink */
         free(out->rgb);

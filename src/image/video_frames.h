@@ -69,6 +69,20 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
                            const qvl_decode_params *dp, const stop_probe *stop, const video_sink *sink,
                            qvl_video *out, qvl_error *err);
 
+/* How a container was read (tests and benchmarks: video_container_info). */
+typedef struct video_read_info {
+    int sequential;           /* in: 1 decodes every frame in order, never skipping (the reference way) */
+    const char *skipping_why; /* out: NULL when the sampled frames were decoded skipping what they do not need
+                                 (video.c); else why they were not (a static string) */
+    int64_t frames_decoded;   /* out: frames the decoder returned, every pass */
+} video_read_info;
+
+/* video_container, and how it read the frames into `info` (NULL: as video_container). The QVL_VIDEO=OFF build has
+ * no such function. */
+qvl_status video_container_info(const video_src *src, int fmt, const char *label, const qvl_video_params *p,
+                                const qvl_decode_params *dp, const stop_probe *stop, const video_sink *sink,
+                                video_read_info *info, qvl_video *out, qvl_error *err);
+
 /* For bytes that are no image and no accepted container: FFmpeg's name for the format it would read them as (e.g.
  * "hls", "concat"), with its long name, when FFmpeg recognises them with confidence; NULL when it does not, and
  * always in the QVL_VIDEO=OFF build. Only looks at the bytes (FFmpeg's probe functions over a copy); opens

@@ -556,9 +556,9 @@ static void path_load_layouts(result *r) {
 #if QVL_WITH_VIDEO
 /* A video file through FFmpeg (demux, decode, sample, convert), whole (qvl_video_load) and as a plan's item, whose
  * frames go into its rows as they are decoded (the sink, the per-frame resize and patchify). */
-static void path_video(result *r) {
+static void video_file(result *r, const char *rel) {
     char p[1600];
-    src_path(p, sizeof p, "tests/data/video/video_3frames.mp4");
+    src_path(p, sizeof p, rel);
     qvl_video_params vp;
     qvl_video_params_default(&vp);
     qvl_video v = {0};
@@ -585,6 +585,12 @@ static void path_video(result *r) {
     }
     qvl_plan_free(plan);
 }
+
+static void path_video(result *r) { video_file(r, "tests/data/video/video_3frames.mp4"); }
+
+/* An H.264 stream read skipping what its sampled frames do not need (video.c): Matroska, so its packets count its
+ * frames first; closed GOPs, so the decoder restarts at IDR pictures. */
+static void path_video_skip(result *r) { video_file(r, "tests/data/video/video_h264_bframes.mkv"); }
 #endif
 
 static float g_data[6 * 40];
@@ -668,6 +674,7 @@ static const path_def g_paths[] = {
     {"load_layouts", path_load_layouts},
 #if QVL_WITH_VIDEO
     {"video", path_video},
+    {"video_skip", path_video_skip},
 #endif
     {"st_writer", path_st_writer}, {"write_safetensors", path_write_st}, {"write_npy", path_write_npy},
     {"read_rows", path_read_rows},

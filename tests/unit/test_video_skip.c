@@ -1,0 +1,305 @@
+/* test_video_skip.c — decoding only what sampling needs (video.c, "decoding only what sampling needs"): for every
+ * clip of tests/data/video/ and a range of samplings, the frames read while skipping are byte for byte those of a
+ * sequential decode (the reference way, which test_video holds to PyAV), with and without a sink; the H.264 clips
+ * that qualify are actually read skipping, with fewer frames decoded, and the others (HEVC, field pictures, an edit
+ * list, every frame sampled) fall back to the sequential decode and say why. And the H.264 scanner on hand-made
+ * bytes: each disqualifying SPS property, framing errors, the packet flags. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "image/h264_scan.h"
+#include "qvl.h"
+#include "testutil.h"
+
+#if QVL_WITH_VIDEO
+#include "image/decode.h"
+#include "image/image_params.h"
+#include "image/video_frames.h"
+
+typedef struct clip {
+    const char *name;
+    int skips; /* 1: an H.264 stream that qualifies: read skipping where sampling leaves at least VIDEO_SKIP_MIN (8)
+                  frames out, and always when its header has no frame count (2: the packets count them then) */
+} clip;
+
+static const clip clips[] = {
+    {"video_testsrc_30.mp4", 1},       {"video_testsrc_30.webm", 0},     {"video_25fps.mkv", 0},
+    {"video_3frames.mp4", 1},          {"video_alpha.mov", 0},           {"video_editlist.mp4", 0},
+    {"video_2997.mp4", 0},             {"video_mpeg4.avi", 0},           {"video_mpeg2.ts", 0},
+    {"video_h264_bframes.mp4", 1},     {"video_h264_opengop.mp4", 1},    {"video_h264_bframes.ts", 2},
+    {"video_h264_bframes.mkv", 2},     {"video_h264_interlaced.mp4", 0}, {"video_hevc.mp4", 0},
+};
+
+/* A sink that keeps a copy of every frame it is handed, by slot (and checks the order). */
+typedef struct keep {
+    uint8_t *rgb;
+    size_t frame_bytes, next, n;
+    int begun;
+} keep;
+
+static qvl_status keep_begin(void *user, const qvl_video *v, qvl_error *err) {
+    (void)err;
+    keep *k = user;
+    free(k->rgb);
+    k->frame_bytes = (size_t)v->width * (size_t)v->height * 3;
+    k->n = (size_t)v->n_frames;
+    k->rgb = calloc(k->n, k->frame_bytes);
+    k->next = 0;
+    k->begun++;
+    return k->rgb ? QVL_OK : QVL_ERR_NOMEM;
+}
+
+static qvl_status keep_frame(void *user, size_t slot, const uint8_t *rgb, qvl_error *err) {
+    (void)err;
+    keep *k = user;
+    CHECK(slot == k->next);
+    if (slot < k->n) memcpy(k->rgb + slot * k->frame_bytes, rgb, k->frame_bytes);
+    k->next = slot + 1;
+    return QVL_OK;
+}
+
+/* Read `bytes` with video_container_info: sequentially or not, into out (no sink) or into a keeping sink. */
+static qvl_status read_clip(const uint8_t *bytes, size_t n, const char *label, const qvl_video_params *vp,
+                            int sequential, keep *sink_keep, video_read_info *info, qvl_video *out) {
+    video_src src = {bytes, -1, n};
+    qvl_video_params full;
+    qvl_error err;
+    if (video_params_take(&full, vp, &err) != QVL_OK) return QVL_ERR_INVALID_ARG;
+    memset(info, 0, sizeof *info);
+    info->sequential = sequential;
+    memset(out, 0, sizeof *out);
+    const video_sink sink = {keep_begin, keep_frame, sink_keep};
+    return video_container_info(&src, (int)dec_sniff(bytes, n), label, &full, NULL, NULL, sink_keep ? &sink : NULL,
+                                info, out, &err);
+}
+
+static int same_sampling(const qvl_video *a, const qvl_video *b) {
+    return a->n_frames == b->n_frames && a->width == b->width && a->height == b->height &&
+           a->total_frames == b->total_frames &&
+           memcmp(a->indices, b->indices, (size_t)a->n_frames * sizeof *a->indices) == 0;
+}
+
+static int skipped_clips;
+
+static void one_case(const clip *c, const uint8_t *bytes, size_t n, const qvl_video_params *vp, const char *what) {
+    char label[160];
+    snprintf(label, sizeof label, "%s (%s)", c->name, what);
+    qvl_video seq, fast;
+    video_read_info si, fi;
+    qvl_status ss = read_clip(bytes, n, label, vp, 1, NULL, &si, &seq);
+    qvl_status fs = read_clip(bytes, n, label, vp, 0, NULL, &fi, &fast);
+    CHECK(ss == fs);
+    CHECK(si.skipping_why != NULL);
+    if (ss != QVL_OK || fs != QVL_OK) {
+        printf("  %s: status %d / %d\n", label, (int)ss, (int)fs);
+        qvl_video_free(&seq), qvl_video_free(&fast);
+        return;
+    }
+    CHECK(same_sampling(&seq, &fast));
+    const size_t fb = (size_t)seq.width * (size_t)seq.height * 3;
+    if (same_sampling(&seq, &fast))
+        CHECK(tu_same_bytes(fast.rgb, seq.rgb, (size_t)seq.n_frames * fb, label));
+    const int64_t left_out = seq.indices[seq.n_frames - 1] + 1 - seq.n_frames;
+    const int can_skip = c->skips == 2 || (c->skips && left_out >= 8);
+    if (can_skip) {
+        CHECK(fi.skipping_why == NULL);
+        CHECK(fi.frames_decoded < si.frames_decoded);
+        skipped_clips++;
+    } else {
+        CHECK(fi.skipping_why != NULL);
+    }
+    printf("  %-44s %3d of %3lld frames sampled; decoded %3lld sequentially, %3lld %s%s\n", label, (int)seq.n_frames,
+           (long long)seq.total_frames, (long long)si.frames_decoded, (long long)fi.frames_decoded,
+           fi.skipping_why ? "sequentially: " : "skipping", fi.skipping_why ? fi.skipping_why : "");
+    /* through a sink: the frames as they come, one at a time */
+    keep k = {0};
+    qvl_video sunk;
+    video_read_info ki;
+    CHECK(read_clip(bytes, n, label, vp, 0, &k, &ki, &sunk) == QVL_OK);
+    CHECK(sunk.rgb == NULL && k.begun >= 1 && k.next == (size_t)seq.n_frames && k.frame_bytes == fb);
+    CHECK((ki.skipping_why == NULL) == (fi.skipping_why == NULL));
+    if (k.rgb && k.next == (size_t)seq.n_frames && k.frame_bytes == fb)
+        CHECK(tu_same_bytes(k.rgb, seq.rgb, (size_t)seq.n_frames * fb, label));
+    free(k.rgb);
+    qvl_video_free(&sunk);
+    qvl_video_free(&seq), qvl_video_free(&fast);
+}
+
+static void test_clips(void) {
+    for (size_t i = 0; i < sizeof clips / sizeof clips[0]; i++) {
+        char rel[256], path[512];
+        snprintf(rel, sizeof rel, "tests/data/video/%s", clips[i].name);
+        tu_source_path(rel, path, sizeof path);
+        size_t n = 0;
+        uint8_t *bytes = tu_read_file(path, &n);
+        CHECK(bytes != NULL);
+        if (!bytes) continue;
+        qvl_video_params vp;
+        qvl_video_params_init(&vp, sizeof vp);
+        one_case(&clips[i], bytes, n, &vp, "fps 2");
+        static const int counts[] = {1, 2, 4, 9, 31};
+        for (size_t j = 0; j < sizeof counts / sizeof counts[0]; j++) {
+            char what[32];
+            snprintf(what, sizeof what, "%d frames", counts[j]);
+            qvl_video_params_init(&vp, sizeof vp);
+            vp.num_frames = counts[j];
+            one_case(&clips[i], bytes, n, &vp, what);
+        }
+        qvl_video_params_init(&vp, sizeof vp);
+        vp.fps = 7.5; /* close samples: the reordering delay spans them */
+        one_case(&clips[i], bytes, n, &vp, "fps 7.5");
+        qvl_video_params_init(&vp, sizeof vp);
+        vp.fps = 0.0; /* every frame */
+        one_case(&clips[i], bytes, n, &vp, "every frame");
+        qvl_video_params_init(&vp, sizeof vp);
+        vp.num_frames = 300; /* more than there are: repeated indices */
+        one_case(&clips[i], bytes, n, &vp, "300 frames");
+        free(bytes);
+    }
+    CHECK(skipped_clips >= 30);
+}
+#endif
+
+/* ---- the scanner on hand-made bytes ---- */
+
+/* A bit writer for SPS bodies. */
+typedef struct bw {
+    uint8_t b[256];
+    size_t at; /* bits */
+} bw;
+
+static void put(bw *w, uint32_t v, int n) {
+    for (int i = n - 1; i >= 0; i--) {
+        if ((v >> i) & 1) w->b[w->at >> 3] |= (uint8_t)(0x80 >> (w->at & 7));
+        w->at++;
+    }
+}
+
+static void put_ue(bw *w, uint32_t v) {
+    int len = 0;
+    while ((v + 1) >> (len + 1)) len++;
+    put(w, 0, len);
+    put(w, v + 1, len + 1);
+}
+
+/* An SPS NAL unit (header byte 0x67) of profile 100 with the given properties, rbsp trailing bits, escaped. */
+static size_t make_sps(uint8_t *out, int frame_mbs_only, int gaps, int vui, int restriction, int scaling) {
+    bw w = {{0}, 0};
+    put(&w, 100, 8), put(&w, 0, 8), put(&w, 31, 8), put_ue(&w, 0);
+    put_ue(&w, 1), put_ue(&w, 0), put_ue(&w, 0), put(&w, 0, 1); /* 4:2:0, 8 bits */
+    put(&w, (uint32_t)scaling, 1);
+    if (scaling)
+        for (int i = 0; i < 8; i++) {
+            put(&w, i == 1 || i == 6, 1);
+            if (i == 1) put_ue(&w, 2 * 3 - 1), put_ue(&w, 2 * 11); /* delta +3 (11), then -11: next_scale 0 ends it */
+            if (i == 6)
+                for (int j = 0; j < 64; j++) put_ue(&w, j % 2 ? 2 : 1); /* ±1: 64 deltas */
+        }
+    put_ue(&w, 0), put_ue(&w, 0), put_ue(&w, 0); /* log2_max_frame_num, poc type 0, lsb */
+    put_ue(&w, 4), put(&w, (uint32_t)gaps, 1), put_ue(&w, 3), put_ue(&w, 2);
+    put(&w, (uint32_t)frame_mbs_only, 1);
+    if (!frame_mbs_only) put(&w, 0, 1);
+    put(&w, 1, 1), put(&w, 0, 1); /* direct_8x8, no cropping */
+    put(&w, (uint32_t)vui, 1);
+    if (vui) {
+        put(&w, 1, 1), put(&w, 255, 8), put(&w, 1, 16), put(&w, 1, 16); /* extended SAR */
+        put(&w, 0, 1), put(&w, 1, 1), put(&w, 5, 3), put(&w, 0, 1), put(&w, 1, 1), put(&w, 0x010101, 24);
+        put(&w, 0, 1), put(&w, 1, 1), put(&w, 1, 32), put(&w, 60, 32), put(&w, 0, 1); /* timing */
+        put(&w, 1, 1), put_ue(&w, 0), put(&w, 0, 8), put_ue(&w, 1000), put_ue(&w, 2000), put(&w, 0, 1),
+            put(&w, 0, 20); /* NAL HRD */
+        put(&w, 0, 1), put(&w, 0, 1), put(&w, 0, 1); /* no VCL HRD, low_delay, pic_struct */
+        put(&w, (uint32_t)restriction, 1);
+        if (restriction) put(&w, 1, 1), put_ue(&w, 2), put_ue(&w, 1), put_ue(&w, 16), put_ue(&w, 16), put_ue(&w, 2),
+            put_ue(&w, 4);
+    }
+    put(&w, 1, 1); /* rbsp_stop_one_bit */
+    const size_t n = (w.at + 7) / 8;
+    size_t m = 0, zeros = 0;
+    out[m++] = 0x67;
+    for (size_t i = 0; i < n; i++) {
+        if (zeros >= 2 && w.b[i] <= 3) out[m++] = 3, zeros = 0;
+        out[m++] = w.b[i];
+        zeros = w.b[i] ? 0 : zeros + 1;
+    }
+    return m;
+}
+
+/* An avcC record holding one SPS. */
+static size_t make_avcc(uint8_t *out, const uint8_t *sps, size_t n) {
+    const uint8_t head[6] = {1, 100, 0, 31, 0xff, 0xe1};
+    memcpy(out, head, 6);
+    out[6] = (uint8_t)(n >> 8), out[7] = (uint8_t)n;
+    memcpy(out + 8, sps, n);
+    out[8 + n] = 0; /* no PPS */
+    return 9 + n;
+}
+
+static void test_scanner(void) {
+    uint8_t sps[300], rec[320];
+    h264_scan s;
+    struct {
+        int fmo, gaps, vui, restriction, scaling;
+        const char *why; /* NULL: qualifies */
+    } const cases[] = {
+        {1, 0, 1, 1, 0, NULL},
+        {1, 0, 1, 1, 1, NULL},
+        {0, 0, 1, 1, 0, "field pictures (interlaced coding)"},
+        {1, 1, 1, 1, 1, "frame number gaps allowed"},
+        {1, 0, 1, 0, 0, "no reordering depth in the sequence parameter set"},
+        {1, 0, 0, 0, 0, "no reordering depth in the sequence parameter set"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const size_t n = make_sps(sps, cases[i].fmo, cases[i].gaps, cases[i].vui, cases[i].restriction,
+                                  cases[i].scaling);
+        h264_scan_init(&s, rec, make_avcc(rec, sps, n));
+        CHECK(s.sps_seen == 1 && s.nal_length_size == 4);
+        CHECK(cases[i].why ? s.unusable && strcmp(s.unusable, cases[i].why) == 0 : s.unusable == NULL);
+        if (s.unusable && (!cases[i].why || strcmp(s.unusable, cases[i].why)))
+            printf("  sps case %zu: %s\n", i, s.unusable);
+        /* the same SPS cut short: malformed, never read past */
+        h264_scan_init(&s, rec, make_avcc(rec, sps, n / 2));
+        CHECK(s.unusable != NULL);
+    }
+    /* packets, length-prefixed: an IDR slice (first_mb 0: the bit string "1"), a non-reference slice, a reference
+       P slice, two pictures in one packet, a continuation slice only, a length past the end, a forbidden bit */
+    const size_t n = make_sps(sps, 1, 0, 1, 1, 0);
+    h264_scan_init(&s, rec, make_avcc(rec, sps, n));
+    const uint8_t idr[] = {0, 0, 0, 2, 0x65, 0x88};
+    const uint8_t nonref[] = {0, 0, 0, 2, 0x01, 0x9a};
+    const uint8_t ref[] = {0, 0, 0, 2, 0x41, 0x9a, 0, 0, 0, 2, 0x41, 0x40}; /* two slices: first_mb 0, then 1 */
+    CHECK(h264_scan_packet(&s, idr, sizeof idr) == (H264_PKT_IDR | H264_PKT_REF) && !s.unusable);
+    CHECK(h264_scan_packet(&s, nonref, sizeof nonref) == 0 && !s.unusable);
+    CHECK(h264_scan_packet(&s, ref, sizeof ref) == H264_PKT_REF && !s.unusable);
+    const uint8_t two[] = {0, 0, 0, 2, 0x41, 0x9a, 0, 0, 0, 2, 0x01, 0x9a};
+    h264_scan_packet(&s, two, sizeof two);
+    CHECK(s.unusable != NULL);
+    const uint8_t *bad[] = {(const uint8_t *)"\0\0\0\2\x41\x40", (const uint8_t *)"\0\0\0\7\x41\x9a",
+                            (const uint8_t *)"\0\0\0\2\xc1\x9a"};
+    for (int i = 0; i < 3; i++) {
+        h264_scan_init(&s, rec, make_avcc(rec, sps, n));
+        h264_scan_packet(&s, bad[i], 6);
+        CHECK(s.unusable != NULL);
+    }
+    /* Annex B: in-band SPS, then slices after 3- and 4-byte start codes */
+    h264_scan_init(&s, NULL, 0);
+    uint8_t ab[400];
+    size_t m = 0;
+    memcpy(ab + m, "\0\0\0\1", 4), m += 4;
+    memcpy(ab + m, sps, n), m += n;
+    memcpy(ab + m, "\0\0\1\x65\x88", 5), m += 5;
+    CHECK(h264_scan_packet(&s, ab, m) == (H264_PKT_IDR | H264_PKT_REF) && s.sps_seen == 1 && !s.unusable);
+    CHECK(h264_scan_packet(&s, (const uint8_t *)"\0\0\1\x01\x9a\0", 6) == 0 && !s.unusable);
+    h264_scan_packet(&s, (const uint8_t *)"\x01\x9a", 2); /* no start code */
+    CHECK(s.unusable != NULL);
+}
+
+int main(void) {
+    test_scanner();
+#if QVL_WITH_VIDEO
+    test_clips();
+#else
+    printf("test_video_skip: video files not tested, built without FFmpeg (QVL_VIDEO=OFF)\n");
+#endif
+    return tu_finish("test_video_skip");
+}
