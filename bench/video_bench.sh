@@ -43,6 +43,11 @@ one() { # tool video log: one timed run; prints "wall peak_kib cpu_s | the tool'
         /usr/bin/time -f "TIME %e %M %U %S" "$py" "$root/bench/hf_video.py" "${hf_args[@]}" "$v" >"$log" 2>&1
     fi
     local t own
+    if grep -q '^Command exited with non-zero status' "$log"; then
+        echo "video_bench: $tool failed on $v; its output:" >&2
+        tail -5 "$log" >&2
+        exit 1
+    fi
     t=$(grep '^TIME ' "$log" | tail -1)
     if [ "$tool" = qvl ]; then own=$(grep '^item 0:' "$log" | sed 's/^item 0: [^(]*//'); else own=$(grep '^hf_video:' "$log" | sed 's/^hf_video: //'); fi
     awk -v t="$t" -v own="$own" 'BEGIN { split(t, a, " "); printf "%7.2f s %7.0f MiB %6.2f CPU-s | %s\n", a[2], a[3] / 1024, a[4] + a[5], own }'
@@ -60,7 +65,8 @@ for spec in "${list[@]}"; do
         order=(qvl transformers)
         [ $((r % 2)) -eq 0 ] && order=(transformers qvl)
         for tool in "${order[@]}"; do
-            printf '  %-12s run %d: %s\n' "$tool" "$r" "$(one "$tool" "$v" "$work/$tool.log")"
+            line=$(one "$tool" "$v" "$work/$tool.log") || exit 1
+            printf '  %-12s run %d: %s\n' "$tool" "$r" "$line"
         done
     done
 done
