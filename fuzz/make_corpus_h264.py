@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "corpus", "h264_scan")
 CLIPS = ["video_h264_bframes.mp4", "video_h264_opengop.mp4", "video_h264_interlaced.mp4", "video_testsrc_30.mp4",
-         "video_3frames.mp4"]
+         "video_3frames.mp4", "video_h264_slices_hrd.mp4", "video_h264_10bit_cqm.mp4"]
 MAX_UNITS = 12
 
 
