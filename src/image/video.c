@@ -329,6 +329,17 @@ static qvl_status vdec_open(vdec *d, qvl_error *err) {
     if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "bad codec parameters", ret);
     d->dec->thread_count = d->threads; /* 0: FFmpeg picks; the output does not depend on it */
     ret = avcodec_open2(d->dec, codec, NULL);
+    if (ret == AVERROR(EAGAIN)) { /* the system refused the decoder's threads: one thread decodes the same frames */
+        avcodec_free_context(&d->dec); /* a context whose open failed is not opened again */
+        d->dec = avcodec_alloc_context3(codec);
+        if (!d->dec) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+        ret = avcodec_parameters_to_context(d->dec, par);
+        if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "bad codec parameters", ret);
+        d->dec->thread_count = 1;
+        ret = avcodec_open2(d->dec, codec, NULL);
+    }
+    if (ret == AVERROR(EAGAIN))
+        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot start the video decoder: out of memory or threads", path);
     if (ret < 0) return av_fail(err, QVL_ERR_UNSUPPORTED, d, "cannot open the video decoder", ret);
     return QVL_OK;
 }
