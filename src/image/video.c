@@ -273,6 +273,21 @@ static void decoder_names(char *buf, size_t cap) {
     }
 }
 
+/* A fresh decoder context for the stream (any earlier one freed: a context whose open failed is not opened again),
+ * opened with `threads` (0: FFmpeg's choice; the output does not depend on it). FFmpeg's code: on a failure other
+ * than the open's EAGAIN (threads refused), err says what failed. */
+static int open_decoder(vdec *d, const AVCodec *codec, const AVCodecParameters *par, int threads, qvl_error *err) {
+    avcodec_free_context(&d->dec);
+    d->dec = avcodec_alloc_context3(codec);
+    if (!d->dec) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", d->path), AVERROR(ENOMEM);
+    int ret = avcodec_parameters_to_context(d->dec, par);
+    if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "bad codec parameters", ret), ret;
+    d->dec->thread_count = threads;
+    ret = avcodec_open2(d->dec, codec, NULL);
+    if (ret < 0 && ret != AVERROR(EAGAIN)) av_fail(err, QVL_ERR_UNSUPPORTED, d, "cannot open the video decoder", ret);
+    return ret;
+}
+
 /* Open the source with the sniffed demuxer, pick the best video stream, check its codec and frame size (against
  * d->max_pixels, before a frame is decoded), and open its decoder. */
 static qvl_status vdec_open(vdec *d, qvl_error *err) {
@@ -321,27 +336,15 @@ static qvl_status vdec_open(vdec *d, qvl_error *err) {
     d->width = par->width;
     d->height = par->height;
 
-    d->dec = avcodec_alloc_context3(codec);
     d->pkt = av_packet_alloc();
     d->frame = av_frame_alloc();
-    if (!d->dec || !d->pkt || !d->frame) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
-    ret = avcodec_parameters_to_context(d->dec, par);
-    if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "bad codec parameters", ret);
-    d->dec->thread_count = d->threads; /* 0: FFmpeg picks; the output does not depend on it */
-    ret = avcodec_open2(d->dec, codec, NULL);
-    if (ret == AVERROR(EAGAIN)) { /* the system refused the decoder's threads: one thread decodes the same frames */
-        avcodec_free_context(&d->dec); /* a context whose open failed is not opened again */
-        d->dec = avcodec_alloc_context3(codec);
-        if (!d->dec) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
-        ret = avcodec_parameters_to_context(d->dec, par);
-        if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "bad codec parameters", ret);
-        d->dec->thread_count = 1;
-        ret = avcodec_open2(d->dec, codec, NULL);
-    }
+    if (!d->pkt || !d->frame) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
+    ret = open_decoder(d, codec, par, d->threads, err);
+    if (ret == AVERROR(EAGAIN)) /* the system refused the decoder's threads: one thread decodes the same frames */
+        ret = open_decoder(d, codec, par, 1, err);
     if (ret == AVERROR(EAGAIN))
         return err_fail(err, QVL_ERR_NOMEM, "%s: cannot start the video decoder: out of memory or threads", path);
-    if (ret < 0) return av_fail(err, QVL_ERR_UNSUPPORTED, d, "cannot open the video decoder", ret);
-    return QVL_OK;
+    return ret < 0 ? err->status : QVL_OK;
 }
 
 static int full_range(const AVFrame *f) {
