@@ -670,7 +670,7 @@ static qvl_status skip_sample(vdec *d, vskip *k, const qvl_video *v, const char 
 
 /* The decoder's frame threads for a skipping read: twice FFmpeg's own choice (a thread a CPU and one more, at most
  * 16), since about half the packets in flight are ones it skips and they hold a thread each for next to no work
- * (300 s of 720p on 2 CPUs: 14.1-15.2 s with 4 threads or 8, 17.0-18.4 s with FFmpeg's 3). */
+ * (300 s of 720p on 2 CPUs: 14.1-15.2 s with 4 threads or 8, 17.0-18.4 s with FFmpeg's choice). */
 static int skip_threads(void) {
     const int n = 2 * (av_cpu_count() + 1);
     return n < 2 ? 2 : n > 16 ? 16 : n;
