@@ -28,23 +28,29 @@ qvl_status preprocess_video_pool(const qvl_video *v, const qvl_preprocess_params
 qvl_status video_grid_of(const qvl_video *v, const qvl_preprocess_params *p, qvl_grid *grid, qvl_error *err);
 
 /* A video's rows made as its frames arrive, bit for bit those of qvl_preprocess_video over the same frames: each
- * sampled frame is resized (the same resize of the same frame) into one of temporal_patch frame buffers as it comes,
- * and each temporal patch's rows are written once its frames are in (the last padded with the clip's last frame).
- * Holds temporal_patch resized frames and the resize workspace, never the clip's source frames.
+ * sampled frame is resized (the same resize of the same frame) into its temporal patch's buffer as it comes, in any
+ * order, and each temporal patch's rows are written once its frames are in (the last padded with the clip's last
+ * frame). Holds the resized frames of the temporal patches not yet complete (one patch when the frames come in
+ * order; a buffer of temporal_patch frames for each patch begun and not finished) and the resize workspace, never
+ * the clip's source frames.
  *   video_rows_start  for v's sampling and sizes (v->rgb not read) and its grid (video_grid_of), into rows (the
  *                     grid's rows · row_len floats, the caller's), on `pool` (NULL: one of its own, p->n_threads);
  *                     p (full params) must outlive the rows' making; a second start drops the first's state
- *   video_rows_frame  slot `slot` of v's sampled frames (0, 1, ... in order), v->width x v->height RGB
+ *   video_rows_frame  slot `slot` of v's sampled frames (each slot once, in any order), v->width x v->height RGB
  *   video_rows_free   the buffers (also after a failure; a zeroed video_rows is free) */
 typedef struct video_rows {
     const qvl_preprocess_params *p;
     thread_pool *pool, *own;
     float *rows;
-    uint8_t *frames; /* temporal_patch frames of th x tw x 3 */
-    void *ws;        /* the resize's */
+    uint8_t *frames;  /* n_pend buffers of temporal_patch frames of th x tw x 3 */
+    long *pend_t;     /* [n_pend] the temporal patch a buffer holds, -1 for none */
+    int *pend_got;    /* [n_pend] how many of its frames are in */
+    size_t n_pend;
+    uint8_t *taken;   /* [n_frames] the slots handed over */
+    void *ws;         /* the resize's */
     int32_t w, h, th, tw, n_frames;
     int resize;
-    size_t frame_bytes, next;
+    size_t frame_bytes, next; /* next: the slots handed over so far */
     float lut[3][256];
 } video_rows;
 qvl_status video_rows_start(video_rows *vr, const qvl_video *v, const qvl_grid *grid, const qvl_preprocess_params *p,

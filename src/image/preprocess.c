@@ -440,9 +440,30 @@ qvl_status qvl_preprocess_video(const qvl_video *v, const qvl_preprocess_params 
 
 void video_rows_free(video_rows *vr) {
     free(vr->frames);
+    free(vr->pend_t);
+    free(vr->pend_got);
+    free(vr->taken);
     free(vr->ws);
     pool_destroy(vr->own);
     memset(vr, 0, sizeof *vr);
+}
+
+/* Room for `n` temporal patches' frames at once (n > vr->n_pend; the new buffers free). */
+static qvl_status rows_grow(video_rows *vr, size_t n, qvl_error *err) {
+    const size_t patch_bytes = vr->frame_bytes * (size_t)vr->p->temporal_patch;
+    size_t bytes;
+    if (size_mul_overflow(patch_bytes, n, &bytes))
+        return err_fail(err, QVL_ERR_LIMIT, "resized frames: %zu temporal patches overflow", n);
+    uint8_t *f = realloc(vr->frames, bytes);
+    if (f) vr->frames = f;
+    long *t = realloc(vr->pend_t, n * sizeof *t);
+    if (t) vr->pend_t = t;
+    int *g = realloc(vr->pend_got, n * sizeof *g);
+    if (g) vr->pend_got = g;
+    if (!f || !t || !g) return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for resized frames", bytes);
+    for (size_t i = vr->n_pend; i < n; i++) vr->pend_t[i] = -1, vr->pend_got[i] = 0;
+    vr->n_pend = n;
+    return QVL_OK;
 }
 
 qvl_status video_rows_start(video_rows *vr, const qvl_video *v, const qvl_grid *grid, const qvl_preprocess_params *p,
@@ -452,6 +473,8 @@ qvl_status video_rows_start(video_rows *vr, const qvl_video *v, const qvl_grid *
     size_t frame_bytes, all;
     if (size_mul_overflow((size_t)tw * 3, (size_t)th, &frame_bytes) || size_mul_overflow(frame_bytes, (size_t)T, &all))
         return err_fail(err, QVL_ERR_LIMIT, "resized frames %dx%d x %d overflow", tw, th, T);
+    vr->p = p;
+    vr->frame_bytes = frame_bytes;
     vr->resize = v->width != tw || v->height != th;
     if (vr->resize) {
         const size_t ws_bytes = resize_workspace_size(v->width, v->height, tw, th, 3);
@@ -459,22 +482,22 @@ qvl_status video_rows_start(video_rows *vr, const qvl_video *v, const qvl_grid *
             return err_fail(err, QVL_ERR_LIMIT, "resize %dx%d -> %dx%d out of range", v->width, v->height, tw, th);
         vr->ws = malloc(ws_bytes);
     }
-    vr->frames = malloc(all);
-    if (!vr->frames || (vr->resize && !vr->ws)) {
+    vr->taken = calloc(v->n_frames > 0 ? (size_t)v->n_frames : 1, 1);
+    if (!vr->taken || (vr->resize && !vr->ws)) {
         video_rows_free(vr);
         return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for resized frames", all);
     }
-    if (!pool) {
-        qvl_status s = pool_create(&vr->own, p->n_threads, err);
-        if (s != QVL_OK) {
-            video_rows_free(vr);
-            return s;
-        }
+    qvl_status s = rows_grow(vr, 1, err); /* frames in order need one patch's buffer; more come as needed */
+    if (s == QVL_OK && !pool) {
+        s = pool_create(&vr->own, p->n_threads, err);
         pool = vr->own;
+    }
+    if (s != QVL_OK) {
+        video_rows_free(vr);
+        return s;
     }
     vr->p = p, vr->pool = pool, vr->rows = rows;
     vr->w = v->width, vr->h = v->height, vr->th = th, vr->tw = tw, vr->n_frames = v->n_frames;
-    vr->frame_bytes = frame_bytes;
     vr->next = 0;
     build_lut(p, vr->lut);
     return QVL_OK;
@@ -482,19 +505,34 @@ qvl_status video_rows_start(video_rows *vr, const qvl_video *v, const qvl_grid *
 
 qvl_status video_rows_frame(video_rows *vr, size_t slot, const uint8_t *rgb, qvl_error *err) {
     const qvl_preprocess_params *p = vr->p;
+    if (!vr->taken || slot >= (size_t)vr->n_frames || vr->taken[slot])
+        return err_fail(err, QVL_ERR_INTERNAL, "video rows: frame %zu given %s", slot,
+                        !vr->taken || slot >= (size_t)vr->n_frames ? "outside the clip" : "twice");
     const int32_t T = p->temporal_patch;
-    if (!vr->frames || slot != vr->next || slot >= (size_t)vr->n_frames)
-        return err_fail(err, QVL_ERR_INTERNAL, "video rows: frame %zu given, %zu expected", slot, vr->next);
-    uint8_t *dst = vr->frames + (slot % (size_t)T) * vr->frame_bytes;
+    const long t = (long)(slot / (size_t)T);
+    size_t b = vr->n_pend, free_b = vr->n_pend; /* the patch's buffer, else a free one */
+    for (size_t i = 0; i < vr->n_pend && b == vr->n_pend; i++) {
+        if (vr->pend_t[i] == t) b = i;
+        else if (vr->pend_t[i] < 0 && free_b == vr->n_pend) free_b = i;
+    }
+    if (b == vr->n_pend) {
+        if (free_b == vr->n_pend) TRY(rows_grow(vr, 2 * vr->n_pend, err));
+        b = free_b;
+        vr->pend_t[b] = t, vr->pend_got[b] = 0;
+    }
+    uint8_t *patch = vr->frames + b * (size_t)T * vr->frame_bytes, *dst = patch + (slot % (size_t)T) * vr->frame_bytes;
     if (vr->resize) TRY(resize_u8(rgb, vr->w, vr->h, 3, dst, vr->tw, vr->th, kind_of(p->resize), vr->ws, vr->pool, err));
     else memcpy(dst, rgb, vr->frame_bytes);
+    vr->taken[slot] = 1;
     vr->next++;
-    if (vr->next % (size_t)T != 0 && vr->next != (size_t)vr->n_frames) return QVL_OK;
-    /* a temporal patch is complete (the last one padded with the clip's last frame): its rows */
-    const long t = (long)(slot / (size_t)T), per_t = (long)(vr->th / p->patch) * (vr->tw / p->patch);
-    patch_job j = {vr->frames, (int32_t)(t * T), vr->n_frames, vr->th, vr->tw, t * per_t, p,
-                   (const float(*)[256])vr->lut, vr->rows};
+    const long in_patch = (long)vr->n_frames - t * T < T ? (long)vr->n_frames - t * T : T;
+    if (++vr->pend_got[b] < in_patch) return QVL_OK;
+    /* the temporal patch is complete (the last one padded with the clip's last frame): its rows */
+    const long per_t = (long)(vr->th / p->patch) * (vr->tw / p->patch);
+    patch_job j = {patch, (int32_t)(t * T), vr->n_frames, vr->th, vr->tw, t * per_t, p, (const float(*)[256])vr->lut,
+                   vr->rows};
     pool_for(vr->pool, per_t, 0, patch_rows, &j);
+    vr->pend_t[b] = -1;
     return QVL_OK;
 }
 

@@ -13,6 +13,7 @@
 
 #include <sys/stat.h>
 
+#include "image/image_params.h"
 #include "qvl.h"
 #include "testutil.h"
 
@@ -132,6 +133,66 @@ static void test_same_rows(void) {
             tu_rmtree(path);
         }
     printf("streamed rows equal the whole clip's: %d cases\n", cases);
+}
+
+/* video_rows takes a clip's frames in any order, as a reader decoding several stretches at once hands them over
+ * (each stretch in order, the stretches interleaved): the same rows as qvl_preprocess_video, for frames in order,
+ * reversed, and in 2 and 3 interleaved stretches, odd and even frame counts, both resize paths. */
+static void test_any_order(void) {
+#if QVL_WITH_VIDEO
+    char dir[1024];
+    static const int32_t counts[] = {7, 12, 31};
+    int cases = 0;
+    for (int m = 0; m < 2; m++)
+        for (size_t c = 0; c < 3; c++) {
+            qvl_video_params vp;
+            qvl_video_params_default(&vp);
+            vp.num_frames = counts[c];
+            qvl_preprocess_params pp, full;
+            qvl_preprocess_params_default(&pp);
+            pp.resize = m ? QVL_RESIZE_PIL : QVL_RESIZE_TORCHVISION;
+            pp.video_min_pixels = 4096;
+            pp.video_max_pixels = 32 * 32 * 8;
+            qvl_error err;
+            CHECK(preprocess_params_take(&full, &pp, &err) == QVL_OK);
+            qvl_video v;
+            CHECK(qvl_video_load(tu_path(tu_source_path("tests/data/video", dir, sizeof dir), "video_testsrc_30.mp4"),
+                                 &vp, &v, &err) == QVL_OK);
+            qvl_grid grid;
+            CHECK(qvl_video_grid(&v, &full, &grid, &err) == QVL_OK);
+            const size_t n_vals =
+                qvl_patch_rows(&grid, 1) * 3 * (size_t)(full.temporal_patch * full.patch * full.patch);
+            float *want = malloc(n_vals * sizeof *want), *got = malloc(n_vals * sizeof *got);
+            CHECK(want && got && qvl_preprocess_video(&v, &full, want, &grid, &err) == QVL_OK);
+            const size_t fb = (size_t)v.width * (size_t)v.height * 3, n = (size_t)v.n_frames;
+            for (int order = 0; order < 4 && want && got; order++) { /* in order, reversed, 2 and 3 stretches */
+                video_rows vr = {0};
+                memset(got, 0xff, n_vals * sizeof *got);
+                CHECK(video_rows_start(&vr, &v, &grid, &full, got, NULL, &err) == QVL_OK);
+                const size_t k = order < 2 ? 1 : (size_t)order, len = (n + k - 1) / k; /* stretches, their length */
+                for (size_t i = 0; i < n; i++) {
+                    size_t slot = order == 1 ? n - 1 - i : (i % k) * len + i / k; /* round robin over stretches */
+                    if (order >= 2 && slot >= n) continue;                    /* the last stretch is shorter */
+                    CHECK(video_rows_frame(&vr, slot, v.rgb + slot * fb, &err) == QVL_OK);
+                }
+                for (size_t i = 0; order >= 2 && i < k * len; i++) { /* what the round robin left out */
+                    const size_t slot = (i % k) * len + i / k;
+                    if (slot < n && !vr.taken[slot])
+                        CHECK(video_rows_frame(&vr, slot, v.rgb + slot * fb, &err) == QVL_OK);
+                }
+                CHECK(vr.next == n);
+                CHECK(video_rows_frame(&vr, 0, v.rgb, &err) == QVL_ERR_INTERNAL); /* a slot given twice */
+                char what[96];
+                snprintf(what, sizeof what, "%zu frames, resize %d, order %d", n, m, order);
+                CHECK(tu_same_bytes((const uint8_t *)got, (const uint8_t *)want, n_vals * sizeof *got, what));
+                video_rows_free(&vr);
+                cases++;
+            }
+            free(want), free(got);
+            qvl_video_free(&v);
+        }
+    printf("rows from frames in any order equal the whole clip's: %d cases\n", cases);
+#endif
 }
 
 /* max_video_pixels bounds the frames qvl_video_load holds; a plan holds one source frame and takes the video. */
@@ -316,6 +377,7 @@ static void test_pieces(void) {
 
 int main(void) {
     test_same_rows();
+    test_any_order();
     test_held();
     test_pieces();
     return tu_finish("test_video_stream");
