@@ -1,8 +1,9 @@
 /* fuzz_h264_scan.c — libFuzzer target for the H.264 scanner the video reader's skipping trusts (image/h264_scan.c:
  * avcC or Annex B extradata, SPS with scaling lists, VUI and HRD, NAL units length-prefixed or after start codes).
  * Input: a 2-byte big-endian extradata length, the extradata, then packets each behind a 2-byte length. Any bytes
- * must give flags within H264_PKT_IDR | H264_PKT_REF, a known NAL length size and, once a stream is found unusable,
- * a reason that stays (never a crash or a read outside the buffers: ASan). */
+ * must give flags within H264_PKT_IDR | H264_PKT_REF | H264_PKT_NEW_SETUP (that one never on the first packet), a
+ * known NAL length size, setup units kept within their buffer and, once a stream is found unusable, a reason that
+ * stays (never a crash or a read outside the buffers: ASan). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const unsigned f = h264_scan_packet(&s, p, m);
         free(p);
         at += m;
-        if (f & ~(unsigned)(H264_PKT_IDR | H264_PKT_REF)) abort();
+        if (f & ~(unsigned)(H264_PKT_IDR | H264_PKT_REF | H264_PKT_NEW_SETUP)) abort();
+        if (s.packets == 1 && (f & H264_PKT_NEW_SETUP)) abort();
+        if (s.setup_used > H264_SETUP_BYTES || s.n_setup > H264_SETUP_UNITS) abort();
         if (before && s.unusable != before) abort(); /* the first reason stays */
         if (s.unusable && !s.unusable[0]) abort();
     }

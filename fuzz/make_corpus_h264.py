@@ -14,8 +14,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "corpus", "h264_scan")
 CLIPS = ["video_h264_bframes.mp4", "video_h264_opengop.mp4", "video_h264_interlaced.mp4", "video_testsrc_30.mp4",
-         "video_3frames.mp4", "video_h264_slices_hrd.mp4", "video_h264_10bit_cqm.mp4"]
+         "video_3frames.mp4", "video_h264_slices_hrd.mp4", "video_h264_10bit_cqm.mp4", "video_h264_444_x264old.mp4",
+         "video_h264_sps_change.mkv"]
 MAX_UNITS = 12
+# Access units taken from a clip other than its first MAX_UNITS: where its parameter sets change (the second
+# stream of video_h264_sps_change.mkv starts at frame 60, with its own SPS, PPS and x264 SEI).
+UNITS = {"video_h264_sps_change.mkv": list(range(6)) + list(range(60, 66))}
 
 
 def nal_units(es):
@@ -66,7 +70,8 @@ def main():
         es = subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-i",
                              os.path.join(ROOT, "tests", "data", "video", clip), "-c", "copy", "-bsf:v",
                              "h264_mp4toannexb", "-f", "h264", "-"], check=True, capture_output=True).stdout
-        aus = access_units(nal_units(es))[:MAX_UNITS]
+        aus = access_units(nal_units(es))
+        aus = [aus[i] for i in UNITS[clip]] if clip in UNITS else aus[:MAX_UNITS]
         name = clip.replace(".", "_")
         annexb = [b"".join(b"\x00\x00\x00\x01" + u for u in au) for au in aus]
         sps = next(u for au in aus for u in au if u[0] & 0x1F == 7)

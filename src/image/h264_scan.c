@@ -18,7 +18,7 @@
 
 #include <string.h>
 
-enum { NAL_SLICE = 1, NAL_IDR = 5, NAL_SPS = 7, SPS_MAX = 1024 };
+enum { NAL_SLICE = 1, NAL_IDR = 5, NAL_SEI = 6, NAL_SPS = 7, NAL_PPS = 8, NAL_SPS_EXT = 13, SPS_MAX = 1024 };
 
 /* The stream cannot be proven: the first reason found is the one kept. */
 static void unusable(h264_scan *s, const char *why) {
@@ -171,9 +171,40 @@ static void scan_sps(h264_scan *s, const uint8_t *nal, size_t n) {
 /* The state of one packet's scan. */
 typedef struct pkt_scan {
     unsigned flags;
+    unsigned flags_setup; /* H264_PKT_NEW_SETUP or 0 */
+    int setup_units;      /* setup units in the packet */
     int pictures; /* slices with first_mb_in_slice 0 */
     int slices;
 } pkt_scan;
+
+/* An SEI NAL unit with x264's version string ("x264 - core N", user data unregistered: plain text, so no emulation
+ * prevention byte falls inside it). */
+static int x264_version_sei(const uint8_t *nal, size_t n) {
+    static const char tag[] = "x264 - core ";
+    const size_t m = sizeof tag - 1;
+    for (size_t i = 1; i + m <= n; i++)
+        if (nal[i] == 'x' && memcmp(nal + i, tag, m) == 0) return 1;
+    return 0;
+}
+
+/* A setup unit (h264_scan.h): kept while the extradata and the first packet are read, else checked for a repeat. */
+static void scan_setup(h264_scan *s, pkt_scan *ps, const uint8_t *nal, size_t n) {
+    ps->setup_units++;
+    if (s->packets <= 1) { /* the extradata (0) or the first packet (1) */
+        if (s->n_setup == H264_SETUP_UNITS || n > H264_SETUP_BYTES - s->setup_used) {
+            s->setup_full = 1;
+            return;
+        }
+        memcpy(s->setup + s->setup_used, nal, n);
+        s->setup_len[s->n_setup++] = n;
+        s->setup_used += n;
+        return;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < s->n_setup; at += s->setup_len[i++])
+        if (s->setup_len[i] == n && memcmp(s->setup + at, nal, n) == 0) return;
+    ps->flags_setup = H264_PKT_NEW_SETUP;
+}
 
 static void scan_nal(h264_scan *s, pkt_scan *ps, const uint8_t *nal, size_t n) {
     if (n == 0) return;
@@ -182,6 +213,12 @@ static void scan_nal(h264_scan *s, pkt_scan *ps, const uint8_t *nal, size_t n) {
         return;
     }
     const unsigned ref = (nal[0] >> 5) & 3, type = nal[0] & 0x1f;
+    if (type == NAL_SPS || type == NAL_PPS || type == NAL_SPS_EXT) {
+        if (ref == 0) unusable(s, "a parameter set with nal_ref_idc 0");
+        scan_setup(s, ps, nal, n);
+    } else if (type == NAL_SEI && x264_version_sei(nal, n)) {
+        scan_setup(s, ps, nal, n);
+    }
     if (type == NAL_SPS) scan_sps(s, nal, n);
     if (type != NAL_SLICE && type != NAL_IDR) return;
     /* first_mb_in_slice is the header's first field; the emulation prevention bytes cannot occur in its first bits
@@ -233,7 +270,7 @@ static int each_nal(h264_scan *s, pkt_scan *ps, const uint8_t *p, size_t n, int 
 }
 
 void h264_scan_init(h264_scan *s, const uint8_t *x, size_t n) {
-    memset(s, 0, sizeof *s);
+    memset(s, 0, sizeof *s); /* packets 0: the extradata's setup units are kept */
     pkt_scan ps = {0};
     if (n == 0) return; /* parameter sets in band (Annex B) */
     if (x[0] != 1) {    /* Annex B parameter sets */
@@ -241,7 +278,7 @@ void h264_scan_init(h264_scan *s, const uint8_t *x, size_t n) {
         return;
     }
     /* avcC: version, profile, compatibility, level, 6 bits + lengthSizeMinusOne, 3 bits + numOfSPS, then each SPS
-       as a 16-bit length and the NAL unit; the PPS and the rest are not needed */
+       as a 16-bit length and the NAL unit, numOfPPS (8 bits) and each PPS the same way; the rest is not needed */
     if (n < 6 || (x[4] & 3) == 2) { /* a length size of 3 bytes is not allowed */
         unusable(s, "unreadable codec extradata");
         return;
@@ -257,15 +294,26 @@ void h264_scan_init(h264_scan *s, const uint8_t *x, size_t n) {
         scan_nal(s, &ps, x + at + 2, len);
         at += 2 + len;
     }
+    if (at == n) return; /* no PPS count: a record cut short, as FFmpeg's decoder then has none from it either */
+    for (unsigned i = 0, n_pps = x[at++]; i < n_pps; i++) {
+        if (n - at < 2 || (size_t)(x[at] << 8 | x[at + 1]) > n - at - 2) {
+            unusable(s, "unreadable codec extradata");
+            return;
+        }
+        const size_t len = (size_t)(x[at] << 8 | x[at + 1]);
+        scan_nal(s, &ps, x + at + 2, len);
+        at += 2 + len;
+    }
 }
 
 unsigned h264_scan_packet(h264_scan *s, const uint8_t *p, size_t n) {
     pkt_scan ps = {0};
+    s->packets++;
     if (!each_nal(s, &ps, p, n, s->nal_length_size)) {
         unusable(s, "a packet that is not NAL units");
         return 0;
     }
     if (ps.slices == 0) unusable(s, "a packet without a picture");
     else if (ps.pictures != 1) unusable(s, "a packet that is not one picture");
-    return ps.flags;
+    return ps.flags | ps.flags_setup | (s->packets > 1 && s->setup_full && ps.setup_units ? H264_PKT_NEW_SETUP : 0u);
 }

@@ -12,9 +12,10 @@
  * Decoding keeps only the sampled frames (a repeated index is copied), stopping after the last one, as
  * read_video_pyav does. It is sequential from the start, as there, except for H.264 streams that can be proven to
  * give the same frames when the decoder skips what no sampled frame needs ("decoding only what sampling needs",
- * below; for those the packets count the frames of a stream whose header has no count). If the stream ends before
- * the last sampled index (a header count that overstates, e.g. an edit list), the indices are taken again over the
- * frames actually decoded.
+ * below; for those the packets count the frames of a stream whose header has no count), whose closed GOPs are
+ * decoded on several decoders at once where the sampled frames span two or more ("several stretches at once"). If
+ * the stream ends before the last sampled index (a header count that overstates, e.g. an edit list), the indices
+ * are taken again over the frames actually decoded.
  *
  * Pixel conversion: swscale at the frame's own size, source matrix and range from the frame's tags
  * (colorspace, color_range; yuvj formats are full range; untagged is BT.601), output full-range RGB24, flags
@@ -29,9 +30,11 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <libavcodec/avcodec.h>
@@ -173,6 +176,8 @@ typedef struct vdec {
                                                    pass: kept when the stream is opened again) */
     video_read_info *info; /* NULL, or the caller's: how the frames were read */
     int threads;           /* the decoder's thread count when it is opened (0: FFmpeg's choice) */
+    int explode;           /* a skipping read's decoder: an error in the stream fails the decode (AV_EF_EXPLODE)
+                              instead of being concealed from frames decoded before (which it did not decode) */
 } vdec;
 
 static int avio_read_cb(void *opaque, uint8_t *buf, int n) {
@@ -226,7 +231,7 @@ static void vdec_close(vdec *d) {
     const video_src *src = d->src;
     const stop_probe *stop = d->stop;
     video_read_info *info = d->info;
-    const int threads = d->threads;
+    const int threads = d->threads, explode = d->explode;
     const AVInputFormat *ifmt = d->ifmt;
     const uint64_t max_pixels = d->max_pixels, max_decode = d->max_decode_pixels, decoded = d->decoded_pixels;
     memset(d, 0, sizeof *d);
@@ -235,6 +240,7 @@ static void vdec_close(vdec *d) {
     d->stop = stop;
     d->info = info;
     d->threads = threads;
+    d->explode = explode;
     d->max_decode_pixels = max_decode;
     d->decoded_pixels = decoded;
     d->ifmt = ifmt;
@@ -283,6 +289,7 @@ static int open_decoder(vdec *d, const AVCodec *codec, const AVCodecParameters *
     int ret = avcodec_parameters_to_context(d->dec, par);
     if (ret < 0) return av_fail(err, QVL_ERR_FORMAT, d, "bad codec parameters", ret), ret;
     d->dec->thread_count = threads;
+    if (d->explode) d->dec->err_recognition |= AV_EF_EXPLODE;
     ret = avcodec_open2(d->dec, codec, NULL);
     if (ret < 0 && ret != AVERROR(EAGAIN)) av_fail(err, QVL_ERR_UNSUPPORTED, d, "cannot open the video decoder", ret);
     return ret;
@@ -417,6 +424,7 @@ typedef struct vpass {
     int64_t decoded;  /* frames seen so far */
     const qvl_video_params *count_p;
     double fps;
+    size_t slot0;     /* the clip's slot of indices[0] (a worker's stretch of a skipping read; else 0) */
 } vpass;
 
 /* One more frame decoded: within max_video_decode_pixels. */
@@ -517,8 +525,11 @@ static qvl_status decode_pass(vdec *d, vpass *ps, qvl_error *err) {
  *     (nal_ref_idc 0), the decoder drops it (the setting is read per packet, frame threads included: FFmpeg's
  *     pthread_frame.c copies it from the caller's context at each packet);
  *   - when the earliest packet a sampled frame still needs lies after a resume point — an IDR picture that no
- *     earlier packet's frame follows in presentation order (a closed GOP) — the packets before that point are not
- *     sent at all: the decoder is flushed and starts again at the IDR, which marks every reference unused.
+ *     earlier packet's frame follows in presentation order (a closed GOP), with no parameter set or x264 version
+ *     SEI between the first packet and it that is not a repeat (h264_scan.h) — the packets before that point are
+ *     not sent at all: the decoder is flushed and starts again at the IDR, which marks every reference unused. A
+ *     decoder that never had the stream's first packet is given it to parse first (skip_prime), so that it keeps
+ *     what a sequential decoder keeps across the packets it was not sent.
  * The ordinals are checked as the frames come: each frame's timestamp must be a packet's, its rank above the last
  * one's, no frame that was decoded (sampled, or a reference) may be missing below it, and every sampled frame must
  * come. Anything else — a decoder error, a frame out of place — and the whole read is done again sequentially from
@@ -637,15 +648,18 @@ static qvl_status skip_scan(vdec *d, int64_t total, const qvl_video_params *p, d
         k->pkt[k->rank[i]] = (uint32_t)i;
     }
     /* Resume points: IDR packets whose frames, and every later packet's, come after every earlier packet's frame in
-       presentation order (the ranks' running maximum below the suffix minimum, kept in `sent` for now). */
+       presentation order (the ranks' running maximum below the suffix minimum, kept in `sent` for now), with no
+       packet between the first and them that changes what a decoder keeps (H264_PKT_NEW_SETUP). */
     uint32_t max_before = 0, last = 0;
+    int new_setup = 0;
     for (size_t i = 0; i < n; i++) k->sent[i] = k->rank[i];
     for (size_t i = n - 1; i-- > 0;)
         if (k->sent[i + 1] < k->sent[i]) k->sent[i] = k->sent[i + 1];
     for (size_t i = 0; i < n; i++) {
-        if (k->flags[i] & H264_PKT_IDR && (i == 0 || max_before < k->sent[i])) last = (uint32_t)i;
+        if (k->flags[i] & H264_PKT_IDR && !new_setup && (i == 0 || max_before < k->sent[i])) last = (uint32_t)i;
         k->resume[i] = last;
         if (i == 0 || k->rank[i] > max_before) max_before = k->rank[i];
+        if (k->flags[i] & H264_PKT_NEW_SETUP) new_setup = 1;
     }
     memset(k->sent, 0, n * sizeof *k->sent);
     return QVL_OK;
@@ -676,45 +690,128 @@ static int skip_threads(void) {
     return n < 2 ? 2 : n > 16 ? 16 : n;
 }
 
+/* Where a skipping decode stands (one decoder, over one stretch of packets). */
+typedef struct vstate {
+    uint32_t gen;  /* the decoder's generation: flushing starts a new one */
+    int64_t last;  /* the ordinal of the last frame out */
+    int done;      /* every slot of the pass is filled */
+    int sent_any;  /* a packet was sent since the decoder was opened or flushed */
+    int skipping;  /* packets were left out since the last one sent */
+    int primed;    /* the stream's first packet was given (decoded or only parsed) */
+} vstate;
+
+typedef struct vworker vworker;
+static qvl_status par_put(vworker *w, vpass *ps, int64_t r, qvl_error *err);
+
 /* A decoded frame in the skipping pass: checked against the ordinals (*why set when it does not fit), counted, and
- * delivered to its slots. */
-static qvl_status take_skipping(vdec *d, vpass *ps, const vskip *k, uint32_t gen, int64_t *last, int *done,
-                                const char **why, qvl_error *err) {
+ * delivered to its slots (by a worker `w`: handed to the reader). */
+static qvl_status take_skipping(vdec *d, vpass *ps, const vskip *k, vstate *st, vworker *w, const char **why,
+                                qvl_error *err) {
     const int64_t r = d->frame->pts == AV_NOPTS_VALUE ? -1 : rank_of(k, d->frame->pts);
     if (r < 0) return *why = "a frame with a timestamp no packet has", QVL_OK;
-    if (r <= *last) return *why = "frames out of order", QVL_OK;
-    for (int64_t q = *last + 1; q < r; q++)
-        if (k->sent[q] == gen) return *why = "a decoded frame missing from the output", QVL_OK;
+    if (d->frame->decode_error_flags || (d->frame->flags & AV_FRAME_FLAG_CORRUPT))
+        return *why = "a frame with decoding errors", QVL_OK;
+    if (r <= st->last) return *why = "frames out of order", QVL_OK;
+    for (int64_t q = st->last + 1; q < r; q++)
+        if (k->sent[q] == st->gen) return *why = "a decoded frame missing from the output", QVL_OK;
     if (ps->next < ps->n && ps->indices[ps->next] < r) return *why = "a sampled frame missing from the output", QVL_OK;
-    *last = r;
+    st->last = r;
     ps->decoded++;
-    TRY(count_decoded(d, err));
-    TRY(deliver(d, ps, r, err));
-    *done = ps->next == ps->n;
+    if (w) {
+        TRY(par_put(w, ps, r, err));
+    } else {
+        TRY(count_decoded(d, err));
+        TRY(deliver(d, ps, r, err));
+    }
+    st->done = ps->next == ps->n;
     return QVL_OK;
 }
 
-static qvl_status drain_skipping(vdec *d, vpass *ps, const vskip *k, uint32_t gen, int64_t *last, int *done,
-                                 const char **why, qvl_error *err) {
-    while (!*done && !*why) {
+static qvl_status drain_skipping(vdec *d, vpass *ps, const vskip *k, vstate *st, vworker *w, const char **why,
+                                 qvl_error *err) {
+    while (!st->done && !*why) {
         int ret = avcodec_receive_frame(d->dec, d->frame);
         if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return QVL_OK;
         if (ret < 0) return *why = "a decoding error", QVL_OK;
-        qvl_status s = take_skipping(d, ps, k, gen, last, done, why, err);
+        qvl_status s = take_skipping(d, ps, k, st, w, why, err);
         av_frame_unref(d->frame);
         TRY(s);
     }
     return QVL_OK;
 }
 
-/* The skipping pass over a freshly opened stream (see above). *why is set when it could not give the sequential
- * decode's frames: the caller then reads the stream again. */
+/* Give the decoder the stream's first packet to parse, not decode (skip_frame AVDISCARD_ALL: its parameter sets
+ * and SEI are read, no slice is decoded), and flush: what a decoder keeps across a flush (parameter sets, the
+ * encoder version an x264 SEI names, which FFmpeg's decoder works around for old x264 streams) is then what a
+ * sequential decode has at any resume point (h264_scan.h: later packets only repeat the first one's parameter
+ * sets, else no resume point follows them). */
+static qvl_status skip_prime(vdec *d, AVPacket *first, vstate *st, const char **why) {
+    d->dec->skip_frame = AVDISCARD_ALL;
+    int ret = avcodec_send_packet(d->dec, first);
+    if (ret >= 0) ret = avcodec_send_packet(d->dec, NULL);
+    while (ret >= 0) ret = avcodec_receive_frame(d->dec, d->frame); /* none: nothing was decoded */
+    av_frame_unref(d->frame);
+    if (ret != AVERROR_EOF) return *why = "a decoding error", QVL_OK;
+    avcodec_flush_buffers(d->dec);
+    st->primed = 1;
+    st->sent_any = 0;
+    return QVL_OK;
+}
+
+/* One packet of the skipping pass, the `at`-th of the stream: left out when every sampled frame still to come is
+ * served by a later resume point (the stream's first packet is then only parsed), else decoded (skipped by the
+ * decoder when its frame is not sampled and not a reference) and its frames taken. The packet is unreferenced. */
+static qvl_status skip_packet(vdec *d, vpass *ps, vskip *k, vstate *st, vworker *w, AVPacket *pkt, size_t at,
+                              const char **why, qvl_error *err) {
+    const uint32_t from = k->resume[k->first[ps->slot0 + ps->next]];
+    if (at < from) { /* a later resume point serves every sampled frame left: not sent at all */
+        qvl_status s = at == 0 ? skip_prime(d, pkt, st, why) : QVL_OK;
+        av_packet_unref(pkt);
+        st->skipping = 1;
+        return s;
+    }
+    if (st->skipping) {
+        if (st->sent_any) avcodec_flush_buffers(d->dec);
+        st->gen++;
+        st->skipping = 0;
+    }
+    const int want = k->want[at];
+    d->dec->skip_frame = want ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+    if (want || (k->flags[at] & H264_PKT_REF)) k->sent[k->rank[at]] = st->gen;
+    int ret = avcodec_send_packet(d->dec, pkt);
+    if (ret == AVERROR(EAGAIN)) {
+        qvl_status s = drain_skipping(d, ps, k, st, w, why, err);
+        ret = s != QVL_OK || st->done || *why ? 0 : avcodec_send_packet(d->dec, pkt);
+        if (s != QVL_OK) {
+            av_packet_unref(pkt);
+            return s;
+        }
+    }
+    av_packet_unref(pkt);
+    if (ret < 0) return *why = "a decoding error", QVL_OK;
+    st->sent_any = 1;
+    if (at == 0) st->primed = 1;
+    return drain_skipping(d, ps, k, st, w, why, err);
+}
+
+/* The end of a skipping pass's packets: the frames the decoder still holds, and every sampled frame must have come. */
+static qvl_status skip_end(vdec *d, vpass *ps, const vskip *k, vstate *st, vworker *w, const char **why,
+                           qvl_error *err) {
+    if (!st->done && !*why) {
+        int ret = avcodec_send_packet(d->dec, NULL);
+        if (ret < 0 && ret != AVERROR_EOF) return *why = "a decoding error", QVL_OK;
+        TRY(drain_skipping(d, ps, k, st, w, why, err));
+    }
+    if (!st->done && !*why) *why = "a sampled frame missing from the output";
+    return QVL_OK;
+}
+
+/* The skipping pass over a freshly opened stream (see above), on one decoder. *why is set when it could not give
+ * the sequential decode's frames: the caller then reads the stream again. */
 static qvl_status decode_skipping(vdec *d, vpass *ps, vskip *k, const char **why, qvl_error *err) {
-    size_t at = 0;     /* the packet's place in decode order */
-    uint32_t gen = 1;  /* the decoder's generation: flushing starts a new one */
-    int64_t last = -1; /* the ordinal of the last frame out */
-    int done = 0, sent_any = 0, skipping = 0;
-    while (!done && !*why) {
+    size_t at = 0; /* the packet's place in decode order */
+    vstate st = {1, -1, 0, 0, 0, 0};
+    while (!st.done && !*why) {
         if (stop_now(d->stop))
             return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %lld frames", d->path,
                             (long long)ps->decoded);
@@ -729,43 +826,451 @@ static qvl_status decode_skipping(vdec *d, vpass *ps, vskip *k, const char **why
             av_packet_unref(d->pkt);
             return *why = "packets that differ from the first read", QVL_OK;
         }
-        const uint32_t from = k->resume[k->first[ps->next]];
-        if (at < from) { /* a later resume point serves every sampled frame left: not sent at all */
+        TRY(skip_packet(d, ps, k, &st, NULL, d->pkt, at++, why, err));
+    }
+    return skip_end(d, ps, k, &st, NULL, why, err);
+}
+
+/* ---- several stretches at once ----------------------------------------------------------------------------------
+ *
+ * A skipping read whose sampled frames lie in two or more stretches between resume points decodes them on several
+ * decoders at once. A job is the packets [a, b) from one resume point to the next (or the stream's end) that hold
+ * sampled frames: no packet at or after a references one before it, and [a, b) hold exactly the ordinals [a, b)
+ * (every earlier packet's frame is shown before a's, every later one's after), so a job decodes on its own decoder to
+ * the frames one pass gives them. That decoder is primed with the stream's first packet (skip_prime) and flushed
+ * between jobs, as the one-decoder pass is when it resumes. The reader (the calling thread) reads every packet once, in
+ * order, checks it against the first pass as before and queues it to its job; each worker takes the next job not
+ * taken, decodes it as decode_skipping does (the same checks, over its job's ordinals and slots) and converts its
+ * sampled frames to RGB; the reader hands them to the sink (or the frame buffer) as they come: each job's slots in
+ * order, the jobs' interleaved (video_sink allows it). Bounded: VIDEO_PAR_QUEUE bytes of packets queued (the reader
+ * waits, handing frames over meanwhile), VIDEO_PAR_OUT converted frames a worker (it waits for the reader). A misfit
+ * in any job stops every worker, and the stream is read again in order, as after a one-decoder skipping read. */
+enum { VIDEO_PAR_MAX = 4, VIDEO_PAR_OUT = 2, VIDEO_PAR_POLL_MS = 20 };
+#define VIDEO_PAR_QUEUE ((size_t)32 << 20)
+
+/* A queued packet. */
+typedef struct vpk {
+    AVPacket *pkt;
+    size_t at;
+    struct vpk *next;
+} vpk;
+
+typedef struct vjob {
+    size_t a, b;      /* its packets */
+    size_t j0, j1;    /* its slots */
+    vpk *head, *tail; /* packets queued, not yet taken */
+    int all_read;     /* the reader will queue no more */
+    int dropping;     /* its worker is done: the reader drops its packets */
+} vjob;
+
+/* A converted frame: the worker's while it fills it, then ready for the reader, then free again. */
+enum { VBUF_FREE, VBUF_FILLING, VBUF_READY };
+typedef struct vbuf {
+    uint8_t *rgb;
+    int state;
+    int64_t rank;
+    size_t slot;
+} vbuf;
+
+typedef struct vpar vpar;
+struct vworker {
+    vpar *par;
+    vdec d;            /* its decoder (no demuxer) */
+    pthread_t thread;
+    int started, exited;
+    vbuf out[VIDEO_PAR_OUT];
+    qvl_status status; /* a failure of its own (memory, the decode budget) */
+    const char *why;   /* a misfit: the stream is read again in order */
+    qvl_error err;
+    vlog log;
+};
+
+struct vpar {
+    pthread_mutex_t mu;
+    pthread_cond_t to_reader, to_workers;
+    vdec *d;           /* the reader's: the decode budget and the read's info */
+    vskip *k;
+    const int64_t *indices;
+    size_t n_slots;
+    vjob *jobs;
+    size_t n_jobs, taken;
+    size_t queued;     /* bytes of packets queued */
+    vpk *spare;        /* queue entries to reuse */
+    AVPacket *first;   /* the stream's first packet, for priming (set once the reader has it) */
+    int first_set;
+    _Atomic int stop;  /* every worker stops: a failure, a misfit, cancellation */
+    int n_w;
+    vworker w[VIDEO_PAR_MAX];
+};
+
+/* The jobs of a qualifying stream's sampling: one per stretch between resume points that holds sampled frames. */
+static size_t par_jobs(const vskip *k, const qvl_video *v, vjob *jobs) {
+    size_t n = 0, b = 0;
+    for (size_t j = 0; j < (size_t)v->n_frames;) {
+        const uint32_t a = k->resume[k->pkt[v->indices[j]]];
+        size_t j1 = j;
+        while (j1 < (size_t)v->n_frames && k->resume[k->pkt[v->indices[j1]]] == a) j1++;
+        if (b < a + 1u) b = a + 1u;
+        while (b < k->n && k->resume[b] == a) b++;
+        jobs[n++] = (vjob){.a = a, .b = b, .j0 = j, .j1 = j1};
+        j = j1;
+    }
+    return n;
+}
+
+/* One more frame decoded by a worker: counted (under the lock) against the read's decode budget; a sampled one
+ * converted into a free buffer of the worker's and handed to the reader. */
+static qvl_status par_put(vworker *w, vpass *ps, int64_t r, qvl_error *err) {
+    vpar *P = w->par;
+    const int sampled = ps->next < ps->n && ps->indices[ps->next] == r;
+    vbuf *b = NULL;
+    pthread_mutex_lock(&P->mu);
+    qvl_status s = count_decoded(P->d, err);
+    while (s == QVL_OK && sampled && !P->stop) {
+        for (int i = 0; i < VIDEO_PAR_OUT && !b; i++)
+            if (w->out[i].state == VBUF_FREE) b = &w->out[i];
+        if (b) break;
+        pthread_cond_wait(&P->to_workers, &P->mu);
+    }
+    if (b) b->state = VBUF_FILLING;
+    pthread_mutex_unlock(&P->mu);
+    if (s != QVL_OK || !b) return s; /* not sampled, or stopped */
+    s = convert_frame(&w->d, w->d.frame, r, b->rgb, err);
+    pthread_mutex_lock(&P->mu);
+    b->state = s == QVL_OK ? VBUF_READY : VBUF_FREE;
+    b->rank = r;
+    b->slot = ps->slot0 + ps->next;
+    pthread_cond_signal(&P->to_reader);
+    pthread_mutex_unlock(&P->mu);
+    while (ps->next < ps->n && ps->indices[ps->next] == r) ps->next++;
+    return s;
+}
+
+/* The next packet of a worker's job into w->d.pkt (*got 0: the job has no more, or the read stops). */
+static void par_pop(vworker *w, vjob *job, size_t *at, int *got) {
+    vpar *P = w->par;
+    pthread_mutex_lock(&P->mu);
+    while (!job->head && !job->all_read && !P->stop) pthread_cond_wait(&P->to_workers, &P->mu);
+    vpk *e = P->stop ? NULL : job->head;
+    *got = e != NULL;
+    if (e) {
+        job->head = e->next;
+        if (!job->head) job->tail = NULL;
+        P->queued -= (size_t)e->pkt->size;
+        av_packet_move_ref(w->d.pkt, e->pkt);
+        *at = e->at;
+        e->next = P->spare;
+        P->spare = e;
+        pthread_cond_signal(&P->to_reader);
+    }
+    pthread_mutex_unlock(&P->mu);
+}
+
+/* Decode one job on a worker's decoder. */
+static qvl_status par_job(vworker *w, vjob *job, int *used, vstate *st, const char **why, qvl_error *err) {
+    vpar *P = w->par;
+    vpass ps = {P->indices + job->j0, job->j1 - job->j0, 0, NULL, NULL, 0, NULL, 0.0, job->j0};
+    if (*used) avcodec_flush_buffers(w->d.dec); /* after the last job's end */
+    *used = 1;
+    *st = (vstate){1, (int64_t)job->a - 1, 0, 0, 0, st->primed};
+    if (job->a > 0 && !st->primed) { /* the stream's first packet, parsed: see skip_prime */
+        pthread_mutex_lock(&P->mu);
+        while (!P->first_set && !P->stop) pthread_cond_wait(&P->to_workers, &P->mu);
+        int ret = P->stop ? 0 : av_packet_ref(w->d.pkt, P->first);
+        pthread_mutex_unlock(&P->mu);
+        if (P->stop) return QVL_OK;
+        if (ret < 0) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", w->d.path);
+        qvl_status s = skip_prime(&w->d, w->d.pkt, st, why);
+        av_packet_unref(w->d.pkt);
+        if (s != QVL_OK || *why) return s;
+    }
+    while (!st->done && !*why && !P->stop) {
+        size_t at = 0;
+        int got;
+        par_pop(w, job, &at, &got);
+        if (!got) break;
+        TRY(skip_packet(&w->d, &ps, P->k, st, w, w->d.pkt, at, why, err));
+    }
+    if (P->stop) return QVL_OK;
+    return skip_end(&w->d, &ps, P->k, st, w, why, err);
+}
+
+static void *par_worker(void *arg) {
+    vworker *w = arg;
+    vpar *P = w->par;
+    vlog *outer = vlog_enter(&w->log);
+    int used = 0;
+    vstate st = {0};
+    pthread_mutex_lock(&P->mu);
+    while (!P->stop && P->taken < P->n_jobs) {
+        vjob *job = &P->jobs[P->taken++];
+        pthread_mutex_unlock(&P->mu);
+        w->status = par_job(w, job, &used, &st, &w->why, &w->err);
+        pthread_mutex_lock(&P->mu);
+        job->dropping = 1; /* what is queued for it, and what comes, is not needed */
+        for (vpk *e = job->head; e; e = e->next) P->queued -= (size_t)e->pkt->size, av_packet_unref(e->pkt);
+        if (job->tail) job->tail->next = P->spare, P->spare = job->head;
+        job->head = job->tail = NULL;
+        if (w->status != QVL_OK || w->why) {
+            P->stop = 1;
+            pthread_cond_broadcast(&P->to_workers);
+        }
+        pthread_cond_signal(&P->to_reader);
+    }
+    w->exited = 1;
+    pthread_cond_signal(&P->to_reader);
+    pthread_mutex_unlock(&P->mu);
+    if (w->status != QVL_OK) vlog_append(&w->log, &w->err);
+    tl_vlog = outer;
+    return NULL;
+}
+
+/* Hand the ready frames to their slots; with `wait`, first wait (polling the caller's stop) until a frame is
+ * ready or `until(P)` holds. Called by the reader without the lock. */
+static qvl_status par_hand_over(vpar *P, vpass *ps, int wait, int (*until)(const vpar *), qvl_error *err) {
+    vdec *d = P->d;
+    vbuf *ready[VIDEO_PAR_MAX * VIDEO_PAR_OUT];
+    size_t n_ready = 0;
+    pthread_mutex_lock(&P->mu);
+    for (;;) {
+        for (int i = 0; i < P->n_w; i++)
+            for (int b = 0; b < VIDEO_PAR_OUT; b++)
+                if (P->w[i].out[b].state == VBUF_READY) ready[n_ready++] = &P->w[i].out[b];
+        if (n_ready || !wait || until(P)) break;
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += VIDEO_PAR_POLL_MS * 1000000L;
+        if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&P->to_reader, &P->mu, &t);
+        pthread_mutex_unlock(&P->mu);
+        if (stop_now(d->stop))
+            return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %zu sampled frames", d->path,
+                            ps->next);
+        pthread_mutex_lock(&P->mu);
+    }
+    pthread_mutex_unlock(&P->mu);
+    const size_t fs = (size_t)d->width * (size_t)d->height * 3;
+    qvl_status s = QVL_OK;
+    for (size_t i = 0; i < n_ready && s == QVL_OK; i++)
+        for (size_t j = ready[i]->slot; s == QVL_OK && j < P->n_slots && P->indices[j] == ready[i]->rank; j++) {
+            if (ps->sink) s = ps->sink->frame(ps->sink->user, j, ready[i]->rgb, err);
+            else memcpy(ps->rgb + j * fs, ready[i]->rgb, fs);
+            if (s == QVL_OK) ps->next++;
+        }
+    if (n_ready) {
+        pthread_mutex_lock(&P->mu);
+        for (size_t i = 0; i < n_ready; i++) ready[i]->state = VBUF_FREE;
+        pthread_cond_broadcast(&P->to_workers);
+        pthread_mutex_unlock(&P->mu);
+    }
+    return s;
+}
+
+static int par_room(const vpar *P) { return P->stop || P->queued <= VIDEO_PAR_QUEUE; }
+
+static int par_all_exited(const vpar *P) {
+    for (int i = 0; i < P->n_w; i++)
+        if (P->w[i].started && !P->w[i].exited) return 0;
+    return 1;
+}
+
+/* Queue the reader's packet (d->pkt, the `at`-th) to `job`, waiting for room (handing frames over meanwhile). */
+static qvl_status par_queue(vpar *P, vpass *ps, vjob *job, size_t at, qvl_error *err) {
+    vdec *d = P->d;
+    pthread_mutex_lock(&P->mu);
+    while (!par_room(P)) {
+        pthread_mutex_unlock(&P->mu);
+        TRY(par_hand_over(P, ps, 1, par_room, err));
+        pthread_mutex_lock(&P->mu);
+    }
+    qvl_status s = QVL_OK;
+    if (!P->stop && !job->dropping) {
+        vpk *e = P->spare;
+        if (e) P->spare = e->next;
+        else if ((e = calloc(1, sizeof *e)) && !(e->pkt = av_packet_alloc())) free(e), e = NULL;
+        if (!e) {
+            s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for the packet queue", d->path);
+        } else {
+            av_packet_move_ref(e->pkt, d->pkt);
+            e->at = at;
+            e->next = NULL;
+            if (job->tail) job->tail->next = e;
+            else job->head = e;
+            job->tail = e;
+            P->queued += (size_t)e->pkt->size;
+            pthread_cond_broadcast(&P->to_workers);
+        }
+    }
+    pthread_mutex_unlock(&P->mu);
+    av_packet_unref(d->pkt);
+    return s;
+}
+
+/* The reader's side of a skipping read on several decoders: every packet once, into its job's queue. */
+static qvl_status par_read(vpar *P, vpass *ps, const char **why, qvl_error *err) {
+    vdec *d = P->d;
+    vskip *k = P->k;
+    size_t at = 0, ji = 0;
+    for (;;) {
+        if (stop_now(d->stop))
+            return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %zu sampled frames", d->path,
+                            ps->next);
+        TRY(par_hand_over(P, ps, 0, par_room, err));
+        pthread_mutex_lock(&P->mu);
+        for (; ji < P->n_jobs && P->jobs[ji].b <= at; ji++) P->jobs[ji].all_read = 1;
+        const int stop = P->stop || ji == P->n_jobs;
+        pthread_cond_broadcast(&P->to_workers);
+        pthread_mutex_unlock(&P->mu);
+        if (stop) return QVL_OK;
+        int ret = av_read_frame(d->fmt, d->pkt);
+        if (ret == AVERROR_EOF) return QVL_OK; /* a job short of packets says so */
+        if (ret < 0) return *why = "unreadable packets", QVL_OK;
+        if (d->pkt->stream_index != d->stream) {
             av_packet_unref(d->pkt);
-            at++;
-            skipping = 1;
             continue;
         }
-        if (skipping) {
-            if (sent_any) avcodec_flush_buffers(d->dec);
-            gen++;
-            skipping = 0;
+        if (at >= k->n || d->pkt->pts != k->pts[at]) {
+            av_packet_unref(d->pkt);
+            return *why = "packets that differ from the first read", QVL_OK;
         }
-        const int want = k->want[at];
-        d->dec->skip_frame = want ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
-        if (want || (k->flags[at] & H264_PKT_REF)) k->sent[k->rank[at]] = gen;
-        ret = avcodec_send_packet(d->dec, d->pkt);
-        if (ret == AVERROR(EAGAIN)) {
-            qvl_status s = drain_skipping(d, ps, k, gen, &last, &done, why, err);
-            ret = s != QVL_OK || done || *why ? 0 : avcodec_send_packet(d->dec, d->pkt);
-            if (s != QVL_OK) {
+        if (at == 0) {
+            pthread_mutex_lock(&P->mu);
+            ret = av_packet_ref(P->first, d->pkt);
+            P->first_set = ret >= 0;
+            pthread_cond_broadcast(&P->to_workers);
+            pthread_mutex_unlock(&P->mu);
+            if (ret < 0) {
                 av_packet_unref(d->pkt);
-                return s;
+                return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", d->path);
             }
         }
-        av_packet_unref(d->pkt);
-        if (ret < 0) return *why = "a decoding error", QVL_OK;
-        sent_any = 1;
+        if (at < P->jobs[ji].a) av_packet_unref(d->pkt);
+        else TRY(par_queue(P, ps, &P->jobs[ji], at, err));
         at++;
-        TRY(drain_skipping(d, ps, k, gen, &last, &done, why, err));
     }
-    if (!done && !*why) {
-        int ret = avcodec_send_packet(d->dec, NULL);
-        if (ret < 0 && ret != AVERROR_EOF) return *why = "a decoding error", QVL_OK;
-        TRY(drain_skipping(d, ps, k, gen, &last, &done, why, err));
+}
+
+/* How many decoders a skipping read of `n_jobs` jobs runs at once, and each one's frame threads. */
+static int par_decoders(const video_read_info *info, size_t n_jobs, int *threads) {
+    const int cpus = av_cpu_count();
+    long n = info && info->decoders > 0 ? info->decoders : cpus;
+    if (n > VIDEO_PAR_MAX) n = VIDEO_PAR_MAX;
+    if ((size_t)n > n_jobs) n = (long)n_jobs;
+    const int per = n > 0 ? cpus / (int)n : 1;
+    *threads = per <= 1 ? 1 : 2 * per > 16 ? 16 : 2 * per; /* as skip_threads, for its share of the CPUs */
+    return (int)n;
+}
+
+/* The skipping pass on several decoders (see above), when the sampling spans two or more jobs and more than one
+ * decoder may run; *used is 0 when it does not apply (nothing was read: the caller runs decode_skipping). */
+static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video *v, int *used, const char **why,
+                                  qvl_error *err) {
+    *used = 0;
+    vjob *jobs = calloc((size_t)v->n_frames, sizeof *jobs);
+    if (!jobs) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for the packet table", d->path);
+    const size_t n_jobs = par_jobs(k, v, jobs);
+    int threads = 1;
+    const int n_w = n_jobs >= 2 ? par_decoders(d->info, n_jobs, &threads) : 0;
+    if (n_w < 2) {
+        free(jobs);
+        return QVL_OK;
     }
-    if (!done && !*why) *why = "a sampled frame missing from the output";
-    return QVL_OK;
+    vpar *P = calloc(1, sizeof *P);
+    if (!P) {
+        free(jobs);
+        return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", d->path);
+    }
+    P->d = d, P->k = k, P->indices = v->indices, P->n_slots = (size_t)v->n_frames, P->jobs = jobs;
+    P->n_jobs = n_jobs;
+    pthread_mutex_init(&P->mu, NULL);
+    pthread_cond_init(&P->to_reader, NULL);
+    pthread_cond_init(&P->to_workers, NULL);
+    qvl_status s = QVL_OK;
+    const AVCodecParameters *par = d->fmt->streams[d->stream]->codecpar;
+    const AVCodec *codec = avcodec_find_decoder(par->codec_id);
+    const size_t fs = (size_t)d->width * (size_t)d->height * 3 + VIDEO_SWS_SLACK;
+    P->first = av_packet_alloc();
+    if (!P->first) s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", d->path);
+    for (int i = 0; i < n_w && s == QVL_OK; i++) {
+        vworker *w = &P->w[i];
+        w->par = P;
+        w->d.path = d->path, w->d.width = d->width, w->d.height = d->height, w->d.explode = 1;
+        w->d.pkt = av_packet_alloc();
+        w->d.frame = av_frame_alloc();
+        for (int b = 0; b < VIDEO_PAR_OUT; b++) w->out[b].rgb = malloc(fs);
+        int ok = w->d.pkt && w->d.frame;
+        for (int b = 0; b < VIDEO_PAR_OUT; b++) ok = ok && w->out[b].rgb;
+        if (!ok) {
+            s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %d decoders", d->path, n_w);
+            break;
+        }
+        int ret = open_decoder(&w->d, codec, par, threads, err);
+        if (ret == AVERROR(EAGAIN)) ret = open_decoder(&w->d, codec, par, 1, err);
+        if (ret == AVERROR(EAGAIN))
+            s = err_fail(err, QVL_ERR_NOMEM, "%s: cannot start %d video decoders", d->path, n_w);
+        else if (ret < 0) s = err->status;
+        P->n_w = i + 1;
+    }
+    int started = 0;
+    for (int i = 0; i < P->n_w && s == QVL_OK; i++) {
+        P->w[i].started = pthread_create(&P->w[i].thread, NULL, par_worker, &P->w[i]) == 0;
+        started += P->w[i].started;
+    }
+    if (s == QVL_OK && started > 0) {
+        *used = 1;
+        if (d->info) d->info->jobs = (int)n_jobs;
+        s = par_read(P, ps, why, err);
+        pthread_mutex_lock(&P->mu);
+        for (size_t j = 0; j < P->n_jobs; j++) P->jobs[j].all_read = 1;
+        if (s != QVL_OK || *why) P->stop = 1;
+        pthread_cond_broadcast(&P->to_workers);
+        pthread_mutex_unlock(&P->mu);
+        while (s == QVL_OK) { /* the frames still to come */
+            qvl_status h = par_hand_over(P, ps, 1, par_all_exited, err);
+            if (h != QVL_OK) s = h;
+            pthread_mutex_lock(&P->mu);
+            int rest = 0;
+            for (int i = 0; i < P->n_w; i++)
+                for (int b = 0; b < VIDEO_PAR_OUT; b++) rest |= P->w[i].out[b].state == VBUF_READY;
+            const int over = par_all_exited(P) && !rest;
+            if (s != QVL_OK) {
+                P->stop = 1;
+                pthread_cond_broadcast(&P->to_workers);
+            }
+            pthread_mutex_unlock(&P->mu);
+            if (over) break;
+        }
+    }
+    for (int i = 0; i < P->n_w; i++)
+        if (P->w[i].started) pthread_join(P->w[i].thread, NULL);
+    for (int i = 0; i < P->n_w && s == QVL_OK && !*why; i++) /* a worker's own failure, else its misfit */
+        if (P->w[i].status != QVL_OK) {
+            if (err) *err = P->w[i].err;
+            s = P->w[i].status;
+        }
+    for (int i = 0; i < P->n_w && s == QVL_OK && !*why; i++) *why = P->w[i].why;
+    if (s == QVL_OK && !*why && ps->next != ps->n) *why = "a sampled frame missing from the output";
+    for (int i = 0; i < P->n_w; i++) {
+        for (int b = 0; b < VIDEO_PAR_OUT; b++) free(P->w[i].out[b].rgb);
+        vdec_close(&P->w[i].d);
+    }
+    for (size_t j = 0; j < P->n_jobs; j++)
+        for (vpk *e = P->jobs[j].head; e; e = e->next) av_packet_unref(e->pkt);
+    for (size_t j = 0; j < P->n_jobs; j++)
+        if (P->jobs[j].tail) P->jobs[j].tail->next = P->spare, P->spare = P->jobs[j].head;
+    while (P->spare) {
+        vpk *e = P->spare;
+        P->spare = e->next;
+        av_packet_free(&e->pkt);
+        free(e);
+    }
+    av_packet_free(&P->first);
+    pthread_cond_destroy(&P->to_workers);
+    pthread_cond_destroy(&P->to_reader);
+    pthread_mutex_destroy(&P->mu);
+    free(P);
+    free(jobs);
+    return s;
 }
 
 /* The frame-size limit: the smaller of max_image_pixels and p->max_pixels, named as the setting to raise. In a plan
@@ -821,12 +1326,13 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
         TRY(skip_scan(d, 0, p, fps, sink != NULL, k, &why, err));
         vdec_close(d);
         d->threads = why ? 0 : skip_threads();
+        d->explode = !why;
         TRY(vdec_open(d, err));
         if (!why) total = (int64_t)k->n, counted = 2;
     }
     if (total <= 0) { /* no count in the header: decode once to count, within the limits */
         TRY(video_count_check(0, d->width, d->height, fps, p, sink != NULL, path, err));
-        vpass count = {NULL, 0, 0, NULL, sink, 0, p, fps};
+        vpass count = {NULL, 0, 0, NULL, sink, 0, p, fps, 0};
         TRY(decode_pass(d, &count, err));
         total = count.decoded;
         counted = 1;
@@ -845,6 +1351,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
             TRY(skip_scan(d, total, p, fps, sink != NULL, k, &why, err));
             vdec_close(d);
             d->threads = why ? 0 : skip_threads();
+            d->explode = !why;
             TRY(vdec_open(d, err));
         }
     }
@@ -855,14 +1362,16 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
         return QVL_OK;
     }
     if (!why) {
-        vpass fast = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0};
-        TRY(decode_skipping(d, &fast, k, &why, err));
+        vpass fast = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0, 0};
+        int parallel = 0;
+        TRY(decode_parallel(d, &fast, k, out, &parallel, &why, err));
+        if (!parallel) TRY(decode_skipping(d, &fast, k, &why, err));
         if (d->info) d->info->skipping_why = why;
         *retry = why != NULL;
         return QVL_OK;
     }
     if (d->info) d->info->skipping_why = why;
-    vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0};
+    vpass ps = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0, 0};
     TRY(decode_pass(d, &ps, err));
     if (ps.next == ps.n) return QVL_OK;
     /* The stream ended early: take the indices again over the frames it has. */
@@ -878,7 +1387,7 @@ static qvl_status video_load(vdec *d, const qvl_video_params *p, const qvl_decod
     TRY(vdec_open(d, err));
     TRY(video_sample_into(out, d->width, d->height, have, fps, p, sink, 1, path, err));
     TRY(decode_budget(d, out, err));
-    vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0};
+    vpass again = {out->indices, (size_t)out->n_frames, 0, out->rgb, sink, 0, NULL, 0.0, 0};
     TRY(decode_pass(d, &again, err));
     if (again.next != again.n)
         return err_fail(err, QVL_ERR_FORMAT, "%s: the stream has %lld decodable frames on a second read, %lld before",
@@ -905,7 +1414,7 @@ qvl_status video_container_info(const video_src *src, int fmt, const char *label
     d.src = src;
     d.stop = stop;
     d.info = info;
-    if (info) info->frames_decoded = 0, info->skipping_why = NULL;
+    if (info) info->frames_decoded = 0, info->skipping_why = NULL, info->jobs = 0;
     d.ifmt = av_find_input_format(demuxer[fmt]);
     qvl_status s;
     if (!d.ifmt) return err_fail(err, QVL_ERR_UNSUPPORTED, "%s: a video (%s), but this FFmpeg has no %s demuxer",
@@ -924,6 +1433,7 @@ qvl_status video_container_info(const video_src *src, int fmt, const char *label
         free(out->indices), out->indices = NULL;
         d.decoded_pixels = 0;
         d.threads = 0;
+        d.explode = 0;
         s = video_load(&d, p, dp, sink, why ? why : "", &k, &retry, out, err);
     }
     vskip_free(&k);

@@ -20,8 +20,10 @@ enum { VIDEO_SWS_SLACK = 64 };
  *          is not the frames (NULL, or the reader's one-frame buffer). Called again, with the new sampling, when
  *          a stream ends before its header's frame count and is sampled again over the frames it has: whatever
  *          the first call prepared is then to be dropped.
- *   frame  slot `slot` (0, 1, ... n_frames − 1, each once, in order; a repeated index gives each of its slots) is
- *          the w x h RGB frame rgb, valid during the call. */
+ *   frame  slot `slot` (0 ... n_frames − 1, each once; a repeated index gives each of its slots) is the w x h RGB
+ *          frame rgb, valid during the call. In slot order, except where a reader decodes several stretches of a
+ *          stream at once (video.c): then each stretch's slots come in order, the stretches' interleaved. Always
+ *          called on the reader's calling thread. */
 typedef struct video_sink {
     qvl_status (*begin)(void *user, const qvl_video *v, qvl_error *err);
     qvl_status (*frame)(void *user, size_t slot, const uint8_t *rgb, qvl_error *err);
@@ -72,6 +74,9 @@ qvl_status video_container(const video_src *src, int fmt, const char *label, con
 /* How a container was read (tests and benchmarks: video_container_info). */
 typedef struct video_read_info {
     int sequential;           /* in: 1 decodes every frame in order, never skipping (the reference way) */
+    int decoders;             /* in: for a skipping read, at most this many decoders at once (0: the reader's
+                                 choice, by the CPUs; 1: one) */
+    int jobs;                 /* out: the stretches decoded on several decoders at once (0: one decoder) */
     const char *skipping_why; /* out: NULL when the sampled frames were decoded skipping what they do not need
                                  (video.c); else why they were not (a static string) */
     int64_t frames_decoded;   /* out: frames the decoder returned, every pass */

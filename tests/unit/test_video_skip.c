@@ -20,7 +20,9 @@
 typedef struct clip {
     const char *name;
     int skips; /* 1: an H.264 stream that qualifies: read skipping where sampling leaves at least VIDEO_SKIP_MIN (8)
-                  frames out, and always when its header has no frame count (2: the packets count them then) */
+                  frames out, and always when its header has no frame count (2: the packets count them then); 3:
+                  one that qualifies but has errors its decoder conceals: read skipping only where sampling needs
+                  none of them (else the skipping read stops at the first and reads it again in order) */
 } clip;
 
 static const clip clips[] = {
@@ -30,12 +32,12 @@ static const clip clips[] = {
     {"video_h264_bframes.mp4", 1},     {"video_h264_opengop.mp4", 1},    {"video_h264_bframes.ts", 2},
     {"video_h264_bframes.mkv", 2},     {"video_h264_interlaced.mp4", 0}, {"video_hevc.mp4", 0},
     {"video_h264_slices_hrd.mp4", 1},  {"video_h264_10bit_cqm.mp4", 1},  {"video_h264_intrarefresh.mp4", 1},
-    {"video_h264_baseline.mp4", 1},
+    {"video_h264_baseline.mp4", 1},    {"video_h264_sps_change.mkv", 2}, {"video_h264_444_x264old.mp4", 3},
 };
 
-/* A sink that keeps a copy of every frame it is handed, by slot (and checks the order). */
+/* A sink that keeps a copy of every frame it is handed, by slot (and checks each slot comes once). */
 typedef struct keep {
-    uint8_t *rgb;
+    uint8_t *rgb, *got;
     size_t frame_bytes, next, n;
     int begun;
 } keep;
@@ -44,32 +46,39 @@ static qvl_status keep_begin(void *user, const qvl_video *v, qvl_error *err) {
     (void)err;
     keep *k = user;
     free(k->rgb);
+    free(k->got);
     k->frame_bytes = (size_t)v->width * (size_t)v->height * 3;
     k->n = (size_t)v->n_frames;
     k->rgb = calloc(k->n, k->frame_bytes);
+    k->got = calloc(k->n, 1);
     k->next = 0;
     k->begun++;
-    return k->rgb ? QVL_OK : QVL_ERR_NOMEM;
+    return k->rgb && k->got ? QVL_OK : QVL_ERR_NOMEM;
 }
 
 static qvl_status keep_frame(void *user, size_t slot, const uint8_t *rgb, qvl_error *err) {
     (void)err;
     keep *k = user;
-    CHECK(slot == k->next);
-    if (slot < k->n) memcpy(k->rgb + slot * k->frame_bytes, rgb, k->frame_bytes);
-    k->next = slot + 1;
+    CHECK(slot < k->n && !k->got[slot]);
+    if (slot < k->n) {
+        memcpy(k->rgb + slot * k->frame_bytes, rgb, k->frame_bytes);
+        k->got[slot] = 1;
+    }
+    k->next++; /* the frames handed over */
     return QVL_OK;
 }
 
-/* Read `bytes` with video_container_info: sequentially or not, into out (no sink) or into a keeping sink. */
+/* Read `bytes` with video_container_info: sequentially or not (on at most `decoders` decoders at once, 0: the
+ * reader's choice), into out (no sink) or into a keeping sink. */
 static qvl_status read_clip(const uint8_t *bytes, size_t n, const char *label, const qvl_video_params *vp,
-                            int sequential, keep *sink_keep, video_read_info *info, qvl_video *out) {
+                            int sequential, int decoders, keep *sink_keep, video_read_info *info, qvl_video *out) {
     video_src src = {bytes, -1, n};
     qvl_video_params full;
     qvl_error err;
     if (video_params_take(&full, vp, &err) != QVL_OK) return QVL_ERR_INVALID_ARG;
     memset(info, 0, sizeof *info);
     info->sequential = sequential;
+    info->decoders = decoders;
     memset(out, 0, sizeof *out);
     const video_sink sink = {keep_begin, keep_frame, sink_keep};
     return video_container_info(&src, (int)dec_sniff(bytes, n), label, &full, NULL, NULL, sink_keep ? &sink : NULL,
@@ -83,28 +92,39 @@ static int same_sampling(const qvl_video *a, const qvl_video *b) {
 }
 
 static int skipped_clips, fewer_decoded; /* cases read skipping, and those that decoded fewer frames */
+static int parallel_cases;               /* cases read on several decoders at once */
 
 static void one_case(const clip *c, const uint8_t *bytes, size_t n, const qvl_video_params *vp, const char *what) {
     char label[160];
     snprintf(label, sizeof label, "%s (%s)", c->name, what);
-    qvl_video seq, fast;
-    video_read_info si, fi;
-    qvl_status ss = read_clip(bytes, n, label, vp, 1, NULL, &si, &seq);
-    qvl_status fs = read_clip(bytes, n, label, vp, 0, NULL, &fi, &fast);
-    CHECK(ss == fs);
-    CHECK(si.skipping_why != NULL);
-    if (ss != QVL_OK || fs != QVL_OK) {
-        printf("  %s: status %d / %d\n", label, (int)ss, (int)fs);
-        qvl_video_free(&seq), qvl_video_free(&fast);
+    qvl_video seq, fast, par;
+    video_read_info si, fi, pi;
+    qvl_status ss = read_clip(bytes, n, label, vp, 1, 0, NULL, &si, &seq);
+    qvl_status fs = read_clip(bytes, n, label, vp, 0, 1, NULL, &fi, &fast); /* one decoder */
+    qvl_status ps = read_clip(bytes, n, label, vp, 0, 3, NULL, &pi, &par);  /* up to three at once */
+    CHECK(ss == fs && ss == ps);
+    CHECK(si.skipping_why != NULL && si.jobs == 0 && fi.jobs == 0);
+    if (ss != QVL_OK || fs != QVL_OK || ps != QVL_OK) {
+        printf("  %s: status %d / %d / %d\n", label, (int)ss, (int)fs, (int)ps);
+        qvl_video_free(&seq), qvl_video_free(&fast), qvl_video_free(&par);
         return;
     }
-    CHECK(same_sampling(&seq, &fast));
+    CHECK(same_sampling(&seq, &fast) && same_sampling(&seq, &par));
     const size_t fb = (size_t)seq.width * (size_t)seq.height * 3;
     if (same_sampling(&seq, &fast))
         CHECK(tu_same_bytes(fast.rgb, seq.rgb, (size_t)seq.n_frames * fb, label));
+    if (same_sampling(&seq, &par))
+        CHECK(tu_same_bytes(par.rgb, seq.rgb, (size_t)seq.n_frames * fb, label));
+    CHECK((pi.skipping_why == NULL) == (fi.skipping_why == NULL) || c->skips == 3);
+    if (!pi.skipping_why) CHECK(pi.frames_decoded <= si.frames_decoded);
+    if (pi.jobs >= 2 && !pi.skipping_why) parallel_cases++;
     const int64_t left_out = seq.indices[seq.n_frames - 1] + 1 - seq.n_frames;
     const int can_skip = c->skips == 2 || (c->skips && left_out >= 8);
-    if (can_skip) { /* never more decoding; less in most cases (not where every frame is a reference and sampled
+    if (c->skips == 3) { /* either way, as the errors fall */
+        if (!fi.skipping_why) CHECK(fi.frames_decoded <= si.frames_decoded);
+        if (!fi.skipping_why) skipped_clips++, fewer_decoded += fi.frames_decoded < si.frames_decoded;
+        else CHECK(strcmp(fi.skipping_why, "a decoding error") == 0 || !can_skip);
+    } else if (can_skip) { /* never more decoding; less in most cases (not where every frame is a reference and sampled
                        frames are close, as in the Baseline clip at fps 7.5): test_clips checks each clip has some */
         CHECK(fi.skipping_why == NULL);
         CHECK(fi.frames_decoded <= si.frames_decoded);
@@ -116,18 +136,22 @@ static void one_case(const clip *c, const uint8_t *bytes, size_t n, const qvl_vi
     printf("  %-44s %3d of %3lld frames sampled; decoded %3lld sequentially, %3lld %s%s\n", label, (int)seq.n_frames,
            (long long)seq.total_frames, (long long)si.frames_decoded, (long long)fi.frames_decoded,
            fi.skipping_why ? "sequentially: " : "skipping", fi.skipping_why ? fi.skipping_why : "");
+    if (pi.jobs >= 2)
+        printf("  %-44s %d stretches on up to 3 decoders: %lld frames decoded\n", "", pi.jobs,
+               (long long)pi.frames_decoded);
     /* through a sink: the frames as they come, one at a time */
     keep k = {0};
     qvl_video sunk;
     video_read_info ki;
-    CHECK(read_clip(bytes, n, label, vp, 0, &k, &ki, &sunk) == QVL_OK);
+    CHECK(read_clip(bytes, n, label, vp, 0, 2, &k, &ki, &sunk) == QVL_OK); /* on up to two decoders */
     CHECK(sunk.rgb == NULL && k.begun >= 1 && k.next == (size_t)seq.n_frames && k.frame_bytes == fb);
-    CHECK((ki.skipping_why == NULL) == (fi.skipping_why == NULL));
+    CHECK((ki.skipping_why == NULL) == (fi.skipping_why == NULL) || c->skips == 3);
     if (k.rgb && k.next == (size_t)seq.n_frames && k.frame_bytes == fb)
         CHECK(tu_same_bytes(k.rgb, seq.rgb, (size_t)seq.n_frames * fb, label));
     free(k.rgb);
+    free(k.got);
     qvl_video_free(&sunk);
-    qvl_video_free(&seq), qvl_video_free(&fast);
+    qvl_video_free(&seq), qvl_video_free(&fast), qvl_video_free(&par);
 }
 
 static void test_clips(void) {
@@ -164,6 +188,8 @@ static void test_clips(void) {
         if (skipped_clips > skipped_before) CHECK(fewer_decoded > fewer_before); /* a clip read skipping saves some */
     }
     CHECK(skipped_clips >= 30);
+    CHECK(parallel_cases >= 20);
+    printf("  %d cases read skipping, %d of them on several decoders at once\n", skipped_clips, parallel_cases);
 }
 #endif
 
@@ -241,6 +267,76 @@ static size_t make_avcc(uint8_t *out, const uint8_t *sps, size_t n) {
     return 9 + n;
 }
 
+/* Setup units (parameter sets, x264's version SEI): those of the extradata and the first packet are kept; a later
+ * repeat of one is no news, anything else is (H264_PKT_NEW_SETUP); a parameter set FFmpeg would not read from a
+ * skipped packet (nal_ref_idc 0) makes the stream unusable. Annex B packets: `sps` (n bytes), then the units. */
+static void test_setup_units(const uint8_t *sps, size_t n) {
+    static const uint8_t pps[] = {0x68, 0xce, 0x38, 0x80};      /* nal_ref_idc 3 */
+    static const uint8_t pps2[] = {0x68, 0xce, 0x3c, 0x80};     /* another PPS */
+    static const uint8_t pps_disposable[] = {0x08, 0xce, 0x38, 0x80};
+    static const uint8_t sei[] = "\x06\x05\x30xxxxxxxxxxxxxxxxx264 - core 150 - H.264/MPEG-4 AVC codec\x80";
+    static const uint8_t sei2[] = "\x06\x05\x30xxxxxxxxxxxxxxxxx264 - core 164 - H.264/MPEG-4 AVC codec\x80";
+    static const uint8_t other_sei[] = {0x06, 0x01, 0x01, 0x00, 0x80}; /* picture timing: no setup unit */
+    static const uint8_t idr[] = {0x65, 0x88}, p_slice[] = {0x41, 0x9a};
+    struct {
+        const uint8_t *unit; size_t len;
+    } const first[] = {{sps, n}, {pps, sizeof pps}, {sei, sizeof sei - 1}, {idr, sizeof idr}};
+    uint8_t pk[600];
+    size_t m = 0;
+    for (size_t i = 0; i < 4; i++) {
+        memcpy(pk + m, "\0\0\0\1", 4), m += 4;
+        memcpy(pk + m, first[i].unit, first[i].len), m += first[i].len;
+    }
+    struct {
+        const uint8_t *unit; size_t len;
+        unsigned want; /* the flags of a packet of the unit and a P slice */
+    } const later[] = {
+        {sps, n, H264_PKT_REF},                        /* repeats */
+        {pps, sizeof pps, H264_PKT_REF},
+        {sei, sizeof sei - 1, H264_PKT_REF},
+        {other_sei, sizeof other_sei, H264_PKT_REF},   /* not a setup unit */
+        {pps2, sizeof pps2, H264_PKT_REF | H264_PKT_NEW_SETUP},
+        {sei2, sizeof sei2 - 1, H264_PKT_REF | H264_PKT_NEW_SETUP},
+        {sps, n - 1, H264_PKT_REF | H264_PKT_NEW_SETUP}, /* another SPS (cut short: only its bytes matter here) */
+    };
+    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
+        h264_scan s;
+        h264_scan_init(&s, NULL, 0);
+        CHECK(h264_scan_packet(&s, pk, m) == (H264_PKT_IDR | H264_PKT_REF)); /* the first packet: never news */
+        uint8_t q[400];
+        size_t k = 0;
+        memcpy(q + k, "\0\0\0\1", 4), k += 4;
+        memcpy(q + k, later[i].unit, later[i].len), k += later[i].len;
+        memcpy(q + k, "\0\0\1", 3), k += 3;
+        memcpy(q + k, p_slice, sizeof p_slice), k += sizeof p_slice;
+        const unsigned f = h264_scan_packet(&s, q, k);
+        CHECK(f == later[i].want);
+        if (f != later[i].want) printf("  setup case %zu: flags %u, want %u\n", i, f, later[i].want);
+    }
+    /* a disposable parameter set */
+    h264_scan s;
+    h264_scan_init(&s, NULL, 0);
+    h264_scan_packet(&s, pk, m);
+    uint8_t q[32] = {0, 0, 0, 1};
+    memcpy(q + 4, pps_disposable, sizeof pps_disposable);
+    memcpy(q + 4 + sizeof pps_disposable, "\0\0\1\x41\x9a", 5);
+    h264_scan_packet(&s, q, 9 + sizeof pps_disposable);
+    CHECK(s.unusable && strcmp(s.unusable, "a parameter set with nal_ref_idc 0") == 0);
+    /* setup units past H264_SETUP_BYTES in the first packet: every later one counts as news */
+    h264_scan_init(&s, NULL, 0);
+    static uint8_t big[H264_SETUP_BYTES + 64];
+    size_t b = 0;
+    while (b + 4 + sizeof pps + 16 < sizeof big) {
+        memcpy(big + b, "\0\0\0\1", 4), b += 4;
+        memcpy(big + b, pps, sizeof pps), b += sizeof pps;
+        memset(big + b, 0x11, 8), b += 8; /* ids the scanner does not parse: only the bytes count */
+    }
+    memcpy(big + b, "\0\0\1\x65\x88", 5), b += 5;
+    CHECK(h264_scan_packet(&s, big, b) == (H264_PKT_IDR | H264_PKT_REF) && s.setup_full);
+    const uint8_t rep[] = {0, 0, 0, 1, 0x68, 0xce, 0x38, 0x80, 0, 0, 1, 0x41, 0x9a};
+    CHECK(h264_scan_packet(&s, rep, sizeof rep) == (H264_PKT_REF | H264_PKT_NEW_SETUP));
+}
+
 static void test_scanner(void) {
     uint8_t sps[300], rec[320];
     h264_scan s;
@@ -298,6 +394,7 @@ static void test_scanner(void) {
     CHECK(h264_scan_packet(&s, (const uint8_t *)"\0\0\1\x01\x9a\0", 6) == 0 && !s.unusable);
     h264_scan_packet(&s, (const uint8_t *)"\x01\x9a", 2); /* no start code */
     CHECK(s.unusable != NULL);
+    test_setup_units(sps, n);
 }
 
 int main(void) {
