@@ -1193,6 +1193,7 @@ static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video 
     if (!P->first) s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", d->path);
     for (int i = 0; i < n_w && s == QVL_OK; i++) {
         vworker *w = &P->w[i];
+        P->n_w = i + 1; /* what it holds is freed below, whatever fails */
         w->par = P;
         w->d.path = d->path, w->d.width = d->width, w->d.height = d->height, w->d.explode = 1;
         w->d.pkt = av_packet_alloc();
@@ -1209,7 +1210,6 @@ static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video 
         if (ret == AVERROR(EAGAIN))
             s = err_fail(err, QVL_ERR_NOMEM, "%s: cannot start %d video decoders", d->path, n_w);
         else if (ret < 0) s = err->status;
-        P->n_w = i + 1;
     }
     int started = 0;
     for (int i = 0; i < P->n_w && s == QVL_OK; i++) {
