@@ -13,6 +13,8 @@
 #include "testutil.h"
 
 #if QVL_WITH_VIDEO
+#include "core/error.h"
+#include "core/stop.h"
 #include "image/decode.h"
 #include "image/image_params.h"
 #include "image/video_frames.h"
@@ -40,6 +42,7 @@ typedef struct keep {
     uint8_t *rgb, *got;
     size_t frame_bytes, next, n;
     int begun;
+    size_t fail_after; /* nonzero: the sink fails (QVL_ERR_NOMEM) when handed its fail_after-th frame */
 } keep;
 
 static qvl_status keep_begin(void *user, const qvl_video *v, qvl_error *err) {
@@ -57,8 +60,8 @@ static qvl_status keep_begin(void *user, const qvl_video *v, qvl_error *err) {
 }
 
 static qvl_status keep_frame(void *user, size_t slot, const uint8_t *rgb, qvl_error *err) {
-    (void)err;
     keep *k = user;
+    if (k->fail_after && k->next + 1 == k->fail_after) return err_fail(err, QVL_ERR_NOMEM, "the sink failed");
     CHECK(slot < k->n && !k->got[slot]);
     if (slot < k->n) {
         memcpy(k->rgb + slot * k->frame_bytes, rgb, k->frame_bytes);
@@ -70,8 +73,9 @@ static qvl_status keep_frame(void *user, size_t slot, const uint8_t *rgb, qvl_er
 
 /* Read `bytes` with video_container_info: sequentially or not (on at most `decoders` decoders at once, 0: the
  * reader's choice), into out (no sink) or into a keeping sink. */
-static qvl_status read_clip(const uint8_t *bytes, size_t n, const char *label, const qvl_video_params *vp,
-                            int sequential, int decoders, keep *sink_keep, video_read_info *info, qvl_video *out) {
+static qvl_status read_clip_stop(const uint8_t *bytes, size_t n, const char *label, const qvl_video_params *vp,
+                                 int sequential, int decoders, keep *sink_keep, const stop_probe *stop,
+                                 video_read_info *info, qvl_video *out) {
     video_src src = {bytes, -1, n};
     qvl_video_params full;
     qvl_error err;
@@ -81,8 +85,66 @@ static qvl_status read_clip(const uint8_t *bytes, size_t n, const char *label, c
     info->decoders = decoders;
     memset(out, 0, sizeof *out);
     const video_sink sink = {keep_begin, keep_frame, sink_keep};
-    return video_container_info(&src, (int)dec_sniff(bytes, n), label, &full, NULL, NULL, sink_keep ? &sink : NULL,
+    return video_container_info(&src, (int)dec_sniff(bytes, n), label, &full, NULL, stop, sink_keep ? &sink : NULL,
                                 info, out, &err);
+}
+
+static qvl_status read_clip(const uint8_t *bytes, size_t n, const char *label, const qvl_video_params *vp,
+                            int sequential, int decoders, keep *sink_keep, video_read_info *info, qvl_video *out) {
+    return read_clip_stop(bytes, n, label, vp, sequential, decoders, sink_keep, NULL, info, out);
+}
+
+/* A stop probe that says stop at its `at`-th poll. */
+typedef struct stop_at {
+    int polls, at;
+} stop_at;
+
+static int stop_when(void *user) {
+    stop_at *s = user;
+    return ++s->polls >= s->at;
+}
+
+/* A read on several decoders stopped part way, by the caller (cancellation) or by the sink failing: it returns that
+ * failure (never a hang, a leak or a race: the ASan and TSan builds), with every worker stopped. */
+static void test_stopped(void) {
+    char path[512];
+    tu_source_path("tests/data/video/video_h264_bframes.mp4", path, sizeof path);
+    size_t n = 0;
+    uint8_t *bytes = tu_read_file(path, &n);
+    CHECK(bytes != NULL);
+    if (!bytes) return;
+    qvl_video_params vp;
+    qvl_video_params_init(&vp, sizeof vp);
+    vp.fps = 7.5;
+    int cancelled = 0, parallel = 0;
+    for (int at = 1; at <= 200; at += 7) {
+        stop_at st = {0, at};
+        const stop_probe probe = {stop_when, &st};
+        keep k = {0};
+        qvl_video v;
+        video_read_info info;
+        const qvl_status s = read_clip_stop(bytes, n, "stopped", &vp, 0, 3, &k, &probe, &info, &v);
+        CHECK(s == QVL_OK || s == QVL_ERR_CANCELLED);
+        cancelled += s == QVL_ERR_CANCELLED;
+        parallel += info.jobs >= 2;
+        free(k.rgb), free(k.got);
+        qvl_video_free(&v);
+    }
+    for (size_t fail = 1; fail <= 30; fail += 3) {
+        keep k = {0};
+        k.fail_after = fail;
+        qvl_video v;
+        video_read_info info;
+        const qvl_status s = read_clip(bytes, n, "sink fails", &vp, 0, 3, &k, &info, &v);
+        CHECK(s == QVL_ERR_NOMEM);
+        CHECK(k.next == fail - 1); /* nothing after the failure */
+        parallel += info.jobs >= 2;
+        free(k.rgb), free(k.got);
+        qvl_video_free(&v);
+    }
+    CHECK(cancelled >= 10 && parallel >= 10);
+    printf("  stopped part way: %d cancelled reads, %d on several decoders\n", cancelled, parallel);
+    free(bytes);
 }
 
 static int same_sampling(const qvl_video *a, const qvl_video *b) {
@@ -401,6 +463,7 @@ int main(void) {
     test_scanner();
 #if QVL_WITH_VIDEO
     test_clips();
+    test_stopped();
 #else
     printf("test_video_skip: video files not tested, built without FFmpeg (QVL_VIDEO=OFF)\n");
 #endif
