@@ -702,6 +702,7 @@ typedef struct vstate {
 
 typedef struct vworker vworker;
 static qvl_status par_put(vworker *w, vpass *ps, int64_t r, qvl_error *err);
+static int par_stopped(const vworker *w);
 
 /* A decoded frame in the skipping pass: checked against the ordinals (*why set when it does not fit), counted, and
  * delivered to its slots (by a worker `w`: handed to the reader). */
@@ -729,7 +730,7 @@ static qvl_status take_skipping(vdec *d, vpass *ps, const vskip *k, vstate *st, 
 
 static qvl_status drain_skipping(vdec *d, vpass *ps, const vskip *k, vstate *st, vworker *w, const char **why,
                                  qvl_error *err) {
-    while (!st->done && !*why) {
+    while (!st->done && !*why && !(w && par_stopped(w))) {
         int ret = avcodec_receive_frame(d->dec, d->frame);
         if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return QVL_OK;
         if (ret < 0) return *why = "a decoding error", QVL_OK;
@@ -903,6 +904,8 @@ struct vpar {
     vworker w[VIDEO_PAR_MAX];
 };
 
+static int par_stopped(const vworker *w) { return w->par->stop; }
+
 /* The jobs of a qualifying stream's sampling: one per stretch between resume points that holds sampled frames. */
 static size_t par_jobs(const vskip *k, const qvl_video *v, vjob *jobs) {
     size_t n = 0, b = 0;
@@ -975,10 +978,12 @@ static qvl_status par_job(vworker *w, vjob *job, int *used, vstate *st, const ch
     *st = (vstate){1, (int64_t)job->a - 1, 0, 0, 0, st->primed};
     if (job->a > 0 && !st->primed) { /* the stream's first packet, parsed: see skip_prime */
         pthread_mutex_lock(&P->mu);
-        while (!P->first_set && !P->stop) pthread_cond_wait(&P->to_workers, &P->mu);
-        int ret = P->stop ? 0 : av_packet_ref(w->d.pkt, P->first);
+        while (!P->first_set && !P->stop && !job->all_read) pthread_cond_wait(&P->to_workers, &P->mu);
+        const int have = P->first_set && !P->stop;
+        int ret = have ? av_packet_ref(w->d.pkt, P->first) : 0;
         pthread_mutex_unlock(&P->mu);
         if (P->stop) return QVL_OK;
+        if (!have) return *why = "fewer packets than the first read", QVL_OK;
         if (ret < 0) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", w->d.path);
         qvl_status s = skip_prime(&w->d, w->d.pkt, st, why);
         av_packet_unref(w->d.pkt);
@@ -1031,6 +1036,9 @@ static qvl_status par_hand_over(vpar *P, vpass *ps, int wait, int (*until)(const
     vdec *d = P->d;
     vbuf *ready[VIDEO_PAR_MAX * VIDEO_PAR_OUT];
     size_t n_ready = 0;
+    if (wait && stop_now(d->stop))
+        return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %zu sampled frames", d->path,
+                        ps->next);
     pthread_mutex_lock(&P->mu);
     for (;;) {
         for (int i = 0; i < P->n_w; i++)
@@ -1038,7 +1046,7 @@ static qvl_status par_hand_over(vpar *P, vpass *ps, int wait, int (*until)(const
                 if (P->w[i].out[b].state == VBUF_READY) ready[n_ready++] = &P->w[i].out[b];
         if (n_ready || !wait || until(P)) break;
         struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
+        clock_gettime(CLOCK_MONOTONIC, &t);
         t.tv_nsec += VIDEO_PAR_POLL_MS * 1000000L;
         if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&P->to_reader, &P->mu, &t);
@@ -1123,7 +1131,7 @@ static qvl_status par_read(vpar *P, vpass *ps, const char **why, qvl_error *err)
         pthread_mutex_unlock(&P->mu);
         if (stop) return QVL_OK;
         int ret = av_read_frame(d->fmt, d->pkt);
-        if (ret == AVERROR_EOF) return QVL_OK; /* a job short of packets says so */
+        if (ret == AVERROR_EOF) return *why = "fewer packets than the first read", QVL_OK; /* a job needs more */
         if (ret < 0) return *why = "unreadable packets", QVL_OK;
         if (d->pkt->stream_index != d->stream) {
             av_packet_unref(d->pkt);
@@ -1162,7 +1170,8 @@ static int par_decoders(const video_read_info *info, size_t n_jobs, int *threads
 }
 
 /* The skipping pass on several decoders (see above), when the sampling spans two or more jobs and more than one
- * decoder may run; *used is 0 when it does not apply (nothing was read: the caller runs decode_skipping). */
+ * decoder may run; *used is 0 when it does not apply or the decoders cannot be set up (nothing was read: the caller
+ * runs decode_skipping). */
 static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video *v, int *used, const char **why,
                                   qvl_error *err) {
     *used = 0;
@@ -1183,7 +1192,11 @@ static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video 
     P->d = d, P->k = k, P->indices = v->indices, P->n_slots = (size_t)v->n_frames, P->jobs = jobs;
     P->n_jobs = n_jobs;
     pthread_mutex_init(&P->mu, NULL);
-    pthread_cond_init(&P->to_reader, NULL);
+    pthread_condattr_t monotonic; /* the reader's timed waits: a clock that is never set back */
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&P->to_reader, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     pthread_cond_init(&P->to_workers, NULL);
     qvl_status s = QVL_OK;
     const AVCodecParameters *par = d->fmt->streams[d->stream]->codecpar;
@@ -1211,8 +1224,14 @@ static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video 
             s = err_fail(err, QVL_ERR_NOMEM, "%s: cannot start %d video decoders", d->path, n_w);
         else if (ret < 0) s = err->status;
     }
+    const int set_up = s == QVL_OK;
+    if (!set_up) { /* no several decoders (memory, threads): one decoder reads it (decode_skipping); what was set
+                      up is freed below */
+        err_clear(err);
+        s = QVL_OK;
+    }
     int started = 0;
-    for (int i = 0; i < P->n_w && s == QVL_OK; i++) {
+    for (int i = 0; i < P->n_w && set_up; i++) {
         P->w[i].started = pthread_create(&P->w[i].thread, NULL, par_worker, &P->w[i]) == 0;
         started += P->w[i].started;
     }
@@ -1243,13 +1262,13 @@ static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video 
     }
     for (int i = 0; i < P->n_w; i++)
         if (P->w[i].started) pthread_join(P->w[i].thread, NULL);
-    for (int i = 0; i < P->n_w && s == QVL_OK && !*why; i++) /* a worker's own failure, else its misfit */
+    for (int i = 0; i < P->n_w && *used && s == QVL_OK && !*why; i++) /* a worker's own failure, else its misfit */
         if (P->w[i].status != QVL_OK) {
             if (err) *err = P->w[i].err;
             s = P->w[i].status;
         }
-    for (int i = 0; i < P->n_w && s == QVL_OK && !*why; i++) *why = P->w[i].why;
-    if (s == QVL_OK && !*why && ps->next != ps->n) *why = "a sampled frame missing from the output";
+    for (int i = 0; i < P->n_w && *used && s == QVL_OK && !*why; i++) *why = P->w[i].why;
+    if (*used && s == QVL_OK && !*why && ps->next != ps->n) *why = "a sampled frame missing from the output";
     for (int i = 0; i < P->n_w; i++) {
         for (int b = 0; b < VIDEO_PAR_OUT; b++) free(P->w[i].out[b].rgb);
         vdec_close(&P->w[i].d);
