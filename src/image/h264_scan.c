@@ -269,6 +269,21 @@ static int each_nal(h264_scan *s, pkt_scan *ps, const uint8_t *p, size_t n, int 
     return 1;
 }
 
+/* `count` NAL units of an avcC record from x[*at], each behind a 16-bit length; 0 (s unusable) when one runs past
+ * the record's n bytes. */
+static int avcc_units(h264_scan *s, pkt_scan *ps, const uint8_t *x, size_t n, size_t *at, unsigned count) {
+    for (unsigned i = 0; i < count; i++) {
+        if (n - *at < 2 || (size_t)(x[*at] << 8 | x[*at + 1]) > n - *at - 2) {
+            unusable(s, "unreadable codec extradata");
+            return 0;
+        }
+        const size_t len = (size_t)(x[*at] << 8 | x[*at + 1]);
+        scan_nal(s, ps, x + *at + 2, len);
+        *at += 2 + len;
+    }
+    return 1;
+}
+
 void h264_scan_init(h264_scan *s, const uint8_t *x, size_t n) {
     memset(s, 0, sizeof *s); /* packets 0: the extradata's setup units are kept */
     pkt_scan ps = {0};
@@ -285,25 +300,10 @@ void h264_scan_init(h264_scan *s, const uint8_t *x, size_t n) {
     }
     s->nal_length_size = (x[4] & 3) + 1;
     size_t at = 6;
-    for (unsigned i = 0, n_sps = x[5] & 0x1f; i < n_sps; i++) {
-        if (n - at < 2 || (size_t)(x[at] << 8 | x[at + 1]) > n - at - 2) {
-            unusable(s, "unreadable codec extradata");
-            return;
-        }
-        const size_t len = (size_t)(x[at] << 8 | x[at + 1]);
-        scan_nal(s, &ps, x + at + 2, len);
-        at += 2 + len;
-    }
+    if (!avcc_units(s, &ps, x, n, &at, x[5] & 0x1fu)) return;
     if (at == n) return; /* no PPS count: a record cut short, as FFmpeg's decoder then has none from it either */
-    for (unsigned i = 0, n_pps = x[at++]; i < n_pps; i++) {
-        if (n - at < 2 || (size_t)(x[at] << 8 | x[at + 1]) > n - at - 2) {
-            unusable(s, "unreadable codec extradata");
-            return;
-        }
-        const size_t len = (size_t)(x[at] << 8 | x[at + 1]);
-        scan_nal(s, &ps, x + at + 2, len);
-        at += 2 + len;
-    }
+    const unsigned n_pps = x[at++];
+    avcc_units(s, &ps, x, n, &at, n_pps);
 }
 
 unsigned h264_scan_packet(h264_scan *s, const uint8_t *p, size_t n) {

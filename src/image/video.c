@@ -282,7 +282,8 @@ static void decoder_names(char *buf, size_t cap) {
 /* A fresh decoder context for the stream (any earlier one freed: a context whose open failed is not opened again),
  * opened with `threads` (0: FFmpeg's choice; the output does not depend on it). FFmpeg's code: on a failure other
  * than the open's EAGAIN (threads refused), err says what failed. */
-static int open_decoder(vdec *d, const AVCodec *codec, const AVCodecParameters *par, int threads, qvl_error *err) {
+static int open_decoder_once(vdec *d, const AVCodec *codec, const AVCodecParameters *par, int threads,
+                             qvl_error *err) {
     avcodec_free_context(&d->dec);
     d->dec = avcodec_alloc_context3(codec);
     if (!d->dec) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", d->path), AVERROR(ENOMEM);
@@ -293,6 +294,17 @@ static int open_decoder(vdec *d, const AVCodec *codec, const AVCodecParameters *
     ret = avcodec_open2(d->dec, codec, NULL);
     if (ret < 0 && ret != AVERROR(EAGAIN)) av_fail(err, QVL_ERR_UNSUPPORTED, d, "cannot open the video decoder", ret);
     return ret;
+}
+
+/* d->dec opened with `threads` frame threads, else (the system refused the threads) with one, which decodes the same
+ * frames; a status, with err set on failure. */
+static qvl_status open_decoder(vdec *d, const AVCodec *codec, const AVCodecParameters *par, int threads,
+                               qvl_error *err) {
+    int ret = open_decoder_once(d, codec, par, threads, err);
+    if (ret == AVERROR(EAGAIN)) ret = open_decoder_once(d, codec, par, 1, err);
+    if (ret == AVERROR(EAGAIN))
+        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot start the video decoder: out of memory or threads", d->path);
+    return ret < 0 ? err->status : QVL_OK;
 }
 
 /* Open the source with the sniffed demuxer, pick the best video stream, check its codec and frame size (against
@@ -346,12 +358,7 @@ static qvl_status vdec_open(vdec *d, qvl_error *err) {
     d->pkt = av_packet_alloc();
     d->frame = av_frame_alloc();
     if (!d->pkt || !d->frame) return err_fail(err, QVL_ERR_NOMEM, "%s: out of memory", path);
-    ret = open_decoder(d, codec, par, d->threads, err);
-    if (ret == AVERROR(EAGAIN)) /* the system refused the decoder's threads: one thread decodes the same frames */
-        ret = open_decoder(d, codec, par, 1, err);
-    if (ret == AVERROR(EAGAIN))
-        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot start the video decoder: out of memory or threads", path);
-    return ret < 0 ? err->status : QVL_OK;
+    return open_decoder(d, codec, par, d->threads, err);
 }
 
 static int full_range(const AVFrame *f) {
@@ -949,6 +956,14 @@ static qvl_status par_put(vworker *w, vpass *ps, int64_t r, qvl_error *err) {
     return s;
 }
 
+/* Empty a job's queue (under the lock, or once the workers are joined): its packets unreferenced, its entries kept
+ * for reuse. */
+static void job_drop(vpar *P, vjob *job) {
+    for (vpk *e = job->head; e; e = e->next) P->queued -= (size_t)e->pkt->size, av_packet_unref(e->pkt);
+    if (job->tail) job->tail->next = P->spare, P->spare = job->head;
+    job->head = job->tail = NULL;
+}
+
 /* The next packet of a worker's job into w->d.pkt (*got 0: the job has no more, or the read stops). */
 static void par_pop(vworker *w, vjob *job, size_t *at, int *got) {
     vpar *P = w->par;
@@ -1013,9 +1028,7 @@ static void *par_worker(void *arg) {
         w->status = par_job(w, job, &used, &st, &w->why, &w->err);
         pthread_mutex_lock(&P->mu);
         job->dropping = 1; /* what is queued for it, and what comes, is not needed */
-        for (vpk *e = job->head; e; e = e->next) P->queued -= (size_t)e->pkt->size, av_packet_unref(e->pkt);
-        if (job->tail) job->tail->next = P->spare, P->spare = job->head;
-        job->head = job->tail = NULL;
+        job_drop(P, job);
         if (w->status != QVL_OK || w->why) {
             P->stop = 1;
             pthread_cond_broadcast(&P->to_workers);
@@ -1030,15 +1043,18 @@ static void *par_worker(void *arg) {
     return NULL;
 }
 
+static qvl_status par_cancelled(const vpar *P, const vpass *ps, qvl_error *err) {
+    return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %zu sampled frames", P->d->path,
+                    ps->next);
+}
+
 /* Hand the ready frames to their slots; with `wait`, first wait (polling the caller's stop) until a frame is
  * ready or `until(P)` holds. Called by the reader without the lock. */
 static qvl_status par_hand_over(vpar *P, vpass *ps, int wait, int (*until)(const vpar *), qvl_error *err) {
     vdec *d = P->d;
     vbuf *ready[VIDEO_PAR_MAX * VIDEO_PAR_OUT];
     size_t n_ready = 0;
-    if (wait && stop_now(d->stop))
-        return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %zu sampled frames", d->path,
-                        ps->next);
+    if (wait && stop_now(d->stop)) return par_cancelled(P, ps, err);
     pthread_mutex_lock(&P->mu);
     for (;;) {
         for (int i = 0; i < P->n_w; i++)
@@ -1051,9 +1067,7 @@ static qvl_status par_hand_over(vpar *P, vpass *ps, int wait, int (*until)(const
         if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&P->to_reader, &P->mu, &t);
         pthread_mutex_unlock(&P->mu);
-        if (stop_now(d->stop))
-            return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %zu sampled frames", d->path,
-                            ps->next);
+        if (stop_now(d->stop)) return par_cancelled(P, ps, err);
         pthread_mutex_lock(&P->mu);
     }
     pthread_mutex_unlock(&P->mu);
@@ -1120,14 +1134,13 @@ static qvl_status par_read(vpar *P, vpass *ps, const char **why, qvl_error *err)
     vskip *k = P->k;
     size_t at = 0, ji = 0;
     for (;;) {
-        if (stop_now(d->stop))
-            return err_fail(err, QVL_ERR_CANCELLED, "%s: video decode cancelled after %zu sampled frames", d->path,
-                            ps->next);
+        if (stop_now(d->stop)) return par_cancelled(P, ps, err);
         TRY(par_hand_over(P, ps, 0, par_room, err));
         pthread_mutex_lock(&P->mu);
+        const size_t was = ji;
         for (; ji < P->n_jobs && P->jobs[ji].b <= at; ji++) P->jobs[ji].all_read = 1;
         const int stop = P->stop || ji == P->n_jobs;
-        pthread_cond_broadcast(&P->to_workers);
+        if (ji != was) pthread_cond_broadcast(&P->to_workers);
         pthread_mutex_unlock(&P->mu);
         if (stop) return QVL_OK;
         int ret = av_read_frame(d->fmt, d->pkt);
@@ -1218,11 +1231,7 @@ static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video 
             s = err_fail(err, QVL_ERR_NOMEM, "%s: out of memory for %d decoders", d->path, n_w);
             break;
         }
-        int ret = open_decoder(&w->d, codec, par, threads, err);
-        if (ret == AVERROR(EAGAIN)) ret = open_decoder(&w->d, codec, par, 1, err);
-        if (ret == AVERROR(EAGAIN))
-            s = err_fail(err, QVL_ERR_NOMEM, "%s: cannot start %d video decoders", d->path, n_w);
-        else if (ret < 0) s = err->status;
+        s = open_decoder(&w->d, codec, par, threads, err);
     }
     const int set_up = s == QVL_OK;
     if (!set_up) { /* no several decoders (memory, threads): one decoder reads it (decode_skipping); what was set
@@ -1273,10 +1282,7 @@ static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video 
         for (int b = 0; b < VIDEO_PAR_OUT; b++) free(P->w[i].out[b].rgb);
         vdec_close(&P->w[i].d);
     }
-    for (size_t j = 0; j < P->n_jobs; j++)
-        for (vpk *e = P->jobs[j].head; e; e = e->next) av_packet_unref(e->pkt);
-    for (size_t j = 0; j < P->n_jobs; j++)
-        if (P->jobs[j].tail) P->jobs[j].tail->next = P->spare, P->spare = P->jobs[j].head;
+    for (size_t j = 0; j < P->n_jobs; j++) job_drop(P, &P->jobs[j]);
     while (P->spare) {
         vpk *e = P->spare;
         P->spare = e->next;
