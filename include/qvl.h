@@ -496,6 +496,17 @@ QVL_API qvl_status qvl_st_writer_meta(qvl_st_writer *w, const char *key, const c
 QVL_API qvl_status qvl_st_writer_tensor(qvl_st_writer *w, const char *name, const char *dtype, const int64_t *shape,
                                         int ndim, qvl_error *err);
 QVL_API qvl_status qvl_st_writer_data(qvl_st_writer *w, const void *data, size_t n, qvl_error *err);
+/* Tensors filled side by side (the planes of an output that comes in parts): n tensors of one dtype and shape,
+ * declared at once, in this order in the file; qvl_st_writer_data_to appends n bytes to tensor k of the group (0: the
+ * first named here), each tensor's data in order. Every tensor of the group must be full before the next tensor,
+ * group or finish (else that fails, naming the tensor short of data); qvl_st_writer_data fails while a group is
+ * open. */
+QVL_API qvl_status qvl_st_writer_group(qvl_st_writer *w, size_t n, const char *const *names, const char *dtype,
+                                       const int64_t *shape, int ndim, qvl_error *err);
+QVL_API qvl_status qvl_st_writer_data_to(qvl_st_writer *w, size_t k, const void *data, size_t n, qvl_error *err);
+/* Take back the open group, or the tensor qvl_st_writer_tensor declared whose data is not complete, with the data
+ * given for it (an item that failed after part of its output was written): as if never declared. Else nothing. */
+QVL_API qvl_status qvl_st_writer_drop(qvl_st_writer *w, qvl_error *err);
 /* Write the header, rename into place and free the writer (also on failure). */
 QVL_API qvl_status qvl_st_writer_finish(qvl_st_writer *w, qvl_error *err);
 /* Remove the temporary and free the writer; NULL is a no-op. */
@@ -888,6 +899,50 @@ typedef int (*qvl_chunk_fn)(void *user, size_t item, size_t tok0, size_t n_token
 /* qvl_plan_encode, telling fn (may be NULL: qvl_plan_encode itself) of each finished chunk of output. */
 QVL_API qvl_status qvl_plan_encode_chunks(qvl_ctx *ctx, qvl_plan *plan, void *const *outputs, qvl_chunk_fn fn,
                                           void *user, qvl_error *err);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Streaming one item: decode, preprocess and encode overlapped, its output handed over in parts
+ * ------------------------------------------------------------------------------------------------------------- */
+
+/* A part of a streamed item's output (qvl_encode_stream): the item's tokens [tok0, tok0 + n_tokens), which are its
+ * temporal patches [t0, t0 + t). `data` holds n_planes planes (qvl_item_info.n_planes: CONCAT 1, SPLIT
+ * 1 + n_deepstack) of n_tokens rows of out_cols values of the dtype, `plane_stride` bytes from one plane to the
+ * next, each row contiguous; valid during the call only. */
+typedef struct qvl_chunk {
+    size_t tok0, n_tokens;
+    int32_t t0, t;
+    const void *data;
+    size_t plane_stride;
+    size_t bytes;             /* n_planes · n_tokens · out_cols · dtype size */
+} qvl_chunk;
+
+/* Told each part as it is final, in order. `info` is the item's as planned (kind, grid, n_tokens and out_bytes of the
+ * whole item, sizes, the video's frame table and timestamps), valid during the call; its decode / preprocess /
+ * encode times are 0 for a streamed video (they overlap: the call's wall time is what it took), an item encoded
+ * whole's own otherwise. Return 0 to go on, nonzero to stop (ignored at the last part). */
+typedef int (*qvl_stream_fn)(void *user, const qvl_item_info *info, const qvl_chunk *chunk);
+
+/* Encode one item, handing its output to fn part by part, with neither its rows nor its output held whole.
+ * A video (PATH or ENCODED video, FRAMES) is decoded on a thread of this call while this thread encodes: its
+ * temporal patches' rows gather in a ring of two pieces (a piece: as many whole temporal patches as fit
+ * params->max_batch_rows, at least one; 0 here: 4096 rows), each piece is encoded as soon as its rows are complete
+ * (the tower attends within a temporal patch: the same bits as the whole clip's encode), checked finite, told, and
+ * its ring space handed back to the decoder, which waits for room when it is ahead. What the call holds is then set
+ * by the piece (two pieces' rows, one piece's output, the encode scratch of one piece, the decoder's frames), not
+ * by the video's length. Any other item is planned and encoded as qvl_plan_encode_chunks does it (a ROWS item
+ * above max_batch_rows in pieces), from one output buffer of the whole item.
+ * Returns QVL_OK when every token was told; otherwise the item's status, with the message naming it: its planning
+ * failure (as qvl_plan_create gives it), an encode failure, QVL_ERR_NONFINITE for a part that is not finite (parts
+ * before it stay told), QVL_ERR_CANCELLED when fn asked to stop before the last part ("stopped by the chunk callback
+ * after N of its M tokens"), the ctx was cancelled (qvl_ctx_cancel, its cancel_fn) or params->cancel_fn said so
+ * (both polled on this thread: between parts, and every 20 ms while it waits for rows). A video whose stream ends
+ * before the frame count of its header is sampled again over the frames it has, as qvl_plan_create does: when that
+ * is found before the first part is told the item is read again and encoded whole (the same tokens as
+ * qvl_plan_encode), after it QVL_ERR_FORMAT saying so (parts told stay told). Limits are the ctx's lowered by
+ * params->limits, as for a plan of this one item. Uses the ctx (its scratch and pool) for the call: one call at a
+ * time per ctx. */
+QVL_API qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params,
+                                     qvl_stream_fn fn, void *user, qvl_error *err);
 
 /* Content-addressed cache key of one item: 32 bytes (64 lowercase hex digits, the `uuid` a server hands to vLLM),
  * equal exactly when the item's output is the same by construction. SHA-256 over a length-prefixed canonical tuple

@@ -47,12 +47,12 @@ if(CMAKE_CROSSCOMPILING)
 endif()
 # ThreadSanitizer (it cannot share a process with ASan, so only in the plain build): the library built again with
 # -fsanitize=thread, under the thread pool's own test and the test that drives several contexts from several
-# threads at once (and 1, 2, 3 threads, and both kernel sets), the cache shared by threads, and a video read on
-# several decoders at once.
+# threads at once (and 1, 2, 3 threads, and both kernel sets), the cache shared by threads, a video read on
+# several decoders at once, and a video decoded on one thread while another encodes it (qvl_encode_stream).
 if(NOT QVL_SANITIZE AND NOT QVL_FUZZ AND NOT CMAKE_CROSSCOMPILING)
   qvl_objects(qvl_obj_tsan -fsanitize=thread -g)
   qvl_internal(qvl_internal_tsan qvl_obj_tsan)
-  foreach(name test_pool test_layouts test_plan test_cache test_video_skip)
+  foreach(name test_pool test_layouts test_plan test_cache test_video_skip test_video_stream)
     qvl_unit_test(${name}_tsan ${QVL_ROOT}/tests/unit/${name}.c qvl_internal_tsan
                   "QVL_SOURCE_DIR=${QVL_ROOT};TSAN_OPTIONS=halt_on_error=1 suppressions=${QVL_ROOT}/tests/tsan.supp"
                   -fsanitize=thread -g)

@@ -38,8 +38,19 @@ qvl_status video_grid_of(const qvl_video *v, const qvl_preprocess_params *p, qvl
  *                     p (full params) must outlive the rows' making; a second start drops the first's state
  *   video_rows_frame  slot `slot` of v's sampled frames (each slot once, in any order), v->width x v->height RGB
  *   video_rows_free   the buffers (also after a failure; a zeroed video_rows is free) */
+/* Where a temporal patch's rows go when they are not the whole clip's rows (video_rows_set_place): a stream's
+ * bounded ring. where(t) returns the rows of temporal patch t (grid h·w rows), or NULL when there is no room for
+ * them yet: the patch is then kept, complete, as its resized frames, until video_rows_place finds room; placed(t)
+ * says they are written. Both are called on the thread that hands the frames over. */
+typedef struct rows_place {
+    float *(*where)(void *user, long t);
+    void (*placed)(void *user, long t);
+    void *user;
+} rows_place;
+
 typedef struct video_rows {
     const qvl_preprocess_params *p;
+    rows_place place; /* where.fn NULL: into `rows`, the whole clip's */
     thread_pool *pool, *own;
     float *rows;
     uint8_t *frames;  /* n_pend buffers of temporal_patch frames of th x tw x 3 */
@@ -57,6 +68,11 @@ qvl_status video_rows_start(video_rows *vr, const qvl_video *v, const qvl_grid *
                             float *rows, thread_pool *pool, qvl_error *err);
 qvl_status video_rows_frame(video_rows *vr, size_t slot, const uint8_t *rgb, qvl_error *err);
 void video_rows_free(video_rows *vr);
+/* After video_rows_start (rows NULL): each complete temporal patch goes where `place` says (rows_place). */
+void video_rows_set_place(video_rows *vr, const rows_place *place);
+/* The complete temporal patches kept for want of room (rows_place) written where there is room now, lowest
+ * first; the number still kept. */
+size_t video_rows_place(video_rows *vr);
 
 /* qvl_image_decode with `label` naming the bytes in messages, and qvl_image_load (without its argument checks),
  * both stopped by `stop` (core/stop.h; NULL: never) before decoding and during a JPEG's or a PNG's decode. */

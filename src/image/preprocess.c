@@ -308,7 +308,8 @@ static void build_lut(const qvl_preprocess_params *p, float lut[3][256]) {
 typedef struct patch_job {
     const uint8_t *frames; /* frames f0, f0 + 1, ... of the clip */
     int32_t f0, n_frames, th, tw;
-    long r0;               /* the first row written (rows[0] is the clip's first row) */
+    long r0;               /* the first row written */
+    long rbase;            /* the clip's row that rows[0] is (0: rows are the whole clip's) */
     const qvl_preprocess_params *p;
     const float (*lut)[256];
     float *rows;
@@ -334,7 +335,7 @@ static void patch_rows(void *ctx, long r0, long r1, int thread) {
         int bh = (int)(q % (gh / M)); q /= gh / M;
         int t = (int)q;
         int y0 = (bh * M + ih) * P, x0 = (bw * M + iw) * P;
-        float *out = j->rows + (size_t)r * row_len;
+        float *out = j->rows + (size_t)(r - j->rbase) * row_len;
         for (int c = 0; c < 3; c++)
             for (int tp = 0; tp < T; tp++) {
                 int f = t * T + tp;
@@ -354,7 +355,7 @@ static void patchify(const uint8_t *frames, int32_t n_frames, int32_t th, int32_
                      const float lut[3][256], float *rows, thread_pool *pool) {
     const int P = p->patch, T = p->temporal_patch;
     const long n_rows = (long)((n_frames + T - 1) / T) * (th / P) * (tw / P);
-    patch_job j = {frames, 0, n_frames, th, tw, 0, p, lut, rows};
+    patch_job j = {frames, 0, n_frames, th, tw, 0, 0, p, lut, rows};
     pool_for(pool, n_rows, 0, patch_rows, &j);
 }
 
@@ -503,6 +504,27 @@ qvl_status video_rows_start(video_rows *vr, const qvl_video *v, const qvl_grid *
     return QVL_OK;
 }
 
+/* Frames of temporal patch t in the clip (the last one may be short: it is padded with the clip's last frame). */
+static long patch_frames(const video_rows *vr, long t) {
+    const long T = vr->p->temporal_patch, left = (long)vr->n_frames - t * T;
+    return left < T ? left : T;
+}
+
+static size_t rows_per_t(const video_rows *vr) { return (size_t)(vr->th / vr->p->patch) * (size_t)(vr->tw / vr->p->patch); }
+static size_t row_len_p(const qvl_preprocess_params *p) { return (size_t)3 * p->temporal_patch * p->patch * p->patch; }
+
+/* The rows of the complete temporal patch in buffer b into dst (its h·w rows), and the buffer freed. */
+static void rows_emit(video_rows *vr, size_t b, float *dst) {
+    const qvl_preprocess_params *p = vr->p;
+    const long t = vr->pend_t[b];
+    const uint8_t *patch = vr->frames + b * (size_t)p->temporal_patch * vr->frame_bytes;
+    const long r0 = t * (long)rows_per_t(vr); /* the clip's first row of patch t, which dst holds */
+    patch_job j = {patch, (int32_t)(t * p->temporal_patch), vr->n_frames, vr->th, vr->tw, r0, r0, p,
+                   (const float(*)[256])vr->lut, dst};
+    pool_for(vr->pool, (long)rows_per_t(vr), 0, patch_rows, &j);
+    vr->pend_t[b] = -1;
+}
+
 qvl_status video_rows_frame(video_rows *vr, size_t slot, const uint8_t *rgb, qvl_error *err) {
     const qvl_preprocess_params *p = vr->p;
     if (!vr->taken || slot >= (size_t)vr->n_frames || vr->taken[slot])
@@ -525,15 +547,35 @@ qvl_status video_rows_frame(video_rows *vr, size_t slot, const uint8_t *rgb, qvl
     else memcpy(dst, rgb, vr->frame_bytes);
     vr->taken[slot] = 1;
     vr->next++;
-    const long in_patch = (long)vr->n_frames - t * T < T ? (long)vr->n_frames - t * T : T;
-    if (++vr->pend_got[b] < in_patch) return QVL_OK;
-    /* the temporal patch is complete (the last one padded with the clip's last frame): its rows */
-    const long per_t = (long)(vr->th / p->patch) * (vr->tw / p->patch);
-    patch_job j = {patch, (int32_t)(t * T), vr->n_frames, vr->th, vr->tw, t * per_t, p, (const float(*)[256])vr->lut,
-                   vr->rows};
-    pool_for(vr->pool, per_t, 0, patch_rows, &j);
-    vr->pend_t[b] = -1;
+    if (++vr->pend_got[b] < patch_frames(vr, t)) return QVL_OK;
+    if (!vr->place.where) {
+        rows_emit(vr, b, vr->rows + (size_t)t * rows_per_t(vr) * row_len_p(p));
+        return QVL_OK;
+    }
+    video_rows_place(vr); /* this patch, where there is room (else it is kept), and any kept before it */
     return QVL_OK;
+}
+
+void video_rows_set_place(video_rows *vr, const rows_place *place) { vr->place = *place; }
+
+size_t video_rows_place(video_rows *vr) {
+    size_t kept = 0;
+    for (;;) { /* the lowest complete patch first: a ring takes patches in order */
+        size_t b = vr->n_pend;
+        for (size_t i = 0; i < vr->n_pend; i++)
+            if (vr->pend_t[i] >= 0 && vr->pend_got[i] == patch_frames(vr, vr->pend_t[i]) &&
+                (b == vr->n_pend || vr->pend_t[i] < vr->pend_t[b]))
+                b = i;
+        if (b == vr->n_pend) return 0;
+        const long t = vr->pend_t[b];
+        float *dst = vr->place.where(vr->place.user, t);
+        if (!dst) break;
+        rows_emit(vr, b, dst);
+        vr->place.placed(vr->place.user, t);
+    }
+    for (size_t i = 0; i < vr->n_pend; i++)
+        kept += vr->pend_t[i] >= 0 && vr->pend_got[i] == patch_frames(vr, vr->pend_t[i]);
+    return kept;
 }
 
 qvl_status qvl_image_resize(const qvl_image *src, int32_t height, int32_t width, qvl_resize_mode mode, int n_threads,

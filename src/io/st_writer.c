@@ -25,6 +25,7 @@ typedef struct wentry {
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     uint64_t nbytes;
+    uint64_t off, filled; /* a group's tensor: its data offset, and the bytes given so far */
 } wentry;
 
 struct qvl_st_writer {
@@ -37,6 +38,7 @@ struct qvl_st_writer {
     char **meta; /* key, value, key, value ... */
     size_t n_meta, cap_meta;
     uint64_t open_left; /* bytes the current tensor still expects */
+    size_t group0, group_n; /* the open group (qvl_st_writer_group): tensors t[group0 ...], group_n of them */
     qvl_status failed;  /* sticky */
     char fail_msg[1024];
 };
@@ -96,6 +98,14 @@ static qvl_status pwrite_all(int fd, const void *p, size_t n, uint64_t off) {
 }
 
 static qvl_status close_open_tensor(qvl_st_writer *w, qvl_error *err) {
+    for (size_t k = 0; k < w->group_n; k++) {
+        const wentry *e = &w->t[w->group0 + k];
+        if (e->filled == e->nbytes) continue;
+        char m[300];
+        snprintf(m, sizeof m, "tensor %.200s is %" PRIu64 " bytes short", e->name, e->nbytes - e->filled);
+        return fail(w, err, QVL_ERR_INVALID_ARG, m);
+    }
+    w->group_n = 0;
     if (w->open_left) {
         char m[300];
         snprintf(m, sizeof m, "tensor %s is %" PRIu64 " bytes short", w->t[w->n - 1].name, w->open_left);
@@ -145,12 +155,9 @@ static int dtype_of(const char *s, st_dtype *d) {
     return -1;
 }
 
-qvl_status qvl_st_writer_tensor(qvl_st_writer *w, const char *name, const char *dtype, const int64_t *shape, int ndim,
-                                qvl_error *err) {
-    err_clear(err);
-    if (!w) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_st_writer_tensor: writer is NULL");
-    if (w->failed) return sticky(w, err);
-    TRY(close_open_tensor(w, err));
+/* One more tensor in the list, its data to come at offset `written` (nothing written here). */
+static qvl_status declare(qvl_st_writer *w, const char *name, const char *dtype, const int64_t *shape, int ndim,
+                          qvl_error *err) {
     char m[400];
     if (!name || !*name || strcmp(name, "__metadata__") == 0) {
         snprintf(m, sizeof m, "tensor name %s is not allowed", !name ? "NULL" : !*name ? "\"\"" : "\"__metadata__\"");
@@ -192,16 +199,87 @@ qvl_status qvl_st_writer_tensor(qvl_st_writer *w, const char *name, const char *
     e->ndim = ndim;
     for (int i = 0; i < ndim; i++) e->shape[i] = shape[i];
     e->nbytes = nb;
+    e->off = w->written;
     w->n++;
-    w->open_left = nb;
     return QVL_OK;
 }
+
+qvl_status qvl_st_writer_tensor(qvl_st_writer *w, const char *name, const char *dtype, const int64_t *shape, int ndim,
+                                qvl_error *err) {
+    err_clear(err);
+    if (!w) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_st_writer_tensor: writer is NULL");
+    if (w->failed) return sticky(w, err);
+    TRY(close_open_tensor(w, err));
+    TRY(declare(w, name, dtype, shape, ndim, err));
+    w->open_left = w->t[w->n - 1].nbytes;
+    return QVL_OK;
+}
+
+qvl_status qvl_st_writer_group(qvl_st_writer *w, size_t n, const char *const *names, const char *dtype,
+                               const int64_t *shape, int ndim, qvl_error *err) {
+    err_clear(err);
+    if (!w) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_st_writer_group: writer is NULL");
+    if (w->failed) return sticky(w, err);
+    TRY(close_open_tensor(w, err));
+    if (!n || !names) return fail(w, err, QVL_ERR_INVALID_ARG, "qvl_st_writer_group: no tensors");
+    const size_t first = w->n;
+    for (size_t k = 0; k < n; k++) {
+        TRY(declare(w, names[k], dtype, shape, ndim, err));
+        w->written += w->t[w->n - 1].nbytes; /* its region; filled by qvl_st_writer_data_to */
+    }
+    w->group0 = first, w->group_n = n;
+    return QVL_OK;
+}
+
+qvl_status qvl_st_writer_data_to(qvl_st_writer *w, size_t k, const void *data, size_t n, qvl_error *err) {
+    err_clear(err);
+    if (!w) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_st_writer_data_to: writer is NULL");
+    if (w->failed) return sticky(w, err);
+    if (n && !data) return fail(w, err, QVL_ERR_INVALID_ARG, "qvl_st_writer_data_to: data is NULL");
+    char m[400];
+    if (k >= w->group_n) {
+        snprintf(m, sizeof m, "qvl_st_writer_data_to: tensor %zu of a group of %zu", k, w->group_n);
+        return fail(w, err, QVL_ERR_INVALID_ARG, m);
+    }
+    wentry *e = &w->t[w->group0 + k];
+    if (n > e->nbytes - e->filled) {
+        snprintf(m, sizeof m, "%zu bytes given, tensor %.200s expects %" PRIu64 " more", n, e->name,
+                 e->nbytes - e->filled);
+        return fail(w, err, QVL_ERR_INVALID_ARG, m);
+    }
+    if (pwrite_all(w->fd, data, n, w->reserve + e->off + e->filled) != QVL_OK) {
+        snprintf(m, sizeof m, "write failed (%s)", strerror(errno));
+        return fail(w, err, QVL_ERR_IO, m);
+    }
+    e->filled += n;
+    return QVL_OK;
+}
+
+qvl_status qvl_st_writer_drop(qvl_st_writer *w, qvl_error *err) {
+    err_clear(err);
+    if (!w) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_st_writer_drop: writer is NULL");
+    if (w->failed) return sticky(w, err);
+    size_t first = w->n;
+    if (w->group_n) first = w->group0;
+    else if (w->open_left) first = w->n - 1;
+    if (first == w->n) return QVL_OK;
+    w->written = w->t[first].off; /* the data given so far is cut off with them */
+    for (size_t i = first; i < w->n; i++) free(w->t[i].name);
+    w->n = first;
+    w->group_n = 0, w->open_left = 0;
+    return ftruncate(w->fd, (off_t)(w->reserve + w->written)) == 0 ? QVL_OK
+                                                                      : fail(w, err, QVL_ERR_IO, "truncate failed");
+}
+
+
 
 qvl_status qvl_st_writer_data(qvl_st_writer *w, const void *data, size_t n, qvl_error *err) {
     err_clear(err);
     if (!w) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_st_writer_data: writer is NULL");
     if (w->failed) return sticky(w, err);
     if (n && !data) return fail(w, err, QVL_ERR_INVALID_ARG, "qvl_st_writer_data: data is NULL");
+    if (w->group_n) return fail(w, err, QVL_ERR_INVALID_ARG, "qvl_st_writer_data: a group is open (its tensors are "
+                                "filled by qvl_st_writer_data_to)");
     if (n > w->open_left) {
         char m[400];
         snprintf(m, sizeof m, "%zu bytes given, the current tensor %.200s expects %" PRIu64 " more", n,

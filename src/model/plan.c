@@ -335,13 +335,20 @@ static qvl_status check_patches(plan_item *pi, const qvl_limits *lim, uint64_t p
     return QVL_OK;
 }
 
-static qvl_status alloc_rows(plan_item *pi, size_t row_len, const qvl_limits *lim, uint64_t planned, qvl_error *err) {
+/* The item's patch rows from its grid, within the limits (before anything is allocated for them). */
+static qvl_status count_rows(plan_item *pi, size_t row_len, const qvl_limits *lim, uint64_t planned, qvl_error *err) {
     size_t bytes;
     TRY(check_patches(pi, lim, planned, err));
     pi->n_rows = qvl_patch_rows(&pi->grid, 1);
     if (pi->n_rows == 0 || pi->n_rows > INT32_MAX || size_mul_overflow(pi->n_rows, row_len * sizeof(float), &bytes))
         return err_fail(err, QVL_ERR_LIMIT, "%s: grid %dx%dx%d is %zu patch rows, above the limit %d", pi->label,
                         pi->grid.t, pi->grid.h, pi->grid.w, pi->n_rows, INT32_MAX);
+    return QVL_OK;
+}
+
+static qvl_status alloc_rows(plan_item *pi, size_t row_len, const qvl_limits *lim, uint64_t planned, qvl_error *err) {
+    TRY(count_rows(pi, row_len, lim, planned, err));
+    const size_t bytes = pi->n_rows * row_len * sizeof(float);
     pi->rows_owned = malloc(bytes);
     if (!pi->rows_owned)
         return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu bytes for %zu patch rows", pi->label, bytes,
@@ -358,19 +365,34 @@ static qvl_status plan_image(plan_item *pi, const qvl_image *img, const qvl_prep
     return preprocess_image_pool(img, pp, pi->rows_owned, &pi->grid, pool, err);
 }
 
+static void item_info_of(const qvl_plan *p, const plan_item *pi, qvl_item_info *f);
+
 /* A video item's sampling is known (v's sizes, indices, counts and rate; v->rgb is not read): its grid against the
- * limits, its frame table and timestamps, its rows, and vr ready to make them as the frames come. Called again when
- * a stream is sampled again (video_sink.begin): the first call's tables and rows are dropped. */
-static qvl_status plan_video_begin(plan_item *pi, const qvl_video *v, const qvl_preprocess_params *pp,
-                                   const qvl_limits *lim, uint64_t planned, video_rows *vr, thread_pool *pool,
-                                   qvl_error *err) {
+ * limits, its frame table and timestamps, and vr ready to make its rows as the frames come: into rows of its own,
+ * or, with a hook (a stream, plan.h), where the hook places them. Called again when a stream is sampled again
+ * (video_sink.begin): the first call's tables and rows are dropped. */
+typedef struct plan_stream {
+    const qvl_plan *plan;
+    plan_item *pi;
+    const qvl_preprocess_params *pp;
+    const qvl_limits *lim;
+    uint64_t planned;
+    thread_pool *pool;
+    const plan_hook *hook; /* NULL: the rows are the item's own */
+    video_rows vr;
+    double ms; /* spent in begin and frame */
+} plan_stream;
+
+static qvl_status plan_video_begin(plan_stream *ps, const qvl_video *v, qvl_error *err) {
+    plan_item *pi = ps->pi;
+    const qvl_preprocess_params *pp = ps->pp;
     free(pi->indices), pi->indices = NULL, pi->n_frames = 0;
     free(pi->timestamps), pi->timestamps = NULL, pi->n_timestamps = 0;
     free(pi->rows_owned), pi->rows_owned = NULL, pi->rows = NULL;
     pi->src_w = v->width, pi->src_h = v->height;
     pi->total_frames = v->total_frames, pi->fps = v->fps;
     TRY(video_grid_of(v, pp, &pi->grid, err));
-    TRY(check_patches(pi, lim, planned, err));
+    TRY(check_patches(pi, ps->lim, ps->planned, err));
     pi->indices = malloc((size_t)v->n_frames * sizeof *pi->indices);
     pi->timestamps = malloc((size_t)pi->grid.t * sizeof *pi->timestamps);
     if (!pi->indices || !pi->timestamps)
@@ -378,41 +400,46 @@ static qvl_status plan_video_begin(plan_item *pi, const qvl_video *v, const qvl_
     memcpy(pi->indices, v->indices, (size_t)v->n_frames * sizeof *pi->indices);
     pi->n_frames = v->n_frames; /* with the table it counts: never n_frames > 0 beside frame_indices NULL */
     TRY(qvl_video_timestamps(v, pp->temporal_patch, pi->timestamps, (size_t)pi->grid.t, &pi->n_timestamps, err));
-    TRY(alloc_rows(pi, row_len_of(pp), lim, planned, err));
-    return video_rows_start(vr, v, &pi->grid, pp, pi->rows_owned, pool, err);
+    pi->res_w = pi->grid.w * pp->patch, pi->res_h = pi->grid.h * pp->patch;
+    if (!ps->hook) {
+        TRY(alloc_rows(pi, row_len_of(pp), ps->lim, ps->planned, err));
+        return video_rows_start(&ps->vr, v, &pi->grid, pp, pi->rows_owned, ps->pool, err);
+    }
+    TRY(count_rows(pi, row_len_of(pp), ps->lim, ps->planned, err));
+    const size_t mm = (size_t)pp->merge * (size_t)pp->merge;
+    pi->n_tokens = pi->n_rows / mm;
+    if (size_mul_overflow(pi->n_tokens, ps->plan->out_cols * ps->plan->n_planes * ps->plan->esize, &pi->out_bytes))
+        return err_fail(err, QVL_ERR_LIMIT, "%s: the output size overflows", pi->label);
+    TRY(video_rows_start(&ps->vr, v, &pi->grid, pp, NULL, ps->pool, err));
+    qvl_item_info info;
+    item_info_of(ps->plan, pi, &info);
+    return ps->hook->begin(ps->hook->user, &info, &ps->vr, err);
 }
 
 /* A video item's frames into its rows as the reader hands them over (video_sink): the reader holds one source frame,
  * the item its rows and temporal_patch resized frames. The resize and patchify time is kept apart from decoding. */
-typedef struct plan_stream {
-    plan_item *pi;
-    const qvl_preprocess_params *pp;
-    const qvl_limits *lim;
-    uint64_t planned;
-    thread_pool *pool;
-    video_rows vr;
-    double ms; /* spent in begin and frame */
-} plan_stream;
-
 static qvl_status stream_begin(void *user, const qvl_video *v, qvl_error *err) {
     plan_stream *ps = user;
     const double t0 = now_ms();
-    qvl_status s = plan_video_begin(ps->pi, v, ps->pp, ps->lim, ps->planned, &ps->vr, ps->pool, err);
+    qvl_status s = plan_video_begin(ps, v, err);
     ps->ms += now_ms() - t0;
     return s;
 }
 
 static qvl_status stream_frame(void *user, size_t slot, const uint8_t *rgb, qvl_error *err) {
     plan_stream *ps = user;
+    if (ps->hook) TRY(ps->hook->frame(ps->hook->user, &ps->vr, 0, err)); /* room first (its wait is not counted) */
     const double t0 = now_ms();
     qvl_status s = video_rows_frame(&ps->vr, slot, rgb, err);
     ps->ms += now_ms() - t0;
     return s;
 }
 
-static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it, const item_settings *base,
-                           const qvl_limits *plan_lim, uint64_t planned, const stop_probe *stop, thread_pool *pool,
+static qvl_status plan_one(const qvl_plan *plan, plan_item *pi, const qvl_item *it, const item_settings *base,
+                           uint64_t planned, const stop_probe *stop, thread_pool *pool, const plan_hook *hook,
                            qvl_error *err) {
+    const qvl_model *m = plan->m;
+    const qvl_limits *plan_lim = &plan->lim;
     item_settings s;
     TRY(plan_item_settings(base, it, &s, err));
     /* The plan's limits, lowered by any the decode / video params (the item's, else the plan's) give; every decoder
@@ -436,7 +463,7 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     qvl_status st = QVL_OK;
     int video = 0;
     /* a video goes into its rows frame by frame, each as soon as it is decoded (or converted) */
-    plan_stream ps = {pi, &s.pp, &lim, planned, pool, {0}, 0};
+    plan_stream ps = {plan, pi, &s.pp, &lim, planned, pool, hook, {0}, 0};
     const video_sink sink = {stream_begin, stream_frame, &ps};
     pi->row_len = row_len_of(&s.pp);
     pi->row_units = row_units_of(m, pi->row_len); /* read once the geometry is checked */
@@ -500,6 +527,7 @@ static qvl_status plan_one(plan_item *pi, const qvl_model *m, const qvl_item *it
     default:
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s: unknown item kind %d", pi->label, (int)it->kind);
     }
+    if (st == QVL_OK && hook && ps.vr.taken) st = hook->frame(hook->user, &ps.vr, 1, err); /* the last rows placed */
     video_rows_free(&ps.vr);
     pi->decode_ms = now_ms() - t0 - ps.ms;
     t0 = now_ms();
@@ -606,6 +634,11 @@ static int plan_stopped(void *user) {
 
 qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, const qvl_plan_params *params,
                            qvl_plan **out, qvl_error *err) {
+    return plan_create_hooked(ctx, items, n_items, params, NULL, out, err);
+}
+
+qvl_status plan_create_hooked(qvl_ctx *ctx, const qvl_item *items, size_t n_items, const qvl_plan_params *params,
+                              const plan_hook *hook, qvl_plan **out, qvl_error *err) {
     err_clear(err);
     if (!out) return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_plan_create: out is NULL");
     *out = NULL;
@@ -658,15 +691,16 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         else
             p->n = n_items;
     }
-    thread_pool *own = NULL; /* without a ctx: a pool for this call */
-    if (s == QVL_OK && !ctx) s = pool_create(&own, 0, err);
+    /* without a ctx, a pool for this call; with a hook one thread of its own: the ctx's pool encodes meanwhile */
+    thread_pool *own = NULL;
+    if (s == QVL_OK && (!ctx || hook)) s = pool_create(&own, hook ? 1 : 0, err);
     if (s != QVL_OK) {
         qvl_plan_free(p);
         return s;
     }
-    thread_pool *pool = ctx ? ctx_pool(ctx) : own;
+    thread_pool *pool = own ? own : ctx_pool(ctx);
     plan_stop ps = {ctx, p->p.cancel_fn, p->p.cancel_user};
-    const stop_probe probe = {plan_stopped, &ps};
+    const stop_probe probe = hook ? (stop_probe){hook->stopped, hook->user} : (stop_probe){plan_stopped, &ps};
     p->p.cancel_fn = NULL, p->p.cancel_user = NULL; /* polled during this call only */
     for (size_t i = 0; i < n_items; i++) {
         plan_item *pi = &p->items[i];
@@ -680,7 +714,7 @@ qvl_status qvl_plan_create(qvl_ctx *ctx, const qvl_item *items, size_t n_items, 
         else if (it.kind == QVL_ITEM_PATH && it.path && *it.path) snprintf(pi->label, sizeof pi->label, "%s", it.path);
         else snprintf(pi->label, sizeof pi->label, "item %zu", i);
         if (pi->status == QVL_OK)
-            pi->status = plan_one(pi, m, &it, &base, &p->lim, p->planned_rows, &probe, pool, &ie);
+            pi->status = plan_one(p, pi, &it, &base, p->planned_rows, &probe, pool, hook, &ie);
         if (pi->status == QVL_OK) {
             const size_t merge = (size_t)pi->merge; /* the model's, once fits_model has passed */
             pi->n_tokens = pi->n_rows / (merge * merge);
@@ -717,36 +751,41 @@ const float *qvl_plan_rows(const qvl_plan *p, size_t i) {
     return p && i < p->n && p->items[i].status == QVL_OK ? p->items[i].rows : NULL;
 }
 
+/* Item pi's info (pointers into pi). */
+static void item_info_of(const qvl_plan *p, const plan_item *pi, qvl_item_info *f) {
+    memset(f, 0, sizeof *f);
+    f->status = pi->status != QVL_OK ? pi->status : pi->enc_status;
+    f->message = pi->message;
+    f->kind = pi->kind ? pi->kind : "";
+    if (pi->status == QVL_OK) {
+        f->grid = pi->grid;
+        f->n_rows = pi->n_rows;
+        f->n_tokens = pi->n_tokens;
+        f->out_cols = p->out_cols;
+        f->n_planes = p->n_planes;
+        f->out_bytes = pi->out_bytes;
+    }
+    f->src_width = pi->src_w, f->src_height = pi->src_h;
+    f->resized_width = pi->res_w, f->resized_height = pi->res_h;
+    f->n_frames = pi->n_frames;
+    f->total_frames = pi->total_frames;
+    f->source_fps = pi->fps;
+    f->frame_indices = pi->indices;
+    f->n_timestamps = pi->n_timestamps;
+    f->timestamps = pi->timestamps;
+    f->decode_ms = pi->decode_ms, f->preprocess_ms = pi->preprocess_ms, f->encode_ms = pi->encode_ms;
+}
+
 void qvl_plan_item_sized(const qvl_plan *p, size_t i, qvl_item_info *info, size_t size) {
     if (!info) return;
     qvl_item_info f;
-    memset(&f, 0, sizeof f);
     if (!p || i >= p->n) {
+        memset(&f, 0, sizeof f);
         f.status = QVL_ERR_INVALID_ARG;
         f.message = !p ? "qvl_plan_item: plan is NULL" : "qvl_plan_item: index out of range";
         f.kind = "";
     } else {
-        const plan_item *pi = &p->items[i];
-        f.status = pi->status != QVL_OK ? pi->status : pi->enc_status;
-        f.message = pi->message;
-        f.kind = pi->kind ? pi->kind : "";
-        if (pi->status == QVL_OK) {
-            f.grid = pi->grid;
-            f.n_rows = pi->n_rows;
-            f.n_tokens = pi->n_tokens;
-            f.out_cols = p->out_cols;
-            f.n_planes = p->n_planes;
-            f.out_bytes = pi->out_bytes;
-        }
-        f.src_width = pi->src_w, f.src_height = pi->src_h;
-        f.resized_width = pi->res_w, f.resized_height = pi->res_h;
-        f.n_frames = pi->n_frames;
-        f.total_frames = pi->total_frames;
-        f.source_fps = pi->fps;
-        f.frame_indices = pi->indices;
-        f.n_timestamps = pi->n_timestamps;
-        f.timestamps = pi->timestamps;
-        f.decode_ms = pi->decode_ms, f.preprocess_ms = pi->preprocess_ms, f.encode_ms = pi->encode_ms;
+        item_info_of(p, &p->items[i], &f);
     }
     memcpy(info, &f, size < sizeof f ? size : sizeof f);
 }

@@ -148,6 +148,8 @@ void qvl_ctx_set_cancel_fn(qvl_ctx *c, qvl_cancel_fn fn, void *user) {
     c->cancel_user = user;
 }
 
+int ctx_cancel_flag(qvl_ctx *c) { return atomic_load(&c->cancel); }
+
 int ctx_cancelled(qvl_ctx *c) {
     if (atomic_load(&c->cancel)) return 1;
     if (c->cancel_fn && c->cancel_fn(c->cancel_user)) {

@@ -30,6 +30,8 @@ qvl_status tower_reserve(qvl_ctx *c, size_t rows, int stage, qvl_error *err);
 thread_pool *ctx_pool(qvl_ctx *c);
 /* Whether the context's cancel flag is raised, or its cancel_fn says so (which raises the flag): qvl_ctx_cancel. */
 int ctx_cancelled(qvl_ctx *c);
+/* The cancel flag alone (never the cancel_fn, which is the caller's to be called on its own thread). */
+int ctx_cancel_flag(qvl_ctx *c);
 /* The context's resource limits (qvl_ctx_params.limits, taken at create). */
 const qvl_limits *ctx_limits(const qvl_ctx *c);
 /* Grids against limits: each t·h·w ≤ max_item_patches, their sum ≤ max_call_patches (qvl_limits_check_grids). */

@@ -107,6 +107,80 @@ static void test_errors_sticky(void) {
     CHECK(file_is(path, "old contents") && tu_dotfiles(tmp) == 0);
 }
 
+/* A group: three planes of [5, 4] filled side by side, a row of each at a time; a group dropped after part of its data
+ * (and a tensor dropped half written) leaves the file as if they were never declared; a group short of data fails at
+ * the next declaration; data_to outside a group, and sequential data while one is open, are refused. */
+static void test_group(void) {
+    const char *path = at("g.safetensors");
+    qvl_st_writer *w = NULL;
+    qvl_error err;
+    float p[3][20];
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 20; i++) p[k][i] = (float)(100 * k + i);
+    const char *names[3] = {"item0.merged", "item0.deepstack0", "item0.deepstack1"};
+    const int64_t shape[2] = {5, 4}, one[1] = {3};
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data_to(w, 0, p[0], 16, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "of a group of 0"));
+    qvl_st_writer_abort(w);
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "before", "F32", one, 1, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, p[2], 12, &err) == QVL_OK);
+    /* a group given two rows, then dropped; a tensor half written, dropped */
+    const char *gone[2] = {"gone0", "gone1"};
+    CHECK(qvl_st_writer_group(w, 2, gone, "F32", shape, 2, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, p[0], 16, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "a group is open"));
+    qvl_st_writer_abort(w);
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "before", "F32", one, 1, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, p[2], 12, &err) == QVL_OK);
+    CHECK(qvl_st_writer_group(w, 2, gone, "F32", shape, 2, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data_to(w, 1, p[1], 32, &err) == QVL_OK);
+    CHECK(qvl_st_writer_drop(w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "half", "F32", shape, 2, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, p[1], 40, &err) == QVL_OK);
+    CHECK(qvl_st_writer_drop(w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_group(w, 3, names, "F32", shape, 2, &err) == QVL_OK);
+    for (int r = 0; r < 5; r++)
+        for (int k = 2; k >= 0; k--) CHECK(qvl_st_writer_data_to(w, (size_t)k, p[k] + 4 * r, 16, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data_to(w, 0, p[0], 4, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "expects 0 more"));
+    qvl_st_writer_abort(w);
+    /* again without the overrun, and read back */
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "before", "F32", one, 1, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, p[2], 12, &err) == QVL_OK);
+    CHECK(qvl_st_writer_group(w, 2, gone, "F32", shape, 2, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data_to(w, 1, p[1], 32, &err) == QVL_OK);
+    CHECK(qvl_st_writer_drop(w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_group(w, 3, names, "F32", shape, 2, &err) == QVL_OK);
+    for (int r = 0; r < 5; r++)
+        for (int k = 2; k >= 0; k--) CHECK(qvl_st_writer_data_to(w, (size_t)k, p[k] + 4 * r, 16, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "after", "F32", one, 1, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, p[0], 12, &err) == QVL_OK);
+    CHECK(qvl_st_writer_finish(w, &err) == QVL_OK);
+    st_file *f = NULL;
+    CHECK(st_load(path, SIZE_MAX, &f, &err) == QVL_OK);
+    if (f) {
+        for (int k = 0; k < 3; k++) {
+            const st_tensor *t = st_find(f, names[k]);
+            CHECK(t && t->shape[0] == 5 && t->shape[1] == 4 && memcmp(t->data, p[k], sizeof p[k]) == 0);
+        }
+        const st_tensor *b = st_find(f, "before"), *a = st_find(f, "after");
+        CHECK(b && memcmp(b->data, p[2], 12) == 0 && a && memcmp(a->data, p[0], 12) == 0);
+        CHECK(!st_find(f, "gone0") && !st_find(f, "gone1") && !st_find(f, "half"));
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0 && (uint64_t)sb.st_size == 8 + 65536 + 12 + sizeof p + 12);
+        st_close(f);
+    }
+    /* a group short of data */
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_group(w, 3, names, "F32", shape, 2, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data_to(w, 0, p[0], sizeof p[0], &err) == QVL_OK);
+    CHECK(qvl_st_writer_data_to(w, 1, p[1], sizeof p[1], &err) == QVL_OK);
+    CHECK(qvl_st_writer_data_to(w, 2, p[2], 8, &err) == QVL_OK);
+    CHECK(qvl_st_writer_finish(w, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "item0.deepstack1 is 72 bytes short"));
+    CHECK(tu_dotfiles(tmp) == 0);
+}
+
 static void test_destinations(void) {
     qvl_st_writer *w = NULL;
     qvl_error err;
@@ -133,6 +207,7 @@ static void test_destinations(void) {
 int main(void) {
     CHECK(tu_tmpdir(tmp, sizeof tmp) != NULL);
     roundtrip(0, 0);
+    test_group();
     roundtrip(8, 200); /* the header outgrows 8 bytes: moved in front of the data at finish */
     roundtrip(4096, 3);
     test_errors_sticky();

@@ -375,10 +375,214 @@ static void test_pieces(void) {
     tu_rmtree(dir);
 }
 
+/* ---- qvl_encode_stream: a video decoded while it encodes, told part by part ------------------------------------ */
+
+/* What qvl_encode_stream told, gathered into one buffer of the item's layout, and checked as told: parts in order and
+ * back to back, the item's info the same at every call. */
+typedef struct told {
+    unsigned char *buf;
+    qvl_item_info first; /* its pointers are valid during the call only: */
+    double ts[64];       /* the first timestamps */
+    size_t next, tok_bytes;
+    int calls, bad, stop_at, cancel_at;
+    qvl_ctx *ctx; /* cancel_at: qvl_ctx_cancel(ctx) at that call */
+} told;
+
+static int on_told(void *user, const qvl_item_info *info, const qvl_chunk *c) {
+    told *t = user;
+    if (t->calls++ == 0) {
+        t->first = *info;
+        t->tok_bytes = info->n_tokens ? info->out_bytes / info->n_tokens / info->n_planes : 0;
+        t->buf = calloc(1, info->out_bytes ? info->out_bytes : 1);
+        for (size_t i = 0; i < info->n_timestamps && i < 64; i++) t->ts[i] = info->timestamps[i];
+    }
+    if (!t->buf || info->n_tokens != t->first.n_tokens || info->out_bytes != t->first.out_bytes || c->tok0 != t->next ||
+        c->n_tokens == 0 || c->tok0 + c->n_tokens > info->n_tokens ||
+        c->bytes != c->n_tokens * t->tok_bytes * info->n_planes || info->status != QVL_OK ||
+        (size_t)c->t0 * info->grid.h * info->grid.w / 4 != c->tok0 ||
+        (size_t)c->t * info->grid.h * info->grid.w / 4 != c->n_tokens) {
+        t->bad++;
+        return 1;
+    }
+    for (size_t q = 0; q < info->n_planes; q++)
+        memcpy(t->buf + (q * info->n_tokens + c->tok0) * t->tok_bytes,
+               (const unsigned char *)c->data + q * c->plane_stride, c->n_tokens * t->tok_bytes);
+    t->next += c->n_tokens;
+    if (t->ctx && t->calls == t->cancel_at) qvl_ctx_cancel(t->ctx);
+    return t->stop_at && t->calls == t->stop_at;
+}
+
+/* Item `it` streamed (pieces of max_batch_rows `cap`) against its plan encoded whole: the same status, and for an
+ * item that encodes, every token told once, in order, the same bytes. Returns the parts told (-1 on a failure). */
+static int stream_case(qvl_ctx *ctx, const qvl_item *it, qvl_output_layout layout, qvl_dtype dt, size_t cap,
+                       const char *what) {
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.layout = layout, pp.dtype = dt;
+    qvl_plan *plan = NULL;
+    qvl_error err, serr;
+    CHECK(qvl_plan_create(ctx, it, 1, &pp, &plan, &err) == QVL_OK);
+    if (!plan) return -1;
+    qvl_item_info info;
+    qvl_plan_item(plan, 0, &info);
+    void *want = info.status == QVL_OK ? calloc(1, info.out_bytes) : NULL;
+    qvl_status ws = info.status;
+    if (want) ws = qvl_plan_encode(ctx, plan, &want, &err);
+    pp.max_batch_rows = cap;
+    told t = {0};
+    const qvl_status s = qvl_encode_stream(ctx, it, &pp, on_told, &t, &serr);
+    int parts = t.calls;
+    if (ws == QVL_OK && s == QVL_ERR_FORMAT && t.calls > 0 && t.bad == 0 &&
+        strstr(serr.message, "the stream ended before the frame count of its header after") != NULL) {
+        parts = -2; /* sampled again after parts were told: the caller knows which clips may */
+    } else if (s != ws) {
+        CHECK(s == ws);
+        printf("  %s: whole %s (%s), stream %s (%s)\n", what, qvl_status_name(ws), ws ? err.message : "",
+               qvl_status_name(s), serr.message);
+        parts = -1;
+    } else if (s == QVL_OK) {
+        const int same = t.bad == 0 && t.next == info.n_tokens && t.first.grid.t == info.grid.t &&
+                         t.first.n_frames == info.n_frames &&
+                         info.n_timestamps <= 64 && (!info.n_timestamps || memcmp(t.ts, info.timestamps, info.n_timestamps * sizeof(double)) == 0) &&
+                         memcmp(t.buf, want, info.out_bytes) == 0;
+        CHECK(same);
+        if (!same) printf("  %s: the stream's output differs from the whole encode (bad %d)\n", what, t.bad), parts = -1;
+    } else {
+        CHECK(strcmp(serr.message, info.status != QVL_OK ? info.message : err.message) == 0);
+        if (strcmp(serr.message, info.status != QVL_OK ? info.message : err.message) != 0)
+            printf("  %s: messages differ:\n    %s\n    %s\n", what, serr.message, info.message);
+        parts = -1;
+    }
+    free(t.buf);
+    free(want);
+    qvl_plan_free(plan);
+    return parts;
+}
+
+static int always_stop(void *user) {
+    (void)user;
+    return 1;
+}
+
+static void test_stream(void) {
+    char dir[1024], vdir[1024];
+    tu_tmpdir(dir, sizeof dir);
+    tu_synth(dir, "tiny", 3, QVL_LAYOUT_HF);
+    qvl_model *m = NULL;
+    qvl_ctx *ctx = NULL;
+    qvl_error err;
+    CHECK(qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
+    CHECK(m && qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
+    if (!ctx) {
+        qvl_model_free(m);
+        return;
+    }
+    qvl_preprocess_params pre;
+    qvl_preprocess_params_default(&pre);
+    pre.video_min_pixels = 4096, pre.video_max_pixels = 64 * 64 * 8; /* 4 x 4 patches a frame, 16 rows a patch */
+    int cases = 0, parts = 0;
+#if QVL_WITH_VIDEO
+    /* every clip of the corpus, in pieces of 1 temporal patch (a ring of 2) and of 3 */
+    tu_source_path("tests/data/video", vdir, sizeof vdir);
+    static const char *const all[] = {"video_testsrc_30.mp4", "video_testsrc_30.webm", "video_25fps.mkv",
+                                      "video_3frames.mp4", "video_alpha.mov", "video_editlist.mp4", "video_2997.mp4",
+                                      "video_mpeg4.avi", "video_mpeg2.ts", "video_hevc.mp4",
+                                      "video_h264_baseline.mp4", "video_h264_bframes.mkv", "video_h264_bframes.mp4",
+                                      "video_h264_bframes.ts", "video_h264_interlaced.mp4",
+                                      "video_h264_intrarefresh.mp4", "video_h264_opengop.mp4",
+                                      "video_h264_slices_hrd.mp4", "video_h264_sps_change.mkv",
+                                      "video_h264_10bit_cqm.mp4", "video_h264_444_x264old.mp4"};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        for (int v = 0; v < 2; v++) {
+            char path[1100], what[200];
+            snprintf(path, sizeof path, "%s", tu_path(vdir, all[i]));
+            qvl_item it;
+            qvl_item_default(&it);
+            it.kind = QVL_ITEM_PATH, it.path = path, it.preprocess = &pre;
+            snprintf(what, sizeof what, "%s, %s", all[i], v ? "split bf16, 3 patches a piece" : "concat f32, 1 patch");
+            const int n = stream_case(ctx, &it, v ? QVL_OUTPUT_SPLIT : QVL_OUTPUT_CONCAT,
+                                      v ? QVL_DTYPE_BF16 : QVL_DTYPE_F32, v ? 48 : 16, what);
+            /* the edit list's clip counts 60 frames in its header, 45 decode: in pieces of one temporal patch its
+             * first parts are told before the stream's end shows it (then the call fails, saying so); in pieces of
+             * three, before any part is told (then it is read again and encoded whole: the same tokens) */
+            const int edit = strcmp(all[i], "video_editlist.mp4") == 0;
+            CHECK(edit && !v ? n == -2 : n > 0);
+            cases++, parts += n > 0 ? n : 0;
+        }
+    /* bytes of a video (ENCODED), and bytes that are no video: the plan's failure, word for word */
+    {
+        size_t n;
+        void *bytes = tu_read_file(tu_path(vdir, "video_h264_bframes.mp4"), &n);
+        qvl_item it;
+        qvl_item_default(&it);
+        it.kind = QVL_ITEM_ENCODED, it.data = bytes, it.size = n, it.preprocess = &pre;
+        CHECK(stream_case(ctx, &it, QVL_OUTPUT_CONCAT, QVL_DTYPE_F16, 16, "encoded bytes") > 1);
+        it.size = n / 3; /* cut short */
+        stream_case(ctx, &it, QVL_OUTPUT_CONCAT, QVL_DTYPE_F32, 16, "encoded bytes cut short");
+        it.data = "not a video at all", it.size = 18, it.label = "junk";
+        CHECK(stream_case(ctx, &it, QVL_OUTPUT_CONCAT, QVL_DTYPE_F32, 16, "junk") == -1);
+        free(bytes);
+        cases += 3;
+    }
+#endif
+    /* frames in memory: 41 frames, 21 temporal patches (the last padded), pieces of 1, 2 and 5 patches */
+    static uint8_t px[41][64 * 96 * 3];
+    uint32_t rs = 11;
+    for (size_t f = 0; f < 41; f++)
+        for (size_t i = 0; i < sizeof px[0]; i++) px[f][i] = (uint8_t)(tu_frand(&rs) * 127 + 128);
+    qvl_pixels frames[41];
+    for (size_t f = 0; f < 41; f++) frames[f] = (qvl_pixels){px[f], 96, 64, 3, 0};
+    qvl_item fr;
+    qvl_item_default(&fr);
+    fr.kind = QVL_ITEM_FRAMES, fr.frames = frames, fr.n_frames = 41, fr.fps = 2;
+    static const size_t caps[] = {24, 48, 120, 0};
+    for (size_t c = 0; c < 4; c++) {
+        const int n = stream_case(ctx, &fr, QVL_OUTPUT_CONCAT, QVL_DTYPE_F32, caps[c], "frames");
+        CHECK(n == (c == 0 ? 21 : c == 1 ? 11 : c == 2 ? 5 : 1));
+        cases++, parts += n > 0 ? n : 0;
+    }
+    /* an image: one part */
+    qvl_item im;
+    qvl_item_default(&im);
+    im.kind = QVL_ITEM_PIXELS, im.image = frames[0];
+    CHECK(stream_case(ctx, &im, QVL_OUTPUT_SPLIT, QVL_DTYPE_F32, 16, "image") == 1);
+    cases++;
+    /* stopped by the callback at the 3rd part; cancelled through the ctx at the 2nd; by the params' cancel_fn */
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.max_batch_rows = 24;
+    told t = {0};
+    t.stop_at = 3;
+    CHECK(qvl_encode_stream(ctx, &fr, &pp, on_told, &t, &err) == QVL_ERR_CANCELLED);
+    CHECK(strstr(err.message, "item 0: stopped by the chunk callback after 18 of its 126 tokens") != NULL);
+    CHECK(t.calls == 3 && t.bad == 0);
+    free(t.buf);
+    memset(&t, 0, sizeof t);
+    t.ctx = ctx, t.cancel_at = 2;
+    CHECK(qvl_encode_stream(ctx, &fr, &pp, on_told, &t, &err) == QVL_ERR_CANCELLED);
+    CHECK(strstr(err.message, "cancelled after 12 of its 126 tokens") != NULL);
+    CHECK(t.calls == 2 && t.bad == 0);
+    qvl_ctx_uncancel(ctx);
+    free(t.buf);
+    memset(&t, 0, sizeof t);
+    pp.cancel_fn = always_stop, pp.cancel_user = NULL;
+    CHECK(qvl_encode_stream(ctx, &fr, &pp, on_told, &t, &err) == QVL_ERR_CANCELLED);
+    CHECK(t.calls == 0);
+    printf("streamed encodes equal the whole encode: %d cases, %d parts\n", cases, parts);
+    /* bad arguments */
+    CHECK(qvl_encode_stream(NULL, &fr, NULL, on_told, &t, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(qvl_encode_stream(ctx, &fr, NULL, NULL, &t, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(strstr(err.message, "qvl_encode_stream: fn is NULL") != NULL);
+    qvl_ctx_free(ctx);
+    qvl_model_free(m);
+    tu_rmtree(dir);
+}
+
 int main(void) {
     test_same_rows();
     test_any_order();
     test_held();
     test_pieces();
+    test_stream();
     return tu_finish("test_video_stream");
 }
