@@ -51,6 +51,30 @@ for want in item0.merged item0.deepstack0 item0.deepstack1 item1.merged item2.me
     has "tensor $want" "$T/names" "^$want\$"
 done
 
+# A video encoded as a stream (--max-batch-rows 16: pieces of one temporal patch, each written to the file as it is
+# done) holds the bytes of its rows encoded whole (--preprocess-only, then --pixels: one pass); the data regions
+# (the merger's output, each DeepStack feature, grid_thw, in that order in both) compared byte for byte. The edit
+# list's clip ends before its header's frame count after its first part is written: it is read again whole.
+data_of() { local n; n=$(od -An -tu8 -N8 "$1" | tr -d ' '); tail -c +$((9 + n)) "$1"; }
+for clip in video_h264_bframes.mkv video_editlist.mp4; do
+    expect 0 "stream $clip" "$QVL" encode --model "$T/m" --max-batch-rows 16 --video-max-pixels 65536 \
+        "$SRC/tests/data/video/$clip" -o "$T/st.safetensors"
+    if [[ $clip == video_editlist.mp4 ]]; then
+        has "read again whole" "$T/out" '^item 0: .*, decode [0-9.]+ ms, preprocess [0-9.]+ ms, encode [0-9.]+ ms$'
+    else
+        has "streamed" "$T/out" '^item 0: .*grid 4x4x4, 16 tokens, streamed: decode \+ preprocess \+ encode [0-9.]+ ms$'
+    fi
+    expect 0 "rows of $clip" "$QVL" encode --preprocess-only --video-max-pixels 65536 "$SRC/tests/data/video/$clip" \
+        -o "$T/rows.safetensors"
+    expect 0 "whole $clip" "$QVL" encode --model "$T/m" --pixels "$T/rows.safetensors" -o "$T/wh.safetensors"
+    if cmp -s <(data_of "$T/st.safetensors") <(data_of "$T/wh.safetensors"); then ok; else
+        bad "$clip: the streamed encode's tensors differ from the whole encode's"
+    fi
+done
+expect 2 "--max-batch-rows with --pixels" "$QVL" encode --model "$T/m" --pixels "$T/rows.safetensors" \
+    --max-batch-rows 16 -o "$T/wh.safetensors"
+has "--max-batch-rows with --pixels" "$T/err" 'max-batch-rows is for file inputs'
+
 # One bad file fails only itself: exit 3, the others still written, the reason named.
 expect 3 "bad input" "$QVL" encode --model "$T/m" "$PHOTO" "$SRC/tests/data/bad/video_not_video.mp4" "$PNG" -o "$T/p.safetensors"
 has "failed item" "$T/out" '^item 1: .*video_not_video.mp4: FAILED: '

@@ -67,6 +67,7 @@ typedef struct media_opts {
     int preprocess_only;
     int quiet;
     const char *cache_dir; /* --cache DIR, or NULL */
+    size_t max_batch_rows; /* --max-batch-rows N (0: the library's default) */
     qvl_load_params load;
     qvl_ctx_params ctx;
     qvl_preprocess_params pp;

@@ -50,6 +50,9 @@ static const char encode_help[] =
     "      --alpha MODE       transparent images: white (default: composited onto white, as transformers'\n"
     "                         processors do with PIL images) or drop (alpha dropped, as load_image does)\n"
     "      --preprocess-only  write \"item{i}.pixel_values\" and grids instead of encoding\n"
+    "      --max-batch-rows N patch rows per encode pass (default 4096): a video above it is encoded in pieces of\n"
+    "                         whole temporal patches while it decodes, each written as it is done, so that memory\n"
+    "                         is set by N, not by the video's length (the same bits whatever N)\n"
     "      --cache DIR        look each input up in the embedding cache DIR (qvl serve's), and store what is\n"
     "                         encoded there (entries keyed as qvl serve keys layout=split dtype=f32)\n"
     "  -q, --quiet            no progress lines on stderr and no report on stdout\n"
@@ -184,7 +187,7 @@ static int parse_size(const char *s, int32_t *h, int32_t *w) {
 int cmd_encode(int argc, char **argv) {
     enum { OPT_STAGES = 256, OPT_POS_MODE, OPT_RESIZE, OPT_MIN_PX, OPT_MAX_PX, OPT_SIZE, OPT_FPS, OPT_NUM_FRAMES,
            OPT_MAX_FRAMES, OPT_MAX_DECODE, OPT_PREPROCESS_ONLY, OPT_ISA, OPT_ALPHA, OPT_LIMIT, OPT_CACHE,
-           OPT_PRECISION, OPT_CAP, OPT_MAX_VT, OPT_VMIN_PX, OPT_VMAX_PX };
+           OPT_PRECISION, OPT_CAP, OPT_MAX_VT, OPT_VMIN_PX, OPT_VMAX_PX, OPT_MAX_BATCH };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},  {"pixels", required_argument, NULL, 'p'},
         {"grid", required_argument, NULL, 'g'},   {"output", required_argument, NULL, 'o'},
@@ -203,6 +206,7 @@ int cmd_encode(int argc, char **argv) {
         {"max-video-tokens", required_argument, NULL, OPT_MAX_VT},
         {"video-min-pixels", required_argument, NULL, OPT_VMIN_PX},
         {"video-max-pixels", required_argument, NULL, OPT_VMAX_PX},
+        {"max-batch-rows", required_argument, NULL, OPT_MAX_BATCH},
         {NULL, 0, NULL, 0}};
     media_opts mo;
     memset(&mo, 0, sizeof mo);
@@ -301,6 +305,11 @@ int cmd_encode(int argc, char **argv) {
                 return cli_usage("--limit: '%s' is not NAME=N with N ≥ 1 and NAME a qvl_limits field (see --help)",
                                  optarg);
             break;
+        case OPT_MAX_BATCH:
+            if (cli_parse_long(optarg, 1, 1L << 30, &v) != 0)
+                return cli_usage("--max-batch-rows: '%s' is not in 1..1073741824", optarg);
+            mo.max_batch_rows = (size_t)v;
+            break;
         case OPT_PREPROCESS_ONLY: mo.preprocess_only = 1; break;
         case OPT_ALPHA:
             if (strcmp(optarg, "white") == 0) mo.dp.alpha = QVL_ALPHA_WHITE;
@@ -355,6 +364,7 @@ int cmd_encode(int argc, char **argv) {
     }
     if (!model_dir || !pixels_path || !out_path)
         return cli_usage("encode needs --model, --pixels and -o (see 'qvl encode --help')");
+    if (mo.max_batch_rows) return cli_usage("--max-batch-rows is for file inputs (--pixels encodes its rows in one pass)");
     rc0 = cli_check_output(out_path, model_dir, &pixels_path, 1);
     if (rc0) return rc0;
     int npy_out = ends_with(out_path, ".npy");

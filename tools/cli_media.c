@@ -161,6 +161,45 @@ static void put_f32(qvl_st_writer *w, const char *name, const float *data, size_
         qvl_st_writer_data(w, data, rows * cols * sizeof(float), NULL);
 }
 
+/* An input encoded as a stream (qvl_encode_stream): its planes written to the file part by part, as item{i}.merged
+ * and item{i}.deepstack{k}, filled side by side (qvl_st_writer_group); the item's info kept from the first part. */
+typedef struct streamed {
+    qvl_st_writer *w;
+    int i;
+    size_t parts;
+    qvl_item_info info;
+    int64_t *indices;
+    double *timestamps;
+    int write_failed;
+} streamed;
+
+static int on_part(void *user, const qvl_item_info *info, const qvl_chunk *c) {
+    streamed *so = user;
+    if (so->parts++ == 0) {
+        so->info = *info;
+        so->indices = malloc((info->n_frames > 0 ? (size_t)info->n_frames : 1) * sizeof *so->indices);
+        so->timestamps = malloc((info->n_timestamps ? info->n_timestamps : 1) * sizeof *so->timestamps);
+        if (!so->indices || !so->timestamps) return so->write_failed = 1;
+        if (info->n_frames > 0) memcpy(so->indices, info->frame_indices, (size_t)info->n_frames * sizeof *so->indices);
+        if (info->n_timestamps) memcpy(so->timestamps, info->timestamps, info->n_timestamps * sizeof *so->timestamps);
+        so->info.frame_indices = so->indices, so->info.timestamps = so->timestamps;
+        char names[1 + QVL_MAX_DEEPSTACK][48];
+        const char *np[1 + QVL_MAX_DEEPSTACK];
+        for (size_t k = 0; k < info->n_planes && k <= QVL_MAX_DEEPSTACK; k++) {
+            if (k == 0) snprintf(names[k], sizeof names[k], "item%d.merged", so->i);
+            else snprintf(names[k], sizeof names[k], "item%d.deepstack%zu", so->i, k - 1);
+            np[k] = names[k];
+        }
+        const int64_t shape[2] = {(int64_t)info->n_tokens, (int64_t)info->out_cols};
+        if (qvl_st_writer_group(so->w, info->n_planes, np, "F32", shape, 2, NULL) != QVL_OK) return so->write_failed = 1;
+    }
+    for (size_t k = 0; k < info->n_planes; k++)
+        if (qvl_st_writer_data_to(so->w, k, (const unsigned char *)c->data + k * c->plane_stride,
+                                  c->n_tokens * info->out_cols * sizeof(float), NULL) != QVL_OK)
+            return so->write_failed = 1;
+    return 0;
+}
+
 int encode_media(media_opts *o) {
     int rc = resolve_settings(o);
     if (rc) return rc;
@@ -204,6 +243,7 @@ int encode_media(media_opts *o) {
     pl.preprocess = &o->pp;
     pl.video = &o->vp;
     pl.decode = &o->dp;
+    pl.max_batch_rows = o->max_batch_rows ? o->max_batch_rows : 4096; /* streams' default, and plans' here */
     const size_t O = (size_t)in.out_hidden;
     size_t n_grids = 0;
     int n_ok = 0;
@@ -258,7 +298,32 @@ int encode_media(media_opts *o) {
             }
             qvl_free(ent.file);
         }
-        if (hit) {
+        /* Without a cache entry to store (which takes the whole output), an input is encoded as a stream: a long
+         * video's rows and output are never held whole, and its tokens are in the file as they are made. */
+        streamed so = {w, i, 0, {0}, NULL, NULL, 0};
+        int stream = !hit && ctx && !cache && !o->preprocess_only, overlapped = 0;
+        double t_stream = 0;
+        if (stream) {
+            t_stream = cli_now_ms();
+            const qvl_status s = qvl_encode_stream(ctx, &it, &pl, on_part, &so, &err);
+            t_stream = cli_now_ms() - t_stream;
+            if (s == QVL_OK && !so.write_failed) {
+                info = so.info;
+                overlapped = info.encode_ms == 0; /* a streamed video: its one time (else an image's own times) */
+                if (overlapped) info.encode_ms = t_stream;
+            } else {
+                if (so.parts) qvl_st_writer_drop(w, NULL); /* its tensors taken back (a write failure is sticky) */
+                if (s == QVL_ERR_FORMAT && so.parts && !so.write_failed) {
+                    stream = 0; /* sampled again after parts were written: read again and encoded whole, as a plan */
+                } else {
+                    info.status = so.write_failed ? QVL_ERR_IO : s;
+                    snprintf(fail_msg, sizeof fail_msg, "%s", so.write_failed ? "writing the output failed" : err.message);
+                    info.message = fail_msg;
+                    info.kind = so.parts && so.info.kind ? so.info.kind : "?";
+                }
+            }
+        }
+        if (hit || stream) {
         } else if (qvl_plan_create(ctx, &it, 1, &pl, &plan, &err) != QVL_OK) {
             info.status = err.status;
             info.message = err.message;
@@ -266,7 +331,7 @@ int encode_media(media_opts *o) {
         } else {
             qvl_plan_item(plan, 0, &info);
         }
-        if (!hit && info.status == QVL_OK && ctx) {
+        if (!hit && !stream && info.status == QVL_OK && ctx) {
             buf = malloc(info.out_bytes ? info.out_bytes : 1);
             if (!buf) {
                 snprintf(fail_msg, sizeof fail_msg, "%s: out of memory for %zu output bytes", path, info.out_bytes);
@@ -302,7 +367,7 @@ int encode_media(media_opts *o) {
             snprintf(name, sizeof name, "item%d.pixel_values", i);
             put_f32(w, name, qvl_plan_rows(plan, 0), info.n_rows, 3 * (size_t)o->pp.temporal_patch *
                     (size_t)o->pp.patch * (size_t)o->pp.patch);
-        } else if (ok) {
+        } else if (ok && !stream) {
             for (size_t k = 0; k < info.n_planes; k++) {
                 if (k == 0) snprintf(name, sizeof name, "item%d.merged", i);
                 else snprintf(name, sizeof name, "item%d.deepstack%zu", i, k - 1);
@@ -312,27 +377,31 @@ int encode_media(media_opts *o) {
         if (ok) grids[n_grids++] = info.grid;
         n_ok += ok;
         /* Progress on stderr as each input is done, where the report (stdout) goes elsewhere: on a terminal the
-         * report's line says the same. */
+         * report's line says the same. A stream's decode, preprocess and encode overlap: its one time is theirs. */
+        char times[160];
+        if (overlapped) snprintf(times, sizeof times, "streamed: decode + preprocess + encode %.1f ms", info.encode_ms);
+        else snprintf(times, sizeof times, "decode %.1f ms, preprocess %.1f ms, encode %.1f ms", info.decode_ms,
+                      info.preprocess_ms, info.encode_ms);
         if (!o->quiet && progress) {
             if (ok)
-                fprintf(stderr, "[%d/%d] %s: %s %dx%d -> grid %dx%dx%d, %zu tokens (decode %.0f ms, preprocess %.0f ms"
-                        ", encode %.0f ms)\n", i + 1, o->n_inputs, path, info.kind, info.src_width, info.src_height,
-                        info.grid.t, info.grid.h, info.grid.w, info.n_tokens, info.decode_ms, info.preprocess_ms,
-                        info.encode_ms);
+                fprintf(stderr, "[%d/%d] %s: %s %dx%d -> grid %dx%dx%d, %zu tokens (%s)\n", i + 1, o->n_inputs, path,
+                        info.kind, info.src_width, info.src_height, info.grid.t, info.grid.h, info.grid.w,
+                        info.n_tokens, times);
             else
                 fprintf(stderr, "[%d/%d] %s: failed: %s\n", i + 1, o->n_inputs, path, info.message);
         }
         if (!o->quiet) {
             if (ok)
-                printf("item %d: %s (%s %dx%d, %d frame%s): grid %dx%dx%d, %zu tokens, decode %.1f ms, preprocess %.1f ms"
-                       ", encode %.1f ms\n", i, path, info.kind, info.src_width, info.src_height,
-                       info.n_frames ? info.n_frames : 1, info.n_frames > 1 ? "s" : "", info.grid.t, info.grid.h,
-                       info.grid.w, info.n_tokens, info.decode_ms, info.preprocess_ms, info.encode_ms);
+                printf("item %d: %s (%s %dx%d, %d frame%s): grid %dx%dx%d, %zu tokens, %s\n", i, path, info.kind,
+                       info.src_width, info.src_height, info.n_frames ? info.n_frames : 1, info.n_frames > 1 ? "s" : "",
+                       info.grid.t, info.grid.h, info.grid.w, info.n_tokens, times);
             else
                 printf("item %d: %s: FAILED: %s\n", i, path, info.message);
             fflush(stdout);
         }
         free(buf);
+        free(so.indices);
+        free(so.timestamps);
         qvl_plan_free(plan);
         free(bytes);
     }
