@@ -300,6 +300,18 @@ class CacheStats(Structure):
                                          "evictions", "evicted_bytes")]
 
 
+class StreamChunk(Structure):  # qvl_chunk
+    _fields_ = [
+        ("tok0", c_size_t),
+        ("n_tokens", c_size_t),
+        ("t0", c_int32),
+        ("t", c_int32),
+        ("data", c_void_p),
+        ("plane_stride", c_size_t),
+        ("bytes", c_size_t),
+    ]
+
+
 STRUCTS = {
     "qvl_error": Error,
     "qvl_model_info": ModelInfo,
@@ -318,6 +330,7 @@ STRUCTS = {
     "qvl_cache_params": CacheParams,
     "qvl_cache_entry": CacheRecord,
     "qvl_cache_stats": CacheStats,
+    "qvl_chunk": StreamChunk,
 }
 
 _status = c_int
@@ -325,6 +338,10 @@ _err = POINTER(Error)
 
 # qvl_chunk_fn: int (*)(void *user, size_t item, size_t tok0, size_t n_tokens)
 CHUNK_FN = ctypes.CFUNCTYPE(ctypes.c_int, c_void_p, c_size_t, c_size_t, c_size_t)
+
+
+# qvl_stream_fn: int (*)(void *user, const qvl_item_info *info, const qvl_chunk *chunk)
+STREAM_FN = ctypes.CFUNCTYPE(ctypes.c_int, c_void_p, POINTER(ItemInfo), POINTER(StreamChunk))
 
 # name: (restype, argtypes)
 _SIGNATURES = {
@@ -367,6 +384,7 @@ _SIGNATURES = {
     "qvl_ctx_reserve_plan": (_status, [c_void_p, c_void_p, _err]),
     "qvl_plan_encode": (_status, [c_void_p, c_void_p, POINTER(c_void_p), _err]),
     "qvl_plan_encode_chunks": (_status, [c_void_p, c_void_p, POINTER(c_void_p), c_void_p, c_void_p, _err]),
+    "qvl_encode_stream": (_status, [c_void_p, POINTER(Item), POINTER(PlanParams), c_void_p, c_void_p, _err]),
     "qvl_item_key": (_status, [c_void_p, POINTER(Item), POINTER(PlanParams), c_void_p, c_char_p, _err]),
     "qvl_synth_params_init": (None, [POINTER(SynthParams), c_size_t]),
     "qvl_synth_write": (_status, [POINTER(SynthParams), c_char_p, _err]),

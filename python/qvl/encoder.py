@@ -131,8 +131,8 @@ class EncoderInfo:
 @dataclass
 class Chunk:
     """A part of one item's output that is final (:meth:`Encoder.encode_chunks`): its tokens [tok0, tok0 + n) as
-    ``embeds`` [n, out_hidden·(1 + n_deepstack)] (the concat layout), a view into the item's whole output, which
-    ``total`` tokens long."""
+    ``embeds`` [n, out_hidden·(1 + n_deepstack)] (the concat layout), an array of its own; the item is ``total``
+    tokens long."""
 
     tok0: int
     embeds: np.ndarray
@@ -700,16 +700,27 @@ class Encoder:
     def encode_chunks(self, item: Item, dtype: str = "float32", *, deepstack: bool = True,
                       preprocess: Mapping[str, Any] | None = None, max_batch_rows: int | None = None,
                       label: str | None = None) -> Iterator[Chunk]:
-        """Encode one item, yielding its output in :class:`Chunk` s as they become final: a video above
-        ``max_batch_rows`` patch rows (default the library's, 16384) is encoded in pieces of whole temporal patches
-        and each piece comes out as soon as it is done, so a long video's first tokens can be used (written, sent,
-        fed to a model) while the rest encodes; anything else is one chunk. The chunks are in order, back to back,
-        and the same bits as :meth:`encode`'s (concat layout). The encode runs on a thread of its own, holding this
-        Encoder as an encode does; leaving the loop early (``break``, an exception, closing the generator) stops it
-        after the piece in progress. An item that fails raises :class:`QvlError`."""
-        msgs: queue.Queue = queue.Queue()
+        """Encode one item as a stream, yielding its output in :class:`Chunk` s as they become final. A video is
+        decoded while it encodes: its rows gather in pieces of whole temporal patches of at most ``max_batch_rows``
+        patch rows (default the library's stream default, 4096), each piece is encoded as soon as its rows are
+        complete and comes out at once, so a long video's first tokens can be used (written, sent, fed to a model)
+        while the rest decodes and encodes, and neither its rows nor its output are held whole (qvl_encode_stream).
+        Anything else is one chunk. The chunks are in order, back to back, and the same bits as :meth:`encode`'s
+        (concat layout). The encode runs on a thread of its own, holding this Encoder as an encode does, and waits
+        while two chunks are not yet taken; leaving the loop early (``break``, an exception, closing the generator)
+        stops it after the piece in progress. An item that fails raises :class:`QvlError`."""
+        msgs: queue.Queue = queue.Queue(maxsize=2)  # chunks not yet taken: the encode waits beyond them
         stop = threading.Event()
         np_dtype = _DTYPES[dtype][1] if dtype in _DTYPES else None
+
+        def put(m: tuple) -> bool:  # False once the consumer has gone
+            while not stop.is_set():
+                try:
+                    msgs.put(m, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
 
         def work() -> None:
             keep: list[Any] = []
@@ -724,43 +735,29 @@ class Encoder:
                         pl.max_batch_rows = max_batch_rows
                     citems = _items([item], keep, labels=[label] if label else None)
                     err = _lib.Error()
-                    plan = ctypes.c_void_p()
-                    _check(lib.qvl_plan_create(self._ctx, citems, 1, ctypes.byref(pl), ctypes.byref(plan),
-                                               ctypes.byref(err)), err)
-                    try:
-                        inf = _info(plan, 0)
-                        if inf.status != _lib.OK:
-                            raise QvlError(inf.status, (inf.message or b"").decode(errors="replace"))
-                        out = np.empty((inf.n_tokens, inf.out_cols), dtype=np_dtype)
-                        msgs.put(("out", out))
-                        outs = (ctypes.c_void_p * 1)(out.ctypes.data)
 
-                        def told(user: Any, i: int, tok0: int, n: int) -> int:
-                            msgs.put(("chunk", tok0, n))
-                            return 1 if stop.is_set() else 0
+                    def told(user: Any, info: Any, chunk: Any) -> int:
+                        inf, c = info.contents, chunk.contents
+                        part = np.frombuffer(ctypes.string_at(c.data, c.bytes), dtype=np_dtype)
+                        part = part.reshape(c.n_tokens, inf.out_cols)
+                        return 0 if put(("chunk", c.tok0, part, inf.n_tokens)) else 1
 
-                        fn = _lib.CHUNK_FN(told)
-                        lib.qvl_ctx_reserve_plan(self._ctx, plan, None)
-                        s = lib.qvl_plan_encode_chunks(self._ctx, plan, outs, fn, None, ctypes.byref(err))
-                        if s != _lib.OK and not stop.is_set():
-                            raise QvlError(s, (_info(plan, 0).message or b"").decode(errors="replace"))
-                    finally:
-                        lib.qvl_plan_free(plan)
+                    fn = _lib.STREAM_FN(told)
+                    s = lib.qvl_encode_stream(self._ctx, citems, ctypes.byref(pl), fn, None, ctypes.byref(err))
+                    if s != _lib.OK and not stop.is_set():
+                        raise QvlError(s, err.message.decode(errors="replace"))
             except BaseException as e:  # handed to the consumer, raised there
-                msgs.put(("error", e))
+                put(("error", e))
             else:
-                msgs.put(("done",))
+                put(("done",))
 
         t = threading.Thread(target=work, name="qvl-encode-chunks", daemon=True)
         t.start()
         try:
-            out = None
             while True:
                 m = msgs.get()
-                if m[0] == "out":
-                    out = m[1]
-                elif m[0] == "chunk":
-                    yield Chunk(tok0=m[1], embeds=out[m[1]: m[1] + m[2]], total=out.shape[0])
+                if m[0] == "chunk":
+                    yield Chunk(tok0=m[1], embeds=m[2], total=m[3])
                 elif m[0] == "error":
                     raise m[1]
                 else:

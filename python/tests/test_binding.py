@@ -158,6 +158,12 @@ def test_encode_chunks(enc: qvl.Encoder) -> None:
     [c] = list(enc.encode_chunks(PHOTO))
     [r] = enc.encode([PHOTO])
     assert c.tok0 == 0 and same(c.embeds, r.embeds)
+    # a video file, decoded while it encodes: one chunk per temporal patch here, the bits of the whole encode
+    clip = data("tests/data/video/video_h264_bframes.mkv")
+    [wv] = enc.encode([clip])
+    parts = list(enc.encode_chunks(clip, max_batch_rows=1))
+    assert wv.ok and len(parts) == wv.grid_thw[0] > 1, (wv.error, len(parts))
+    assert same(np.concatenate([c.embeds for c in parts]), wv.embeds)
     it = enc.encode_chunks(frames, max_batch_rows=30)
     first = next(it)
     it.close()  # stops after the piece in progress; the Encoder is free again
