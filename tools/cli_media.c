@@ -167,6 +167,7 @@ typedef struct streamed {
     qvl_st_writer *w;
     int i;
     size_t parts;
+    int grouped; /* its tensors declared (qvl_st_writer_group): what a failure takes back */
     qvl_item_info info;
     int64_t *indices;
     double *timestamps;
@@ -192,6 +193,7 @@ static int on_part(void *user, const qvl_item_info *info, const qvl_chunk *c) {
         }
         const int64_t shape[2] = {(int64_t)info->n_tokens, (int64_t)info->out_cols};
         if (qvl_st_writer_group(so->w, info->n_planes, np, "F32", shape, 2, NULL) != QVL_OK) return so->write_failed = 1;
+        so->grouped = 1;
     }
     for (size_t k = 0; k < info->n_planes; k++)
         if (qvl_st_writer_data_to(so->w, k, (const unsigned char *)c->data + k * c->plane_stride,
@@ -300,7 +302,7 @@ int encode_media(media_opts *o) {
         }
         /* Without a cache entry to store (which takes the whole output), an input is encoded as a stream: a long
          * video's rows and output are never held whole, and its tokens are in the file as they are made. */
-        streamed so = {w, i, 0, {0}, NULL, NULL, 0};
+        streamed so = {w, i, 0, 0, {0}, NULL, NULL, 0};
         int stream = !hit && ctx && !cache && !o->preprocess_only, overlapped = 0;
         double t_stream = 0;
         if (stream) {
@@ -309,11 +311,18 @@ int encode_media(media_opts *o) {
             t_stream = cli_now_ms() - t_stream;
             if (s == QVL_OK && !so.write_failed) {
                 info = so.info;
-                overlapped = info.encode_ms == 0; /* a streamed video: its one time (else an image's own times) */
+                /* a streamed video's decode, preprocess and encode overlap: its one time (an image, or a video read
+                 * again whole, has its own decode and preprocess times; what is left of the call is its encode) */
+                overlapped = info.decode_ms == 0 && info.preprocess_ms == 0;
                 if (overlapped) info.encode_ms = t_stream;
+                else if (info.encode_ms == 0) info.encode_ms = t_stream - info.decode_ms - info.preprocess_ms;
             } else {
-                if (so.parts) qvl_st_writer_drop(w, NULL); /* its tensors taken back (a write failure is sticky) */
-                if (s == QVL_ERR_FORMAT && so.parts && !so.write_failed) {
+                if (so.grouped) qvl_st_writer_drop(w, NULL); /* its tensors taken back (a write failure is sticky) */
+                /* read again whole, as a plan reads it, when it was sampled again after parts were written (the
+                 * library's QVL_ERR_FORMAT says so in these words; any other failure stands) */
+                if (s == QVL_ERR_FORMAT && so.grouped && !so.write_failed &&
+                    (strstr(err.message, "is sampled again over the frames it has") ||
+                     strstr(err.message, "the stream gave other frames"))) {
                     stream = 0; /* sampled again after parts were written: read again and encoded whole, as a plan */
                 } else {
                     info.status = so.write_failed ? QVL_ERR_IO : s;

@@ -225,7 +225,8 @@ qvl_status qvl_st_writer_group(qvl_st_writer *w, size_t n, const char *const *na
     const size_t first = w->n;
     for (size_t k = 0; k < n; k++) {
         TRY(declare(w, names[k], dtype, shape, ndim, err));
-        w->written += w->t[w->n - 1].nbytes; /* its region; filled by qvl_st_writer_data_to */
+        if (__builtin_add_overflow(w->written, w->t[w->n - 1].nbytes, &w->written)) /* its region, for data_to */
+            return fail(w, err, QVL_ERR_LIMIT, "qvl_st_writer_group: the tensors' sizes overflow");
     }
     w->group0 = first, w->group_n = n;
     return QVL_OK;

@@ -436,8 +436,8 @@ static qvl_status stream_frame(void *user, size_t slot, const uint8_t *rgb, qvl_
 }
 
 static qvl_status plan_one(const qvl_plan *plan, plan_item *pi, const qvl_item *it, const item_settings *base,
-                           uint64_t planned, const stop_probe *stop, thread_pool *pool, const plan_hook *hook,
-                           qvl_error *err) {
+                           uint64_t planned, const stop_probe *stop, thread_pool *pool, thread_pool *vpool,
+                           const plan_hook *hook, qvl_error *err) {
     const qvl_model *m = plan->m;
     const qvl_limits *plan_lim = &plan->lim;
     item_settings s;
@@ -463,7 +463,7 @@ static qvl_status plan_one(const qvl_plan *plan, plan_item *pi, const qvl_item *
     qvl_status st = QVL_OK;
     int video = 0;
     /* a video goes into its rows frame by frame, each as soon as it is decoded (or converted) */
-    plan_stream ps = {plan, pi, &s.pp, &lim, planned, pool, hook, {0}, 0};
+    plan_stream ps = {plan, pi, &s.pp, &lim, planned, vpool, hook, {0}, 0};
     const video_sink sink = {stream_begin, stream_frame, &ps};
     pi->row_len = row_len_of(&s.pp);
     pi->row_units = row_units_of(m, pi->row_len); /* read once the geometry is checked */
@@ -691,14 +691,16 @@ qvl_status plan_create_hooked(qvl_ctx *ctx, const qvl_item *items, size_t n_item
         else
             p->n = n_items;
     }
-    /* without a ctx, a pool for this call; with a hook one thread of its own: the ctx's pool encodes meanwhile */
-    thread_pool *own = NULL;
-    if (s == QVL_OK && (!ctx || hook)) s = pool_create(&own, hook ? 1 : 0, err);
+    /* without a ctx, a pool for this call; with a hook, a video's rows are made on one thread of their own, as the
+     * ctx's pool encodes meanwhile (an image uses the ctx's: its stream encodes only after it is planned) */
+    thread_pool *own = NULL, *vown = NULL;
+    if (s == QVL_OK && !ctx) s = pool_create(&own, 0, err);
+    if (s == QVL_OK && hook) s = pool_create(&vown, 1, err);
     if (s != QVL_OK) {
         qvl_plan_free(p);
         return s;
     }
-    thread_pool *pool = own ? own : ctx_pool(ctx);
+    thread_pool *pool = ctx ? ctx_pool(ctx) : own, *vpool = vown ? vown : pool;
     plan_stop ps = {ctx, p->p.cancel_fn, p->p.cancel_user};
     const stop_probe probe = hook ? (stop_probe){hook->stopped, hook->user} : (stop_probe){plan_stopped, &ps};
     p->p.cancel_fn = NULL, p->p.cancel_user = NULL; /* polled during this call only */
@@ -714,7 +716,7 @@ qvl_status plan_create_hooked(qvl_ctx *ctx, const qvl_item *items, size_t n_item
         else if (it.kind == QVL_ITEM_PATH && it.path && *it.path) snprintf(pi->label, sizeof pi->label, "%s", it.path);
         else snprintf(pi->label, sizeof pi->label, "item %zu", i);
         if (pi->status == QVL_OK)
-            pi->status = plan_one(p, pi, &it, &base, p->planned_rows, &probe, pool, hook, &ie);
+            pi->status = plan_one(p, pi, &it, &base, p->planned_rows, &probe, pool, vpool, hook, &ie);
         if (pi->status == QVL_OK) {
             const size_t merge = (size_t)pi->merge; /* the model's, once fits_model has passed */
             pi->n_tokens = pi->n_rows / (merge * merge);
@@ -736,6 +738,7 @@ qvl_status plan_create_hooked(qvl_ctx *ctx, const qvl_item *items, size_t n_item
         p->held += pi->rows_owned ? pi->n_rows * pi->row_len * sizeof(float) : 0;
     }
     pool_destroy(own);
+    pool_destroy(vown);
     if (ctx) plan_groups(p, ctx);
     *out = p;
     return QVL_OK;

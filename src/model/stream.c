@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <xxhash.h>
+
 #include "core/error.h"
 #include "core/limits.h"
 #include "core/params.h"
@@ -36,7 +38,8 @@ typedef struct stream {
     pthread_cond_t cv;       /* any change below */
     atomic_int stop;         /* the encoder is done or gave up: the reader stops */
     /* set by the reader (under mu) */
-    int begun, done, resampled;
+    int begun, done;
+    int resampled;           /* 1: sampled again otherwise; 2: a read done anew gave other rows for a patch placed */
     qvl_plan *plan;          /* the reader's plan of the item, once done */
     qvl_status read_status;  /* plan_create_hooked's own (not the item's) */
     qvl_error read_err;
@@ -50,12 +53,22 @@ typedef struct stream {
     float *ring;
     float *spare;            /* one patch's rows: where rows the ring has already go when handed over again */
     long *slot_t;            /* [cap_t] the patch a slot holds, -1 none */
+    uint64_t *hash_t;        /* [n_t] each placed patch's rows, hashed: rows handed over again must be the same */
     void *out;               /* one piece's output */
     size_t out_piece_bytes;
     long released;           /* patches [0, released) encoded and handed back */
 } stream;
 
 static size_t esize_of(qvl_dtype d) { return d == QVL_DTYPE_F32 ? 4 : 2; }
+
+/* Wait on cv (mu held) for a change, or STREAM_POLL_MS (the monotonic clock: cv is made on it). */
+static void poll_wait(stream *st) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += STREAM_POLL_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+}
 
 /* ---- the reader's side (plan_hook), on the reader thread ------------------------------------------------------ */
 
@@ -69,10 +82,20 @@ static float *ring_where(void *user, long t) {
     return have ? st->spare : room ? st->ring + (size_t)(t % st->cap_t) * st->per_t * st->row_len : NULL;
 }
 
+/* Patch t's rows are written: into the ring (the encoder may take them), or into the spare, being rows the ring had
+ * already, handed over again by a read done anew; those must be the rows placed before (a skipping read's frames
+ * are the sequential read's, or the read is not used: video.c), else the stream is taken as sampled again. */
 static void ring_placed(void *user, long t) {
     stream *st = user;
     pthread_mutex_lock(&st->mu);
-    if (t >= st->released) st->slot_t[t % st->cap_t] = t;
+    const int again = t < st->released || st->slot_t[t % st->cap_t] == t;
+    pthread_mutex_unlock(&st->mu);
+    const size_t bytes = st->per_t * st->row_len * sizeof(float);
+    const uint64_t h = XXH3_64bits(again ? st->spare : st->ring + (size_t)(t % st->cap_t) * st->per_t * st->row_len,
+                                   bytes);
+    pthread_mutex_lock(&st->mu);
+    if (!again) st->hash_t[t] = h, st->slot_t[t % st->cap_t] = t;
+    else if (h != st->hash_t[t]) st->resampled = 2;
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->mu);
 }
@@ -125,10 +148,11 @@ static qvl_status hook_begin(void *user, const qvl_item_info *info, video_rows *
     st->ring = malloc(ring_bytes);
     st->spare = malloc(st->per_t * st->row_len * sizeof(float));
     st->slot_t = malloc((size_t)st->cap_t * sizeof *st->slot_t);
+    st->hash_t = malloc((size_t)st->n_t * sizeof *st->hash_t);
     st->out = malloc(out_bytes);
     st->indices = malloc((info->n_frames > 0 ? (size_t)info->n_frames : 1) * sizeof *st->indices);
     st->timestamps = malloc((info->n_timestamps ? info->n_timestamps : 1) * sizeof *st->timestamps);
-    if (!st->ring || !st->spare || !st->slot_t || !st->out || !st->indices || !st->timestamps)
+    if (!st->ring || !st->spare || !st->slot_t || !st->hash_t || !st->out || !st->indices || !st->timestamps)
         return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for a stream's rows and output",
                         ring_bytes + out_bytes);
     for (long i = 0; i < st->cap_t; i++) st->slot_t[i] = -1;
@@ -155,6 +179,8 @@ static int next_piece_ready(const stream *st) {
     return 1;
 }
 
+static int piece_or_resampled(const stream *st) { return st->resampled || next_piece_ready(st); }
+
 static qvl_status hook_frame(void *user, video_rows *vr, int last, qvl_error *err) {
     stream *st = user;
     for (;;) {
@@ -164,11 +190,7 @@ static qvl_status hook_frame(void *user, video_rows *vr, int last, qvl_error *er
         /* wait for room while the encoder can make it; at the end every patch is in, and the encoder always can */
         const int wait = !atomic_load(&st->stop) && (last || next_piece_ready(st));
         if (wait) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += STREAM_POLL_MS * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-            pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+            poll_wait(st);
         }
         const int stop = atomic_load(&st->stop);
         pthread_mutex_unlock(&st->mu);
@@ -210,11 +232,7 @@ static int wait_for(stream *st, int (*cond)(const stream *)) {
         pthread_mutex_lock(&st->mu);
         if (stopped) return 1;
         if (cond(st) || st->done) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += STREAM_POLL_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+        poll_wait(st);
     }
     return 0;
 }
@@ -234,27 +252,30 @@ static qvl_status piece_finite(const stream *st, size_t tok0, size_t n_tok, qvl_
         char what[32];
         if (plane == 0) snprintf(what, sizeof what, "merged");
         else snprintf(what, sizeof what, "deepstack%zu", plane - 1);
-        return err_fail(err, QVL_ERR_NONFINITE, "%s: the tower's output is not finite: %s token %zu, column %zu "
-                        "(non-finite weights, or activations past the float32 range)", st->label, what,
-                        tok0 + j / cols, col);
+        return err_fail(err, QVL_ERR_NONFINITE, "the tower's output is not finite: %s token %zu, column %zu "
+                        "(non-finite weights, or activations past the float32 range)", what, tok0 + j / cols, col);
     }
     return QVL_OK;
 }
 
-/* The pieces of a begun video, each as soon as its rows are placed; *told: tokens told. */
-static qvl_status encode_pieces(stream *st, size_t *told, qvl_error *err) {
+/* The pieces of a begun video, each as soon as its rows are placed; *told: tokens told; *ended: the reader was done
+ * before the next piece's rows were in (QVL_OK returned: the reader's status says why). */
+static qvl_status encode_pieces(stream *st, size_t *told, int *ended, qvl_error *err) {
     const qvl_model *m = ctx_model(st->ctx);
     const size_t es = esize_of(st->pp.dtype), cols = st->info.out_cols, O = (size_t)m->cfg.out_hidden;
     const int n_ds = st->pp.deepstack ? m->cfg.n_deepstack : 0;
     for (int32_t t0 = 0; t0 < st->n_t; t0 += st->piece) {
         const int32_t tn = st->n_t - t0 < st->piece ? st->n_t - t0 : st->piece;
         pthread_mutex_lock(&st->mu);
-        const int stopped = wait_for(st, next_piece_ready);
+        const int stopped = wait_for(st, piece_or_resampled);
         const int ready = next_piece_ready(st), resampled = st->resampled;
         pthread_mutex_unlock(&st->mu);
         if (stopped) return err_fail(err, QVL_ERR_CANCELLED, "cancelled after %zu of its %zu tokens", *told,
                                      st->info.n_tokens);
-        if (!ready || resampled) return QVL_ERR_IO; /* the reader ended first: its status says why */
+        if (!ready || resampled) {
+            *ended = 1;
+            return QVL_OK;
+        }
         const size_t rows = (size_t)tn * st->per_t, n_tok = rows / st->mm;
         const float *piece_rows = st->ring + (size_t)(t0 % st->cap_t) * st->per_t * st->row_len;
         const qvl_grid g = {tn, st->info.grid.h, st->info.grid.w};
@@ -326,6 +347,7 @@ static void stream_free(stream *st) {
     free(st->ring);
     free(st->spare);
     free(st->slot_t);
+    free(st->hash_t);
     free(st->out);
     free(st->indices);
     free(st->timestamps);
@@ -333,25 +355,30 @@ static void stream_free(stream *st) {
     pthread_mutex_destroy(&st->mu);
 }
 
-/* After the reader is done: the call's status from what each side found. `s` is the encoder's (QVL_ERR_IO: the
- * reader ended before the next piece's rows were in), `e` its message, `told` the tokens told. */
-static qvl_status stream_end(stream *st, qvl_status s, const qvl_error *e, size_t told, qvl_error *err) {
+/* After the reader is done: the call's status from what each side found. `s` is the encoder's, `e` its message,
+ * `ended` whether the reader was done before the encoder had every piece, `told` the tokens told. */
+static qvl_status stream_end(stream *st, qvl_status s, const qvl_error *e, int ended, size_t told, qvl_error *err) {
     if (st->read_status != QVL_OK) return err_fail(err, st->read_status, "%s", st->read_err.message);
-    qvl_item_info info;
-    qvl_plan_item(st->plan, 0, &info);
-    if (s == QVL_ERR_CANCELLED) return err_fail(err, s, "%s: %s", st->label, e->message);
+    if (s != QVL_OK) return err_fail(err, s, "%s: %s", st->label, e->message); /* the encoder's (the reader stopped) */
     if (st->resampled && told == 0) { /* read again, without the hook: the plan holds the rows of the new sampling */
         qvl_plan_free(st->plan), st->plan = NULL;
         TRY(plan_create_hooked(st->ctx, st->item, 1, &st->pp, NULL, &st->plan, err));
         return encode_whole(st, st->plan, err);
     }
-    if (st->resampled)
+    if (st->resampled == 1)
         return err_fail(err, QVL_ERR_FORMAT, "%s: the stream ended before the frame count of its header after %zu of "
                         "its %zu tokens were told, and is sampled again over the frames it has: encode it whole "
                         "(qvl_plan_encode)", st->label, told, st->info.n_tokens);
+    if (st->resampled)
+        return err_fail(err, QVL_ERR_FORMAT, "%s: read again after %zu of its %zu tokens were told, the stream gave "
+                        "other frames: encode it whole (qvl_plan_encode)", st->label, told, st->info.n_tokens);
     if (!st->begun) return encode_whole(st, st->plan, err); /* an item not streamed, or one that failed first */
+    qvl_item_info info;
+    qvl_plan_item(st->plan, 0, &info);
     if (info.status != QVL_OK) return err_fail(err, info.status, "%s", info.message); /* the reader's failure */
-    if (s != QVL_OK) return err_fail(err, s, "%s: %s", st->label, e->message);
+    if (ended) /* the reader read to the end well, and a piece's rows never came: a bug */
+        return err_fail(err, QVL_ERR_INTERNAL, "%s: the stream's reader ended with %zu of its %zu tokens encoded",
+                        st->label, told, st->info.n_tokens);
     return QVL_OK;
 }
 
@@ -378,7 +405,11 @@ qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_
     st.ctx = ctx, st.item = item, st.fn = fn, st.user = user;
     atomic_init(&st.stop, 0);
     pthread_mutex_init(&st.mu, NULL);
-    pthread_cond_init(&st.cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st.cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_t reader;
     if (pthread_create(&reader, NULL, reader_main, &st) != 0) {
         stream_free(&st);
@@ -390,18 +421,19 @@ qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_
     pthread_mutex_unlock(&st.mu);
     qvl_status s = QVL_OK;
     size_t told = 0;
+    int ended = 0;
     qvl_error e;
     err_clear(&e);
     if (stopped) s = err_fail(&e, QVL_ERR_CANCELLED, "not encoded: cancelled");
-    else if (begun) s = encode_pieces(&st, &told, &e);
-    if (s != QVL_OK) { /* given up: the reader stops where it is (else it reads on to the stream's end) */
+    else if (begun) s = encode_pieces(&st, &told, &ended, &e);
+    if (s != QVL_OK || ended) { /* given up: the reader stops where it is (else it reads on to the stream's end) */
         atomic_store(&st.stop, 1);
         pthread_mutex_lock(&st.mu);
         pthread_cond_broadcast(&st.cv);
         pthread_mutex_unlock(&st.mu);
     }
     pthread_join(reader, NULL);
-    s = stream_end(&st, s, &e, told, err);
+    s = stream_end(&st, s, &e, ended, told, err);
     stream_free(&st);
     return s;
 }
