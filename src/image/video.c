@@ -851,9 +851,11 @@ static qvl_status decode_skipping(vdec *d, vpass *ps, vskip *k, const char **why
  * taken, decodes it as decode_skipping does (the same checks, over its job's ordinals and slots) and converts its
  * sampled frames to RGB; the reader hands them to the sink (or the frame buffer) as they come: each job's slots in
  * order, the jobs' interleaved (video_sink allows it). Bounded: VIDEO_PAR_QUEUE bytes of packets queued (the reader
- * waits, handing frames over meanwhile), VIDEO_PAR_OUT converted frames a worker (it waits for the reader). A misfit
+ * waits, handing frames over meanwhile), VIDEO_PAR_OUT converted frames a worker (it waits for the reader), and no
+ * job taken more than VIDEO_PAR_AHEAD jobs a worker past the first one not finished (a sink that takes temporal
+ * patches in order, a stream's ring, keeps a later job's frames until the earlier ones come). A misfit
  * in any job stops every worker, and the stream is read again in order, as after a one-decoder skipping read. */
-enum { VIDEO_PAR_MAX = 4, VIDEO_PAR_OUT = 2, VIDEO_PAR_POLL_MS = 20 };
+enum { VIDEO_PAR_MAX = 4, VIDEO_PAR_OUT = 2, VIDEO_PAR_POLL_MS = 20, VIDEO_PAR_AHEAD = 2 };
 #define VIDEO_PAR_QUEUE ((size_t)32 << 20)
 
 /* A queued packet. */
@@ -869,6 +871,7 @@ typedef struct vjob {
     vpk *head, *tail; /* packets queued, not yet taken */
     int all_read;     /* the reader will queue no more */
     int dropping;     /* its worker is done: the reader drops its packets */
+    int finished;     /* ... and has handed over its frames but VIDEO_PAR_OUT */
 } vjob;
 
 /* A converted frame: the worker's while it fills it, then ready for the reader, then free again. */
@@ -902,6 +905,8 @@ struct vpar {
     size_t n_slots;
     vjob *jobs;
     size_t n_jobs, taken;
+    size_t oldest;     /* the first job not finished: none is taken `window` jobs past it */
+    size_t window;     /* VIDEO_PAR_AHEAD (or video_read_info.ahead) jobs a worker */
     size_t queued;     /* bytes of packets queued */
     vpk *spare;        /* queue entries to reuse */
     AVPacket *first;   /* the stream's first packet, for priming (set once the reader has it) */
@@ -1023,12 +1028,23 @@ static void *par_worker(void *arg) {
     vstate st = {0};
     pthread_mutex_lock(&P->mu);
     while (!P->stop && P->taken < P->n_jobs) {
+        /* Not too far past the first job not finished: its slots come before a later job's, so the frames the
+         * later jobs hand over wait in the sink (a stream's ring takes temporal patches in order) for it. */
+        if (P->taken >= P->oldest + P->window) {
+            pthread_cond_wait(&P->to_workers, &P->mu);
+            continue;
+        }
         vjob *job = &P->jobs[P->taken++];
         pthread_mutex_unlock(&P->mu);
         w->status = par_job(w, job, &used, &st, &w->why, &w->err);
         pthread_mutex_lock(&P->mu);
         job->dropping = 1; /* what is queued for it, and what comes, is not needed */
         job_drop(P, job);
+        job->finished = 1;
+        if (P->oldest < P->n_jobs && P->jobs[P->oldest].finished) {
+            while (P->oldest < P->n_jobs && P->jobs[P->oldest].finished) P->oldest++;
+            pthread_cond_broadcast(&P->to_workers);
+        }
         if (w->status != QVL_OK || w->why) {
             P->stop = 1;
             pthread_cond_broadcast(&P->to_workers);
@@ -1204,6 +1220,7 @@ static qvl_status decode_parallel(vdec *d, vpass *ps, vskip *k, const qvl_video 
     }
     P->d = d, P->k = k, P->indices = v->indices, P->n_slots = (size_t)v->n_frames, P->jobs = jobs;
     P->n_jobs = n_jobs;
+    P->window = (size_t)(d->info && d->info->ahead > 0 ? d->info->ahead : VIDEO_PAR_AHEAD) * (size_t)n_w;
     pthread_mutex_init(&P->mu, NULL);
     pthread_condattr_t monotonic; /* the reader's timed waits: a clock that is never set back */
     pthread_condattr_init(&monotonic);

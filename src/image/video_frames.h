@@ -76,6 +76,8 @@ typedef struct video_read_info {
     int sequential;           /* in: 1 decodes every frame in order, never skipping (the reference way) */
     int decoders;             /* in: for a skipping read, at most this many decoders at once (0: the reader's
                                  choice, by the CPUs; 1: one) */
+    int ahead;                /* in: on several decoders, how many jobs a decoder may be past the first one not
+                                 finished, per decoder (0: the reader's choice, 2; 1 the tightest) */
     int jobs;                 /* out: the stretches decoded on several decoders at once (0: one decoder) */
     const char *skipping_why; /* out: NULL when the sampled frames were decoded skipping what they do not need
                                  (video.c); else why they were not (a static string) */
