@@ -938,7 +938,9 @@ typedef int (*qvl_stream_fn)(void *user, const qvl_item_info *info, const qvl_ch
  * (both polled on this thread: between parts, and every 20 ms while it waits for rows). A video whose stream ends
  * before the frame count of its header is sampled again over the frames it has, as qvl_plan_create does: when that
  * is found before the first part is told the item is read again and encoded whole (the same tokens as
- * qvl_plan_encode), after it QVL_ERR_FORMAT saying so (parts told stay told). Limits are the ctx's lowered by
+ * qvl_plan_encode), after it QVL_ERR_FORMAT saying so (parts told stay told); so is a read done again (a skipping
+ * read given up, video.c) whose frames differ from those of the parts told, which a plan never sees (it keeps only
+ * the last read's rows). Limits are the ctx's lowered by
  * params->limits, as for a plan of this one item. Uses the ctx (its scratch and pool) for the call: one call at a
  * time per ctx. */
 QVL_API qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params,
