@@ -465,7 +465,7 @@ static int always_stop(void *user) {
 }
 
 static void test_stream(void) {
-    char dir[1024], vdir[1024];
+    char dir[1024];
     tu_tmpdir(dir, sizeof dir);
     tu_synth(dir, "tiny", 3, QVL_LAYOUT_HF);
     qvl_model *m = NULL;
@@ -483,6 +483,7 @@ static void test_stream(void) {
     int cases = 0, parts = 0;
 #if QVL_WITH_VIDEO
     /* every clip of the corpus, in pieces of 1 temporal patch (a ring of 2) and of 3 */
+    char vdir[1024];
     tu_source_path("tests/data/video", vdir, sizeof vdir);
     static const char *const all[] = {"video_testsrc_30.mp4", "video_testsrc_30.webm", "video_25fps.mkv",
                                       "video_3frames.mp4", "video_alpha.mov", "video_editlist.mp4", "video_2997.mp4",
