@@ -161,6 +161,12 @@ static void put_f32(qvl_st_writer *w, const char *name, const float *data, size_
         qvl_st_writer_data(w, data, rows * cols * sizeof(float), NULL);
 }
 
+/* The tensor of item i's plane k: "item{i}.merged", then "item{i}.deepstack{k-1}". */
+static void plane_name(char *buf, size_t cap, int i, size_t k) {
+    if (k == 0) snprintf(buf, cap, "item%d.merged", i);
+    else snprintf(buf, cap, "item%d.deepstack%zu", i, k - 1);
+}
+
 /* An input encoded as a stream (qvl_encode_stream): its planes written to the file part by part, as item{i}.merged
  * and item{i}.deepstack{k}, filled side by side (qvl_st_writer_group); the item's info kept from the first part. */
 typedef struct streamed {
@@ -187,8 +193,7 @@ static int on_part(void *user, const qvl_item_info *info, const qvl_chunk *c) {
         char names[1 + QVL_MAX_DEEPSTACK][48];
         const char *np[1 + QVL_MAX_DEEPSTACK];
         for (size_t k = 0; k < info->n_planes && k <= QVL_MAX_DEEPSTACK; k++) {
-            if (k == 0) snprintf(names[k], sizeof names[k], "item%d.merged", so->i);
-            else snprintf(names[k], sizeof names[k], "item%d.deepstack%zu", so->i, k - 1);
+            plane_name(names[k], sizeof names[k], so->i, k);
             np[k] = names[k];
         }
         const int64_t shape[2] = {(int64_t)info->n_tokens, (int64_t)info->out_cols};
@@ -378,8 +383,7 @@ int encode_media(media_opts *o) {
                     (size_t)o->pp.patch * (size_t)o->pp.patch);
         } else if (ok && !stream) {
             for (size_t k = 0; k < info.n_planes; k++) {
-                if (k == 0) snprintf(name, sizeof name, "item%d.merged", i);
-                else snprintf(name, sizeof name, "item%d.deepstack%zu", i, k - 1);
+                plane_name(name, sizeof name, i, k);
                 put_f32(w, name, (const float *)buf + k * info.n_tokens * O, info.n_tokens, O);
             }
         }

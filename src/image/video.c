@@ -1041,10 +1041,9 @@ static void *par_worker(void *arg) {
         job->dropping = 1; /* what is queued for it, and what comes, is not needed */
         job_drop(P, job);
         job->finished = 1;
-        if (P->oldest < P->n_jobs && P->jobs[P->oldest].finished) {
-            while (P->oldest < P->n_jobs && P->jobs[P->oldest].finished) P->oldest++;
-            pthread_cond_broadcast(&P->to_workers);
-        }
+        const size_t was = P->oldest;
+        while (P->oldest < P->n_jobs && P->jobs[P->oldest].finished) P->oldest++;
+        if (P->oldest != was) pthread_cond_broadcast(&P->to_workers); /* a window waiter may go on */
         if (w->status != QVL_OK || w->why) {
             P->stop = 1;
             pthread_cond_broadcast(&P->to_workers);

@@ -51,8 +51,7 @@ struct qvl_plan {
     qvl_limits lim;               /* the ctx's limits lowered by the plan's own */
     uint64_t planned_rows;        /* patch rows of the items planned so far, counted by row_units (against
                                      lim.max_call_patches) */
-    int n_ds;                     /* DeepStack features in the outputs */
-    size_t O, out_cols, n_planes, esize;
+    out_spec o;                   /* of its outputs */
     size_t n;
     plan_item *items;
     size_t n_ok, out_bytes, held, max_group_rows, scratch;
@@ -408,7 +407,7 @@ static qvl_status plan_video_begin(plan_stream *ps, const qvl_video *v, qvl_erro
     TRY(count_rows(pi, row_len_of(pp), ps->lim, ps->planned, err));
     const size_t mm = (size_t)pp->merge * (size_t)pp->merge;
     pi->n_tokens = pi->n_rows / mm;
-    if (size_mul_overflow(pi->n_tokens, ps->plan->out_cols * ps->plan->n_planes * ps->plan->esize, &pi->out_bytes))
+    if (size_mul_overflow(pi->n_tokens, ps->plan->o.cols * ps->plan->o.planes * ps->plan->o.esize, &pi->out_bytes))
         return err_fail(err, QVL_ERR_LIMIT, "%s: the output size overflows", pi->label);
     TRY(video_rows_start(&ps->vr, v, &pi->grid, pp, NULL, ps->pool, err));
     qvl_item_info info;
@@ -674,11 +673,7 @@ qvl_status plan_create_hooked(qvl_ctx *ctx, const qvl_item *items, size_t n_item
     p->p.preprocess = NULL, p->p.video = NULL, p->p.decode = NULL; /* taken; the caller's may go */
     if (!p->p.max_batch_rows) p->p.max_batch_rows = 16384;
     p->m = m;
-    p->n_ds = m && p->p.deepstack ? m->cfg.n_deepstack : 0;
-    p->O = m ? (size_t)m->cfg.out_hidden : 0;
-    p->esize = p->p.dtype == QVL_DTYPE_F32 ? 4 : 2;
-    p->out_cols = p->p.layout == QVL_OUTPUT_CONCAT ? p->O * (1 + (size_t)p->n_ds) : p->O;
-    p->n_planes = p->p.layout == QVL_OUTPUT_CONCAT ? 1 : 1 + (size_t)p->n_ds;
+    out_spec_of(m, &p->p, &p->o);
     if (s == QVL_OK) {
         const size_t n = n_items ? n_items : 1;
         p->items = calloc(n, sizeof *p->items);
@@ -721,7 +716,7 @@ qvl_status plan_create_hooked(qvl_ctx *ctx, const qvl_item *items, size_t n_item
             const size_t merge = (size_t)pi->merge; /* the model's, once fits_model has passed */
             pi->n_tokens = pi->n_rows / (merge * merge);
             size_t b, total; /* the plan's total only grows when the item is kept */
-            if (size_mul_overflow(pi->n_tokens, p->out_cols * p->n_planes * p->esize, &b) ||
+            if (size_mul_overflow(pi->n_tokens, p->o.cols * p->o.planes * p->o.esize, &b) ||
                 size_add_overflow(p->out_bytes, b, &total))
                 pi->status = err_fail(&ie, QVL_ERR_LIMIT, "%s: the output size overflows", pi->label);
             else
@@ -764,8 +759,8 @@ static void item_info_of(const qvl_plan *p, const plan_item *pi, qvl_item_info *
         f->grid = pi->grid;
         f->n_rows = pi->n_rows;
         f->n_tokens = pi->n_tokens;
-        f->out_cols = p->out_cols;
-        f->n_planes = p->n_planes;
+        f->out_cols = p->o.cols;
+        f->n_planes = p->o.planes;
         f->out_bytes = pi->out_bytes;
     }
     f->src_width = pi->src_w, f->src_height = pi->src_h;
@@ -805,45 +800,56 @@ qvl_status qvl_ctx_reserve_plan(qvl_ctx *ctx, const qvl_plan *p, qvl_error *err)
     return tower_reserve(ctx, rows, p->p.dtype != QVL_DTYPE_F32, err);
 }
 
-/* Sink of item i (its own buffer `out`), for its tokens [tok0, tok0 + n) (all of them: 0, n_tokens; a piece: its
- * share), which are the group's tokens from t0 on: CONCAT puts target k at column k·O of each row, SPLIT at plane
- * k. */
-static void item_sink(const qvl_plan *p, const plan_item *pi, size_t t0, size_t tok0, size_t n, void *out,
-                      tower_sink *k) {
+void out_spec_of(const qvl_model *m, const qvl_plan_params *p, out_spec *o) {
+    o->dtype = p->dtype;
+    o->layout = p->layout;
+    o->n_ds = m && p->deepstack ? m->cfg.n_deepstack : 0;
+    o->O = m ? (size_t)m->cfg.out_hidden : 0;
+    o->esize = p->dtype == QVL_DTYPE_F32 ? 4 : 2;
+    o->cols = p->layout == QVL_OUTPUT_CONCAT ? o->O * (1 + (size_t)o->n_ds) : o->O;
+    o->planes = p->layout == QVL_OUTPUT_CONCAT ? 1 : 1 + (size_t)o->n_ds;
+}
+
+void out_sink(const out_spec *o, void *out, size_t plane_tokens, size_t t0, size_t tok0, size_t n, tower_sink *k) {
     memset(k, 0, sizeof *k);
     k->t0 = t0;
     k->n = n;
-    k->dtype = p->p.dtype;
-    k->ld = p->out_cols;
+    k->dtype = o->dtype;
+    k->ld = o->cols;
     unsigned char *base = out;
-    for (int d = 0; d <= p->n_ds; d++) {
-        const size_t off = p->p.layout == QVL_OUTPUT_CONCAT ? (size_t)d * p->O : (size_t)d * pi->n_tokens * p->O;
-        k->dst[d] = base + (off + tok0 * p->out_cols) * p->esize;
+    for (int d = 0; d <= o->n_ds; d++) {
+        const size_t off = o->layout == QVL_OUTPUT_CONCAT ? (size_t)d * o->O : (size_t)d * plane_tokens * o->O;
+        k->dst[d] = base + (off + tok0 * o->cols) * o->esize;
     }
 }
 
-/* An item's output, tokens [tok0, tok0 + n_tok) of every plane, must be finite (NaN weights, or activations past
- * the float32 range, would otherwise come back as a success): the first element that is not, as QVL_ERR_NONFINITE
- * naming the output, token and column. */
-static qvl_status item_out_finite(const qvl_plan *p, const plan_item *pi, const void *out, size_t tok0, size_t n_tok,
-                                  qvl_error *err) {
+qvl_status out_finite(const out_spec *o, const void *out, size_t plane_tokens, size_t tok0, size_t n_tok,
+                      size_t tok_base, qvl_error *err) {
     size_t i = SIZE_MAX;
-    for (size_t q = 0; q < p->n_planes && i == SIZE_MAX; q++) {
-        const size_t start = (q * pi->n_tokens + tok0) * p->out_cols, n = n_tok * p->out_cols;
-        const void *first = (const unsigned char *)out + start * p->esize;
-        const size_t j = p->p.dtype == QVL_DTYPE_F32 ? first_nonfinite_f32(first, n)
-                                                     : first_nonfinite_16(first, n, p->p.dtype == QVL_DTYPE_BF16);
+    for (size_t q = 0; q < o->planes && i == SIZE_MAX; q++) {
+        const size_t start = (q * plane_tokens + tok0) * o->cols, n = n_tok * o->cols;
+        const void *first = (const unsigned char *)out + start * o->esize;
+        const size_t j = o->dtype == QVL_DTYPE_F32 ? first_nonfinite_f32(first, n)
+                                                   : first_nonfinite_16(first, n, o->dtype == QVL_DTYPE_BF16);
         if (j < n) i = start + j;
     }
     if (i == SIZE_MAX) return QVL_OK;
     size_t plane, tok, col;
-    if (p->p.layout == QVL_OUTPUT_CONCAT) tok = i / p->out_cols, col = i % p->out_cols, plane = col / p->O, col %= p->O;
-    else plane = i / (pi->n_tokens * p->O), tok = i % (pi->n_tokens * p->O) / p->O, col = i % p->O;
+    if (o->layout == QVL_OUTPUT_CONCAT) tok = i / o->cols, col = i % o->cols, plane = col / o->O, col %= o->O;
+    else plane = i / (plane_tokens * o->O), tok = i % (plane_tokens * o->O) / o->O, col = i % o->O;
     char what[32];
     if (plane == 0) snprintf(what, sizeof what, "merged");
     else snprintf(what, sizeof what, "deepstack%zu", plane - 1);
-    return err_fail(err, QVL_ERR_NONFINITE, "%s: the tower's output is not finite: %s token %zu, column %zu "
-                    "(non-finite weights, or activations past the float32 range)", pi->label, what, tok, col);
+    return err_fail(err, QVL_ERR_NONFINITE, "the tower's output is not finite: %s token %zu, column %zu (non-finite "
+                    "weights, or activations past the float32 range)", what, tok_base + tok, col);
+}
+
+/* Item pi's output, tokens [tok0, tok0 + n_tok), finite (out_finite), the message naming the item. */
+static qvl_status item_out_finite(const qvl_plan *p, const plan_item *pi, const void *out, size_t tok0, size_t n_tok,
+                                  qvl_error *err) {
+    qvl_error e;
+    const qvl_status s = out_finite(&p->o, out, pi->n_tokens, tok0, n_tok, 0, &e);
+    return s == QVL_OK ? QVL_OK : err_fail(err, s, "%s: %s", pi->label, e.message);
 }
 
 /* An item against the limits of the ctx that encodes it, which may be lower than those it was planned under (a
@@ -929,7 +935,7 @@ static qvl_status plan_encode(const char *fname, qvl_ctx *ctx, qvl_plan *p, void
             group = pi->group;
             p->g_rows[n] = pi->rows;
             p->g_grids[n] = pi->grid;
-            item_sink(p, pi, tok, 0, pi->n_tokens, outputs[i], &p->g_sinks[n]);
+            out_sink(&p->o, outputs[i], pi->n_tokens, tok, 0, pi->n_tokens, &p->g_sinks[n]);
             p->g_items[n++] = i;
             rows += pi->n_rows;
             tok += pi->n_tokens;
@@ -956,7 +962,7 @@ static qvl_status plan_encode(const char *fname, qvl_ctx *ctx, qvl_plan *p, void
                 const float *piece_rows = one->rows + r0 * one->row_len;
                 const qvl_grid g = {tn, one->grid.h, one->grid.w};
                 tower_sink k;
-                item_sink(p, one, 0, r0 / mm, pr / mm, out, &k);
+                out_sink(&p->o, out, one->n_tokens, 0, r0 / mm, pr / mm, &k);
                 s = tower_encode(ctx, NULL, &piece_rows, pr, &g, 1, &k, 1, &ge);
                 if (s != QVL_OK || !fn) continue;
                 if ((s = item_out_finite(p, one, out, r0 / mm, pr / mm, &ge)) != QVL_OK) break;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "image/image_params.h"
+#include "model/tower.h"
 #include "qvl.h"
 
 typedef struct item_settings {
@@ -22,6 +23,27 @@ qvl_status plan_item_settings(const item_settings *base, const qvl_item *it, ite
  * at least one. Free with plan_free_names. */
 qvl_status plan_list_frames(const char *dir, char ***names, size_t *n, qvl_error *err);
 void plan_free_names(char **names, size_t n);
+
+/* An output's shape: a plan's dtype, layout and DeepStack choice over its model (out_spec_of). */
+typedef struct out_spec {
+    qvl_dtype dtype;
+    qvl_output_layout layout;
+    int n_ds;         /* DeepStack features in it */
+    size_t O;         /* out_hidden */
+    size_t cols;      /* values a token has in a plane: CONCAT O·(1 + n_ds), SPLIT O */
+    size_t planes;    /* CONCAT 1, SPLIT 1 + n_ds */
+    size_t esize;     /* bytes a value */
+} out_spec;
+/* m NULL (a plan without a ctx): O 0. `p` is full (taken). */
+void out_spec_of(const qvl_model *m, const qvl_plan_params *p, out_spec *o);
+/* The sink of tokens [tok0, tok0 + n) of an output at `out` whose planes are plane_tokens tokens long, being the
+ * encode's tokens from t0 on: CONCAT puts target k at column k·O of each row, SPLIT at plane k. */
+void out_sink(const out_spec *o, void *out, size_t plane_tokens, size_t t0, size_t tok0, size_t n, tower_sink *k);
+/* Tokens [tok0, tok0 + n) of every plane of that output must be finite (NaN weights, or activations past the float32
+ * range, would otherwise come back as a success): the first value that is not, as QVL_ERR_NONFINITE naming the
+ * feature, the token (counted from tok_base) and the column. */
+qvl_status out_finite(const out_spec *o, const void *out, size_t plane_tokens, size_t tok0, size_t n, size_t tok_base,
+                      qvl_error *err);
 
 /* A plan whose videos are streamed instead of held (model/stream.c): for a video item, in place of making its rows,
  * plan_create_hooked calls these on its own thread. */

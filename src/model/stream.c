@@ -47,7 +47,8 @@ typedef struct stream {
     qvl_item_info info;
     int64_t *indices;
     double *timestamps;
-    size_t per_t, row_len, mm;
+    size_t per_t, row_len;
+    size_t mm;               /* rows a merged token */
     int32_t piece, n_t;      /* temporal patches in a piece; in the item */
     long cap_t;              /* ring slots (temporal patches) */
     float *ring;
@@ -55,11 +56,9 @@ typedef struct stream {
     long *slot_t;            /* [cap_t] the patch a slot holds, -1 none */
     uint64_t *hash_t;        /* [n_t] each placed patch's rows, hashed: rows handed over again must be the same */
     void *out;               /* one piece's output */
-    size_t out_piece_bytes;
+    out_spec o;              /* its shape */
     long released;           /* patches [0, released) encoded and handed back */
 } stream;
-
-static size_t esize_of(qvl_dtype d) { return d == QVL_DTYPE_F32 ? 4 : 2; }
 
 /* Wait on cv (mu held) for a change, or STREAM_POLL_MS (the monotonic clock: cv is made on it). */
 static void poll_wait(stream *st) {
@@ -135,7 +134,6 @@ static qvl_status hook_begin(void *user, const qvl_item_info *info, video_rows *
     const size_t cap = st->pp.max_batch_rows;
     st->per_t = (size_t)info->grid.h * (size_t)info->grid.w;
     st->row_len = (size_t)3 * p->temporal_patch * p->patch * p->patch;
-    st->mm = (size_t)p->merge * (size_t)p->merge;
     st->n_t = info->grid.t;
     const size_t fit = cap / st->per_t;
     st->piece = fit < 1 ? 1 : fit > (size_t)st->n_t ? st->n_t : (int32_t)fit;
@@ -143,7 +141,7 @@ static qvl_status hook_begin(void *user, const qvl_item_info *info, video_rows *
     size_t ring_bytes, out_bytes;
     const size_t piece_tok = (size_t)st->piece * st->per_t / st->mm;
     if (size_mul_overflow((size_t)st->cap_t * st->per_t, st->row_len * sizeof(float), &ring_bytes) ||
-        size_mul_overflow(piece_tok, info->out_cols * info->n_planes * esize_of(st->pp.dtype), &out_bytes))
+        size_mul_overflow(piece_tok, st->o.cols * st->o.planes * st->o.esize, &out_bytes))
         return err_fail(err, QVL_ERR_LIMIT, "%s: a piece of %d temporal patches overflows", st->label, st->piece);
     st->ring = malloc(ring_bytes);
     st->spare = malloc(st->per_t * st->row_len * sizeof(float));
@@ -156,7 +154,6 @@ static qvl_status hook_begin(void *user, const qvl_item_info *info, video_rows *
         return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for a stream's rows and output",
                         ring_bytes + out_bytes);
     for (long i = 0; i < st->cap_t; i++) st->slot_t[i] = -1;
-    st->out_piece_bytes = out_bytes;
     if (info->n_frames > 0) memcpy(st->indices, info->frame_indices, (size_t)info->n_frames * sizeof *st->indices);
     if (info->n_timestamps) memcpy(st->timestamps, info->timestamps, info->n_timestamps * sizeof *st->timestamps);
     video_rows_set_place(vr, &place);
@@ -239,31 +236,10 @@ static int wait_for(stream *st, int (*cond)(const stream *)) {
 
 static int is_begun(const stream *st) { return st->begun; }
 
-/* The first value of a piece's output that is not finite, as QVL_ERR_NONFINITE naming the item's token. */
-static qvl_status piece_finite(const stream *st, size_t tok0, size_t n_tok, qvl_error *err) {
-    const size_t cols = st->info.out_cols, n = n_tok * cols, es = esize_of(st->pp.dtype);
-    const size_t O = (size_t)ctx_model(st->ctx)->cfg.out_hidden;
-    for (size_t q = 0; q < st->info.n_planes; q++) {
-        const void *first = (const unsigned char *)st->out + q * n * es;
-        const size_t j = st->pp.dtype == QVL_DTYPE_F32 ? first_nonfinite_f32(first, n)
-                                                       : first_nonfinite_16(first, n, st->pp.dtype == QVL_DTYPE_BF16);
-        if (j >= n) continue;
-        const size_t plane = st->info.n_planes > 1 ? q : j % cols / O, col = j % cols % O;
-        char what[32];
-        if (plane == 0) snprintf(what, sizeof what, "merged");
-        else snprintf(what, sizeof what, "deepstack%zu", plane - 1);
-        return err_fail(err, QVL_ERR_NONFINITE, "the tower's output is not finite: %s token %zu, column %zu "
-                        "(non-finite weights, or activations past the float32 range)", what, tok0 + j / cols, col);
-    }
-    return QVL_OK;
-}
-
 /* The pieces of a begun video, each as soon as its rows are placed; *told: tokens told; *ended: the reader was done
  * before the next piece's rows were in (QVL_OK returned: the reader's status says why). */
 static qvl_status encode_pieces(stream *st, size_t *told, int *ended, qvl_error *err) {
-    const qvl_model *m = ctx_model(st->ctx);
-    const size_t es = esize_of(st->pp.dtype), cols = st->info.out_cols, O = (size_t)m->cfg.out_hidden;
-    const int n_ds = st->pp.deepstack ? m->cfg.n_deepstack : 0;
+    const size_t row_bytes = st->o.cols * st->o.esize; /* a token's in one plane */
     for (int32_t t0 = 0; t0 < st->n_t; t0 += st->piece) {
         const int32_t tn = st->n_t - t0 < st->piece ? st->n_t - t0 : st->piece;
         pthread_mutex_lock(&st->mu);
@@ -279,17 +255,11 @@ static qvl_status encode_pieces(stream *st, size_t *told, int *ended, qvl_error 
         const size_t rows = (size_t)tn * st->per_t, n_tok = rows / st->mm;
         const float *piece_rows = st->ring + (size_t)(t0 % st->cap_t) * st->per_t * st->row_len;
         const qvl_grid g = {tn, st->info.grid.h, st->info.grid.w};
-        tower_sink k;
-        memset(&k, 0, sizeof k);
-        k.n = n_tok;
-        k.dtype = st->pp.dtype;
-        k.ld = cols;
-        for (int d = 0; d <= n_ds; d++) /* CONCAT: target d at column d·O; SPLIT: plane d of the piece */
-            k.dst[d] = (unsigned char *)st->out +
-                       (st->pp.layout == QVL_OUTPUT_CONCAT ? (size_t)d * O : (size_t)d * n_tok * O) * es;
+        tower_sink k; /* the piece's own output: planes of n_tok tokens */
+        out_sink(&st->o, st->out, n_tok, 0, 0, n_tok, &k);
         TRY(tower_encode(st->ctx, NULL, &piece_rows, rows, &g, 1, &k, 1, err));
-        TRY(piece_finite(st, *told, n_tok, err));
-        const qvl_chunk c = {*told, n_tok, t0, tn, st->out, n_tok * cols * es, n_tok * cols * st->info.n_planes * es};
+        TRY(out_finite(&st->o, st->out, n_tok, 0, n_tok, *told, err));
+        const qvl_chunk c = {*told, n_tok, t0, tn, st->out, n_tok * row_bytes, n_tok * row_bytes * st->o.planes};
         const int stop = st->fn(st->user, &st->info, &c);
         *told += n_tok;
         pthread_mutex_lock(&st->mu);
@@ -333,9 +303,7 @@ static qvl_status encode_whole(stream *st, qvl_plan *plan, qvl_error *err) {
     void *out = malloc(info.out_bytes ? info.out_bytes : 1);
     if (!out) return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu bytes for its output", st->label,
                               info.out_bytes);
-    const qvl_model *m = ctx_model(st->ctx);
-    st->mm = (size_t)m->cfg.merge * (size_t)m->cfg.merge;
-    const whole_tell w = {st, plan, out, esize_of(st->pp.dtype)};
+    const whole_tell w = {st, plan, out, st->o.esize};
     void *const outs[1] = {out};
     const qvl_status s = qvl_plan_encode_chunks(st->ctx, plan, outs, tell_whole, (void *)&w, err);
     free(out);
@@ -396,6 +364,9 @@ qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_
     qvl_plan_params_default(&st.pp);
     TRY(params_take(&st.pp, sizeof st.pp, params, "qvl_plan_params", err));
     if (!st.pp.max_batch_rows) st.pp.max_batch_rows = STREAM_ROWS;
+    const qvl_model *m = ctx_model(ctx);
+    out_spec_of(m, &st.pp, &st.o);
+    st.mm = (size_t)m->cfg.merge * (size_t)m->cfg.merge; /* the preprocessing's too: a plan refuses another */
     qvl_item it; /* for its label only; the plan reads the caller's */
     qvl_item_default(&it);
     TRY(params_take(&it, sizeof it, item, "qvl_item", err));

@@ -107,6 +107,29 @@ static void test_errors_sticky(void) {
     CHECK(file_is(path, "old contents") && tu_dotfiles(tmp) == 0);
 }
 
+/* A writer at `path` holding "before" (3 floats of p[2]), then a group given part of its data and dropped, a tensor
+ * half written and dropped, then the group `names` (three planes [5, 4], p[k] each) filled side by side, a row of
+ * each plane at a time, the last plane first. */
+static qvl_st_writer *planes_written(const char *path, float p[3][20], const char *const names[3]) {
+    qvl_st_writer *w = NULL;
+    qvl_error err;
+    const int64_t shape[2] = {5, 4}, one[1] = {3};
+    const char *gone[2] = {"gone0", "gone1"};
+    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "before", "F32", one, 1, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, p[2], 12, &err) == QVL_OK);
+    CHECK(qvl_st_writer_group(w, 2, gone, "F32", shape, 2, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data_to(w, 1, p[1], 32, &err) == QVL_OK);
+    CHECK(qvl_st_writer_drop(w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_tensor(w, "half", "F32", shape, 2, &err) == QVL_OK);
+    CHECK(qvl_st_writer_data(w, p[1], 40, &err) == QVL_OK);
+    CHECK(qvl_st_writer_drop(w, &err) == QVL_OK);
+    CHECK(qvl_st_writer_group(w, 3, names, "F32", shape, 2, &err) == QVL_OK);
+    for (int r = 0; r < 5; r++)
+        for (int k = 2; k >= 0; k--) CHECK(qvl_st_writer_data_to(w, (size_t)k, p[k] + 4 * r, 16, &err) == QVL_OK);
+    return w;
+}
+
 /* A group: three planes of [5, 4] filled side by side, a row of each at a time; a group dropped after part of its data
  * (and a tensor dropped half written) leaves the file as if they were never declared; a group short of data fails at
  * the next declaration; data_to outside a group, and sequential data while one is open, are refused. */
@@ -130,30 +153,11 @@ static void test_group(void) {
     CHECK(qvl_st_writer_group(w, 2, gone, "F32", shape, 2, &err) == QVL_OK);
     CHECK(qvl_st_writer_data(w, p[0], 16, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "a group is open"));
     qvl_st_writer_abort(w);
-    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
-    CHECK(qvl_st_writer_tensor(w, "before", "F32", one, 1, &err) == QVL_OK);
-    CHECK(qvl_st_writer_data(w, p[2], 12, &err) == QVL_OK);
-    CHECK(qvl_st_writer_group(w, 2, gone, "F32", shape, 2, &err) == QVL_OK);
-    CHECK(qvl_st_writer_data_to(w, 1, p[1], 32, &err) == QVL_OK);
-    CHECK(qvl_st_writer_drop(w, &err) == QVL_OK);
-    CHECK(qvl_st_writer_tensor(w, "half", "F32", shape, 2, &err) == QVL_OK);
-    CHECK(qvl_st_writer_data(w, p[1], 40, &err) == QVL_OK);
-    CHECK(qvl_st_writer_drop(w, &err) == QVL_OK);
-    CHECK(qvl_st_writer_group(w, 3, names, "F32", shape, 2, &err) == QVL_OK);
-    for (int r = 0; r < 5; r++)
-        for (int k = 2; k >= 0; k--) CHECK(qvl_st_writer_data_to(w, (size_t)k, p[k] + 4 * r, 16, &err) == QVL_OK);
+    w = planes_written(path, p, names);
     CHECK(qvl_st_writer_data_to(w, 0, p[0], 4, &err) == QVL_ERR_INVALID_ARG && strstr(err.message, "expects 0 more"));
     qvl_st_writer_abort(w);
     /* again without the overrun, and read back */
-    CHECK(qvl_st_writer_open(path, 0, &w, &err) == QVL_OK);
-    CHECK(qvl_st_writer_tensor(w, "before", "F32", one, 1, &err) == QVL_OK);
-    CHECK(qvl_st_writer_data(w, p[2], 12, &err) == QVL_OK);
-    CHECK(qvl_st_writer_group(w, 2, gone, "F32", shape, 2, &err) == QVL_OK);
-    CHECK(qvl_st_writer_data_to(w, 1, p[1], 32, &err) == QVL_OK);
-    CHECK(qvl_st_writer_drop(w, &err) == QVL_OK);
-    CHECK(qvl_st_writer_group(w, 3, names, "F32", shape, 2, &err) == QVL_OK);
-    for (int r = 0; r < 5; r++)
-        for (int k = 2; k >= 0; k--) CHECK(qvl_st_writer_data_to(w, (size_t)k, p[k] + 4 * r, 16, &err) == QVL_OK);
+    w = planes_written(path, p, names);
     CHECK(qvl_st_writer_tensor(w, "after", "F32", one, 1, &err) == QVL_OK);
     CHECK(qvl_st_writer_data(w, p[0], 12, &err) == QVL_OK);
     CHECK(qvl_st_writer_finish(w, &err) == QVL_OK);
