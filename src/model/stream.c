@@ -220,18 +220,17 @@ static int caller_stopped(stream *st) {
     return ctx_cancelled(st->ctx) || (st->pp.cancel_fn && st->pp.cancel_fn(st->pp.cancel_user));
 }
 
-/* Wait (mu held) until cond(st) or the reader is done, polling the caller's stop every STREAM_POLL_MS; 1 when the
- * caller stopped. */
+/* Wait (mu held) until cond(st) or the reader is done, polling the caller's stop at once and every STREAM_POLL_MS;
+ * 1 when the caller stopped. */
 static int wait_for(stream *st, int (*cond)(const stream *)) {
-    while (!cond(st) && !st->done) {
+    for (;;) { /* the caller's stop first, every time: a piece whose rows are ready already is not encoded after it */
         pthread_mutex_unlock(&st->mu);
         const int stopped = caller_stopped(st);
         pthread_mutex_lock(&st->mu);
         if (stopped) return 1;
-        if (cond(st) || st->done) break;
+        if (cond(st) || st->done) return 0;
         poll_wait(st);
     }
-    return 0;
 }
 
 static int is_begun(const stream *st) { return st->begun; }
