@@ -946,6 +946,33 @@ typedef int (*qvl_stream_fn)(void *user, const qvl_item_info *info, const qvl_ch
 QVL_API qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params,
                                      qvl_stream_fn fn, void *user, qvl_error *err);
 
+/* A part of a streamed item's pixel rows (qvl_preprocess_stream): its rows [row0, row0 + n_rows), which are its
+ * temporal patches [t0, t0 + t) and become its tokens [tok0, tok0 + n_tokens); n_rows rows of row_len floats,
+ * contiguous, valid during the call only. Encoded as a ROWS item of grid (t, info->grid.h, info->grid.w), a part
+ * gives exactly those tokens of the whole item's encode. */
+typedef struct qvl_rows_chunk {
+    size_t row0, n_rows;
+    size_t tok0, n_tokens;
+    int32_t t0, t;
+    const float *rows;
+    size_t row_len;
+} qvl_rows_chunk;
+
+/* Told each part's rows as they are complete, in order; `info` as in qvl_stream_fn (outputs 0 bytes without a ctx).
+ * The call may block: the decoder goes on into the other piece of the ring meanwhile, then waits. Return 0 to go
+ * on, nonzero to stop (ignored at the last part). */
+typedef int (*qvl_rows_fn)(void *user, const qvl_item_info *info, const qvl_rows_chunk *chunk);
+
+/* qvl_encode_stream without the encode: one item decoded and preprocessed, its rows handed to fn part by part
+ * (a video's pieces of whole temporal patches within params->max_batch_rows, 0: 4096 rows, from a ring of two
+ * pieces; any other item, and a video sampled again before its first part, as one part of every row) with its rows
+ * never held whole. ctx may be NULL, as for qvl_plan_create (the preprocessing params then decide the geometry
+ * and params->limits lowers the library's defaults); with a ctx it uses the ctx's pool and limits, one call at a
+ * time. Returns and fails as qvl_encode_stream does, its messages saying "plan it whole" where that one's say
+ * "encode it whole". */
+QVL_API qvl_status qvl_preprocess_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params,
+                                         qvl_rows_fn fn, void *user, qvl_error *err);
+
 /* Content-addressed cache key of one item: 32 bytes (64 lowercase hex digits, the `uuid` a server hands to vLLM),
  * equal exactly when the item's output is the same by construction. SHA-256 over a length-prefixed canonical tuple
  * ("qvl-key-v1", spelt out in src/model/key.c) of: the weights' fingerprint (qvl_model_fingerprint), the

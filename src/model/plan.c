@@ -749,6 +749,8 @@ const float *qvl_plan_rows(const qvl_plan *p, size_t i) {
     return p && i < p->n && p->items[i].status == QVL_OK ? p->items[i].rows : NULL;
 }
 
+size_t plan_row_len(const qvl_plan *p, size_t i) { return p && i < p->n ? p->items[i].row_len : 0; }
+
 /* Item pi's info (pointers into pi). */
 static void item_info_of(const qvl_plan *p, const plan_item *pi, qvl_item_info *f) {
     memset(f, 0, sizeof *f);

@@ -36,6 +36,8 @@ typedef struct out_spec {
 } out_spec;
 /* m NULL (a plan without a ctx): O 0. `p` is full (taken). */
 void out_spec_of(const qvl_model *m, const qvl_plan_params *p, out_spec *o);
+/* Floats in one of item i's rows (0 for i out of range). */
+size_t plan_row_len(const qvl_plan *p, size_t i);
 /* The sink of tokens [tok0, tok0 + n) of an output at `out` whose planes are plane_tokens tokens long, being the
  * encode's tokens from t0 on: CONCAT puts target k at column k·O of each row, SPLIT at plane k. */
 void out_sink(const out_spec *o, void *out, size_t plane_tokens, size_t t0, size_t tok0, size_t n, tower_sink *k);

@@ -1,6 +1,7 @@
 /* stream.c — one item encoded as a stream (qvl_encode_stream): a video decoded and preprocessed on a thread of the
  * call (the reader, through plan_create_hooked) into a ring of two pieces of whole temporal patches, while the
  * calling thread encodes each piece as soon as its rows are complete, tells it, and hands its ring space back.
+ * qvl_preprocess_stream is the same stream without the encode: each piece's rows are told as they are.
  *
  * The reader places a complete temporal patch t in ring slot t mod C (C: two pieces, or one where the video is one
  * piece) when t < released + C, `released` being the patches the encoder is done with (a multiple of the piece), so
@@ -32,7 +33,8 @@ typedef struct stream {
     qvl_plan_params pp;      /* taken */
     const qvl_item *item;
     char label[256];         /* names the item, as a plan names it */
-    qvl_stream_fn fn;
+    qvl_stream_fn fn;        /* qvl_encode_stream's; NULL: rows told (qvl_preprocess_stream) */
+    qvl_rows_fn rows_fn;
     void *user;
     pthread_mutex_t mu;
     pthread_cond_t cv;       /* any change below */
@@ -101,7 +103,7 @@ static void ring_placed(void *user, long t) {
 
 static int stream_stopped(void *user) {
     stream *st = user;
-    return atomic_load(&st->stop) || ctx_cancel_flag(st->ctx);
+    return atomic_load(&st->stop) || (st->ctx && ctx_cancel_flag(st->ctx));
 }
 
 /* The sampling of a second begin is the first's (a read done again after a skipping read gave up): the frames
@@ -135,6 +137,7 @@ static qvl_status hook_begin(void *user, const qvl_item_info *info, video_rows *
     st->per_t = (size_t)info->grid.h * (size_t)info->grid.w;
     st->row_len = (size_t)3 * p->temporal_patch * p->patch * p->patch;
     st->n_t = info->grid.t;
+    if (!st->fn) st->mm = (size_t)p->merge * (size_t)p->merge; /* no model: the preprocessing's merge */
     const size_t fit = cap / st->per_t;
     st->piece = fit < 1 ? 1 : fit > (size_t)st->n_t ? st->n_t : (int32_t)fit;
     st->cap_t = st->piece < st->n_t ? 2L * st->piece : st->piece;
@@ -147,12 +150,13 @@ static qvl_status hook_begin(void *user, const qvl_item_info *info, video_rows *
     st->spare = malloc(st->per_t * st->row_len * sizeof(float));
     st->slot_t = malloc((size_t)st->cap_t * sizeof *st->slot_t);
     st->hash_t = malloc((size_t)st->n_t * sizeof *st->hash_t);
-    st->out = malloc(out_bytes);
+    st->out = st->fn ? malloc(out_bytes) : NULL;
     st->indices = malloc((info->n_frames > 0 ? (size_t)info->n_frames : 1) * sizeof *st->indices);
     st->timestamps = malloc((info->n_timestamps ? info->n_timestamps : 1) * sizeof *st->timestamps);
-    if (!st->ring || !st->spare || !st->slot_t || !st->hash_t || !st->out || !st->indices || !st->timestamps)
+    if (!st->ring || !st->spare || !st->slot_t || !st->hash_t || (st->fn && !st->out) || !st->indices ||
+        !st->timestamps)
         return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for a stream's rows and output",
-                        ring_bytes + out_bytes);
+                        ring_bytes + (st->fn ? out_bytes : 0));
     for (long i = 0; i < st->cap_t; i++) st->slot_t[i] = -1;
     if (info->n_frames > 0) memcpy(st->indices, info->frame_indices, (size_t)info->n_frames * sizeof *st->indices);
     if (info->n_timestamps) memcpy(st->timestamps, info->timestamps, info->n_timestamps * sizeof *st->timestamps);
@@ -217,7 +221,7 @@ static void *reader_main(void *arg) {
 
 /* The caller's stop: the ctx's cancel flag or cancel_fn, the params' cancel_fn. */
 static int caller_stopped(stream *st) {
-    return ctx_cancelled(st->ctx) || (st->pp.cancel_fn && st->pp.cancel_fn(st->pp.cancel_user));
+    return (st->ctx && ctx_cancelled(st->ctx)) || (st->pp.cancel_fn && st->pp.cancel_fn(st->pp.cancel_user));
 }
 
 /* Wait (mu held) until cond(st) or the reader is done, polling the caller's stop at once and every STREAM_POLL_MS;
@@ -235,10 +239,30 @@ static int wait_for(stream *st, int (*cond)(const stream *)) {
 
 static int is_begun(const stream *st) { return st->begun; }
 
+/* Tell a piece: its rows (qvl_preprocess_stream), or its rows encoded, checked finite and told. Nonzero: the
+ * callback asked to stop. */
+static qvl_status tell_piece(stream *st, int32_t t0, int32_t tn, size_t told, int *stop, qvl_error *err) {
+    const size_t rows = (size_t)tn * st->per_t, n_tok = rows / st->mm;
+    const float *piece_rows = st->ring + (size_t)(t0 % st->cap_t) * st->per_t * st->row_len;
+    if (!st->fn) {
+        const qvl_rows_chunk c = {(size_t)t0 * st->per_t, rows, told, n_tok, t0, tn, piece_rows, st->row_len};
+        *stop = st->rows_fn(st->user, &st->info, &c);
+        return QVL_OK;
+    }
+    const size_t row_bytes = st->o.cols * st->o.esize; /* a token's in one plane */
+    const qvl_grid g = {tn, st->info.grid.h, st->info.grid.w};
+    tower_sink k; /* the piece's own output: planes of n_tok tokens */
+    out_sink(&st->o, st->out, n_tok, 0, 0, n_tok, &k);
+    TRY(tower_encode(st->ctx, NULL, &piece_rows, rows, &g, 1, &k, 1, err));
+    TRY(out_finite(&st->o, st->out, n_tok, 0, n_tok, told, err));
+    const qvl_chunk c = {told, n_tok, t0, tn, st->out, n_tok * row_bytes, n_tok * row_bytes * st->o.planes};
+    *stop = st->fn(st->user, &st->info, &c);
+    return QVL_OK;
+}
+
 /* The pieces of a begun video, each as soon as its rows are placed; *told: tokens told; *ended: the reader was done
  * before the next piece's rows were in (QVL_OK returned: the reader's status says why). */
 static qvl_status encode_pieces(stream *st, size_t *told, int *ended, qvl_error *err) {
-    const size_t row_bytes = st->o.cols * st->o.esize; /* a token's in one plane */
     for (int32_t t0 = 0; t0 < st->n_t; t0 += st->piece) {
         const int32_t tn = st->n_t - t0 < st->piece ? st->n_t - t0 : st->piece;
         pthread_mutex_lock(&st->mu);
@@ -251,16 +275,9 @@ static qvl_status encode_pieces(stream *st, size_t *told, int *ended, qvl_error 
             *ended = 1;
             return QVL_OK;
         }
-        const size_t rows = (size_t)tn * st->per_t, n_tok = rows / st->mm;
-        const float *piece_rows = st->ring + (size_t)(t0 % st->cap_t) * st->per_t * st->row_len;
-        const qvl_grid g = {tn, st->info.grid.h, st->info.grid.w};
-        tower_sink k; /* the piece's own output: planes of n_tok tokens */
-        out_sink(&st->o, st->out, n_tok, 0, 0, n_tok, &k);
-        TRY(tower_encode(st->ctx, NULL, &piece_rows, rows, &g, 1, &k, 1, err));
-        TRY(out_finite(&st->o, st->out, n_tok, 0, n_tok, *told, err));
-        const qvl_chunk c = {*told, n_tok, t0, tn, st->out, n_tok * row_bytes, n_tok * row_bytes * st->o.planes};
-        const int stop = st->fn(st->user, &st->info, &c);
-        *told += n_tok;
+        int stop = 0;
+        TRY(tell_piece(st, t0, tn, *told, &stop, err));
+        *told += (size_t)tn * st->per_t / st->mm;
         pthread_mutex_lock(&st->mu);
         st->released = t0 + tn;
         pthread_cond_broadcast(&st->cv);
@@ -299,6 +316,12 @@ static qvl_status encode_whole(stream *st, qvl_plan *plan, qvl_error *err) {
     qvl_item_info info;
     qvl_plan_item(plan, 0, &info);
     if (info.status != QVL_OK) return err_fail(err, info.status, "%s", info.message);
+    if (!st->fn) { /* its rows, as one part */
+        const size_t row_len = plan_row_len(plan, 0);
+        const qvl_rows_chunk c = {0, info.n_rows, 0, info.n_tokens, 0, info.grid.t, qvl_plan_rows(plan, 0), row_len};
+        st->rows_fn(st->user, &info, &c);
+        return QVL_OK;
+    }
     void *out = malloc(info.out_bytes ? info.out_bytes : 1);
     if (!out) return err_fail(err, QVL_ERR_NOMEM, "%s: cannot allocate %zu bytes for its output", st->label,
                               info.out_bytes);
@@ -332,13 +355,14 @@ static qvl_status stream_end(stream *st, qvl_status s, const qvl_error *e, int e
         TRY(plan_create_hooked(st->ctx, st->item, 1, &st->pp, NULL, &st->plan, err));
         return encode_whole(st, st->plan, err);
     }
+    const char *whole = st->fn ? "encode it whole (qvl_plan_encode)" : "plan it whole (qvl_plan_create)";
     if (st->resampled == 1)
         return err_fail(err, QVL_ERR_FORMAT, "%s: the stream ended before the frame count of its header after %zu of "
-                        "its %zu tokens were told, and is sampled again over the frames it has: encode it whole "
-                        "(qvl_plan_encode)", st->label, told, st->info.n_tokens);
+                        "its %zu tokens were told, and is sampled again over the frames it has: %s", st->label, told,
+                        st->info.n_tokens, whole);
     if (st->resampled)
         return err_fail(err, QVL_ERR_FORMAT, "%s: read again after %zu of its %zu tokens were told, the stream gave "
-                        "other frames: encode it whole (qvl_plan_encode)", st->label, told, st->info.n_tokens);
+                        "other frames: %s", st->label, told, st->info.n_tokens, whole);
     if (!st->begun) return encode_whole(st, st->plan, err); /* an item not streamed, or one that failed first */
     qvl_item_info info;
     qvl_plan_item(st->plan, 0, &info);
@@ -349,30 +373,30 @@ static qvl_status stream_end(stream *st, qvl_status s, const qvl_error *e, int e
     return QVL_OK;
 }
 
-qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params, qvl_stream_fn fn,
-                             void *user, qvl_error *err) {
+/* Both streams: fn (encoded parts, ctx required) or rows_fn (rows, ctx optional); `name` the call's. */
+static qvl_status stream_run(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params, qvl_stream_fn fn,
+                             qvl_rows_fn rows_fn, void *user, const char *name, qvl_error *err) {
     err_clear(err);
-    if (!ctx || !item || !fn)
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_encode_stream: %s is NULL", !ctx ? "ctx" : !item ? "item" : "fn");
+    if ((fn && !ctx) || !item || (!fn && !rows_fn))
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: %s is NULL", name, !item ? "item" : fn ? "ctx" : "fn");
     if (item->struct_size < offsetof(qvl_item, kind) + sizeof(qvl_item_kind))
-        return err_fail(err, QVL_ERR_INVALID_ARG,
-                        "qvl_encode_stream: item->struct_size is %zu: initialise it with qvl_item_default()",
-                        item->struct_size);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: item->struct_size is %zu: initialise it with qvl_item_default()",
+                        name, item->struct_size);
     stream st;
     memset(&st, 0, sizeof st);
     qvl_plan_params_default(&st.pp);
     TRY(params_take(&st.pp, sizeof st.pp, params, "qvl_plan_params", err));
     if (!st.pp.max_batch_rows) st.pp.max_batch_rows = STREAM_ROWS;
-    const qvl_model *m = ctx_model(ctx);
+    const qvl_model *m = ctx ? ctx_model(ctx) : NULL;
     out_spec_of(m, &st.pp, &st.o);
-    st.mm = (size_t)m->cfg.merge * (size_t)m->cfg.merge; /* the preprocessing's too: a plan refuses another */
+    if (m) st.mm = (size_t)m->cfg.merge * (size_t)m->cfg.merge; /* the preprocessing's too: a plan refuses another */
     qvl_item it; /* for its label only; the plan reads the caller's */
     qvl_item_default(&it);
     TRY(params_take(&it, sizeof it, item, "qvl_item", err));
     if (it.label && *it.label) snprintf(st.label, sizeof st.label, "%s", it.label);
     else if (it.kind == QVL_ITEM_PATH && it.path && *it.path) snprintf(st.label, sizeof st.label, "%s", it.path);
     else snprintf(st.label, sizeof st.label, "item 0");
-    st.ctx = ctx, st.item = item, st.fn = fn, st.user = user;
+    st.ctx = ctx, st.item = item, st.fn = fn, st.rows_fn = rows_fn, st.user = user;
     atomic_init(&st.stop, 0);
     pthread_mutex_init(&st.mu, NULL);
     pthread_condattr_t ca;
@@ -383,7 +407,7 @@ qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_
     pthread_t reader;
     if (pthread_create(&reader, NULL, reader_main, &st) != 0) {
         stream_free(&st);
-        return err_fail(err, QVL_ERR_NOMEM, "qvl_encode_stream: cannot start the reader thread");
+        return err_fail(err, QVL_ERR_NOMEM, "%s: cannot start the reader thread", name);
     }
     pthread_mutex_lock(&st.mu);
     const int stopped = wait_for(&st, is_begun);
@@ -394,7 +418,7 @@ qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_
     int ended = 0;
     qvl_error e;
     err_clear(&e);
-    if (stopped) s = err_fail(&e, QVL_ERR_CANCELLED, "not encoded: cancelled");
+    if (stopped) s = err_fail(&e, QVL_ERR_CANCELLED, "not %s: cancelled", fn ? "encoded" : "preprocessed");
     else if (begun) s = encode_pieces(&st, &told, &ended, &e);
     if (s != QVL_OK || ended) { /* given up: the reader stops where it is (else it reads on to the stream's end) */
         atomic_store(&st.stop, 1);
@@ -406,4 +430,22 @@ qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_
     s = stream_end(&st, s, &e, ended, told, err);
     stream_free(&st);
     return s;
+}
+
+qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params, qvl_stream_fn fn,
+                             void *user, qvl_error *err) {
+    if (!fn) {
+        err_clear(err);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_encode_stream: fn is NULL");
+    }
+    return stream_run(ctx, item, params, fn, NULL, user, "qvl_encode_stream", err);
+}
+
+qvl_status qvl_preprocess_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params, qvl_rows_fn fn,
+                                 void *user, qvl_error *err) {
+    if (!fn) {
+        err_clear(err);
+        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_stream: fn is NULL");
+    }
+    return stream_run(ctx, item, params, NULL, fn, user, "qvl_preprocess_stream", err);
 }

@@ -459,6 +459,18 @@ static int stream_case(qvl_ctx *ctx, const qvl_item *it, qvl_output_layout layou
     return parts;
 }
 
+#if QVL_WITH_VIDEO
+/* Every clip of the corpus. */
+static const char *const all[] = {"video_testsrc_30.mp4", "video_testsrc_30.webm", "video_25fps.mkv",
+                                  "video_3frames.mp4", "video_alpha.mov", "video_editlist.mp4", "video_2997.mp4",
+                                  "video_mpeg4.avi", "video_mpeg2.ts", "video_hevc.mp4",
+                                  "video_h264_baseline.mp4", "video_h264_bframes.mkv", "video_h264_bframes.mp4",
+                                  "video_h264_bframes.ts", "video_h264_interlaced.mp4",
+                                  "video_h264_intrarefresh.mp4", "video_h264_opengop.mp4",
+                                  "video_h264_slices_hrd.mp4", "video_h264_sps_change.mkv",
+                                  "video_h264_10bit_cqm.mp4", "video_h264_444_x264old.mp4"};
+#endif
+
 static int always_stop(void *user) {
     (void)user;
     return 1;
@@ -485,14 +497,6 @@ static void test_stream(void) {
     /* every clip of the corpus, in pieces of 1 temporal patch (a ring of 2) and of 3 */
     char vdir[1024];
     tu_source_path("tests/data/video", vdir, sizeof vdir);
-    static const char *const all[] = {"video_testsrc_30.mp4", "video_testsrc_30.webm", "video_25fps.mkv",
-                                      "video_3frames.mp4", "video_alpha.mov", "video_editlist.mp4", "video_2997.mp4",
-                                      "video_mpeg4.avi", "video_mpeg2.ts", "video_hevc.mp4",
-                                      "video_h264_baseline.mp4", "video_h264_bframes.mkv", "video_h264_bframes.mp4",
-                                      "video_h264_bframes.ts", "video_h264_interlaced.mp4",
-                                      "video_h264_intrarefresh.mp4", "video_h264_opengop.mp4",
-                                      "video_h264_slices_hrd.mp4", "video_h264_sps_change.mkv",
-                                      "video_h264_10bit_cqm.mp4", "video_h264_444_x264old.mp4"};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         for (int v = 0; v < 2; v++) {
             char path[1100], what[200];
@@ -579,11 +583,161 @@ static void test_stream(void) {
     tu_rmtree(dir);
 }
 
+/* What qvl_preprocess_stream told, gathered, checked as told: parts in order, back to back, whole patches. */
+typedef struct rows_told {
+    float *buf;
+    qvl_item_info first;
+    size_t next, row_len;
+    int calls, bad, stop_at;
+} rows_told;
+
+static int on_rows(void *user, const qvl_item_info *info, const qvl_rows_chunk *c) {
+    rows_told *t = user;
+    if (t->calls++ == 0) {
+        t->first = *info;
+        t->row_len = c->row_len;
+        t->buf = calloc(info->n_rows ? info->n_rows * c->row_len : 1, sizeof(float));
+    }
+    const size_t per_t = (size_t)info->grid.h * info->grid.w;
+    if (!t->buf || info->n_rows != t->first.n_rows || c->row0 != t->next || c->n_rows == 0 || c->row_len != t->row_len ||
+        c->row0 + c->n_rows > info->n_rows || (size_t)c->t0 * per_t != c->row0 || (size_t)c->t * per_t != c->n_rows ||
+        c->tok0 != c->row0 / 4 || c->n_tokens != c->n_rows / 4 || info->status != QVL_OK) {
+        t->bad++;
+        return 1;
+    }
+    memcpy(t->buf + c->row0 * c->row_len, c->rows, c->n_rows * c->row_len * sizeof(float));
+    t->next += c->n_rows;
+    return t->stop_at && t->calls == t->stop_at;
+}
+
+/* Item `it`'s rows streamed (pieces of max_batch_rows `cap`, on ctx or none) against its plan's: the same status and,
+ * for an item that plans, every row told once, in order, the same bits. The parts told (-1 on a failure, -2 when
+ * sampled again after parts were told). */
+static int rows_case(qvl_ctx *ctx, const qvl_item *it, size_t cap, const char *what) {
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    qvl_plan *plan = NULL;
+    qvl_error err, serr;
+    CHECK(qvl_plan_create(ctx, it, 1, &pp, &plan, &err) == QVL_OK);
+    if (!plan) return -1;
+    qvl_item_info info;
+    qvl_plan_item(plan, 0, &info);
+    pp.max_batch_rows = cap;
+    rows_told t = {0};
+    const qvl_status s = qvl_preprocess_stream(ctx, it, &pp, on_rows, &t, &serr);
+    int parts = t.calls;
+    if (info.status == QVL_OK && s == QVL_ERR_FORMAT && t.calls > 0 && t.bad == 0 &&
+        strstr(serr.message, "is sampled again over the frames it has: plan it whole (qvl_plan_create)") != NULL) {
+        parts = -2;
+    } else if (s != info.status) {
+        CHECK(s == info.status);
+        printf("  %s: whole %s (%s), stream %s (%s)\n", what, qvl_status_name(info.status), info.message,
+               qvl_status_name(s), serr.message);
+        parts = -1;
+    } else if (s == QVL_OK) {
+        const int same = t.bad == 0 && t.next == info.n_rows && t.first.grid.t == info.grid.t &&
+                         t.first.n_frames == info.n_frames &&
+                         memcmp(t.buf, qvl_plan_rows(plan, 0), info.n_rows * t.row_len * sizeof(float)) == 0;
+        CHECK(same);
+        if (!same) printf("  %s: the streamed rows differ from the plan's (bad %d)\n", what, t.bad), parts = -1;
+    } else {
+        CHECK(strcmp(serr.message, info.message) == 0);
+        if (strcmp(serr.message, info.message) != 0) printf("  %s: messages differ:\n    %s\n    %s\n", what, serr.message, info.message);
+        parts = -1;
+    }
+    free(t.buf);
+    qvl_plan_free(plan);
+    return parts;
+}
+
+/* qvl_preprocess_stream: the rows of every clip of the corpus in pieces (without a ctx), frames in memory, an image,
+ * on a ctx; stops; bad arguments. */
+static void test_rows_stream(void) {
+    qvl_preprocess_params pre;
+    qvl_preprocess_params_default(&pre);
+    pre.video_min_pixels = 4096, pre.video_max_pixels = 64 * 64 * 8;
+    int cases = 0, parts = 0;
+#if QVL_WITH_VIDEO
+    char vdir[1024];
+    tu_source_path("tests/data/video", vdir, sizeof vdir);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        char path[1100];
+        snprintf(path, sizeof path, "%s", tu_path(vdir, all[i]));
+        qvl_item it;
+        qvl_item_default(&it);
+        it.kind = QVL_ITEM_PATH, it.path = path, it.preprocess = &pre;
+        const int n = rows_case(NULL, &it, 16, all[i]);
+        CHECK(strcmp(all[i], "video_editlist.mp4") == 0 ? n == -2 : n > 0);
+        cases++, parts += n > 0 ? n : 0;
+    }
+    {
+        qvl_item it;
+        qvl_item_default(&it);
+        it.kind = QVL_ITEM_ENCODED, it.data = "not a video at all", it.size = 18, it.label = "junk";
+        CHECK(rows_case(NULL, &it, 16, "junk") == -1);
+        cases++;
+    }
+#endif
+    static uint8_t px[9][32 * 64 * 3];
+    uint32_t rs = 5;
+    for (size_t f = 0; f < 9; f++)
+        for (size_t i = 0; i < sizeof px[0]; i++) px[f][i] = (uint8_t)(tu_frand(&rs) * 255);
+    qvl_pixels frames[9];
+    for (size_t f = 0; f < 9; f++) frames[f] = (qvl_pixels){px[f], 64, 32, 3, 0};
+    qvl_item fr;
+    qvl_item_default(&fr);
+    fr.kind = QVL_ITEM_FRAMES, fr.frames = frames, fr.n_frames = 9, fr.fps = 2, fr.preprocess = &pre;
+    CHECK(rows_case(NULL, &fr, 1, "frames, 1 patch a piece") == 5);
+    CHECK(rows_case(NULL, &fr, 0, "frames, one piece") == 1);
+    qvl_item im;
+    qvl_item_default(&im);
+    im.kind = QVL_ITEM_PIXELS, im.image = frames[0];
+    CHECK(rows_case(NULL, &im, 1, "image") == 1);
+    cases += 3;
+    /* on a ctx (its model's geometry and limits) */
+    char dir[1024];
+    tu_tmpdir(dir, sizeof dir);
+    tu_synth(dir, "tiny", 3, QVL_LAYOUT_HF);
+    qvl_model *m = NULL;
+    qvl_ctx *ctx = NULL;
+    qvl_error err;
+    CHECK(qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
+    CHECK(m && qvl_ctx_create(m, NULL, &ctx, &err) == QVL_OK);
+    if (ctx) {
+        const int n = rows_case(ctx, &fr, 16, "frames on a ctx"); /* 8 rows a temporal patch: 2 a piece */
+        CHECK(n == 3);
+        if (n != 3) printf("  frames on a ctx: %d parts\n", n);
+        cases++;
+    }
+    /* stopped at the 2nd part; by cancel_fn; bad arguments */
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.max_batch_rows = 8;
+    rows_told t = {0};
+    t.stop_at = 2;
+    CHECK(qvl_preprocess_stream(NULL, &fr, &pp, on_rows, &t, &err) == QVL_ERR_CANCELLED);
+    CHECK(strstr(err.message, "stopped by the chunk callback after") != NULL);
+    CHECK(t.calls == 2 && t.bad == 0);
+    free(t.buf);
+    memset(&t, 0, sizeof t);
+    pp.cancel_fn = always_stop;
+    CHECK(qvl_preprocess_stream(NULL, &fr, &pp, on_rows, &t, &err) == QVL_ERR_CANCELLED);
+    CHECK(t.calls == 0);
+    CHECK(qvl_preprocess_stream(NULL, NULL, NULL, on_rows, &t, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(qvl_preprocess_stream(NULL, &fr, NULL, NULL, &t, &err) == QVL_ERR_INVALID_ARG);
+    CHECK(strstr(err.message, "qvl_preprocess_stream: fn is NULL") != NULL);
+    printf("streamed rows equal the plan's: %d cases, %d parts\n", cases, parts);
+    qvl_ctx_free(ctx);
+    qvl_model_free(m);
+    tu_rmtree(dir);
+}
+
 int main(void) {
     test_same_rows();
     test_any_order();
     test_held();
     test_pieces();
     test_stream();
+    test_rows_stream();
     return tu_finish("test_video_stream");
 }
