@@ -700,6 +700,8 @@ int main(void) {
         size_t n;
         uint8_t *b = tu_read_file(paths[3], &n);
         CHECK(pv > 0 && b && post("/v1/encode", "video/mp4", b, n, &r) == 0 && r.status == 200 && r.complete);
+        /* read as a stream, its pieces encoded in turn, its output gathered for the cache and answered as it came */
+        CHECK(header(&r, "X-Qvl-Streamed", hv, sizeof hv) && !strcmp(hv, "true"));
         st_file *f = NULL;
         if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
             const st_tensor *e = st_find(f, "embeddings");
@@ -708,9 +710,134 @@ int main(void) {
         } else {
             CHECK(!"a video in pieces: 200 and a safetensors body");
         }
-        free(b);
         resp_free(&r);
+        long ns = -1; /* counted once the video's read has ended, which may follow the answer's last byte */
+        for (int tries = 0; tries < 200 && (ns = metric_of("qvl_items_streamed_total")) != 1; tries++) usleep(10000);
+        CHECK(ns == 1);
+        /* cached whole: the same request again is a hit with the same bytes */
+        char key[80] = "";
+        for (int tries = 0; tries < 100 && !key[0]; tries++) { /* the entry is written after the answer */
+            CHECK(post("/v1/encode", "video/mp4", b, n, &r) == 0 && r.status == 200);
+            if (header(&r, "X-Qvl-Cache", hv, sizeof hv) && !strcmp(hv, "hit"))
+                header(&r, "X-Qvl-Key", key, sizeof key);
+            f = NULL;
+            if (key[0] && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+                const st_tensor *e = st_find(f, "embeddings");
+                CHECK(e && same_concat(e->data, &ri[3]));
+                st_close(f);
+            }
+            resp_free(&r);
+            if (!key[0]) usleep(20000);
+        }
+        CHECK(key[0]);
+        free(b);
         if (pv > 0) CHECK(stop_server(pv) == 0);
+    }
+
+    /* Videos of several pieces with no output held: a server whose cache takes no output (--max-cache-write-bytes 1)
+     * keeps a streamed video's pieces only until they are read. Two more clips (B-frames; an edit list whose header
+     * counts more frames than it holds, so that it is sampled again once its stream ends), raw and as .npy, equal to
+     * qvl encode's bits; a layout answered whole (split) waits for the whole output; a client that goes away
+     * halfway loses nothing of the server's (the next answers are whole, the server stops cleanly). */
+    if (QVL_WITH_VIDEO) {
+        const char *vf[] = {"tests/data/video/video_h264_bframes.mp4", "tests/data/video/video_editlist.mp4"};
+        char vp[2][600], vref[700];
+        for (int i = 0; i < 2; i++) tu_source_path(vf[i], vp[i], sizeof vp[i]);
+        snprintf(vref, sizeof vref, "%s/vref.safetensors", tmp);
+        snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s' -o '%s' '%s' '%s'", bin, model, vref, vp[0], vp[1]);
+        CHECK(system(cmd) == 0);
+        st_file *vr = NULL;
+        CHECK(st_load(vref, SIZE_MAX, &vr, &err) == QVL_OK);
+        ref_item rv[2];
+        for (int i = 0; vr && i < 2; i++) ref_of(vr, i, &rv[i]);
+        char *exr[] = {"--max-batch-patches", "1", "--max-cache-write-bytes", "1"};
+        clear_cache(tmp);
+        pid_t pr = vr ? start_server(tmp, model, exr, 4) : -1;
+        CHECK(pr > 0);
+        for (int i = 0; pr > 0 && i < 2; i++) {
+            size_t n;
+            uint8_t *b = tu_read_file(vp[i], &n);
+            /* the edit list's clip: sampled again after its first pieces; an answer begun then stops short, and the
+             * same request again is read whole */
+            int whole = 0;
+            for (int tries = 0; tries < 2 && !whole; tries++) {
+                CHECK(post("/v1/encode", "video/mp4", b, n, &r) == 0 && r.status == 200);
+                whole = r.complete;
+                CHECK(whole || i == 1);
+                st_file *f = NULL;
+                if (whole && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+                    const st_tensor *e = st_find(f, "embeddings");
+                    CHECK(e && (size_t)e->shape[0] == rv[i].tokens && same_concat(e->data, &rv[i]));
+                    st_close(f);
+                } else if (whole) {
+                    CHECK(!"a streamed video: a safetensors body");
+                }
+                resp_free(&r);
+            }
+            CHECK(whole);
+            /* .npy, f32: [tokens, cols] */
+            char hdrs[256];
+            snprintf(hdrs, sizeof hdrs, "%sAccept: application/x-npy\r\nContent-Type: video/mp4\r\n", auth);
+            CHECK(http("POST", "/v1/encode", hdrs, b, n, &r) == 0 && r.status == 200 && r.complete && r.len > 128);
+            if (r.status == 200 && r.len > 128) {
+                const uint16_t hl = (uint16_t)(r.body[8] | r.body[9] << 8);
+                CHECK(r.len == 10u + hl + rv[i].tokens * (size_t)out_hidden * (1 + (size_t)n_ds) * 4 &&
+                      same_concat((const float *)(r.body + 10 + hl), &rv[i]));
+            }
+            resp_free(&r);
+            free(b);
+        }
+        /* split: answered whole, the same planes */
+        char body[1400];
+        int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}], \"layout\": \"split\"}", vp[0]);
+        CHECK(pr > 0 && post("/v1/encode", "application/json", body, (size_t)bl, &r) == 0 && r.status == 200 &&
+              r.complete && !header(&r, "X-Qvl-Streamed", hv, sizeof hv));
+        st_file *f = NULL;
+        if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+            const st_tensor *e = st_find(f, "embeddings"), *d = st_find(f, "deepstack");
+            CHECK(e && (size_t)e->shape[0] == rv[0].tokens &&
+                  !memcmp(e->data, rv[0].merged, rv[0].tokens * (size_t)out_hidden * 4));
+            CHECK(n_ds == 0 || (d && rv[0].ds[0] && !memcmp(d->data, rv[0].ds[0], rv[0].tokens * (size_t)out_hidden * 4)));
+            st_close(f);
+        }
+        resp_free(&r);
+        /* a client that reads the headers and goes away: then three answers in a row, whole */
+        size_t n;
+        uint8_t *b = tu_read_file(vp[0], &n);
+        int fd = pr > 0 ? sock_connect() : -1;
+        CHECK(fd >= 0 && sock_post(fd, "/v1/encode", "video/mp4", b, n) == 0);
+        if (fd >= 0) {
+            char head[256];
+            CHECK(recv(fd, head, sizeof head, 0) > 0);
+            close(fd);
+        }
+        /* its stream ends (found when its next piece is sent): the queue empties */
+        long q = -1;
+        for (int tries = 0; tries < 500 && (q = metric_of("qvl_queue_items")) != 0; tries++) usleep(10000);
+        CHECK(q == 0);
+        for (int a = 0; pr > 0 && a < 3; a++) {
+            CHECK(post("/v1/encode", "video/mp4", b, n, &r) == 0 && r.status == 200 && r.complete);
+            if (r.status != 200 || !r.complete)
+                printf("  after a client went away: status %d, complete %d: %.300s\n", r.status, r.complete,
+                       r.body && r.status != 200 ? (const char *)r.body : "");
+            f = NULL;
+            if (r.status == 200 && st_parse(r.body, r.len, "response", &f, &err) == QVL_OK) {
+                const st_tensor *e = st_find(f, "embeddings");
+                CHECK(e && same_concat(e->data, &rv[0]));
+                st_close(f);
+            }
+            resp_free(&r);
+        }
+        free(b);
+        /* the B-frame clip six times (raw, .npy, split, three after the client that went away), the edit list's
+         * clip never, or once where it was read whole before its answer began (each counted once its read ended) */
+        long streamed = -1;
+        for (int tries = 0; tries < 200 && (streamed = metric_of("qvl_items_streamed_total")) < 6; tries++)
+            usleep(10000);
+        printf("streamed videos: %ld\n", streamed);
+        CHECK(streamed == 6 || streamed == 7);
+        if (pr > 0) CHECK(stop_server(pr) == 0);
+        st_close(vr);
     }
 
     /* --precision bf16: /info and the answer's metadata say so, and the cache key differs from f32's (the key

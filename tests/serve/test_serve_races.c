@@ -10,6 +10,8 @@
  *     "item 0: item 0: encode cancelled ..."; the item is named once now
  *   - an item being decoded when its only request's deadline passed was decoded to the end (seconds for a large
  *     progressive JPEG or a long video); the decode stops now
+ *   - the drain's end while a streamed video's answer waits for its next piece, suspended in its reader (or held
+ *     between that suspend and its wake's registration): the answer stops short, and the server exits 0
  * Every wait is bounded. */
 #include <signal.h>
 #include <stdio.h>
@@ -72,6 +74,41 @@ static void drain_end_with(const char *hook, unsigned seed) {
     CHECK(rc == 0 && dt < 30);
     CHECK(st == 200 || st == 503);
     free(bmp);
+}
+
+/* ---- the drain's end and a streamed answer ----
+ * A video of several pieces whose answer is read as they come (--max-batch-patches 1, no output cached) waits for
+ * its next piece suspended inside libmicrohttpd's reader; each block held QVL_SERVE_TEST_BLOCK_MS, so the stream
+ * takes seconds. SIGTERM with --drain-timeout-s 0: the drain's end stops every streamed answer (srv_stream_flush)
+ * and resumes its connection before the daemon stops, also one whose reader is held between its suspend and its
+ * wake's registration (QVL_SERVE_TEST_STREAM_SUSPEND_MS): exit 0, the answer 200 and short of its length (or whole,
+ * had it finished). */
+static void drain_end_streaming(const char *hook2, const char *ms2) {
+#if QVL_WITH_VIDEO
+    char *extra[] = {"--drain-timeout-s", "0", "--max-batch-patches", "1", "--max-cache-write-bytes", "1"};
+    const pid_t pid = start_hooked2("QVL_SERVE_TEST_BLOCK_MS", "150", hook2, ms2, extra, 6);
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    char path[600];
+    tu_source_path("tests/data/video/video_h264_bframes.mp4", path, sizeof path);
+    size_t n;
+    uint8_t *b = tu_read_file(path, &n);
+    const int fd = sock_connect();
+    CHECK(b && fd >= 0 && sock_post(fd, "/v1/encode", "video/mp4", b, n) == 0);
+    usleep(1500000); /* its first pieces answered, the reader waiting for the next: SIGTERM */
+    const double t0 = tu_now();
+    const int rc = stop_server(pid);
+    const double dt = tu_now() - t0;
+    int complete = 0;
+    const int st = fd >= 0 ? sock_status(fd, &complete) : -1;
+    printf("drain's end, a streamed answer%s%s: exit %d after %.1f s, the answer %d, %s\n", hook2 ? ", held at " : "",
+           hook2 ? hook2 : "", rc, dt, st, complete ? "whole" : "short");
+    CHECK(rc == 0 && dt < 30);
+    CHECK(st == 200);
+    free(b);
+#else
+    (void)hook2, (void)ms2;
+#endif
 }
 
 /* ---- single flight and a cancelled batch ----
@@ -300,6 +337,8 @@ int main(void) {
 
     drain_end_with("QVL_SERVE_TEST_SUSPEND_MS", 9001);
     drain_end_with("QVL_SERVE_TEST_FIRE_MS", 9002);
+    drain_end_streaming(NULL, NULL);
+    drain_end_streaming("QVL_SERVE_TEST_STREAM_SUSPEND_MS", "3000");
     join_cancelled_batch();
     cancelled_message();
     decode_cancelled();

@@ -202,6 +202,7 @@ typedef struct srv_metrics {
     uint64_t requests[SRV_EP_N][SRV_CODE_N];
     srv_hist latency, queue_wait, encode, batch_items, batch_patches;
     uint64_t items_encoded, patches_encoded, tokens_out, batches;
+    uint64_t items_streamed; /* videos encoded a piece at a time (of items_encoded) */
     uint64_t single_flight_joins;
     uint64_t rejected_queue_full, rejected_not_ready, rejected_deadline;
     uint64_t puts_skipped_full, puts_skipped_large, puts_abandoned; /* results not cached: the writer's queue full, one

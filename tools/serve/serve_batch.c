@@ -19,8 +19,19 @@
  * cached (qvl_cache_puts_skipped_total, reason queue_full or too_large). A drain finishes the queued writes within
  * its budget (srv_finish_puts); srv_stop abandons those left (reason drain), the write under way completing.
  *
+ * Videos are read as streams (qvl_preprocess_stream), their rows a piece of whole temporal patches at a time
+ * within the batch budget. A video of one piece is queued whole, as an image is. A video of several is
+ * encoded piece by piece: the worker queues each piece as a job of its own (its rows borrowed from the stream's
+ * ring, the worker waiting until the batcher is done with them), so that other items' batches come between its
+ * pieces and its rows are never held whole; each piece's output goes to the video's job, where an answer reads it as
+ * it comes (srv_stream_read). The video's output is held whole (gathered) where it is to be cached or answered
+ * whole; a video made for one request that answers as it comes (srv_submit's `stream`) and that the cache would
+ * not take keeps only its pieces not yet read (a ring: the worker waits while two are unread), and from its first
+ * piece on no request joins it.
+ *
  * One mutex guards the queues, the flight table and every job's state; one condition variable wakes the waiters
- * when any job finishes. A job holds one reference per waiting request plus one for the pipeline until done. */
+ * when any job finishes (or a piece is encoded or read). A job holds one reference per waiting request plus one for
+ * the pipeline until done. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -33,7 +44,15 @@
 
 #include "serve_batch.h"
 
-enum { J_PREP_QUEUED, J_PREPPING, J_ENC_QUEUED, J_ENCODING, J_DONE };
+enum { J_PREP_QUEUED, J_PREPPING, J_ENC_QUEUED, J_ENCODING, J_STREAMING, J_DONE };
+enum { SRV_RING_UNREAD = 2 }; /* a ring video's pieces encoded and not yet read, at most */
+
+/* A piece's output, kept until read (a ring video). */
+typedef struct srv_chunk {
+    struct srv_chunk *next;
+    void *data;
+    size_t bytes;
+} srv_chunk;
 #define FLIGHT_BUCKETS 1024
 
 struct srv_job {
@@ -62,6 +81,21 @@ struct srv_job {
     srv_job *flight_next; /* flight-table chain */
     srv_job *put_next;    /* the cache writer's queue */
     int putting;          /* queued for its cache write or being written: stays in the flight table until written */
+    /* videos read as streams */
+    srv_job *parent;      /* a piece: its video (the piece's rows are borrowed from the video's stream) */
+    size_t tok0;          /* a piece: its first token in the video */
+    float *rows_own;      /* a video of one piece: its rows, copied out of the stream */
+    int can_stream;       /* made for a request that answers as the tokens come (srv_submit's stream) */
+    int streamed;         /* a video of several pieces (J_STREAMING from its first piece encoded until done) */
+    int ring;             /* its output not held: each piece's kept until read */
+    int answering;        /* an answer reads it as it comes (srv_stream_claim) */
+    size_t tok_done;      /* its tokens encoded */
+    srv_chunk *chunks, *chunks_tail; /* ring: pieces encoded and not read, in order */
+    size_t n_chunks, chunk_pos; /* and the byte offset of the first */
+    void (*wake)(void *); /* a streamed answer waiting for more (srv_stream_wait) */
+    void *wake_user;
+    size_t wake_pos;      /* where it reads next */
+    srv_job *wake_next;   /* srv_state.wakes */
 };
 
 struct srv_state {
@@ -85,6 +119,10 @@ struct srv_state {
     size_t prep_items, enc_items, enc_patches, inflight_jobs;
     size_t prep_patches;  /* est_patches of the items queued for or in decoding */
     srv_watch *watches;   /* requests waiting for their jobs (the HTTP side's suspended connections) */
+    srv_job *wakes;       /* streamed videos whose answer waits for more (srv_stream_wait) */
+    char whole[16][QVL_KEY_HEX]; /* keys of videos sampled again after their streamed answer began: read whole next */
+    unsigned whole_next;
+    int streams_stopped;  /* srv_stream_flush: every streamed answer stops */
     unsigned long done_seq; /* bumped by every job_done and srv_watch_add: the notifier's missed-wakeup guard */
     int firing;           /* the notifier holds watches taken off the list and not yet fired (a flush waits) */
     pthread_t notifier;
@@ -144,6 +182,12 @@ static void job_free(srv_job *j) {
     if (!j) return;
     free(j->data);
     qvl_plan_free(j->pre);
+    free(j->rows_own);
+    for (srv_chunk *c = j->chunks, *next; c; c = next) {
+        next = c->next;
+        free(c->data);
+        free(c);
+    }
     if (j->entry_file) qvl_free(j->entry_file);
     else free(j->out);
     free(j);
@@ -220,6 +264,34 @@ static int prep_cancel(void *user) {
     return !live;
 }
 
+/* A job's grid and output shape from its item's info (the preprocessing plan knows no model: it reports 0 output
+ * bytes, so the encoded matrix's shape is the server's to work out). */
+static void job_shape(const srv_state *s, srv_job *j, const qvl_item_info *info) {
+    j->grid = info->grid;
+    snprintf(j->kind, sizeof j->kind, "%s", info->kind ? info->kind : "");
+    j->n_rows = info->n_rows;
+    const size_t O = (size_t)s->info.out_hidden, L = j->spec.deepstack ? (size_t)s->info.n_deepstack : 0;
+    j->n_tokens = info->n_rows / 4;
+    j->n_planes = j->spec.layout == QVL_OUTPUT_SPLIT ? 1 + L : 1;
+    j->out_cols = j->spec.layout == QVL_OUTPUT_SPLIT ? O : O * (1 + L);
+    j->out_bytes = j->n_tokens * j->out_cols * j->n_planes * srv_dtype_size(j->spec.dtype);
+}
+
+/* Under mu: a job whose rows are all in (j->rows) joins the encoder's queue. */
+static void enc_enqueue(srv_state *s, srv_job *j) {
+    free(j->data); /* the rows are all the encoder needs */
+    j->data = NULL;
+    j->state = J_ENC_QUEUED;
+    j->t_queued = srv_now();
+    j->next = NULL;
+    if (s->enc_tail) s->enc_tail->next = j;
+    else s->enc_head = j;
+    s->enc_tail = j;
+    s->enc_items++;
+    s->enc_patches += j->n_rows;
+    pthread_cond_signal(&s->enc_cv);
+}
+
 static void prep_one(srv_state *s, srv_job *j) {
     qvl_item it;
     qvl_item_default(&it);
@@ -261,26 +333,160 @@ static void prep_one(srv_state *s, srv_job *j) {
     } else {
         j->pre = plan;
         j->rows = qvl_plan_rows(plan, 0);
-        j->grid = info.grid;
-        snprintf(j->kind, sizeof j->kind, "%s", info.kind ? info.kind : "");
-        j->n_rows = info.n_rows;
-        /* the encoded matrix's shape (the preprocessing plan knows no model: it reports 0 output bytes) */
-        const size_t O = (size_t)s->info.out_hidden, L = j->spec.deepstack ? (size_t)s->info.n_deepstack : 0;
-        j->n_tokens = info.n_rows / 4;
-        j->n_planes = j->spec.layout == QVL_OUTPUT_SPLIT ? 1 + L : 1;
-        j->out_cols = j->spec.layout == QVL_OUTPUT_SPLIT ? O : O * (1 + L);
-        j->out_bytes = j->n_tokens * j->out_cols * j->n_planes * srv_dtype_size(j->spec.dtype);
-        free(j->data); /* the rows are all the encoder needs */
-        j->data = NULL;
-        j->state = J_ENC_QUEUED;
-        j->t_queued = srv_now();
-        j->next = NULL;
-        if (s->enc_tail) s->enc_tail->next = j;
-        else s->enc_head = j;
-        s->enc_tail = j;
-        s->enc_items++;
-        s->enc_patches += j->n_rows;
-        pthread_cond_signal(&s->enc_cv);
+        job_shape(s, j, &info);
+        enc_enqueue(s, j);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- a video read as a stream ---- */
+
+static int put_enqueue(srv_state *s, srv_job *j);
+
+/* Under mu: whether a request still waits for j (a piece: for its video) within its deadline. */
+static int job_live(const srv_job *j, double now) {
+    const srv_job *v = j->parent ? j->parent : j;
+    return v->refs > 1 && now <= v->deadline;
+}
+
+typedef struct stream_prep {
+    srv_state *s;
+    srv_job *j;
+    int pieces;     /* queued */
+    char msg[512];  /* a failure of the server's own (memory) */
+} stream_prep;
+
+/* The video's first piece of several (mu held): its shape, and where its output goes. A ring when the request that
+ * made it answers as the tokens come, it alone waits for it, and the cache would not take its output (no cache, or
+ * an output over --max-cache-write-bytes); then it leaves the flight table, as no later request could read it from
+ * its start. Otherwise its output is gathered whole. -1: no memory for that. */
+static int stream_begin(srv_state *s, srv_job *j, const qvl_item_info *info) {
+    job_shape(s, j, info);
+    j->streamed = 1;
+    j->http = 200; /* so far */
+    j->ring = j->can_stream && j->refs == 2 && j->n_planes == 1 &&
+              (!s->cache || j->out_bytes > s->cfg.lim.max_put_bytes);
+    if (j->ring) flight_remove(s, j);
+    else if (!(j->out = malloc(j->out_bytes ? j->out_bytes : 1))) return -1;
+    /* its queue count: the rows to come, in place of the estimate from its header */
+    s->prep_patches = s->prep_patches - j->est_patches + j->n_rows;
+    j->est_patches = j->n_rows;
+    return 0;
+}
+
+/* qvl_preprocess_stream's callback, on the worker: one piece's rows. A video of one piece: its rows copied, queued
+ * whole when the stream returns. Several: the piece queued as a job of its own, and waited for until the batcher is
+ * done with its rows (they are the stream's). Nonzero stops the stream: a piece failed, nobody waits any more, or the
+ * server stops. */
+static int on_piece(void *user, const qvl_item_info *info, const qvl_rows_chunk *c) {
+    stream_prep *sp = user;
+    srv_state *s = sp->s;
+    srv_job *j = sp->j;
+    if (c->row0 == 0 && c->n_rows == info->n_rows) {
+        const size_t bytes = c->n_rows * c->row_len * sizeof(float); /* the plan's rows: their size was checked */
+        if (!(j->rows_own = malloc(bytes ? bytes : 1))) {
+            snprintf(sp->msg, sizeof sp->msg, "out of memory for %zu bytes of rows", bytes);
+            return 1;
+        }
+        memcpy(j->rows_own, c->rows, bytes);
+        pthread_mutex_lock(&s->mu);
+        job_shape(s, j, info);
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (!j->streamed && stream_begin(s, j, info)) {
+        pthread_mutex_unlock(&s->mu);
+        snprintf(sp->msg, sizeof sp->msg, "out of memory for %zu output bytes", j->out_bytes);
+        return 1;
+    }
+    /* a ring: no more than SRV_RING_UNREAD pieces encoded and not read (a slow reader holds the stream back) */
+    for (;;) {
+        if (s->stop || !job_live(j, srv_now()) || j->http != 200) {
+            pthread_mutex_unlock(&s->mu);
+            return 1;
+        }
+        if (!j->ring || j->n_chunks < SRV_RING_UNREAD) break;
+        cond_wait_s(&s->done_cv, &s->mu, 0.05);
+    }
+    srv_job *p = calloc(1, sizeof *p);
+    if (!p) {
+        pthread_mutex_unlock(&s->mu);
+        snprintf(sp->msg, sizeof sp->msg, "out of memory");
+        return 1;
+    }
+    p->parent = j;
+    p->refs = 1;
+    p->spec = j->spec;
+    p->rows = c->rows;
+    p->grid = (qvl_grid){c->t, info->grid.h, info->grid.w};
+    p->n_rows = c->n_rows;
+    p->n_tokens = c->n_tokens;
+    p->tok0 = c->tok0;
+    p->n_planes = j->n_planes, p->out_cols = j->out_cols;
+    p->out_bytes = p->n_tokens * p->out_cols * p->n_planes * srv_dtype_size(p->spec.dtype);
+    s->prep_patches -= p->n_rows; /* from the video's rows to come to the encoder's queue */
+    j->est_patches -= p->n_rows;
+    enc_enqueue(s, p);
+    sp->pieces++;
+    while (p->state != J_DONE) cond_wait_s(&s->done_cv, &s->mu, 0.5); /* the batcher encodes or drops every piece */
+    const int ok = p->http == 200;
+    pthread_mutex_unlock(&s->mu);
+    job_free(p); /* its rows were borrowed, its output went to the video */
+    return !ok;
+}
+
+/* A video (or bytes that are no image): read as a stream, its pieces encoded as they come. */
+static void prep_stream(srv_state *s, srv_job *j) {
+    qvl_item it;
+    qvl_item_default(&it);
+    it.kind = QVL_ITEM_ENCODED;
+    it.data = j->data;
+    it.size = j->size;
+    it.label = "item";
+    qvl_plan_params pl;
+    plan_params(s, &j->spec, &pl);
+    pl.max_batch_rows = s->cfg.lim.max_batch_patches; /* pieces within the batch budget */
+    prep_probe probe = {s, j, 0.0, 0};
+    pl.cancel_fn = prep_cancel;
+    pl.cancel_user = &probe;
+    stream_prep sp = {s, j, 0, ""};
+    qvl_error err;
+    const qvl_status st = qvl_preprocess_stream(NULL, &it, &pl, on_piece, &sp, &err);
+    pthread_mutex_lock(&s->mu);
+    /* Sampled again after pieces were encoded (a container whose header counts more frames than it holds: the
+     * frames it has are sampled anew, as a plan does): no answer has read it yet, so it is planned and encoded
+     * whole instead, as before it was streamed (an answer that has begun stops short: its tokens were others). */
+    if (st == QVL_ERR_FORMAT && j->streamed && j->http == 200 && j->answering) /* a retry is read whole */
+        snprintf(s->whole[s->whole_next++ % 16], QVL_KEY_HEX, "%s", j->key);
+    if (st == QVL_ERR_FORMAT && j->streamed && j->http == 200 && !j->answering && !s->stop) {
+        j->streamed = 0, j->ring = 0, j->http = 0, j->tok_done = 0;
+        j->state = J_PREPPING;
+        free(j->out), j->out = NULL;
+        for (srv_chunk *c = j->chunks, *next; c; c = next) next = c->next, free(c->data), free(c);
+        j->chunks = j->chunks_tail = NULL, j->n_chunks = 0, j->chunk_pos = 0;
+        pthread_mutex_unlock(&s->mu);
+        prep_one(s, j);
+        return;
+    }
+    s->prep_items--;
+    s->prep_patches -= j->est_patches;
+    j->est_patches = 0;
+    if (st == QVL_OK && j->rows_own) { /* one piece: as any item */
+        j->rows = j->rows_own;
+        enc_enqueue(s, j);
+    } else if (st == QVL_OK) {
+        MET(s, (s->metrics.items_encoded++, s->metrics.items_streamed++));
+        if (s->cache && !j->ring) put_enqueue(s, j);
+        job_done(s, j, 200, "", 0);
+    } else {
+        int http = j->http && j->http != 200 ? j->http : sp.msg[0] ? 500 : srv_http_of_status(err.status);
+        const char *msg = j->http && j->http != 200 ? j->message : sp.msg[0] ? sp.msg : unlabeled(err.message);
+        char m[512];
+        snprintf(m, sizeof m, "%s", msg);
+        if (http == 503 && !(j->http && j->http != 200)) /* cancelled: nobody waits, or the server stops */
+            MET(s, s->metrics.decodes_cancelled++);
+        job_done(s, j, http, m, 0);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -303,8 +509,11 @@ static void *worker_main(void *arg) {
             continue;
         }
         j->state = J_PREPPING;
+        int whole = srv_is_image(j->data, j->size);
+        for (int i = 0; i < 16 && !whole; i++) whole = strcmp(s->whole[i], j->key) == 0;
         pthread_mutex_unlock(&s->mu);
-        prep_one(s, j);
+        if (whole) prep_one(s, j);
+        else prep_stream(s, j); /* a video, or bytes that fail as the plan fails them */
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -402,11 +611,50 @@ static int batch_cancel(void *user) {
     double now = srv_now();
     int live = 0;
     pthread_mutex_lock(&b->s->mu);
-    for (size_t i = 0; i < b->n && !live; i++) live = b->jobs[i]->refs > 1 && now <= b->jobs[i]->deadline;
-    for (size_t i = 0; i < b->n && !live; i++) flight_remove(b->s, b->jobs[i]); /* job_done's then finds none */
+    for (size_t i = 0; i < b->n && !live; i++) live = job_live(b->jobs[i], now);
+    for (size_t i = 0; i < b->n && !live; i++) /* job_done's then finds none */
+        if (!b->jobs[i]->parent) flight_remove(b->s, b->jobs[i]);
     pthread_mutex_unlock(&b->s->mu);
     srv_test_hold("QVL_SERVE_TEST_BLOCK_MS"); /* the block (or the unwinding) that follows, slow */
     return !live;
+}
+
+/* Under mu: a piece is encoded (http 200, its output in *out, taken) or failed: its output to its video, where an
+ * answer reads it (a ring: kept until read; else copied into the video's whole output), or its failure to the video;
+ * the worker waiting for it woken. */
+static void piece_done(srv_state *s, srv_job *p, int http, const char *msg, void **out) {
+    srv_job *v = p->parent;
+    if (http == 200 && v->http == 200) {
+        const size_t row = v->out_cols * srv_dtype_size(v->spec.dtype);
+        srv_chunk *c = v->ring ? malloc(sizeof *c) : NULL;
+        if (v->ring && !c) {
+            v->http = 500;
+            snprintf(v->message, sizeof v->message, "out of memory");
+        } else if (c) {
+            c->data = *out, c->bytes = p->out_bytes, c->next = NULL;
+            *out = NULL;
+            if (v->chunks_tail) v->chunks_tail->next = c;
+            else v->chunks = c;
+            v->chunks_tail = c;
+            v->n_chunks++;
+        } else {
+            for (size_t q = 0; q < v->n_planes; q++)
+                memcpy((unsigned char *)v->out + (q * v->n_tokens + p->tok0) * row,
+                       (const unsigned char *)*out + q * p->n_tokens * row, p->n_tokens * row);
+        }
+        if (v->http == 200) {
+            v->tok_done += p->n_tokens;
+            if (v->state != J_DONE) v->state = J_STREAMING;
+            MET(s, (s->metrics.patches_encoded += p->n_rows, s->metrics.tokens_out += p->n_tokens));
+        }
+    } else if (http != 200 && v->http == 200) {
+        v->http = http;
+        snprintf(v->message, sizeof v->message, "%s", msg);
+    }
+    p->state = J_DONE;
+    p->http = http;
+    s->done_seq++; /* watches and streamed answers may be ready now */
+    pthread_cond_broadcast(&s->done_cv);
 }
 
 static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
@@ -474,6 +722,10 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
                 m = unlabeled(info.message); /* a 503 is counted per request, by the HTTP layer */
             }
         }
+        if (j->parent) { /* a piece of a streamed video */
+            piece_done(s, j, http, m, &outs[i]);
+            continue;
+        }
         if (http == 200) {
             j->out = outs[i];
             outs[i] = NULL;
@@ -483,6 +735,8 @@ static void encode_batch(srv_state *s, srv_job **jobs, size_t n, size_t rows) {
         }
         qvl_plan_free(j->pre); /* the rows are no longer needed */
         j->pre = NULL;
+        free(j->rows_own);
+        j->rows_own = NULL;
         j->rows = NULL;
         job_done(s, j, http, m, 0);
     }
@@ -517,7 +771,7 @@ static void *batcher_main(void *arg) {
         srv_opts spec = s->enc_head->spec;
         for (srv_job **p = &s->enc_head, *prev = NULL; *p && n < L->max_batch_items;) {
             srv_job *j = *p;
-            int expired = j->refs == 1 || now > j->deadline;
+            int expired = !job_live(j, now);
             int take = expired || (same_spec(&j->spec, &spec) &&
                                    (n == 0 || rows + j->n_rows <= L->max_batch_patches));
             if (!take) {
@@ -532,7 +786,8 @@ static void *batcher_main(void *arg) {
             s->enc_items--;
             s->enc_patches -= j->n_rows;
             if (expired) { /* counted per request by the HTTP layer, as the worker's drop is */
-                job_done(s, j, 503, "the request's deadline passed in the queue", 0);
+                if (j->parent) piece_done(s, j, 503, "the request's deadline passed in the queue", NULL);
+                else job_done(s, j, 503, "the request's deadline passed in the queue", 0);
                 continue;
             }
             srv_hist_add(&s->metrics, &s->metrics.queue_wait, now - j->t_queued);
@@ -563,7 +818,7 @@ static int retry_after(const srv_state *s) {
 }
 
 int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, int accepted,
-               srv_job **jobs, srv_err *e) {
+               int stream, srv_job **jobs, srv_err *e) {
     for (size_t i = 0; i < n; i++) jobs[i] = NULL;
     pthread_mutex_lock(&s->mu);
     int refuse = s->draining && !accepted ? 1 : !s->ready || s->stop ? 2 : 0;
@@ -673,6 +928,7 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
             continue;
         }
         j->refs = 2; /* the request and the pipeline */
+        j->can_stream = stream && n == 1;
         j->state = J_PREP_QUEUED;
         j->flight_next = s->flight[b];
         s->flight[b] = j;
@@ -723,12 +979,116 @@ void srv_result_of(const srv_job *j, srv_result *r) {
     r->out_bytes = j->out_bytes;
     r->out = j->out;
     r->cached = j->cached;
+    r->streamed = j->streamed;
 }
 
 void srv_release(srv_state *s, srv_job **jobs, size_t n) {
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < n; i++)
         if (jobs[i]) job_unref(s, jobs[i]);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- streamed answers ---- */
+
+/* Under mu: the bytes of a streamed video's output encoded so far (one plane: its token rows in order). */
+static size_t stream_end_bytes(const srv_job *j) {
+    return j->tok_done * j->out_cols * srv_dtype_size(j->spec.dtype);
+}
+
+/* Under mu: whether a reader at pos has something to do: bytes there, the job's end or failure, the flush. */
+static int stream_ready(const srv_state *s, const srv_job *j, size_t pos) {
+    return s->streams_stopped || j->state == J_DONE || j->http != 200 || pos < stream_end_bytes(j);
+}
+
+/* Under mu: a job a watch waits for is ready: done, or (`stream`) streamed with its first piece encoded. */
+static int job_ready(const srv_job *j, int stream) {
+    return j->state == J_DONE || (stream && j->streamed && j->state == J_STREAMING);
+}
+
+int srv_stream_claim(srv_state *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    const int r = j->streamed && (j->state == J_STREAMING || j->state == J_DONE) ? 1 : j->state == J_DONE ? 0 : -1;
+    if (r == 1) j->answering = 1;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+long srv_stream_read(srv_state *s, srv_job *j, size_t pos, void *buf, size_t max) {
+    pthread_mutex_lock(&s->mu);
+    const size_t end = j->state == J_DONE && j->http == 200 ? j->out_bytes : stream_end_bytes(j);
+    const unsigned char *src = NULL;
+    long r;
+    if (s->streams_stopped || j->http != 200) {
+        r = -1;
+    } else if (pos >= j->out_bytes) {
+        r = -2;
+    } else if (pos >= end) {
+        r = 0;
+    } else if (j->ring) { /* the pieces read past are freed: the worker may go on */
+        while (j->chunks && pos >= j->chunk_pos + j->chunks->bytes) {
+            srv_chunk *c = j->chunks;
+            j->chunks = c->next;
+            if (!j->chunks) j->chunks_tail = NULL;
+            j->chunk_pos += c->bytes;
+            j->n_chunks--;
+            free(c->data);
+            free(c);
+            pthread_cond_broadcast(&s->done_cv);
+        }
+        const size_t n = j->chunks && pos >= j->chunk_pos ? j->chunk_pos + j->chunks->bytes - pos : 0;
+        src = n ? (const unsigned char *)j->chunks->data + (pos - j->chunk_pos) : NULL;
+        r = (long)(n < max ? n : max);
+        if (!n) r = -1; /* read out of order: cannot be */
+    } else {
+        src = (const unsigned char *)j->out + pos;
+        r = (long)(end - pos < max ? end - pos : max);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (r > 0) memcpy(buf, src, (size_t)r); /* only this reader frees what it reads from */
+    return r;
+}
+
+int srv_stream_wait(srv_state *s, srv_job *j, size_t pos, void (*wake)(void *user), void *user) {
+    pthread_mutex_lock(&s->mu);
+    const int ready = stream_ready(s, j, pos);
+    if (!ready) {
+        j->wake = wake, j->wake_user = user, j->wake_pos = pos;
+        j->wake_next = s->wakes;
+        s->wakes = j;
+        s->done_seq++;
+        pthread_cond_broadcast(&s->done_cv); /* the notifier looks at it */
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ready;
+}
+
+void srv_stream_forget(srv_state *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    for (srv_job **p = &s->wakes; *p; p = &(*p)->wake_next)
+        if (*p == j) {
+            *p = j->wake_next;
+            break;
+        }
+    j->wake = NULL;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_stream_flush(srv_state *s) {
+    pthread_mutex_lock(&s->mu);
+    s->streams_stopped = 1;
+    while (s->firing) pthread_cond_wait(&s->done_cv, &s->mu);
+    for (;;) { /* one at a time: none is added meanwhile (each is ready now) */
+        srv_job *j = s->wakes;
+        if (!j) break;
+        s->wakes = j->wake_next;
+        void (*fn)(void *) = j->wake;
+        void *user = j->wake_user;
+        j->wake = NULL;
+        pthread_mutex_unlock(&s->mu);
+        fn(user);
+        pthread_mutex_lock(&s->mu);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -780,7 +1140,7 @@ static void *notifier_main(void *arg) {
         for (srv_watch **p = &s->watches; *p;) {
             srv_watch *w = *p;
             size_t done = 0;
-            for (size_t i = 0; i < w->n; i++) done += w->jobs[i]->state == J_DONE;
+            for (size_t i = 0; i < w->n; i++) done += job_ready(w->jobs[i], w->stream);
             if (done == w->n || now >= w->deadline) {
                 w->timed_out = done != w->n;
                 *p = w->next;
@@ -791,11 +1151,27 @@ static void *notifier_main(void *arg) {
             if (w->deadline < next) next = w->deadline;
             p = &w->next;
         }
-        if (fire) {
+        /* streamed answers waiting for more that have it (a batch at a time) */
+        enum { WAKES = 64 };
+        void (*wfn[WAKES])(void *);
+        void *wuser[WAKES];
+        size_t nw = 0;
+        for (srv_job **p = &s->wakes; *p && nw < WAKES;) {
+            srv_job *j = *p;
+            if (!stream_ready(s, j, j->wake_pos)) {
+                p = &j->wake_next;
+                continue;
+            }
+            *p = j->wake_next;
+            wfn[nw] = j->wake, wuser[nw] = j->wake_user, nw++;
+            j->wake = NULL;
+        }
+        if (fire || nw) {
             s->firing = 1;
             pthread_mutex_unlock(&s->mu);
             srv_test_hold("QVL_SERVE_TEST_FIRE_MS");
             fire_watches(fire);
+            for (size_t i = 0; i < nw; i++) wfn[i](wuser[i]);
             pthread_mutex_lock(&s->mu);
             s->firing = 0;
             pthread_cond_broadcast(&s->done_cv); /* a flush waiting for them */

@@ -17,6 +17,8 @@ typedef struct srv_result {
     size_t n_tokens, out_cols, n_planes, out_bytes;
     const void *out;     /* out_bytes in the request's dtype and layout */
     int cached;          /* answered from the cache */
+    int streamed;        /* a video of several pieces: read its output with srv_stream_read as it comes (out may be
+                            NULL), or wait for it whole (done, without a watch's `stream`) */
 } srv_result;
 
 typedef struct srv_config {
@@ -50,9 +52,12 @@ void srv_stop(srv_state *s);
  * naming a path is refused with 500): each item gets its key, is looked up in the cache, joins an identical item
  * queued or running, or is queued for decoding. While draining only requests `accepted` (begun before the drain) are
  * admitted. On success jobs[i] holds a reference to each item. -1 with e set
- * (503 draining / not ready / queue full, 413, 415, 500). `modality` per item comes from the parsed request. */
+ * (503 draining / not ready / queue full, 413, 415, 500). `modality` per item comes from the parsed request.
+ * `stream`: the request answers its one item as its tokens come (srv_stream_read), so that a video of several
+ * pieces made for it alone keeps no more than two pieces' outputs unread (not cached then where the cache would
+ * take its output whole, and joined by no later request). */
 int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts, double deadline, int accepted,
-               srv_job **jobs, srv_err *e);
+               int stream, srv_job **jobs, srv_err *e);
 /* Wait until every job is done or the deadline (monotonic seconds) passes: 0 done, -1 timed out. */
 int srv_wait(srv_state *s, srv_job **jobs, size_t n, double deadline);
 void srv_result_of(const srv_job *j, srv_result *r);
@@ -65,6 +70,7 @@ typedef struct srv_watch {
     double deadline; /* monotonic seconds */
     void (*fn)(void *user, int timed_out);
     void *user;
+    int stream;              /* a job streamed counts as done once its first piece is encoded (srv_result.streamed) */
     int timed_out;           /* (the service's) */
     struct srv_watch *next;  /* (the service's) */
 } srv_watch;
@@ -74,6 +80,25 @@ int srv_watch_add(srv_state *s, srv_watch *w);
 void srv_watch_flush(srv_state *s);
 /* Drop the references. */
 void srv_release(srv_state *s, srv_job **jobs, size_t n);
+
+/* ---- a streamed answer: the output of a video of several pieces, read as its pieces are encoded ----
+ * Up to max of job j's output bytes from byte `pos` into buf (one plane: the token rows in order): > 0 bytes copied;
+ * 0 when none is ready yet; -1 when the job failed (or the drain's end gave the answer up): the answer stops short;
+ * -2 at its end. Reads go forward: bytes before pos may be freed. */
+/* Before the first read, once the job's watch (with `stream`) has fired: 1 when j is read as it comes from now on
+ * (it is not planned again whole, which a video sampled again after its first pieces otherwise is); 0 when it is
+ * done and not streamed (answer it whole); -1 when it is neither (planned again whole: wait for it, without
+ * `stream`). */
+int srv_stream_claim(srv_state *s, srv_job *j);
+long srv_stream_read(srv_state *s, srv_job *j, size_t pos, void *buf, size_t max);
+/* After a read of 0: wake(user) is called once, from another thread, when bytes at pos are ready, the job ends or
+ * fails, or srv_stream_flush runs. 1, with nothing registered, when that is so already. One registration per job. */
+int srv_stream_wait(srv_state *s, srv_job *j, size_t pos, void (*wake)(void *user), void *user);
+/* The answer is gone: no wake from now on. */
+void srv_stream_forget(srv_state *s, srv_job *j);
+/* The drain's end: every streamed answer stops (its reads -1 from now on) and its waiting reader is woken; when it
+ * returns, every registered wake has been called. */
+void srv_stream_flush(srv_state *s);
 
 /* State for /health, /info and /metrics. */
 int srv_ready(srv_state *s);

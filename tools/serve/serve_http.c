@@ -72,6 +72,7 @@ struct conn_ctx {
     int waiting;            /* suspended for its items: the next call answers */
     int timed_out;          /* set by on_items_done before it resumes the connection */
     int vllm, npy;
+    int can_stream;         /* one item of one plane: a streamed video is answered as its pieces are encoded */
     srv_request_items req;
     srv_job **jobs;         /* req.n, referenced until answered (or handed to the response) */
     srv_result *res;
@@ -259,8 +260,8 @@ static int build_safetensors(server *sv, const srv_request_items *req, const srv
         total += res[i].n_tokens;
         snprintf(keyname + 24 * i, 24, "item%zu.key", i);
         meta[2 * nm] = keyname + 24 * i, meta[2 * nm + 1] = (char *)res[i].key, nm++;
-        for (size_t k = 0; k < planes; k++) { /* plane k of every item, items in order */
-            pieces[k * n + i] = (const uint8_t *)res[i].out + k * res[i].n_tokens * cols * esz;
+        for (size_t k = 0; k < planes; k++) { /* plane k of every item, items in order (none yet: streamed) */
+            pieces[k * n + i] = res[i].out ? (const uint8_t *)res[i].out + k * res[i].n_tokens * cols * esz : NULL;
             pbytes[k * n + i] = res[i].n_tokens * cols * esz;
         }
     }
@@ -362,7 +363,105 @@ static void conn_release(server *sv, conn_ctx *cc) {
     memset(&cc->req, 0, sizeof cc->req);
 }
 
-/* The answer of a request whose items are done (or whose deadline passed): called from the access handler. */
+/* ---- a streamed answer: a video of several pieces, sent as its pieces are encoded ----
+ * The header first (the shape is known from the first piece), then the output as srv_stream_read gives it; with
+ * nothing to send yet the connection is suspended inside the reader (libmicrohttpd allows that there) and the
+ * service's notifier resumes it when there is. The answer has its Content-Length: one that fails halfway stops
+ * short of it, the connection closed. */
+typedef struct stream_resp {
+    server *sv;
+    srv_job *job;           /* a reference, dropped when libmicrohttpd frees the response */
+    struct MHD_Connection *conn;
+    uint8_t *head;          /* the safetensors header with its two small tensors, or the .npy header */
+    size_t head_len;
+} stream_resp;
+
+static void stream_wake(void *user) {
+    stream_resp *r = user;
+    MHD_resume_connection(r->conn);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    stream_resp *r = cls;
+    server *sv = r->sv;
+    if (pos < r->head_len) {
+        const size_t n = r->head_len - (size_t)pos < max ? r->head_len - (size_t)pos : max;
+        memcpy(buf, r->head + pos, n);
+        return (ssize_t)n;
+    }
+    const size_t at = (size_t)pos - r->head_len;
+    const long got = srv_stream_read(sv->st, r->job, at, buf, max);
+    if (got > 0) return (ssize_t)got;
+    if (got < 0) return got == -2 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    /* Nothing yet: suspended, then woken once there is (the suspend first: the resume can only follow it). Counted
+     * as handle_encode's suspensions are, so that the drain's end waits for the registration. */
+    pthread_mutex_lock(&sv->mu);
+    const int closing = sv->closing;
+    sv->suspending += !closing;
+    pthread_mutex_unlock(&sv->mu);
+    if (closing) return MHD_CONTENT_READER_END_WITH_ERROR;
+    MHD_suspend_connection(r->conn);
+    srv_test_hold("QVL_SERVE_TEST_STREAM_SUSPEND_MS");
+    if (srv_stream_wait(sv->st, r->job, at, stream_wake, r)) MHD_resume_connection(r->conn); /* ready meanwhile */
+    pthread_mutex_lock(&sv->mu);
+    if (--sv->suspending == 0) pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+    return 0;
+}
+
+static void stream_free(void *cls) {
+    stream_resp *r = cls;
+    srv_stream_forget(r->sv->st, r->job);
+    srv_release(r->sv->st, &r->job, 1);
+    free(r->head);
+    free(r);
+}
+
+static enum MHD_Result send_stream(server *sv, struct MHD_Connection *c, conn_ctx *cc) {
+    const srv_request_items *req = &cc->req;
+    const srv_result *res = cc->res;
+    stream_resp *r = calloc(1, sizeof *r);
+    struct MHD_IoVec iov[2];
+    size_t n_iov = 0;
+    int bad = !r;
+    if (!bad && cc->npy) {
+        const int64_t shape[2] = {(int64_t)res[0].n_tokens, (int64_t)res[0].out_cols};
+        bad = srv_npy_header(npy_descr(req->opts.dtype), shape, 2, res[0].out_bytes, &r->head, &r->head_len);
+    } else if (!bad) {
+        bad = build_safetensors(sv, req, res, &r->head, &r->head_len, iov, &n_iov);
+    }
+    struct MHD_Response *rs = NULL;
+    if (!bad) {
+        r->sv = sv, r->job = cc->jobs[0], r->conn = c;
+        rs = MHD_create_response_from_callback(r->head_len + res[0].out_bytes, 256 * 1024, stream_reader, r,
+                                               stream_free);
+    }
+    if (!rs) {
+        if (r) free(r->head);
+        free(r);
+        srv_err e;
+        srv_err_set(&e, 500, -1, "out of memory");
+        return send_err(sv, cc, c, &e);
+    }
+    free(cc->jobs); /* the response holds the job now (stream_free) */
+    cc->jobs = NULL;
+    srv_metrics_request(srv_metrics_of(sv->st), cc->endpoint, 200, srv_now() - cc->t0);
+    MHD_add_response_header(rs, "Content-Type", cc->npy ? "application/x-npy" : "application/x-safetensors");
+    MHD_add_response_header(rs, "X-Qvl-Key", res[0].key);
+    MHD_add_response_header(rs, "X-Qvl-Cache", "miss");
+    MHD_add_response_header(rs, "X-Qvl-Streamed", "true");
+    char g[64];
+    snprintf(g, sizeof g, "%d,%d,%d", res[0].grid.t, res[0].grid.h, res[0].grid.w);
+    MHD_add_response_header(rs, "X-Qvl-Grid-Thw", g);
+    const enum MHD_Result ret = MHD_queue_response(c, 200, rs);
+    MHD_destroy_response(rs);
+    return ret;
+}
+
+static enum MHD_Result suspend_for_items(server *sv, struct MHD_Connection *c, conn_ctx *cc);
+
+/* The answer of a request whose items are done, or streamed (or whose deadline passed): called from the access
+ * handler. */
 static enum MHD_Result finish_encode(server *sv, struct MHD_Connection *c, conn_ctx *cc) {
     srv_err e;
     memset(&e, 0, sizeof e);
@@ -370,6 +469,18 @@ static enum MHD_Result finish_encode(server *sv, struct MHD_Connection *c, conn_
     const srv_request_items *req = &cc->req;
     const srv_result *res = cc->res;
     enum MHD_Result ret;
+    int stream = 0;
+    if (!cc->timed_out && cc->can_stream) {
+        srv_result r0;
+        srv_result_of(cc->jobs[0], &r0);
+        if (r0.streamed) { /* read as it comes; or it is being planned again whole: wait for it whole */
+            stream = srv_stream_claim(sv->st, cc->jobs[0]);
+            if (stream < 0) {
+                cc->watch.stream = 0;
+                return suspend_for_items(sv, c, cc);
+            }
+        }
+    }
     if (cc->timed_out) {
         const int drained = srv_draining(sv->st) && srv_now() < cc->watch.deadline;
         srv_err_set(&e, 503, -1, "%s", drained ? "the server is draining and ran out of time for this request"
@@ -381,6 +492,8 @@ static enum MHD_Result finish_encode(server *sv, struct MHD_Connection *c, conn_
         /* an item's 503 is its deadline, passed in a queue or when its batch was cancelled */
         if (e.http == 503) srv_metrics_rejected(srv_metrics_of(sv->st), SRV_REJECT_DEADLINE);
         ret = send_err(sv, cc, c, &e);
+    } else if (stream) {
+        ret = send_stream(sv, c, cc);
     } else if (cc->vllm) {
         uint8_t *a = NULL, *b = NULL;
         size_t al = 0, bl = 0;
@@ -488,6 +601,7 @@ static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_
         }
     }
     cc->vllm = vllm, cc->npy = npy;
+    cc->can_stream = !vllm && req->n == 1 && (req->opts.layout == QVL_OUTPUT_CONCAT || !req->opts.deepstack);
     cc->jobs = calloc(req->n, sizeof *cc->jobs);
     cc->res = calloc(req->n, sizeof *cc->res);
     if (!cc->jobs || !cc->res) {
@@ -497,7 +611,7 @@ static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_
     }
     const srv_limits *L = srv_limits_of(sv->st);
     double deadline = srv_now() + (req->opts.timeout_ms ? req->opts.timeout_ms : L->timeout_ms) / 1000.0;
-    if (srv_submit(sv->st, req->items, req->n, &req->opts, deadline, cc->accepted, cc->jobs, &e)) {
+    if (srv_submit(sv->st, req->items, req->n, &req->opts, deadline, cc->accepted, cc->can_stream, cc->jobs, &e)) {
         free(cc->jobs); /* srv_submit dropped them */
         cc->jobs = NULL;
         conn_release(sv, cc);
@@ -506,9 +620,15 @@ static enum MHD_Result handle_encode(server *sv, struct MHD_Connection *c, conn_
     if (srv_wait(sv->st, cc->jobs, req->n, 0) == 0) return finish_encode(sv, c, cc); /* all cache hits */
     cc->sv = sv;
     cc->conn = c;
-    cc->waiting = 1;
     cc->watch.jobs = cc->jobs, cc->watch.n = req->n, cc->watch.deadline = deadline;
     cc->watch.fn = on_items_done, cc->watch.user = cc;
+    cc->watch.stream = cc->can_stream;
+    return suspend_for_items(sv, c, cc);
+}
+
+/* Suspend the connection until the watch fires: its items done (or streamed), or its deadline passed. */
+static enum MHD_Result suspend_for_items(server *sv, struct MHD_Connection *c, conn_ctx *cc) {
+    cc->waiting = 1;
     /* Suspended first, then watched: the resume can only follow the suspend. Counted meanwhile, so that the drain's
      * end (which stops the daemon: a connection suspended then aborts the process) waits for the watch; once that end
      * has begun, none is suspended and the request is answered as out of time. */
@@ -1069,6 +1189,7 @@ int cmd_serve(int argc, char **argv) {
         if (now > until) {
             if (flushed || !active) break;
             srv_watch_flush(sv.st);
+            srv_stream_flush(sv.st); /* streamed answers stop short */
             flushed = 1;
             until = now + 2;
         }
@@ -1084,6 +1205,7 @@ int cmd_serve(int argc, char **argv) {
     while (sv.suspending) pthread_cond_wait(&sv.cv, &sv.mu);
     pthread_mutex_unlock(&sv.mu);
     srv_watch_flush(sv.st);
+    srv_stream_flush(sv.st);
     /* The connections that flush resumed answer now (503): a moment for those answers to go out, as for the ones the
      * drain answered, before the stop closes every connection. */
     for (const double out_by = srv_now() + 1.0; srv_now() < out_by; usleep(10000)) {

@@ -122,6 +122,8 @@ void srv_metrics_render(srv_metrics *m, const srv_gauges *g, srv_buf *o) {
                (const char *const[]){"queue_full", "not_ready", "deadline"},
                (const uint64_t[]){s.rejected_queue_full, s.rejected_not_ready, s.rejected_deadline});
     counter(o, "qvl_items_encoded_total", "items encoded", s.items_encoded);
+    counter(o, "qvl_items_streamed_total", "videos encoded a piece at a time (read as streams)",
+            s.items_streamed);
     counter(o, "qvl_patches_encoded_total", "patch rows encoded", s.patches_encoded);
     counter(o, "qvl_output_tokens_total", "merged tokens produced", s.tokens_out);
     counter(o, "qvl_batches_total", "encoder batches", s.batches);
