@@ -92,10 +92,6 @@ struct srv_job {
     size_t tok_done;      /* its tokens encoded */
     srv_chunk *chunks, *chunks_tail; /* ring: pieces encoded and not read, in order */
     size_t n_chunks, chunk_pos; /* and the byte offset of the first */
-    void (*wake)(void *); /* a streamed answer waiting for more (srv_stream_wait) */
-    void *wake_user;
-    size_t wake_pos;      /* where it reads next */
-    srv_job *wake_next;   /* srv_state.wakes */
 };
 
 struct srv_state {
@@ -119,7 +115,7 @@ struct srv_state {
     size_t prep_items, enc_items, enc_patches, inflight_jobs;
     size_t prep_patches;  /* est_patches of the items queued for or in decoding */
     srv_watch *watches;   /* requests waiting for their jobs (the HTTP side's suspended connections) */
-    srv_job *wakes;       /* streamed videos whose answer waits for more (srv_stream_wait) */
+    srv_stream_waiter *wakes; /* streamed answers waiting for more (srv_stream_wait) */
     char whole[16][QVL_KEY_HEX]; /* keys of videos sampled again after their streamed answer began: read whole next */
     unsigned whole_next;
     int streams_stopped;  /* srv_stream_flush: every streamed answer stops */
@@ -1049,13 +1045,25 @@ long srv_stream_read(srv_state *s, srv_job *j, size_t pos, void *buf, size_t max
     return r;
 }
 
-int srv_stream_wait(srv_state *s, srv_job *j, size_t pos, void (*wake)(void *user), void *user) {
+/* Under mu: take w off s->wakes. */
+static void waiter_unlist(srv_state *s, srv_stream_waiter *w) {
+    for (srv_stream_waiter **p = &s->wakes; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    w->next = NULL;
+    w->listed = 0;
+}
+
+int srv_stream_wait(srv_state *s, srv_stream_waiter *w) {
     pthread_mutex_lock(&s->mu);
-    const int ready = stream_ready(s, j, pos);
-    if (!ready) {
-        j->wake = wake, j->wake_user = user, j->wake_pos = pos;
-        j->wake_next = s->wakes;
-        s->wakes = j;
+    const int ready = stream_ready(s, w->job, w->pos);
+    if (ready && w->listed) waiter_unlist(s, w);
+    if (!ready && !w->listed) { /* (listed already: a wake still to come, now for this pos) */
+        w->next = s->wakes;
+        s->wakes = w;
+        w->listed = 1;
         s->done_seq++;
         pthread_cond_broadcast(&s->done_cv); /* the notifier looks at it */
     }
@@ -1063,14 +1071,10 @@ int srv_stream_wait(srv_state *s, srv_job *j, size_t pos, void (*wake)(void *use
     return ready;
 }
 
-void srv_stream_forget(srv_state *s, srv_job *j) {
+void srv_stream_forget(srv_state *s, srv_stream_waiter *w) {
     pthread_mutex_lock(&s->mu);
-    for (srv_job **p = &s->wakes; *p; p = &(*p)->wake_next)
-        if (*p == j) {
-            *p = j->wake_next;
-            break;
-        }
-    j->wake = NULL;
+    while (s->firing) pthread_cond_wait(&s->done_cv, &s->mu); /* not freed while the notifier holds it */
+    if (w->listed) waiter_unlist(s, w);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -1079,12 +1083,11 @@ void srv_stream_flush(srv_state *s) {
     s->streams_stopped = 1;
     while (s->firing) pthread_cond_wait(&s->done_cv, &s->mu);
     for (;;) { /* one at a time: none is added meanwhile (each is ready now) */
-        srv_job *j = s->wakes;
-        if (!j) break;
-        s->wakes = j->wake_next;
-        void (*fn)(void *) = j->wake;
-        void *user = j->wake_user;
-        j->wake = NULL;
+        srv_stream_waiter *w = s->wakes;
+        if (!w) break;
+        waiter_unlist(s, w);
+        void (*fn)(void *) = w->wake;
+        void *user = w->user;
         pthread_mutex_unlock(&s->mu);
         fn(user);
         pthread_mutex_lock(&s->mu);
@@ -1156,15 +1159,16 @@ static void *notifier_main(void *arg) {
         void (*wfn[WAKES])(void *);
         void *wuser[WAKES];
         size_t nw = 0;
-        for (srv_job **p = &s->wakes; *p && nw < WAKES;) {
-            srv_job *j = *p;
-            if (!stream_ready(s, j, j->wake_pos)) {
-                p = &j->wake_next;
+        for (srv_stream_waiter **p = &s->wakes; *p && nw < WAKES;) {
+            srv_stream_waiter *w = *p;
+            if (!stream_ready(s, w->job, w->pos)) {
+                p = &w->next;
                 continue;
             }
-            *p = j->wake_next;
-            wfn[nw] = j->wake, wuser[nw] = j->wake_user, nw++;
-            j->wake = NULL;
+            *p = w->next;
+            w->next = NULL;
+            w->listed = 0;
+            wfn[nw] = w->wake, wuser[nw] = w->user, nw++;
         }
         if (fire || nw) {
             s->firing = 1;

@@ -91,11 +91,20 @@ void srv_release(srv_state *s, srv_job **jobs, size_t n);
  * `stream`). */
 int srv_stream_claim(srv_state *s, srv_job *j);
 long srv_stream_read(srv_state *s, srv_job *j, size_t pos, void *buf, size_t max);
-/* After a read of 0: wake(user) is called once, from another thread, when bytes at pos are ready, the job ends or
- * fails, or srv_stream_flush runs. 1, with nothing registered, when that is so already. One registration per job. */
-int srv_stream_wait(srv_state *s, srv_job *j, size_t pos, void (*wake)(void *user), void *user);
+/* A reader waiting for more of a job's output (each answer its own: several may read one gathered job). */
+typedef struct srv_stream_waiter {
+    srv_job *job;
+    size_t pos;                  /* where it reads next */
+    void (*wake)(void *user);
+    void *user;
+    struct srv_stream_waiter *next; /* (the service's) */
+    int listed;                  /* (the service's) */
+} srv_stream_waiter;
+/* After a read of 0: w->wake(w->user) is called once, from another thread, when bytes at w->pos are ready, the job
+ * ends or fails, or srv_stream_flush runs. 1, with nothing registered, when that is so already. */
+int srv_stream_wait(srv_state *s, srv_stream_waiter *w);
 /* The answer is gone: no wake from now on. */
-void srv_stream_forget(srv_state *s, srv_job *j);
+void srv_stream_forget(srv_state *s, srv_stream_waiter *w);
 /* The drain's end: every streamed answer stops (its reads -1 from now on) and its waiting reader is woken; when it
  * returns, every registered wake has been called. */
 void srv_stream_flush(srv_state *s);

@@ -374,6 +374,7 @@ typedef struct stream_resp {
     struct MHD_Connection *conn;
     uint8_t *head;          /* the safetensors header with its two small tensors, or the .npy header */
     size_t head_len;
+    srv_stream_waiter waiter;
 } stream_resp;
 
 static void stream_wake(void *user) {
@@ -402,7 +403,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     if (closing) return MHD_CONTENT_READER_END_WITH_ERROR;
     MHD_suspend_connection(r->conn);
     srv_test_hold("QVL_SERVE_TEST_STREAM_SUSPEND_MS");
-    if (srv_stream_wait(sv->st, r->job, at, stream_wake, r)) MHD_resume_connection(r->conn); /* ready meanwhile */
+    r->waiter.job = r->job, r->waiter.pos = at, r->waiter.wake = stream_wake, r->waiter.user = r;
+    if (srv_stream_wait(sv->st, &r->waiter)) MHD_resume_connection(r->conn); /* ready meanwhile */
     pthread_mutex_lock(&sv->mu);
     if (--sv->suspending == 0) pthread_cond_broadcast(&sv->cv);
     pthread_mutex_unlock(&sv->mu);
@@ -411,7 +413,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     stream_resp *r = cls;
-    srv_stream_forget(r->sv->st, r->job);
+    srv_stream_forget(r->sv->st, &r->waiter);
     srv_release(r->sv->st, &r->job, 1);
     free(r->head);
     free(r);
