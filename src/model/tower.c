@@ -50,7 +50,7 @@ struct qvl_ctx {
     float *ds;     /* [S/4, O] DeepStack output when the caller wants only the tap (models with DeepStack) */
     float *cos_t;  /* [S, hd/2] */
     float *sin_t;
-    float *stage;  /* [mlp_step(S/m²), O] merger output before conversion to a bf16/f16 sink (when cap_stage) */
+    float *stage;  /* [mlp_cap(S/m²), O] merger output before conversion to a bf16/f16 sink (when cap_stage) */
     void *gemm_ws, *attn_ws, *taps;
     int max_k;     /* widest K of the model's Linears (gemm_ws is sized for it) */
     int *cu;       /* [S/m² + 1]: segment boundaries (a segment has at least m² rows) */
@@ -204,6 +204,15 @@ static size_t mlp_step(size_t rows, size_t align) {
     return n ? ((rows + n - 1) / n + align - 1) / align * align : 1;
 }
 
+/* The most rows a chunk takes for any row count up to S: what the chunk buffers are laid out for. Not mlp_step(S):
+ * fewer rows can take a larger chunk (1008 rows go in two chunks of 504, 672 in one of 672), and the scratch laid
+ * out for S serves every smaller encode. */
+static size_t mlp_cap(size_t S, size_t align) {
+    const size_t cap = align <= MLP_ROWS ? MLP_ROWS / align * align : align;
+    const size_t up = S ? (S + align - 1) / align * align : align;
+    return up < cap ? up : cap;
+}
+
 /* Widest MLP hidden layer of the model: block intermediate, merger and DeepStack mergers' fc1 outputs. */
 static size_t mlp_width(const qvl_model *m) {
     size_t w = (size_t)m->cfg.intermediate;
@@ -237,7 +246,7 @@ static void layout(qvl_ctx *c, carver *cv, size_t S, int stage) {
     c->a = carve(cv, S * H, sizeof(float));
     c->qkv = carve(cv, S * 3 * H, sizeof(float));
     c->pos = carve(cv, S * H, sizeof(float));
-    c->mlp_floats = mlp_step(S, (size_t)c->be->m_align) * mlp_width(c->m);
+    c->mlp_floats = mlp_cap(S, (size_t)c->be->m_align) * mlp_width(c->m);
     c->mlp = carve(cv, c->mlp_floats, sizeof(float));
     c->ds = carve(cv, k->n_deepstack > 0 ? (S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
     c->cos_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
@@ -246,7 +255,7 @@ static void layout(qvl_ctx *c, carver *cv, size_t S, int stage) {
     c->gemm_ws = carve(cv, c->be->linear_ws(pool_size(c->pool), c->max_k), 1);
     c->attn_ws = carve(cv, c->be->attention_ws(k->head_dim, pool_size(c->pool)), 1);
     c->taps = carve(cv, TABLES_TAPS_BYTES, 1);
-    c->stage = carve(cv, stage ? mlp_step(S / mm, (size_t)c->be->m_align) * (size_t)k->out_hidden : 0, sizeof(float));
+    c->stage = carve(cv, stage ? mlp_cap(S / mm, (size_t)c->be->m_align) * (size_t)k->out_hidden : 0, sizeof(float));
     c->cu = carve(cv, S / mm + 1, sizeof(int));
     c->tab_grids = carve(cv, S / mm + 1, sizeof(qvl_grid));
 }

@@ -567,6 +567,74 @@ static void test_reserve(void) {
     qvl_ctx_free(c);
 }
 
+/* One item's ROWS (grid g, rows from seed) encoded on ctx c in dtype dt: its output (malloc'd), NULL on failure. */
+static void *encode_rows(qvl_ctx *c, qvl_grid g, size_t row_len, unsigned seed, qvl_dtype dt, size_t *bytes) {
+    const size_t n = (size_t)g.t * g.h * g.w * row_len;
+    float *rows = malloc(n * sizeof *rows);
+    if (!rows) return NULL;
+    uint32_t rs = seed;
+    for (size_t i = 0; i < n; i++) rows[i] = tu_frand(&rs) * 2 - 1;
+    qvl_item it;
+    qvl_item_default(&it);
+    it.kind = QVL_ITEM_ROWS, it.rows = rows, it.grid = g;
+    qvl_plan_params pp;
+    qvl_plan_params_default(&pp);
+    pp.dtype = dt;
+    qvl_plan *plan = NULL;
+    qvl_error err;
+    void *out = NULL;
+    qvl_item_info in;
+    if (qvl_plan_create(c, &it, 1, &pp, &plan, &err) == QVL_OK && (qvl_plan_item(plan, 0, &in), in.status == QVL_OK) &&
+        (out = malloc(in.out_bytes)) && qvl_plan_encode(c, plan, &out, &err) == QVL_OK) {
+        *bytes = in.out_bytes;
+    } else {
+        free(out);
+        out = NULL;
+    }
+    qvl_plan_free(plan);
+    free(rows);
+    return out;
+}
+
+/* A ctx's scratch, laid out for a larger encode, serves a smaller one: the MLPs run in row chunks of near-even size
+ * under 882 rows, so fewer rows may take a larger chunk (1008 rows: two of 504; 672: one of 672), and the chunk
+ * buffers were sized by the larger encode's chunk. The smaller encode overran them into the GEMM and attention
+ * workspaces (wrong tokens, different from run to run, or a crash, on a model with wide MLPs: qwen3-vl-2b and
+ * qwen3.5-27b widths; the tiny model's overrun landed where it did no harm). Its tokens must be a fresh ctx's: the
+ * block MLPs (f32 output, rows 1008 then 672, and 896 then 672) and the merger's staging buffer for a bf16 output
+ * (tokens 1008 then 672: rows 4032 then 2688). */
+static void test_scratch_reuse(const char *root) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/wide", root);
+    qvl_synth_params sp;
+    qvl_synth_params_default(&sp);
+    sp.preset = "qwen3-vl-2b", sp.depth = 1, sp.seed = 3;
+    qvl_error err;
+    qvl_model *m = NULL;
+    CHECK(qvl_synth_write(&sp, dir, &err) == QVL_OK && qvl_model_load(dir, NULL, &m, &err) == QVL_OK);
+    if (!m) return;
+    qvl_model_info mi;
+    qvl_model_get_info(m, &mi);
+    static const struct {
+        int t_big, t_small;
+        qvl_dtype dt;
+    } cases[] = {{9, 6, QVL_DTYPE_F32}, {8, 6, QVL_DTYPE_F32}, {36, 24, QVL_DTYPE_BF16}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        qvl_ctx *used = new_ctx(m, 2), *fresh = new_ctx(m, 2);
+        size_t b0 = 0, b1 = 0, b2 = 0;
+        void *big = encode_rows(used, (qvl_grid){cases[k].t_big, 8, 14}, (size_t)mi.row_len, 5, cases[k].dt, &b0);
+        void *after = encode_rows(used, (qvl_grid){cases[k].t_small, 8, 14}, (size_t)mi.row_len, 6, cases[k].dt, &b1);
+        void *alone = encode_rows(fresh, (qvl_grid){cases[k].t_small, 8, 14}, (size_t)mi.row_len, 6, cases[k].dt, &b2);
+        const int same = big && after && alone && b1 == b2 && memcmp(after, alone, b1) == 0;
+        CHECK(same);
+        printf("  %d temporal patches after %d on one ctx (%s): %s a fresh ctx's\n", cases[k].t_small, cases[k].t_big,
+               qvl_dtype_name(cases[k].dt), same ? "the same bytes as" : "NOT");
+        free(big), free(after), free(alone);
+        qvl_ctx_free(used), qvl_ctx_free(fresh);
+    }
+    qvl_model_free(m);
+}
+
 /* A plan reserved for and encoded on another ctx whose limits are lower: groups never reach past the plan's own
  * (an item failing on that ctx does not join its neighbours into a larger group than planned), so the encode
  * allocates nothing after qvl_ctx_reserve_plan; and the reserve stays within the ctx's call limit. */
@@ -801,6 +869,7 @@ int main(void) {
     test_frames_alloc();
     test_rows_bytes();
     test_reserve_elsewhere();
+    test_scratch_reuse(root);
     test_cancel();
     test_cancel_thread();
     if (QVL_WITH_MEDIA) {
