@@ -108,7 +108,7 @@ if(QVL_HAVE_SERVER)
   foreach(src ${QVL_SERVE_TESTS})
     get_filename_component(name ${src} NAME_WE)
     qvl_unit_test(${name} ${src} qvl_serve_internal
-                  "${QVL_TEST_ENV};QVL_SERVE_HOOKS_BIN=$<TARGET_FILE:qvl_serve_hooks>;TSAN_OPTIONS=halt_on_error=1")
+                  "${QVL_TEST_ENV};QVL_SERVE_HOOKS_BIN=$<TARGET_FILE:qvl_serve_hooks>;TSAN_OPTIONS=halt_on_error=1 suppressions=${QVL_ROOT}/tests/tsan.supp")
     target_sources(${name} PRIVATE ${QVL_ROOT}/tests/serve/serve_client.c) # the client and server helpers they share
   endforeach()
 endif()

@@ -368,7 +368,7 @@ static qvl_status stream_end(stream *st, qvl_status s, const qvl_error *e, int e
     qvl_plan_item(st->plan, 0, &info);
     if (info.status != QVL_OK) return err_fail(err, info.status, "%s", info.message); /* the reader's failure */
     if (ended) /* the reader read to the end well, and a piece's rows never came: a bug */
-        return err_fail(err, QVL_ERR_INTERNAL, "%s: the stream's reader ended with %zu of its %zu tokens encoded",
+        return err_fail(err, QVL_ERR_INTERNAL, "%s: the stream's reader ended with %zu of its %zu tokens told",
                         st->label, told, st->info.n_tokens);
     return QVL_OK;
 }

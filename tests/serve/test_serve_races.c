@@ -12,8 +12,15 @@
  *     progressive JPEG or a long video); the decode stops now
  *   - the drain's end while a streamed video's answer waits for its next piece, suspended in its reader (or held
  *     between that suspend and its wake's registration): the answer stops short, and the server exits 0
+ *   - a streamed video whose last piece failed (its request's deadline passed) was done 200 and its output, the
+ *     last piece's tokens never written, cached: the next request a hit with zeros; it fails now, nothing cached
+ *   - a video joined by a request that takes it whole was read as a ring (its output not held) once the request
+ *     that made it, which read it as it came, had gone: the joiner waited until its deadline; it is gathered now
+ *   - a video sampled again after its first piece, planned again whole between its watch firing and its answer:
+ *     the answer, made from a job no longer streamed nor done, was an error of status 0 (no reply); it waits now
  * Every wait is bounded. */
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +115,160 @@ static void drain_end_streaming(const char *hook2, const char *ms2) {
     free(b);
 #else
     (void)hook2, (void)ms2;
+#endif
+}
+
+/* Empty the servers' shared cache directory (g_tmp/cache), so that what one case encodes is no hit for the next. */
+static void clear_cache(void) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/cache'", g_tmp);
+    CHECK(system(cmd) == 0);
+}
+
+/* The reference tokens of `file` (qvl encode on the test model) into *f / *r; 0 when they could not be made. */
+static int video_ref(const char *file, st_file **f, ref_item *r) {
+    char path[600], out[700], cmd[4096];
+    tu_source_path(file, path, sizeof path);
+    snprintf(out, sizeof out, "%s/vref.safetensors", g_tmp);
+    snprintf(cmd, sizeof cmd, "'%s' encode -q --model '%s' -o '%s' '%s'", g_bin, g_model, out, path);
+    qvl_error err;
+    *f = NULL;
+    if (system(cmd) != 0 || st_load(out, SIZE_MAX, f, &err) != QVL_OK) return 0;
+    ref_of(*f, 0, r);
+    return 1;
+}
+
+/* 1 when the answer is whole and its embeddings are the reference's. */
+static int answer_is(const resp *a, const ref_item *r) {
+    st_file *f = NULL;
+    qvl_error err;
+    if (a->status != 200 || !a->complete || st_parse(a->body, a->len, "response", &f, &err) != QVL_OK) return 0;
+    const st_tensor *e = st_find(f, "embeddings");
+    const int same = e && (size_t)e->shape[0] == r->tokens && same_concat(e->data, r);
+    st_close(f);
+    return same;
+}
+
+/* ---- a streamed video whose last piece fails ----
+ * Each block held 100 ms, the request's deadline 2.7 s: the deadline passes while the video's pieces are encoded,
+ * the piece then in the queue is dropped, and the answer stops short (or, in a slow run, the deadline passes before
+ * the first piece: 503). Then the same video again, without a deadline: whole, and the reference's tokens, whether
+ * it is a cache hit or not. Before, a dropped last piece left the stream a success: its job done 200 and its output
+ * cached with the last piece's tokens zero, which the second request then got as a hit. */
+static void stream_deadline(void) {
+#if QVL_WITH_VIDEO
+    st_file *vf = NULL;
+    ref_item r;
+    CHECK(video_ref("tests/data/video/video_h264_bframes.mp4", &vf, &r));
+    char *extra[] = {"--max-batch-patches", "1"};
+    const pid_t pid = vf ? start_hooked("QVL_SERVE_TEST_BLOCK_MS", "100", extra, 2) : -1;
+    CHECK(pid > 0);
+    char path[600];
+    size_t n = 0;
+    uint8_t *b = tu_read_file(tu_source_path("tests/data/video/video_h264_bframes.mp4", path, sizeof path), &n);
+    for (int k = 0; pid > 0 && b && k < 3; k++) { /* the deadline at 2.7 s, 1.9 s, 1.1 s: one of them lands inside */
+        resp a;
+        memset(&a, 0, sizeof a);
+        char url[64];
+        snprintf(url, sizeof url, "/v1/encode?timeout_ms=%d", 2700 - 800 * k);
+        CHECK(post(url, "video/mp4", b, n, &a) == 0);
+        const int ok = answer_is(&a, &r);
+        printf("a streamed video, deadline %d ms: %d, %s\n", 2700 - 800 * k, a.status,
+               ok ? "whole" : a.status == 200 ? "short" : "refused");
+        CHECK(ok || (a.status == 200 && !a.complete) || a.status == 503);
+        resp_free(&a);
+    }
+    long q = -1; /* the streams cut short end (their queued pieces dropped): the queue empties */
+    for (int tries = 0; pid > 0 && tries < 1000 && (q = metric_of("qvl_queue_items")) != 0; tries++) usleep(10000);
+    CHECK(q == 0);
+    resp c;
+    memset(&c, 0, sizeof c);
+    char hit[16] = "";
+    CHECK(pid > 0 && b && post("/v1/encode?timeout_ms=120000", "video/mp4", b, n, &c) == 0);
+    header(&c, "X-Qvl-Cache", hit, sizeof hit);
+    printf("the same video again: %d, cache %s, %s\n", c.status, hit, answer_is(&c, &r) ? "the reference's tokens" : "WRONG");
+    CHECK(answer_is(&c, &r));
+    resp_free(&c);
+    free(b);
+    st_close(vf);
+    if (pid > 0) CHECK(stop_server(pid) == 0);
+    clear_cache();
+#endif
+}
+
+/* ---- a video joined by a request that takes it whole ----
+ * Request A (raw body: read as it comes) makes the video's job, its deadline 0.8 s; request B (JSON: the same video
+ * by path and an image, answered whole) joins it at once, its deadline 60 s. The worker is held 2 s at its first
+ * poll (QVL_SERVE_TEST_DECODE_MS), so A's deadline passes before the first piece: B is then the only waiter, and it
+ * takes the output whole. Before, the job was made a ring (its maker read as it came, and one request waited) and
+ * never gathered: B waited its 60 s and got 503. */
+static void stream_joined_whole(void) {
+#if QVL_WITH_VIDEO
+    /* (the queue bound large enough for B's image beside A's video, counted by its whole-clip budget) */
+    char *extra[] = {"--max-batch-patches", "1", "--workers", "1", "--max-queue-patches", "10000000",
+                     "--max-cache-write-bytes", "1"}; /* and no output cached: a ring, were the maker still there */
+    const pid_t pid = start_hooked("QVL_SERVE_TEST_DECODE_MS", "2000", extra, 8);
+    CHECK(pid > 0);
+    char path[600], png[600];
+    tu_source_path("tests/data/video/video_h264_bframes.mp4", path, sizeof path);
+    tu_source_path("tests/data/photos/chelsea.png", png, sizeof png);
+    size_t n = 0;
+    uint8_t *b = tu_read_file(path, &n);
+    const int fa = pid > 0 ? sock_connect() : -1;
+    CHECK(b && fa >= 0 && sock_post(fa, "/v1/encode?timeout_ms=800", "video/mp4", b, n) == 0);
+    usleep(100000);
+    char body[1400];
+    const int bl = snprintf(body, sizeof body, "{\"items\": [{\"path\": \"%s\"}, {\"path\": \"%s\"}]}", path, png);
+    resp rb;
+    memset(&rb, 0, sizeof rb);
+    const double t0 = tu_now();
+    CHECK(pid > 0 && post("/v1/encode?timeout_ms=60000", "application/json", body, (size_t)bl, &rb) == 0);
+    const double dt = tu_now() - t0;
+    int complete = 0;
+    const int sa = fa >= 0 ? sock_status(fa, &complete) : -1;
+    printf("a video joined by a request answered whole: the maker %d, the joiner %d after %.1f s\n", sa, rb.status, dt);
+    CHECK(sa == 503 && rb.status == 200 && rb.complete && dt < 30);
+    resp_free(&rb);
+    free(b);
+    if (pid > 0) CHECK(stop_server(pid) == 0);
+    clear_cache();
+#endif
+}
+
+/* ---- a video planned again whole while its answer is being made ----
+ * The edit list's clip counts more frames in its header than it holds: its stream is sampled again at its end, and
+ * with no answer reading it yet the worker plans it again whole. The notifier held 1.5 s before it fires the
+ * request's watch (QVL_SERVE_TEST_FIRE_MS) lets that happen between the first piece (which fires the watch) and
+ * the answer. The answer then waits for the whole encode: 200, whole, the reference's tokens (once in a while the
+ * answer begins first and stops short: then the same request again is read whole). Before, no reply (status 0). */
+static void stream_replanned(void) {
+#if QVL_WITH_VIDEO
+    st_file *vf = NULL;
+    ref_item r;
+    CHECK(video_ref("tests/data/video/video_editlist.mp4", &vf, &r));
+    char *extra[] = {"--max-batch-patches", "1", "--max-cache-write-bytes", "1"};
+    const pid_t pid = vf ? start_hooked("QVL_SERVE_TEST_FIRE_MS", "1500", extra, 4) : -1;
+    CHECK(pid > 0);
+    char path[600];
+    size_t n = 0;
+    uint8_t *b = tu_read_file(tu_source_path("tests/data/video/video_editlist.mp4", path, sizeof path), &n);
+    int whole = 0, statuses[2] = {-1, -1};
+    for (int k = 0; pid > 0 && b && k < 2 && !whole; k++) {
+        resp a;
+        memset(&a, 0, sizeof a);
+        CHECK(post("/v1/encode", "video/mp4", b, n, &a) == 0);
+        statuses[k] = a.status;
+        whole = answer_is(&a, &r);
+        CHECK(a.status == 200);
+        resp_free(&a);
+    }
+    printf("a video sampled again while its answer was made: %d then %d, %s\n", statuses[0], statuses[1],
+           whole ? "whole" : "NOT whole");
+    CHECK(whole);
+    free(b);
+    st_close(vf);
+    if (pid > 0) CHECK(stop_server(pid) == 0);
+    clear_cache();
 #endif
 }
 
@@ -339,6 +500,10 @@ int main(void) {
     drain_end_with("QVL_SERVE_TEST_FIRE_MS", 9002);
     drain_end_streaming(NULL, NULL);
     drain_end_streaming("QVL_SERVE_TEST_STREAM_SUSPEND_MS", "3000");
+    clear_cache();
+    stream_deadline();
+    stream_joined_whole();
+    stream_replanned();
     join_cancelled_batch();
     cancelled_message();
     decode_cancelled();

@@ -364,6 +364,7 @@ static int stream_begin(srv_state *s, srv_job *j, const qvl_item_info *info) {
               (!s->cache || j->out_bytes > s->cfg.lim.max_put_bytes);
     if (j->ring) flight_remove(s, j);
     else if (!(j->out = malloc(j->out_bytes ? j->out_bytes : 1))) return -1;
+    if (j->ring && s->cache) MET(s, s->metrics.puts_skipped_large++); /* over --max-cache-write-bytes */
     /* its queue count: the rows to come, in place of the estimate from its header */
     s->prep_patches = s->prep_patches - j->est_patches + j->n_rows;
     j->est_patches = j->n_rows;
@@ -461,6 +462,8 @@ static void prep_stream(srv_state *s, srv_job *j) {
         free(j->out), j->out = NULL;
         for (srv_chunk *c = j->chunks, *next; c; c = next) next = c->next, free(c->data), free(c);
         j->chunks = j->chunks_tail = NULL, j->n_chunks = 0, j->chunk_pos = 0;
+        s->prep_patches += j->n_rows - j->est_patches; /* counted again as it is read again */
+        j->est_patches = j->n_rows;
         pthread_mutex_unlock(&s->mu);
         prep_one(s, j);
         return;
@@ -468,20 +471,29 @@ static void prep_stream(srv_state *s, srv_job *j) {
     s->prep_items--;
     s->prep_patches -= j->est_patches;
     j->est_patches = 0;
-    if (st == QVL_OK && j->rows_own) { /* one piece: as any item */
+    /* every token encoded: a piece that failed last stops no stream (its stop is ignored at the last part) */
+    const int whole = st == QVL_OK && (j->rows_own || (j->http == 200 && j->tok_done == j->n_tokens));
+    if (whole && j->rows_own) { /* one piece: as any item */
         j->rows = j->rows_own;
         enc_enqueue(s, j);
-    } else if (st == QVL_OK) {
+    } else if (whole) {
         MET(s, (s->metrics.items_encoded++, s->metrics.items_streamed++));
         if (s->cache && !j->ring) put_enqueue(s, j);
         job_done(s, j, 200, "", 0);
     } else {
-        int http = j->http && j->http != 200 ? j->http : sp.msg[0] ? 500 : srv_http_of_status(err.status);
-        const char *msg = j->http && j->http != 200 ? j->message : sp.msg[0] ? sp.msg : unlabeled(err.message);
+        const int piece_failed = j->http && j->http != 200;
+        int http = piece_failed ? j->http : sp.msg[0] ? 500 : st == QVL_OK ? 500 : srv_http_of_status(err.status);
+        const char *msg = piece_failed ? j->message : sp.msg[0] ? sp.msg
+                        : st == QVL_OK ? "its stream ended before its last piece was encoded" : unlabeled(err.message);
         char m[512];
         snprintf(m, sizeof m, "%s", msg);
-        if (http == 503 && !(j->http && j->http != 200)) /* cancelled: nobody waits, or the server stops */
+        if (!piece_failed && st == QVL_ERR_CANCELLED) /* nobody waits any more, or the server stops */
             MET(s, s->metrics.decodes_cancelled++);
+        if (!piece_failed && st == QVL_ERR_FORMAT && j->streamed && j->answering) { /* sampled again: see above */
+            http = 503;
+            snprintf(m, sizeof m, "its container counts more frames than it holds, and it was sampled again over the "
+                     "frames it has after its answer began: sent again, it is encoded whole");
+        }
         job_done(s, j, http, m, 0);
     }
     pthread_mutex_unlock(&s->mu);
@@ -917,6 +929,7 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
         while (f && strcmp(f->key, j->key)) f = f->flight_next;
         if (f) {
             f->refs++;
+            if (!(stream && n == 1)) f->can_stream = 0; /* a waiter that takes the output whole: never a ring */
             if (deadline > f->deadline) f->deadline = deadline;
             MET(s, s->metrics.single_flight_joins++);
             job_free(j);
@@ -964,7 +977,8 @@ int srv_wait(srv_state *s, srv_job **jobs, size_t n, double deadline) {
     return 0;
 }
 
-void srv_result_of(const srv_job *j, srv_result *r) {
+void srv_result_of(srv_state *s, const srv_job *j, srv_result *r) {
+    pthread_mutex_lock(&s->mu);
     r->http = j->http;
     r->message = j->message;
     r->key = j->key;
@@ -976,6 +990,7 @@ void srv_result_of(const srv_job *j, srv_result *r) {
     r->out = j->out;
     r->cached = j->cached;
     r->streamed = j->streamed;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void srv_release(srv_state *s, srv_job **jobs, size_t n) {

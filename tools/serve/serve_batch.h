@@ -60,7 +60,8 @@ int srv_submit(srv_state *s, srv_in_item *items, size_t n, const srv_opts *opts,
                int stream, srv_job **jobs, srv_err *e);
 /* Wait until every job is done or the deadline (monotonic seconds) passes: 0 done, -1 timed out. */
 int srv_wait(srv_state *s, srv_job **jobs, size_t n, double deadline);
-void srv_result_of(const srv_job *j, srv_result *r);
+/* Job j's result, read under the service's lock (a streamed job changes while it is read). */
+void srv_result_of(srv_state *s, const srv_job *j, srv_result *r);
 /* Waiting without a thread: once added, the notifier calls fn(user, timed_out) exactly once, from its own thread and
  * with no lock held, when every job is done (timed_out = 0) or the deadline passes (1). The watch must stay valid
  * until then; it is not touched after fn returns. -1 when the service is not running (fn is not called). */

@@ -215,9 +215,9 @@ static int parse_request(server *sv, struct MHD_Connection *c, conn_ctx *cc, srv
 
 /* The results of a request whose items are done; 0, or -1 with e set (the first failed item's status, and its message
  * after "item N: ", N its index in the request: a job's message names no item). */
-static int results_of(conn_ctx *cc, srv_err *e) {
+static int results_of(server *sv, conn_ctx *cc, srv_err *e) {
     for (size_t i = 0; i < cc->req.n; i++) {
-        srv_result_of(cc->jobs[i], &cc->res[i]);
+        srv_result_of(sv->st, cc->jobs[i], &cc->res[i]);
         if (cc->res[i].http != 200) {
             srv_err_set(e, cc->res[i].http, (int)i, "item %zu: %s", i, cc->res[i].message);
             if (cc->res[i].http == 503) e->retry_after_s = 1;
@@ -425,7 +425,7 @@ static enum MHD_Result send_stream(server *sv, struct MHD_Connection *c, conn_ct
     stream_resp *r = calloc(1, sizeof *r);
     struct MHD_IoVec iov[2];
     size_t n_iov = 0;
-    int bad = !r;
+    int bad = !r || res[0].n_planes != 1; /* one plane: its tokens' rows in order */
     if (!bad && cc->npy) {
         const int64_t shape[2] = {(int64_t)res[0].n_tokens, (int64_t)res[0].out_cols};
         bad = srv_npy_header(npy_descr(req->opts.dtype), shape, 2, res[0].out_bytes, &r->head, &r->head_len);
@@ -472,15 +472,11 @@ static enum MHD_Result finish_encode(server *sv, struct MHD_Connection *c, conn_
     const srv_result *res = cc->res;
     enum MHD_Result ret;
     int stream = 0;
-    if (!cc->timed_out && cc->can_stream) {
-        srv_result r0;
-        srv_result_of(cc->jobs[0], &r0);
-        if (r0.streamed) { /* read as it comes; or it is being planned again whole: wait for it whole */
-            stream = srv_stream_claim(sv->st, cc->jobs[0]);
-            if (stream < 0) {
-                cc->watch.stream = 0;
-                return suspend_for_items(sv, c, cc);
-            }
+    if (!cc->timed_out && cc->watch.stream) { /* read as it comes; or it is being planned again whole: wait for it */
+        stream = srv_stream_claim(sv->st, cc->jobs[0]);
+        if (stream < 0) {
+            cc->watch.stream = 0;
+            return suspend_for_items(sv, c, cc);
         }
     }
     if (cc->timed_out) {
@@ -490,7 +486,7 @@ static enum MHD_Result finish_encode(server *sv, struct MHD_Connection *c, conn_
         e.retry_after_s = 1;
         srv_metrics_rejected(srv_metrics_of(sv->st), drained ? SRV_REJECT_NOT_READY : SRV_REJECT_DEADLINE);
         ret = send_err(sv, cc, c, &e);
-    } else if (results_of(cc, &e)) {
+    } else if (results_of(sv, cc, &e)) {
         /* an item's 503 is its deadline, passed in a queue or when its batch was cancelled */
         if (e.http == 503) srv_metrics_rejected(srv_metrics_of(sv->st), SRV_REJECT_DEADLINE);
         ret = send_err(sv, cc, c, &e);
