@@ -312,6 +312,19 @@ class StreamChunk(Structure):  # qvl_chunk
     ]
 
 
+class RowsChunk(Structure):  # qvl_rows_chunk
+    _fields_ = [
+        ("row0", c_size_t),
+        ("n_rows", c_size_t),
+        ("tok0", c_size_t),
+        ("n_tokens", c_size_t),
+        ("t0", c_int32),
+        ("t", c_int32),
+        ("rows", POINTER(ctypes.c_float)),
+        ("row_len", c_size_t),
+    ]
+
+
 STRUCTS = {
     "qvl_error": Error,
     "qvl_model_info": ModelInfo,
@@ -331,6 +344,7 @@ STRUCTS = {
     "qvl_cache_entry": CacheRecord,
     "qvl_cache_stats": CacheStats,
     "qvl_chunk": StreamChunk,
+    "qvl_rows_chunk": RowsChunk,
 }
 
 _status = c_int
@@ -342,6 +356,9 @@ CHUNK_FN = ctypes.CFUNCTYPE(ctypes.c_int, c_void_p, c_size_t, c_size_t, c_size_t
 
 # qvl_stream_fn: int (*)(void *user, const qvl_item_info *info, const qvl_chunk *chunk)
 STREAM_FN = ctypes.CFUNCTYPE(ctypes.c_int, c_void_p, POINTER(ItemInfo), POINTER(StreamChunk))
+
+# qvl_rows_fn: int (*)(void *user, const qvl_item_info *info, const qvl_rows_chunk *chunk)
+ROWS_FN = ctypes.CFUNCTYPE(ctypes.c_int, c_void_p, POINTER(ItemInfo), POINTER(RowsChunk))
 
 # name: (restype, argtypes)
 _SIGNATURES = {
@@ -385,6 +402,7 @@ _SIGNATURES = {
     "qvl_plan_encode": (_status, [c_void_p, c_void_p, POINTER(c_void_p), _err]),
     "qvl_plan_encode_chunks": (_status, [c_void_p, c_void_p, POINTER(c_void_p), c_void_p, c_void_p, _err]),
     "qvl_encode_stream": (_status, [c_void_p, POINTER(Item), POINTER(PlanParams), c_void_p, c_void_p, _err]),
+    "qvl_preprocess_stream": (_status, [c_void_p, POINTER(Item), POINTER(PlanParams), c_void_p, c_void_p, _err]),
     "qvl_item_key": (_status, [c_void_p, POINTER(Item), POINTER(PlanParams), c_void_p, c_char_p, _err]),
     "qvl_synth_params_init": (None, [POINTER(SynthParams), c_size_t]),
     "qvl_synth_write": (_status, [POINTER(SynthParams), c_char_p, _err]),

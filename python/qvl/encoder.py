@@ -709,62 +709,28 @@ class Encoder:
         (concat layout). The encode runs on a thread of its own, holding this Encoder as an encode does, and waits
         while two chunks are not yet taken; leaving the loop early (``break``, an exception, closing the generator)
         stops it after the piece in progress. An item that fails raises :class:`QvlError`."""
-        msgs: queue.Queue = queue.Queue(maxsize=2)  # chunks not yet taken: the encode waits beyond them
-        stop = threading.Event()
         np_dtype = _DTYPES[dtype][1] if dtype in _DTYPES else None
 
-        def put(m: tuple) -> bool:  # False once the consumer has gone
-            while not stop.is_set():
-                try:
-                    msgs.put(m, timeout=0.05)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def work() -> None:
+        def run(put: Any) -> Any:
             keep: list[Any] = []
-            try:
-                with self._lock:
-                    self._live()
-                    lib.qvl_ctx_uncancel(self._ctx)
-                    pl = self._plan_params(dtype, "concat", deepstack, preprocess, keep)
-                    if max_batch_rows is not None:
-                        if max_batch_rows < 1:
-                            raise ValueError(f"max_batch_rows {max_batch_rows}: at least 1")
-                        pl.max_batch_rows = max_batch_rows
-                    citems = _items([item], keep, labels=[label] if label else None)
-                    err = _lib.Error()
+            with self._lock:
+                self._live()
+                lib.qvl_ctx_uncancel(self._ctx)
+                pl = self._plan_params(dtype, "concat", deepstack, preprocess, keep)
+                _set_piece_rows(pl, max_batch_rows)
+                citems = _items([item], keep, labels=[label] if label else None)
+                err = _lib.Error()
 
-                    def told(user: Any, info: Any, chunk: Any) -> int:
-                        inf, c = info.contents, chunk.contents
-                        part = np.frombuffer(ctypes.string_at(c.data, c.bytes), dtype=np_dtype)
-                        part = part.reshape(c.n_tokens, inf.out_cols)
-                        return 0 if put(("chunk", c.tok0, part, inf.n_tokens)) else 1
+                def told(user: Any, info: Any, chunk: Any) -> int:
+                    inf, c = info.contents, chunk.contents
+                    part = np.frombuffer(ctypes.string_at(c.data, c.bytes), dtype=np_dtype)
+                    part = part.reshape(c.n_tokens, inf.out_cols)
+                    return 0 if put(Chunk(tok0=c.tok0, embeds=part, total=inf.n_tokens)) else 1
 
-                    fn = _lib.STREAM_FN(told)
-                    s = lib.qvl_encode_stream(self._ctx, citems, ctypes.byref(pl), fn, None, ctypes.byref(err))
-                    if s != _lib.OK and not stop.is_set():
-                        raise QvlError(s, err.message.decode(errors="replace"))
-            except BaseException as e:  # handed to the consumer, raised there
-                put(("error", e))
-            else:
-                put(("done",))
+                fn = _lib.STREAM_FN(told)
+                return lib.qvl_encode_stream(self._ctx, citems, ctypes.byref(pl), fn, None, ctypes.byref(err)), err
 
-        t = threading.Thread(target=work, name="qvl-encode-chunks", daemon=True)
-        t.start()
-        try:
-            while True:
-                m = msgs.get()
-                if m[0] == "chunk":
-                    yield Chunk(tok0=m[1], embeds=m[2], total=m[3])
-                elif m[0] == "error":
-                    raise m[1]
-                else:
-                    return
-        finally:
-            stop.set()
-            t.join()
+        return _stream_parts(run, "qvl-encode-chunks")
 
     def encode_batch(self, items: Iterable[Item], dtype: str = "float32", *, deepstack: bool = True,
                      raise_on_error: bool = False, keys: bool = True,
@@ -939,6 +905,110 @@ class Encoder:
         with self._lock:
             self._live()
             return _preprocess(self._ctx, list(items), self._plan_params("float32", "concat", True, preprocess, []))
+
+
+def _set_piece_rows(pl: _lib.PlanParams, max_batch_rows: int | None) -> None:
+    if max_batch_rows is not None:
+        if max_batch_rows < 1:
+            raise ValueError(f"max_batch_rows {max_batch_rows}: at least 1")
+        pl.max_batch_rows = max_batch_rows
+
+
+def _stream_parts(run: Any, name: str) -> Iterator[Any]:
+    """The parts a streaming call tells, as a generator: run(put) makes the call on a thread of its own and returns
+    (status, error); put(part) hands a part over, waiting while two are not yet taken (the call waits with it), and
+    says False once the consumer has gone (the callback then asks the call to stop). Leaving the loop early stops
+    the call after the part in progress; a failure is raised in the consumer."""
+    msgs: queue.Queue = queue.Queue(maxsize=2)  # parts not yet taken: the call waits beyond them
+    stop = threading.Event()
+
+    def put(m: Any) -> bool:  # False once the consumer has gone
+        while not stop.is_set():
+            try:
+                msgs.put(("part", m), timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            s, err = run(put)
+            if s != _lib.OK and not stop.is_set():
+                raise QvlError(s, err.message.decode(errors="replace"))
+        except BaseException as e:  # handed to the consumer, raised there
+            while not stop.is_set():
+                try:
+                    msgs.put(("error", e), timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+        else:
+            while not stop.is_set():
+                try:
+                    msgs.put(("done", None), timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+
+    t = threading.Thread(target=work, name=name, daemon=True)
+    t.start()
+    try:
+        while True:
+            kind, m = msgs.get()
+            if kind == "part":
+                yield m
+            elif kind == "error":
+                raise m
+            else:
+                return
+    finally:
+        stop.set()
+        t.join()
+
+
+@dataclass
+class RowsChunk:
+    """A part of one item's pixel rows (:func:`qvl.preprocess_chunks`): its rows [row0, row0 + n) as
+    ``pixel_values`` [n, row_len] float32, an array of its own, which are its temporal patches [t0, t0 + t) of the
+    item's grid ``grid_thw``; the item is ``total`` rows long. Encoded as pixel rows of grid (t, h, w), a part gives
+    exactly those tokens of the whole item's encode."""
+
+    row0: int
+    pixel_values: np.ndarray
+    t0: int
+    grid_thw: tuple[int, int, int]
+    total: int
+
+
+def preprocess_chunks(item: Item, model_dir: str | os.PathLike | None = None, *, max_batch_rows: int | None = None,
+                      **options: Any) -> Iterator[RowsChunk]:
+    """Decode and preprocess one item without a model, yielding its pixel rows in :class:`RowsChunk` s as they are
+    complete (qvl_preprocess_stream): a video's in pieces of whole temporal patches of at most ``max_batch_rows``
+    rows (default 4096), so that a long video's rows are never held whole; anything else as one chunk. The same rows
+    as :func:`preprocess`, in order and back to back. ``model_dir`` and ``options`` as for :func:`preprocess`. The
+    read runs on a thread of its own and waits while two chunks are not yet taken; leaving the loop early stops it.
+    An item that fails raises :class:`QvlError`."""
+    pp, vp, dp = _preprocess_struct(os.fspath(model_dir) if model_dir is not None else None, options)
+    pl = _lib.init(_lib.PlanParams)
+    pl.preprocess, pl.video, pl.decode = ctypes.pointer(pp), ctypes.pointer(vp), ctypes.pointer(dp)
+    _set_piece_rows(pl, max_batch_rows)
+
+    def run(put: Any) -> Any:
+        keep: list[Any] = [pl, pp, vp, dp]
+        citems = _items([item], keep)
+        err = _lib.Error()
+
+        def told(user: Any, info: Any, chunk: Any) -> int:
+            inf, c = info.contents, chunk.contents
+            rows = np.ctypeslib.as_array(c.rows, shape=(c.n_rows, c.row_len)).copy()
+            g = (inf.grid.t, inf.grid.h, inf.grid.w)
+            return 0 if put(RowsChunk(row0=c.row0, pixel_values=rows, t0=c.t0, grid_thw=g, total=inf.n_rows)) else 1
+
+        fn = _lib.ROWS_FN(told)
+        return lib.qvl_preprocess_stream(None, citems, ctypes.byref(pl), fn, None, ctypes.byref(err)), err
+
+    return _stream_parts(run, "qvl-preprocess-chunks")
 
 
 def _preprocess(ctx: Any, objs: list[Any], pl: _lib.PlanParams) -> list[Result]:

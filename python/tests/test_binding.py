@@ -172,6 +172,33 @@ def test_encode_chunks(enc: qvl.Encoder) -> None:
         list(enc.encode_chunks(b"not an image"))
 
 
+def test_preprocess_chunks(enc: qvl.Encoder, model_dir: str) -> None:
+    # a video's rows come piece by piece (whole temporal patches), back to back, the rows of qvl.preprocess; each
+    # piece encoded as rows of its own grid gives those tokens of the whole encode; an image is one chunk
+    clip = data("tests/data/video/video_h264_bframes.mkv")
+    [whole] = qvl.preprocess([clip], model_dir=model_dir)
+    parts = list(qvl.preprocess_chunks(clip, model_dir=model_dir, max_batch_rows=1))
+    t, h, w = whole.grid_thw
+    assert len(parts) == t > 1 and all(p.grid_thw == whole.grid_thw and p.total == t * h * w for p in parts)
+    assert [p.row0 for p in parts] == [k * h * w for k in range(t)] and [p.t0 for p in parts] == list(range(t))
+    assert same(np.concatenate([p.pixel_values for p in parts]), whole.pixel_values)
+    [wv] = enc.encode([clip])
+    n = h * w // 4
+    for p in parts[:2]:
+        [r] = enc.encode([qvl.Preprocessed(p.pixel_values, (p.pixel_values.shape[0] // (h * w), h, w))])
+        assert r.ok and same(r.embeds, wv.embeds[p.t0 * n: (p.t0 + 1) * n]), r.error
+    [one] = list(qvl.preprocess_chunks(PHOTO, model_dir=model_dir))
+    [pre] = qvl.preprocess([PHOTO], model_dir=model_dir)
+    assert one.row0 == 0 and same(one.pixel_values, pre.pixel_values)
+    it = qvl.preprocess_chunks(clip, model_dir=model_dir, max_batch_rows=1)
+    assert next(it).row0 == 0
+    it.close()  # stops the read
+    with pytest.raises(qvl.QvlError):
+        list(qvl.preprocess_chunks(b"not an image"))
+    with pytest.raises(ValueError):
+        qvl.preprocess_chunks(clip, max_batch_rows=0)
+
+
 def test_cap_pixels_per_frame() -> None:
     # transformers' per-frame cap (cap_pixels_per_frame=True): 4 frames of 120 x 160 at 8 tokens a frame come out
     # 64 x 96 (grid 2 x 4 x 6, as tests/fixtures/video_cap.safetensors records), 128 x 160 without it
