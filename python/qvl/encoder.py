@@ -922,10 +922,10 @@ def _stream_parts(run: Any, name: str) -> Iterator[Any]:
     msgs: queue.Queue = queue.Queue(maxsize=2)  # parts not yet taken: the call waits beyond them
     stop = threading.Event()
 
-    def put(m: Any) -> bool:  # False once the consumer has gone
+    def send(kind: str, m: Any) -> bool:  # False once the consumer has gone
         while not stop.is_set():
             try:
-                msgs.put(("part", m), timeout=0.05)
+                msgs.put((kind, m), timeout=0.05)
                 return True
             except queue.Full:
                 continue
@@ -933,23 +933,13 @@ def _stream_parts(run: Any, name: str) -> Iterator[Any]:
 
     def work() -> None:
         try:
-            s, err = run(put)
+            s, err = run(lambda m: send("part", m))
             if s != _lib.OK and not stop.is_set():
                 raise QvlError(s, err.message.decode(errors="replace"))
         except BaseException as e:  # handed to the consumer, raised there
-            while not stop.is_set():
-                try:
-                    msgs.put(("error", e), timeout=0.05)
-                    break
-                except queue.Full:
-                    continue
+            send("error", e)
         else:
-            while not stop.is_set():
-                try:
-                    msgs.put(("done", None), timeout=0.05)
-                    break
-                except queue.Full:
-                    continue
+            send("done", None)
 
     t = threading.Thread(target=work, name=name, daemon=True)
     t.start()
