@@ -125,6 +125,7 @@ static void clear_cache(void) {
     CHECK(system(cmd) == 0);
 }
 
+#if QVL_WITH_VIDEO
 /* The reference tokens of `file` (qvl encode on the test model) into *f / *r; 0 when they could not be made. */
 static int video_ref(const char *file, st_file **f, ref_item *r) {
     char path[600], out[700], cmd[4096];
@@ -148,6 +149,7 @@ static int answer_is(const resp *a, const ref_item *r) {
     st_close(f);
     return same;
 }
+#endif
 
 /* ---- a streamed video whose last piece fails ----
  * Each block held 100 ms, the request's deadline 2.7 s: the deadline passes while the video's pieces are encoded,
