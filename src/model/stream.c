@@ -373,12 +373,13 @@ static qvl_status stream_end(stream *st, qvl_status s, const qvl_error *e, int e
     return QVL_OK;
 }
 
-/* Both streams: fn (encoded parts, ctx required) or rows_fn (rows, ctx optional); `name` the call's. */
-static qvl_status stream_run(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params, qvl_stream_fn fn,
-                             qvl_rows_fn rows_fn, void *user, const char *name, qvl_error *err) {
+/* Both streams: `encode` (qvl_encode_stream: fn, a ctx required) or not (qvl_preprocess_stream: rows_fn, the ctx
+ * optional); `name` the call's. */
+static qvl_status stream_run(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params, int encode,
+                             qvl_stream_fn fn, qvl_rows_fn rows_fn, void *user, const char *name, qvl_error *err) {
     err_clear(err);
-    if ((fn && !ctx) || !item || (!fn && !rows_fn))
-        return err_fail(err, QVL_ERR_INVALID_ARG, "%s: %s is NULL", name, !item ? "item" : fn ? "ctx" : "fn");
+    const char *null = encode && !ctx ? "ctx" : !item ? "item" : (encode ? !fn : !rows_fn) ? "fn" : NULL;
+    if (null) return err_fail(err, QVL_ERR_INVALID_ARG, "%s: %s is NULL", name, null);
     if (item->struct_size < offsetof(qvl_item, kind) + sizeof(qvl_item_kind))
         return err_fail(err, QVL_ERR_INVALID_ARG, "%s: item->struct_size is %zu: initialise it with qvl_item_default()",
                         name, item->struct_size);
@@ -434,18 +435,10 @@ static qvl_status stream_run(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_
 
 qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params, qvl_stream_fn fn,
                              void *user, qvl_error *err) {
-    if (!fn) {
-        err_clear(err);
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_encode_stream: fn is NULL");
-    }
-    return stream_run(ctx, item, params, fn, NULL, user, "qvl_encode_stream", err);
+    return stream_run(ctx, item, params, 1, fn, NULL, user, "qvl_encode_stream", err);
 }
 
 qvl_status qvl_preprocess_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params, qvl_rows_fn fn,
                                  void *user, qvl_error *err) {
-    if (!fn) {
-        err_clear(err);
-        return err_fail(err, QVL_ERR_INVALID_ARG, "qvl_preprocess_stream: fn is NULL");
-    }
-    return stream_run(ctx, item, params, NULL, fn, user, "qvl_preprocess_stream", err);
+    return stream_run(ctx, item, params, 0, NULL, fn, user, "qvl_preprocess_stream", err);
 }

@@ -46,6 +46,7 @@
 
 enum { J_PREP_QUEUED, J_PREPPING, J_ENC_QUEUED, J_ENCODING, J_STREAMING, J_DONE };
 enum { SRV_RING_UNREAD = 2 }; /* a ring video's pieces encoded and not yet read, at most */
+enum { SRV_WHOLE_KEYS = 16 };  /* videos remembered as to be read whole (sampled again after their answer began) */
 
 /* A piece's output, kept until read (a ring video). */
 typedef struct srv_chunk {
@@ -116,7 +117,8 @@ struct srv_state {
     size_t prep_patches;  /* est_patches of the items queued for or in decoding */
     srv_watch *watches;   /* requests waiting for their jobs (the HTTP side's suspended connections) */
     srv_stream_waiter *wakes; /* streamed answers waiting for more (srv_stream_wait) */
-    char whole[16][QVL_KEY_HEX]; /* keys of videos sampled again after their streamed answer began: read whole next */
+    char whole[SRV_WHOLE_KEYS][QVL_KEY_HEX]; /* keys of videos sampled again after their streamed answer began: read
+                                                whole next */
     unsigned whole_next;
     int streams_stopped;  /* srv_stream_flush: every streamed answer stops */
     unsigned long done_seq; /* bumped by every job_done and srv_watch_add: the notifier's missed-wakeup guard */
@@ -174,16 +176,23 @@ static int same_spec(const srv_opts *a, const srv_opts *b) {
     return a->dtype == b->dtype && a->layout == b->layout && a->deepstack == b->deepstack;
 }
 
-static void job_free(srv_job *j) {
-    if (!j) return;
-    free(j->data);
-    qvl_plan_free(j->pre);
-    free(j->rows_own);
+/* A ring video's pieces not read, freed. */
+static void chunks_free(srv_job *j) {
     for (srv_chunk *c = j->chunks, *next; c; c = next) {
         next = c->next;
         free(c->data);
         free(c);
     }
+    j->chunks = j->chunks_tail = NULL;
+    j->n_chunks = j->chunk_pos = 0;
+}
+
+static void job_free(srv_job *j) {
+    if (!j) return;
+    free(j->data);
+    qvl_plan_free(j->pre);
+    free(j->rows_own);
+    chunks_free(j);
     if (j->entry_file) qvl_free(j->entry_file);
     else free(j->out);
     free(j);
@@ -260,6 +269,11 @@ static int prep_cancel(void *user) {
     return !live;
 }
 
+/* The bytes of a job's output, from its tokens and shape. */
+static size_t out_bytes_of(const srv_job *j) {
+    return j->n_tokens * j->out_cols * j->n_planes * srv_dtype_size(j->spec.dtype);
+}
+
 /* A job's grid and output shape from its item's info (the preprocessing plan knows no model: it reports 0 output
  * bytes, so the encoded matrix's shape is the server's to work out). */
 static void job_shape(const srv_state *s, srv_job *j, const qvl_item_info *info) {
@@ -270,7 +284,7 @@ static void job_shape(const srv_state *s, srv_job *j, const qvl_item_info *info)
     j->n_tokens = info->n_rows / 4;
     j->n_planes = j->spec.layout == QVL_OUTPUT_SPLIT ? 1 + L : 1;
     j->out_cols = j->spec.layout == QVL_OUTPUT_SPLIT ? O : O * (1 + L);
-    j->out_bytes = j->n_tokens * j->out_cols * j->n_planes * srv_dtype_size(j->spec.dtype);
+    j->out_bytes = out_bytes_of(j);
 }
 
 /* Under mu: a job whose rows are all in (j->rows) joins the encoder's queue. */
@@ -421,7 +435,7 @@ static int on_piece(void *user, const qvl_item_info *info, const qvl_rows_chunk 
     p->n_tokens = c->n_tokens;
     p->tok0 = c->tok0;
     p->n_planes = j->n_planes, p->out_cols = j->out_cols;
-    p->out_bytes = p->n_tokens * p->out_cols * p->n_planes * srv_dtype_size(p->spec.dtype);
+    p->out_bytes = out_bytes_of(p);
     s->prep_patches -= p->n_rows; /* from the video's rows to come to the encoder's queue */
     j->est_patches -= p->n_rows;
     enc_enqueue(s, p);
@@ -455,13 +469,12 @@ static void prep_stream(srv_state *s, srv_job *j) {
      * frames it has are sampled anew, as a plan does): no answer has read it yet, so it is planned and encoded
      * whole instead, as before it was streamed (an answer that has begun stops short: its tokens were others). */
     if (st == QVL_ERR_FORMAT && j->streamed && j->http == 200 && j->answering) /* a retry is read whole */
-        snprintf(s->whole[s->whole_next++ % 16], QVL_KEY_HEX, "%s", j->key);
+        snprintf(s->whole[s->whole_next++ % SRV_WHOLE_KEYS], QVL_KEY_HEX, "%s", j->key);
     if (st == QVL_ERR_FORMAT && j->streamed && j->http == 200 && !j->answering && !s->stop) {
         j->streamed = 0, j->ring = 0, j->http = 0, j->tok_done = 0;
         j->state = J_PREPPING;
         free(j->out), j->out = NULL;
-        for (srv_chunk *c = j->chunks, *next; c; c = next) next = c->next, free(c->data), free(c);
-        j->chunks = j->chunks_tail = NULL, j->n_chunks = 0, j->chunk_pos = 0;
+        chunks_free(j);
         s->prep_patches += j->n_rows - j->est_patches; /* counted again as it is read again */
         j->est_patches = j->n_rows;
         pthread_mutex_unlock(&s->mu);
@@ -518,7 +531,7 @@ static void *worker_main(void *arg) {
         }
         j->state = J_PREPPING;
         int whole = srv_is_image(j->data, j->size);
-        for (int i = 0; i < 16 && !whole; i++) whole = strcmp(s->whole[i], j->key) == 0;
+        for (int i = 0; i < SRV_WHOLE_KEYS && !whole; i++) whole = strcmp(s->whole[i], j->key) == 0;
         pthread_mutex_unlock(&s->mu);
         if (whole) prep_one(s, j);
         else prep_stream(s, j); /* a video, or bytes that fail as the plan fails them */
