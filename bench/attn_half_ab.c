@@ -1,6 +1,6 @@
 /* attn_half_ab.c — a block's attention half on the AMX backend entry two ways, in one process, alternated call by
  * call (the reason is gemm_amx_ab.c's: this kind of VM's tile rate wanders by 2x between runs): qkv from LN1's
- * rows in the GEMM's layout into f32 rows, rope_apply, the attention from f32 q, k, v into f32 rows, proj packing
+ * rows in the GEMM's layout into f32 rows, op_rope, the attention from f32 q, k, v into f32 rows, proj packing
  * them ("f32"), against the tower's hand-overs: qkv packed in the rotary order with the rotary embedding in its
  * epilogue writing Q, K, V in bf16 (pack_qkv, qkv_rope), the attention reading them and writing proj's operand,
  * proj reading it (be_attn.qkv_op, out_packed; linear_packed: "hand-over"); the same bits (tests/unit/test_amx.c).
@@ -19,7 +19,7 @@
 #include "core/cpu.h"
 #include "core/pool.h"
 #include "cpu/bf16.h"
-#include "model/tables.h"
+#include "cpu/ops.h"
 
 enum { NH = 16, HD = 72, H = NH * HD };
 
@@ -51,7 +51,7 @@ static void run_one(void *ctx, int which) {
     } else {
         be->linear_packed(be, j->wq, NULL, 0, j->PA, j->M, j->bq, j->qkv, 3 * H, NULL, 0, BE_ACT_NONE, j->ws, 4 * H,
                           j->pool);
-        rope_apply(j->qkv, 3 * H, (size_t)j->M, NH, HD, j->co, j->si, j->pool);
+        op_rope(j->qkv, 3 * H, (size_t)j->M, NH, HD, j->co, j->si, j->pool);
         be->attention(be, &at, j->aws, j->pool);
         be->linear(be, j->wp, j->O, H, j->M, j->bp, j->Y, H, 1, BE_ACT_NONE, j->ws, 4 * H, j->pool);
     }

@@ -42,7 +42,7 @@ static void run_one(void *ctx, int which) {
         be->linear_packed(be, j->w2, NULL, 0, j->P, j->M, j->b2, j->Y, (size_t)N2, NULL, 1, BE_ACT_NONE, j->ws,
                           j->max_k, j->pool);
     } else {
-        if (j->with_ln) be->layernorm(j->X, (size_t)K, j->A, (size_t)K, (size_t)j->M, (size_t)K, j->g, j->beta, 1e-6f,
+        if (j->with_ln) be->layernorm(be, j->X, (size_t)K, j->A, (size_t)K, (size_t)j->M, (size_t)K, j->g, j->beta, 1e-6f,
                                       j->pool);
         be->linear(be, j->w1, j->A, (size_t)K, j->M, j->b1, j->H, (size_t)N1, 0, BE_ACT_GELU_TANH, j->ws, j->max_k,
                    j->pool);
@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
     if (be->pack(be, &w1, p1, B1, QVL_DTYPE_BF16, H, I, H, BE_ARITH_BF16, NULL) != 0 ||
         be->pack(be, &w2, p2, B2, QVL_DTYPE_BF16, I, H, I, BE_ARITH_BF16, NULL) != 0)
         return 1;
-    be->layernorm(X, H, A, H, (size_t)M, H, g, beta, 1e-6f, NULL); /* `mlp`: the rows both ways read */
+    be->layernorm(be, X, H, A, H, (size_t)M, H, g, beta, 1e-6f, NULL); /* `mlp`: the rows both ways read */
     be->layernorm_packed(be, X, H, PA, (size_t)M, H, g, beta, 1e-6f, ws, NULL);
     mlp_job job = {be, &w1, &w2, X, g, beta, b1, b2, A, Hf, Y, PA, P, M, I, with_ln, ws, p};
     ab_pairs(iters, run_one, &job, ratio, t_old, t_new);

@@ -1,18 +1,26 @@
 /* backend.h — the compute backend the tower runs on: one descriptor (kernel set + arithmetic precision) chosen
- * when the model is loaded, and the handful of operations the forward pass (src/model/tower.c) calls through it.
+ * when the model is loaded, its memory, and the operations the forward pass (src/model/tower.c) calls through it.
  *
- * The tower knows nothing of ISAs, tile sizes or panel layouts: it asks the backend to pack each Linear's weight
- * once (backend_pack), to size its workspaces, and then to run
+ * The tower knows nothing of ISAs, tile sizes, panel layouts or where the backend's memory is: it asks the backend
+ * to allocate its weights and activations (alloc), to pack each Linear's weight once (backend_pack), to size its
+ * workspaces, to move host data in and out (upload, download, store_rows), and then to run
  *   - linear:    C[M, N] (=|+=) act(A[M, K] · Wᵀ + bias), A and C float32 (row strides lda, ldc), W packed;
  *                with accumulate, C = C + act(A·Wᵀ + bias) (the residual add);
  *   - attention: softmax(q·kᵀ·scale)·v over segments, per head (no mask, no n×n matrix);
- *   - layernorm: row-wise, statistics in double (see the cpu implementation).
- * Every operation threads over the pool it is given and its result does not depend on the thread count.
+ *   - layernorm: row-wise, statistics in double (see the cpu implementation);
+ *   - rope, add_rows: the rotary embedding and the position table's add;
+ * and, where it has them, the same operations on operands in its own layouts (packed_size and below). Every
+ * pointer an operation takes is the backend's memory (from alloc, or an offset into it) unless its comment says
+ * host; the tower computes addresses in it but never reads or writes through them. A backend whose memory is the
+ * host's (host_memory: the CPU entries) may also be handed host buffers directly (the caller's pixel rows and
+ * float32 outputs), which saves the copies. Every operation threads over the pool it is given and its result does
+ * not depend on the thread count.
  *
- * The backends are entries of one table (backend_cpu.c): f32 portable, f32 AVX2, f32 AVX-512, bf16 on AMX tiles,
- * bf16 on AVX512-BF16 (VDPBF16PS) and its portable reference, and (tests only) the AMX set over a C model of the
- * tile instructions; backend_select (select.c) picks one for a load. A NEON or a CUDA backend is a new entry there
- * and touches no caller. Private to the library. */
+ * The backends are entries of one table (table.c): the CPU entries of backend_cpu.c (f32 portable, f32 AVX2, f32
+ * AVX-512, bf16 on AMX tiles, bf16 on AVX512-BF16 (VDPBF16PS) and its portable reference, and, tests only, the AMX
+ * set over a C model of the tile instructions) and, tests only, remote.c's models of a backend whose memory is not
+ * the host's; backend_select (select.c) picks one for a load. A NEON or a CUDA backend is a new entry there and
+ * touches no caller. Private to the library. */
 #ifndef QVL_BACKEND_BACKEND_H
 #define QVL_BACKEND_BACKEND_H
 
@@ -99,7 +107,7 @@ struct backend {
      * needs, setting out->rope_hd = head_dim; for a shape or arithmetic it does not take, pack() itself (rope_hd
      * 0). qkv_rope: linear() with a weight so packed, the rotary embedding (cos_t, sin_t [M, head_dim / 2],
      * tables_rope's) applied in its epilogue, Q, K, V written into qkv_op (qkv_op_size(M, N) bytes) for
-     * attention's be_attn.qkv_op instead of C; A as linear_packed's. The bits of linear(), rope_apply and the
+     * attention's be_attn.qkv_op instead of C; A as linear_packed's. The bits of linear(), rope and the
      * attention's own rounding of its operands. */
     int (*pack_qkv)(const backend *be, be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N,
                     int K, int head_dim, be_arith ar, thread_pool *pool);
@@ -109,12 +117,32 @@ struct backend {
                      thread_pool *pool);
     size_t (*attention_ws)(int head_dim, int n_threads);
     void (*attention)(const backend *be, const be_attn *a, void *ws, thread_pool *pool);
-    void (*layernorm)(const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols, const float *w,
-                      const float *b, float eps, thread_pool *pool);
+    void (*layernorm)(const backend *be, const float *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols,
+                      const float *w, const float *b, float eps, thread_pool *pool);
+    /* Rotate q and k of `qkv` in place (rows of stride ld: q at [0, H), k at [H, 2H), H = heads·head_dim) by the
+     * tables cos_t, sin_t [rows, head_dim / 2] (tables_rope's): per pair (a, b) = (x[k], x[k + head_dim/2]),
+     * a·cos − b·sin and b·cos + a·sin, each product rounded (no FMA). */
+    void (*rope)(const backend *be, float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t,
+                 const float *sin_t, thread_pool *pool);
+    /* x[r, c] += y[r, c] for r < rows, c < cols (row strides ldx, ldy). */
+    void (*add_rows)(const backend *be, float *x, size_t ldx, const float *y, size_t ldy, size_t rows, size_t cols,
+                     thread_pool *pool);
+    /* Memory. alloc: `bytes` of the backend's memory, 64-byte aligned, or NULL (out of memory); release(NULL) does
+     * nothing. upload / download: `bytes` from host src into the backend's dst / from the backend's src into host
+     * dst, done when they return. store_rows: rows [rows, cols] of float32 in the backend's memory (row stride lds)
+     * into host dst (row stride ld elements) as `dt` (f32, or bf16 / f16 rounded to nearest even). */
+    void *(*alloc)(const backend *be, size_t bytes);
+    void (*release)(const backend *be, void *p);
+    void (*upload)(const backend *be, void *dst, const void *src, size_t bytes);
+    void (*download)(const backend *be, void *dst, const void *src, size_t bytes);
+    void (*store_rows)(const backend *be, const float *src, size_t lds, size_t rows, size_t cols, void *dst, size_t ld,
+                       qvl_dtype dt, thread_pool *pool);
+    int host_memory; /* 1: its memory is the host's (see above) */
     int kernel; /* the backend's own kernel-set index (private to its implementation) */
     int set;    /* its bf16 kernel set (private to its implementation) */
     int test_only; /* a model of other hardware (the emulated AMX set): tests only, never selected */
     int split;     /* it runs BE_ARITH_BF16X2 weights */
+    int inner;     /* the be_cpu_entry a wrapping entry (remote.c) runs its operations on */
 };
 
 /* The backend for a kernel-set request and a precision into *out (AUTO resolved for this CPU: AVX-512, else
@@ -154,9 +182,10 @@ int backend_amx_exact(void);
  * it agrees with the definitions bit for bit, as the model must. */
 int backend_amx_check_emulated(void);
 /* The CPU entries backend_select picks from (backend_cpu.c), or NULL where this build has none (the x86 sets off
- * x86). */
+ * x86); BE_CPU_BF16_AMX_EMULATED: the AMX set over the C model of the tiles (tests only). */
 typedef enum be_cpu_entry {
-    BE_CPU_F32_PORTABLE, BE_CPU_F32_AVX2, BE_CPU_F32_AVX512, BE_CPU_BF16_PORTABLE, BE_CPU_BF16_AVX512, BE_CPU_BF16_AMX
+    BE_CPU_F32_PORTABLE, BE_CPU_F32_AVX2, BE_CPU_F32_AVX512, BE_CPU_BF16_PORTABLE, BE_CPU_BF16_AVX512, BE_CPU_BF16_AMX,
+    BE_CPU_BF16_AMX_EMULATED
 } be_cpu_entry;
 const backend *backend_cpu_entry(be_cpu_entry e);
 /* Whether the AMX set runs here: cpu_amx_usable() and its start-up check, asked once per process (on an AMX CPU

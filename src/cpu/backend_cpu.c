@@ -1,5 +1,5 @@
-/* backend_cpu.c — the table of CPU compute backends (backend/backend.h), the AMX set's start-up check and the
- * VDPBF16PS rate; which entry a load gets is backend/select.c's.
+/* backend_cpu.c — the CPU compute backends (backend/backend.h; listed in backend/table.c), the AMX set's start-up
+ * check and the VDPBF16PS rate; which entry a load gets is backend/select.c's. Their memory is the host's.
  *
  * f32 entries wrap the GEMM driver (gemm.c) and the attention driver (attention.c) with a fixed kernel set; their
  * outputs are those of gemm_run_isa / attn_run_isa with that set. bf16 entries (gemm_bf16.c, attention_bf16.c)
@@ -15,6 +15,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "cpu/attention.h"
+#include "cpu/backend_cpu.h"
 #include "cpu/bf16.h"
 #include "cpu/gemm.h"
 #include "cpu/ops.h"
@@ -22,6 +23,51 @@
 
 /* The kernel index of an entry: the f32 gemm_isa / attn_isa of its f32 parts (the same numbering). */
 static gemm_isa f32_isa(const backend *be) { return (gemm_isa)be->kernel; }
+
+/* Every entry's memory is the host's: allocations, copies and the row operations on host floats. */
+static void *host_alloc(const backend *be, size_t bytes) {
+    (void)be;
+    return aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
+}
+
+static void host_release(const backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static void host_copy(const backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+
+static void host_store_rows(const backend *be, const float *src, size_t lds, size_t rows, size_t cols, void *dst,
+                            size_t ld, qvl_dtype dt, thread_pool *pool) {
+    (void)be, (void)pool;
+    op_store_rows(src, lds, rows, cols, dst, ld, dt);
+}
+
+static void cpu_layernorm(const backend *be, const float *x, size_t ldx, float *y, size_t ldy, size_t rows,
+                          size_t cols, const float *w, const float *b, float eps, thread_pool *pool) {
+    (void)be;
+    op_layernorm(x, ldx, y, ldy, rows, cols, w, b, eps, pool);
+}
+
+static void cpu_rope(const backend *be, float *qkv, size_t ld, size_t rows, int heads, int head_dim,
+                     const float *cos_t, const float *sin_t, thread_pool *pool) {
+    (void)be;
+    op_rope(qkv, ld, rows, heads, head_dim, cos_t, sin_t, pool);
+}
+
+static void cpu_add_rows(const backend *be, float *x, size_t ldx, const float *y, size_t ldy, size_t rows,
+                         size_t cols, thread_pool *pool) {
+    (void)be;
+    op_add_rows(x, ldx, y, ldy, rows, cols, pool);
+}
+
+#define HOST_OPS                                                                                                    \
+    .layernorm = cpu_layernorm, .rope = cpu_rope, .add_rows = cpu_add_rows, .alloc = host_alloc,                   \
+    .release = host_release, .upload = host_copy, .download = host_copy, .store_rows = host_store_rows,            \
+    .host_memory = 1
 
 static size_t f32_pack_size(int N, int K, qvl_dtype dtype, be_arith ar) {
     (void)ar;
@@ -214,7 +260,7 @@ enum { ROW_ALIGN = 42 };
 #define F32_ENTRY(nm, isa_)                                                                                          \
     {.name = nm, .isa = isa_, .precision = QVL_PRECISION_F32, .m_align = ROW_ALIGN, .pack_size = f32_pack_size,     \
      .pack = f32_pack, .linear_ws = f32_linear_ws, .linear = f32_linear, .attention_ws = attn_workspace_size, \
-     .attention = f32_attention, .layernorm = op_layernorm, .kernel = isa_}
+     .attention = f32_attention, .kernel = isa_, HOST_OPS}
 /* isa_: the qvl_isa reported; kern_: the f32 kernels of its f32 parts; set_: its bf16 kernel set. */
 #define BF16_ENTRY(nm, isa_, kern_, set_, test_)                                                                     \
     {.name = nm, .isa = isa_, .precision = QVL_PRECISION_BF16, .m_align = IS_AMX(set_) ? BF16_AMX_MC : ROW_ALIGN,   \
@@ -225,36 +271,23 @@ enum { ROW_ALIGN = 42 };
      .linear_packed = IS_AMX(set_) ? amx_linear_packed : NULL,                                                      \
      .pack_qkv = IS_AMX(set_) ? amx_pack_qkv : NULL, .qkv_op_size = IS_AMX(set_) ? amx_qkv_op_size : NULL,         \
      .qkv_rope = IS_AMX(set_) ? amx_qkv_rope : NULL,                                                                \
-     .attention = bf16_attention, .layernorm = op_layernorm, .kernel = kern_, .set = set_, .test_only = test_,      \
-     .split = IS_AMX(set_)}
+     .attention = bf16_attention, .kernel = kern_, .set = set_, .test_only = test_, .split = IS_AMX(set_), HOST_OPS}
 
-static const backend be_portable = F32_ENTRY("portable", GEMM_ISA_SCALAR);
-static const backend be_portable_bf16 =
+const backend backend_cpu_portable = F32_ENTRY("portable", GEMM_ISA_SCALAR);
+const backend backend_cpu_portable_bf16 =
     BF16_ENTRY("portable-bf16", GEMM_ISA_SCALAR, GEMM_ISA_SCALAR, BF16_SET_PORTABLE, 0);
 /* The AMX GEMM and attention over the C model of the tile instructions (amx_emulated.c), f32 parts portable: tests
  * only. */
-static const backend be_amx_emulated =
+const backend backend_cpu_amx_emulated =
     BF16_ENTRY("amx-emulated", GEMM_ISA_SCALAR, GEMM_ISA_SCALAR, BF16_SET_AMX_EMULATED, 1);
 #if QVL_WITH_X86
-static const backend be_avx2 = F32_ENTRY("avx2", GEMM_ISA_AVX2);
-static const backend be_avx512 = F32_ENTRY("avx512", GEMM_ISA_AVX512);
+const backend backend_cpu_avx2 = F32_ENTRY("avx2", GEMM_ISA_AVX2);
+const backend backend_cpu_avx512 = F32_ENTRY("avx512", GEMM_ISA_AVX512);
 /* f32 parts (the patch embedding) on the AVX-512 f32 kernels: every AVX512-BF16 CPU has AVX-512 F/BW/DQ/VL. */
-static const backend be_avx512bf16 =
+const backend backend_cpu_avx512bf16 =
     BF16_ENTRY("avx512bf16", GEMM_ISA_AVX512, GEMM_ISA_AVX512, BF16_SET_AVX512BF16, 0);
-static const backend be_amx = BF16_ENTRY("amx", QVL_ISA_AMX, GEMM_ISA_AVX512, BF16_SET_AMX, 0);
+const backend backend_cpu_amx = BF16_ENTRY("amx", QVL_ISA_AMX, GEMM_ISA_AVX512, BF16_SET_AMX, 0);
 #endif
-
-static const backend *const table[] = {
-    &be_portable, &be_portable_bf16, &be_amx_emulated,
-#if QVL_WITH_X86
-    &be_avx2, &be_avx512, &be_avx512bf16, &be_amx,
-#endif
-};
-
-const backend *const *backend_table(size_t *n) {
-    *n = sizeof table / sizeof table[0];
-    return table;
-}
 
 /* The AMX set's start-up check: a 40 x 48 x 80 GEMM (two K tiles, partial row and column tiles, GELU and
  * accumulate) and a small attention (attn_check) on the tiles against their definitions. 2 when both agree
@@ -360,13 +393,14 @@ int backend_amx_usable(void) { return amx_ok(); }
 
 const backend *backend_cpu_entry(be_cpu_entry e) {
     switch (e) {
-    case BE_CPU_F32_PORTABLE: return &be_portable;
-    case BE_CPU_BF16_PORTABLE: return &be_portable_bf16;
+    case BE_CPU_F32_PORTABLE: return &backend_cpu_portable;
+    case BE_CPU_BF16_PORTABLE: return &backend_cpu_portable_bf16;
+    case BE_CPU_BF16_AMX_EMULATED: return &backend_cpu_amx_emulated;
 #if QVL_WITH_X86
-    case BE_CPU_F32_AVX2: return &be_avx2;
-    case BE_CPU_F32_AVX512: return &be_avx512;
-    case BE_CPU_BF16_AVX512: return &be_avx512bf16;
-    case BE_CPU_BF16_AMX: return &be_amx;
+    case BE_CPU_F32_AVX2: return &backend_cpu_avx2;
+    case BE_CPU_F32_AVX512: return &backend_cpu_avx512;
+    case BE_CPU_BF16_AVX512: return &backend_cpu_avx512bf16;
+    case BE_CPU_BF16_AMX: return &backend_cpu_amx;
 #endif
     default: return NULL;
     }

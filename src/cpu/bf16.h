@@ -242,10 +242,10 @@ int attn_amx_check_emulated_simd(void);
  * 16g + 15 (f over the heads' first halves, head after head: head f / (hd/2), dim f % (hd/2)) and its next 16 their
  * partners (dim + hd/2); V keeps its order. Reordering the columns changes no element's arithmetic (each is its
  * own chain over K). The epilogue (gemm_amx_run_qkv) then has a and its partner b in the same lane of the pair's two
- * halves and applies tables.c's rope_apply to them as it does (t + bias; a·cos − b·sin and b·cos + a·sin, each
+ * halves and applies ops.c's op_rope to them as it does (t + bias; a·cos − b·sin and b·cos + a·sin, each
  * product rounded, no FMA), and writes q, k and v as bf16 rows [M, 3H] in the weight's own column order, each
  * value bf16_round_ftz of the f32 one (the rounding the attention on tiles gives its operands): the bits of
- * gemm_amx_run, rope_apply and the attention's rounding, in one pass. Taken for head dims the attention on tiles
+ * gemm_amx_run, op_rope and the attention's rounding, in one pass. Taken for head dims the attention on tiles
  * takes from 32 on (a 16-lane group then spans at most two heads) and H a multiple of 32 (every Qwen3-VL tower:
  * 1024 and 1152 wide, heads of 64 and 72). */
 static inline int qkv_rope_takes(int H, int head_dim) {

@@ -243,7 +243,7 @@ static void epi_init_qkv(epi *e, const float *cb, int rows, const float *bias, u
 }
 
 #if QVL_AMX_EMULATE
-/* Row r of a qkv pair (epi_init_qkv): t + bias; in a rotary pair a = t[i], b = t[16 + i] rotated as rope_apply does;
+/* Row r of a qkv pair (epi_init_qkv): t + bias; in a rotary pair a = t[i], b = t[16 + i] rotated as op_rope does;
  * each value bf16_round_ftz into its column of Q. */
 static void epi_row_qkv(const epi *e, int r) {
     const float *t = e->cb + (size_t)r * 32;

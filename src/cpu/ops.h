@@ -28,4 +28,15 @@ void op_gelu_erf(float *x, size_t n);
 void op_gelu_tanh_scalar(float *x, size_t n);
 void op_gelu_erf_scalar(float *x, size_t n);
 
+/* Rotate q and k in place: rows of `qkv` (row stride ld) hold q at [0, H) and k at [H, 2H), H = heads·head_dim;
+ * per pair (a, b) = (x[k], x[k + head_dim/2]) of a head, a·cos − b·sin and b·cos + a·sin with cos_t, sin_t
+ * [rows, head_dim / 2] (tables_rope's), each product rounded (no FMA). */
+void op_rope(float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t, const float *sin_t,
+             thread_pool *pool);
+/* x[r, c] += y[r, c] for r < rows, c < cols (row strides ldx, ldy). */
+void op_add_rows(float *x, size_t ldx, const float *y, size_t ldy, size_t rows, size_t cols, thread_pool *pool);
+/* Rows [rows, cols] of src (row stride lds) into dst (row stride ld elements) as `dt`: f32 copied, bf16 / f16
+ * rounded to nearest even. */
+void op_store_rows(const float *src, size_t lds, size_t rows, size_t cols, void *dst, size_t ld, qvl_dtype dt);
+
 #endif

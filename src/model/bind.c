@@ -197,6 +197,7 @@ qvl_status model_bind(qvl_model *m, const checkpoint *ck, qvl_error *err) {
     m->blocks = calloc((size_t)c->depth, sizeof *m->blocks);
     if (!m->small || !m->bound || !m->blocks) return err_fail(err, QVL_ERR_NOMEM, "out of memory binding weights");
     qvl_status s = bind_all(&b);
+    m->n_small = b.small_used;
     free(b.scratch);
     if (s != QVL_OK) return s;
     if (m->n_bound != n_tensors)

@@ -24,8 +24,9 @@ void qvl_model_free(qvl_model *m) {
     free(m->bound);
     free(m->owned_patch);
     free(m->owned_pos);
+    if (m->be && m->small_be != m->small) m->be->release(m->be, m->small_be);
     free(m->small);
-    free(m->panels);
+    if (m->be) m->be->release(m->be, m->panels);
     free(m);
 }
 
@@ -270,8 +271,16 @@ static qvl_status load_weights(qvl_model *m, int n_threads, qvl_error *err) {
         if (size_add_overflow(total, m->be->pack_size(w->rows, w->cols, w->dtype, arith_of(m, ls[i])), &total))
             s = err_fail(err, QVL_ERR_LIMIT, "packed weights overflow");
     }
-    if (s == QVL_OK && !(m->panels = aligned_alloc(64, total ? total : 64)))
+    if (s == QVL_OK && !m->describe_only && !(m->panels = m->be->alloc(m->be, total)))
         s = err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of packed weights", total);
+    /* the vectors where the backend reads them: a copy in its memory unless that is the host's */
+    m->small_be = m->small;
+    if (s == QVL_OK && !m->describe_only && !m->be->host_memory) {
+        if (!(m->small_be = m->be->alloc(m->be, m->n_small * sizeof(float))))
+            s = err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of vectors", m->n_small * sizeof(float));
+        else
+            m->be->upload(m->be, m->small_be, m->small, m->n_small * sizeof(float));
+    }
     const size_t pos_bytes = (size_t)m->pos.rows * (size_t)m->pos.cols * (m->pos.dtype == QVL_DTYPE_F32 ? 4 : 2);
     if (s == QVL_OK && !(m->owned_pos = malloc(pos_bytes ? pos_bytes : 1)))
         s = err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes for the position table", pos_bytes);

@@ -71,8 +71,11 @@ struct qvl_model {
     size_t n_bound;
     void *owned_patch;   /* the patch weight permuted from MLX layout, when it had to be (during the load) */
     void *owned_pos;     /* the position table, copied from the checkpoint in its stored dtype */
-    float *small;        /* every f32-widened vector (biases, norms), one allocation */
-    void *panels;        /* every Linear's packed weight panels, one allocation */
+    float *small;        /* every f32-widened vector (biases, norms), one allocation of n_small floats */
+    size_t n_small;
+    float *small_be;     /* the same in the backend's memory, where its operations read them (model_vec); small
+                          * itself where that is the host's */
+    void *panels;        /* every Linear's packed weight panels, one allocation of the backend's memory */
     const backend *be;   /* kernel set + precision the panels are packed for and the contexts run */
     int describe_only;   /* loaded with qvl_load_params.describe_only: no panels, no contexts */
     /* The model directory's preprocessing json files as the load read them, over the library's defaults: what
@@ -90,6 +93,11 @@ struct qvl_model {
  * entry backend_select picks for them, which is qvl_model_load. */
 qvl_status model_load_on(const char *dir, const qvl_load_params *params, const backend *on, qvl_model **out,
                          qvl_error *err);
+
+/* Where the backend's operations read vector v of m->small (a bias or a LayerNorm's affine; NULL stays NULL). */
+static inline const float *model_vec(const qvl_model *m, const float *v) {
+    return v ? m->small_be + (v - m->small) : NULL;
+}
 
 struct checkpoint;
 

@@ -139,38 +139,3 @@ void tables_rope(const tower_config *c, const qvl_grid *grids, size_t n_grids, f
         }
     }
 }
-
-typedef struct rope_job {
-    float *qkv;
-    size_t ld;
-    int heads, head_dim;
-    const float *cos_t, *sin_t;
-} rope_job;
-
-static void rope_rows(void *ctx, long r0, long r1, int thread) {
-    (void)thread;
-    const rope_job *j = ctx;
-    const int half = j->head_dim / 2;
-    const size_t H = (size_t)j->heads * j->head_dim;
-    for (size_t r = (size_t)r0; r < (size_t)r1; r++) {
-        const float *co = j->cos_t + r * half, *si = j->sin_t + r * half;
-        for (int part = 0; part < 2; part++) {
-            float *base = j->qkv + r * j->ld + part * H;
-            for (int hh = 0; hh < j->heads; hh++) {
-                float *x = base + (size_t)hh * j->head_dim;
-                for (int k = 0; k < half; k++) {
-                    float a = x[k], b = x[k + half];
-                    float ac = a * co[k], bs = b * si[k], bc = b * co[k], as = a * si[k];
-                    x[k] = ac - bs;
-                    x[k + half] = bc + as;
-                }
-            }
-        }
-    }
-}
-
-void rope_apply(float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t,
-                const float *sin_t, thread_pool *pool) {
-    rope_job j = {qkv, ld, heads, head_dim, cos_t, sin_t};
-    pool_for(pool, (long)rows, 0, rope_rows, &j);
-}

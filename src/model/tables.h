@@ -23,8 +23,4 @@ void tables_pos(const qvl_model *m, qvl_pos_mode mode, const qvl_grid *grids, si
  * d/2 + k the column angle col·inv_freq[k]. inv_freq[k] = 1 / theta^(2k/d) in float32. */
 void tables_rope(const tower_config *c, const qvl_grid *grids, size_t n_grids, float *cos_t, float *sin_t);
 
-/* Rotate q and k in place: rows of `qkv` (row stride ld) hold q at [0, H) and k at [H, 2H). */
-void rope_apply(float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t,
-                const float *sin_t, thread_pool *pool);
-
 #endif

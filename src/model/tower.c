@@ -6,7 +6,13 @@
  * a = LN2(x); x += fc2(gelu_tanh(fc1(a))). Final merger: LN per token, view [S/4, 4H], fc1, erf GELU, fc2.
  * DeepStack merger: view [S/4, 4H], LN over 4H, fc1, erf GELU, fc2. Rows are merge-block-major, so the 2×2
  * shuffle is a plain reinterpretation of the row-major buffer.
- * All scratch lives in one block reserved for the largest input seen; encode never allocates otherwise. */
+ *
+ * The activations live in the backend's memory (backend.h), which need not be the host's: this file computes
+ * addresses in it but reads and writes it only through the backend's operations — the pixel rows and tables go in
+ * by upload, the outputs come out by store_rows, taps by download. Where the backend's memory is the host's, the
+ * caller's pixel rows and float32 outputs are handed to its operations as they are.
+ * All scratch lives in two blocks (the backend's, and the host's for tables and taps) reserved for the largest
+ * input seen; encode never allocates otherwise. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,8 +44,10 @@ struct qvl_ctx {
     /* scratch, reserved for cap_rows patch rows (with the output staging buffer when cap_stage) */
     size_t cap_rows;
     int cap_stage;
-    void *block;
-    size_t block_bytes;
+    void *block;   /* the backend's memory (be->alloc) */
+    void *hblock;  /* the host's */
+    size_t block_bytes, hblock_bytes;
+    /* in the backend's memory */
     float *x;      /* [S, H] residual stream */
     float *a;      /* [S, H] normalized (also [S/4, 4H]); then the attention output, once qkv is computed */
     float *qkv;    /* [S, 3H] */
@@ -47,11 +55,17 @@ struct qvl_ctx {
     float *mlp;    /* [MLP_ROWS, max(I, merger hidden)] MLP hidden of one row chunk; merger fc1 output; free
                     * during attention, which packs K and V there (be_attn.scratch) */
     size_t mlp_floats;
-    float *ds;     /* [S/4, O] DeepStack output when the caller wants only the tap (models with DeepStack) */
     float *cos_t;  /* [S, hd/2] */
     float *sin_t;
-    float *stage;  /* [mlp_cap(S/m²), O] merger output before conversion to a bf16/f16 sink (when cap_stage) */
-    void *gemm_ws, *attn_ws, *taps;
+    float *stage;  /* [mlp_cap(S/m²), O] merger output before store_rows into a sink (when cap_stage, or the
+                    * backend's memory is not the host's) */
+    float *in;     /* [S, row_len] the pixel rows uploaded (when the backend's memory is not the host's) */
+    void *gemm_ws, *attn_ws;
+    /* in the host's; pos_h, cos_h, sin_h are pos, cos_t, sin_t where the backend's memory is the host's */
+    float *pos_h, *cos_h, *sin_h; /* the tables as built, uploaded into pos, cos_t, sin_t */
+    float *tap_h;  /* [S, H] a tapped activation downloaded (when the backend's memory is not the host's) */
+    float *ds;     /* [S/4, O] DeepStack output when the caller wants only the tap (models with DeepStack) */
+    void *taps;
     int max_k;     /* widest K of the model's Linears (gemm_ws is sized for it) */
     int *cu;       /* [S/m² + 1]: segment boundaries (a segment has at least m² rows) */
     /* The grids whose position and rotary tables are in pos / cos_t / sin_t (built once per grid list); room for
@@ -130,7 +144,8 @@ qvl_status qvl_ctx_create(const qvl_model *m, const qvl_ctx_params *params, qvl_
 void qvl_ctx_free(qvl_ctx *c) {
     if (!c) return;
     pool_destroy(c->pool);
-    free(c->block);
+    c->be->release(c->be, c->block);
+    free(c->hblock);
     free(c);
 }
 
@@ -239,36 +254,52 @@ static int widest_k(const qvl_model *m) {
     return k;
 }
 
-static void layout(qvl_ctx *c, carver *cv, size_t S, int stage) {
+/* The scratch for S rows: the backend's memory from cv (activations, workspaces), the host's from hv (tables as
+ * built, taps, segments). */
+static void layout(qvl_ctx *c, carver *cv, carver *hv, size_t S, int stage) {
     const tower_config *k = &c->m->cfg;
-    size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge;
+    const int host = c->be->host_memory;
+    size_t H = (size_t)k->hidden, mm = (size_t)k->merge * k->merge, half = S * (size_t)k->head_dim / 2;
     c->x = carve(cv, S * H, sizeof(float));
     c->a = carve(cv, S * H, sizeof(float));
     c->qkv = carve(cv, S * 3 * H, sizeof(float));
     c->pos = carve(cv, S * H, sizeof(float));
     c->mlp_floats = mlp_cap(S, (size_t)c->be->m_align) * mlp_width(c->m);
     c->mlp = carve(cv, c->mlp_floats, sizeof(float));
-    c->ds = carve(cv, k->n_deepstack > 0 ? (S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
-    c->cos_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
-    c->sin_t = carve(cv, S * (size_t)k->head_dim / 2, sizeof(float));
+    c->cos_t = carve(cv, half, sizeof(float));
+    c->sin_t = carve(cv, half, sizeof(float));
     c->max_k = widest_k(c->m);
     c->gemm_ws = carve(cv, c->be->linear_ws(pool_size(c->pool), c->max_k), 1);
     c->attn_ws = carve(cv, c->be->attention_ws(k->head_dim, pool_size(c->pool)), 1);
-    c->taps = carve(cv, TABLES_TAPS_BYTES, 1);
-    c->stage = carve(cv, stage ? mlp_cap(S / mm, (size_t)c->be->m_align) * (size_t)k->out_hidden : 0, sizeof(float));
-    c->cu = carve(cv, S / mm + 1, sizeof(int));
-    c->tab_grids = carve(cv, S / mm + 1, sizeof(qvl_grid));
+    c->stage = carve(cv, stage || !host ? mlp_cap(S / mm, (size_t)c->be->m_align) * (size_t)k->out_hidden : 0,
+                     sizeof(float));
+    c->in = carve(cv, host ? 0 : S * (size_t)k->row_len, sizeof(float));
+    c->pos_h = host ? c->pos : carve(hv, S * H, sizeof(float));
+    c->cos_h = host ? c->cos_t : carve(hv, half, sizeof(float));
+    c->sin_h = host ? c->sin_t : carve(hv, half, sizeof(float));
+    c->tap_h = carve(hv, host ? 0 : S * H, sizeof(float));
+    c->ds = carve(hv, k->n_deepstack > 0 ? (S / mm) * (size_t)k->out_hidden : 0, sizeof(float));
+    c->taps = carve(hv, TABLES_TAPS_BYTES, 1);
+    c->cu = carve(hv, S / mm + 1, sizeof(int));
+    c->tab_grids = carve(hv, S / mm + 1, sizeof(qvl_grid));
 }
 
-size_t tower_scratch_bytes(const qvl_ctx *c, size_t rows, int stage) {
-    qvl_ctx tmp; /* layout only measures through a NULL base; it reads m and pool and writes tmp's pointers */
+/* The bytes of both blocks for `rows` rows into *dev and *host; 0 on overflow. */
+static int scratch_sizes(const qvl_ctx *c, size_t rows, int stage, size_t *dev, size_t *host) {
+    qvl_ctx tmp; /* layout only measures through NULL bases; it reads m, be and pool and writes tmp's pointers */
     memset(&tmp, 0, sizeof tmp);
     tmp.m = c->m;
     tmp.be = c->be;
     tmp.pool = c->pool;
-    carver cv = {0};
-    layout(&tmp, &cv, rows, stage);
-    return cv.overflow ? 0 : cv.used;
+    carver cv = {0}, hv = {0};
+    layout(&tmp, &cv, &hv, rows, stage);
+    *dev = cv.used, *host = hv.used;
+    return !cv.overflow && !hv.overflow && cv.used <= SIZE_MAX - hv.used;
+}
+
+size_t tower_scratch_bytes(const qvl_ctx *c, size_t rows, int stage) {
+    size_t dev, host;
+    return scratch_sizes(c, rows, stage, &dev, &host) ? dev + host : 0;
 }
 
 qvl_status tower_reserve(qvl_ctx *c, size_t max_rows, int stage, qvl_error *err) {
@@ -277,19 +308,24 @@ qvl_status tower_reserve(qvl_ctx *c, size_t max_rows, int stage, qvl_error *err)
         if (c->cap_rows > max_rows) max_rows = c->cap_rows;
         stage = stage || c->cap_stage;
     }
-    /* Measured on a copy: a failure leaves the ctx with the block and pointers it had. */
-    const size_t bytes = tower_scratch_bytes(c, max_rows, stage);
-    if (!bytes) return err_fail(err, QVL_ERR_LIMIT, "%zu patch rows: the scratch size overflows", max_rows);
-    void *block = aligned_alloc(64, bytes);
-    if (!block)
-        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu patch rows", bytes,
+    /* Measured on a copy: a failure leaves the ctx with the blocks and pointers it had. */
+    size_t bytes, hbytes;
+    if (!scratch_sizes(c, max_rows, stage, &bytes, &hbytes))
+        return err_fail(err, QVL_ERR_LIMIT, "%zu patch rows: the scratch size overflows", max_rows);
+    void *block = c->be->alloc(c->be, bytes), *hblock = aligned_alloc(64, hbytes ? hbytes : 64);
+    if (!block || !hblock) {
+        c->be->release(c->be, block);
+        free(hblock);
+        return err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes of scratch for %zu patch rows", bytes + hbytes,
                         max_rows);
-    free(c->block);
-    c->block = block;
-    c->block_bytes = bytes;
-    c->tab_valid = 0; /* the tables lived in the old block */
-    carver cv = {.base = block};
-    layout(c, &cv, max_rows, stage);
+    }
+    c->be->release(c->be, c->block);
+    free(c->hblock);
+    c->block = block, c->hblock = hblock;
+    c->block_bytes = bytes, c->hblock_bytes = hbytes;
+    c->tab_valid = 0; /* the tables lived in the old blocks */
+    carver cv = {.base = block}, hv = {.base = hblock};
+    layout(c, &cv, &hv, max_rows, stage);
     c->cap_rows = max_rows;
     c->cap_stage = stage;
     return QVL_OK;
@@ -303,7 +339,7 @@ qvl_status qvl_ctx_reserve(qvl_ctx *c, size_t max_rows, size_t max_segment, qvl_
     return tower_reserve(c, max_rows, 0, err);
 }
 
-size_t qvl_ctx_scratch_size(const qvl_ctx *c) { return c && c->block ? c->block_bytes : 0; }
+size_t qvl_ctx_scratch_size(const qvl_ctx *c) { return c && c->block ? c->block_bytes + c->hblock_bytes : 0; }
 
 int qvl_ctx_threads(const qvl_ctx *c) { return c ? pool_size(c->pool) : 0; }
 
@@ -398,13 +434,31 @@ static void build_tables(qvl_ctx *c, const qvl_grid *grids, size_t n_grids, int 
     if (same) return;
     memcpy(c->tab_grids, grids, n_grids * sizeof *grids);
     c->n_tab_grids = n_grids;
-    if (want_pos) tables_pos(c->m, c->p.pos_mode, grids, n_grids, c->pos, c->taps, c->pool);
-    tables_rope(&c->m->cfg, grids, n_grids, c->cos_t, c->sin_t);
+    const tower_config *k = &c->m->cfg;
+    const size_t S = qvl_patch_rows(grids, n_grids), half = S * (size_t)k->head_dim / 2;
+    if (want_pos) {
+        tables_pos(c->m, c->p.pos_mode, grids, n_grids, c->pos_h, c->taps, c->pool);
+        c->be->upload(c->be, c->pos, c->pos_h, S * (size_t)k->hidden * sizeof(float));
+    }
+    tables_rope(k, grids, n_grids, c->cos_h, c->sin_h);
+    c->be->upload(c->be, c->cos_t, c->cos_h, half * sizeof(float));
+    c->be->upload(c->be, c->sin_t, c->sin_h, half * sizeof(float));
     c->tab_valid = want_pos ? 2 : 1;
 }
 
+/* The tap: host rows as they are. */
 static void tap(qvl_ctx *c, const char *name, const float *data, size_t rows, size_t cols) {
     if (c->tap) c->tap(c->tap_user, name, data, rows, cols);
+}
+
+/* The tap of [rows, cols] contiguous rows in the backend's memory: downloaded unless that is the host's. */
+static void tap_be(qvl_ctx *c, const char *name, const float *data, size_t rows, size_t cols) {
+    if (!c->tap) return;
+    if (!c->be->host_memory) {
+        c->be->download(c->be, c->tap_h, data, rows * cols * sizeof(float));
+        data = c->tap_h;
+    }
+    c->tap(c->tap_user, name, data, rows, cols);
 }
 
 /* C (=|+=) act(A·Wᵀ + b), or with A_packed / C_packed (not NULL) the input read from / the result written into the
@@ -414,11 +468,12 @@ static void count_linear(qvl_ctx *c, const linear *l, size_t M) { c->prof.gemm_f
 static void linear_io(qvl_ctx *c, const linear *l, const float *A, size_t lda, const void *A_packed, size_t M,
                       float *C, size_t ldc, void *C_packed, int accumulate, be_act act) {
     const backend *be = c->be;
+    const float *bias = model_vec(c->m, l->b);
     if (A_packed || C_packed)
-        be->linear_packed(be, &l->packed, A, lda, A_packed, (int)M, l->b, C, ldc, C_packed, accumulate, act,
+        be->linear_packed(be, &l->packed, A, lda, A_packed, (int)M, bias, C, ldc, C_packed, accumulate, act,
                           c->gemm_ws, c->max_k, c->pool);
     else
-        be->linear(be, &l->packed, A, lda, (int)M, l->b, C, ldc, accumulate, act, c->gemm_ws, c->max_k, c->pool);
+        be->linear(be, &l->packed, A, lda, (int)M, bias, C, ldc, accumulate, act, c->gemm_ws, c->max_k, c->pool);
     count_linear(c, l, M);
 }
 
@@ -446,38 +501,23 @@ static void mlp_rows(qvl_ctx *c, const linear *fc1, const linear *fc2, be_act ac
     }
 }
 
-/* Rows [0, rows) of src [rows, cols] (ld cols) into dst (row stride ld elements) in `dt`, rounded to nearest
- * even. */
-static void store_rows(const float *src, size_t rows, size_t cols, void *dst, size_t ld, qvl_dtype dt) {
-    for (size_t r = 0; r < rows; r++) {
-        const float *s = src + r * cols;
-        if (dt == QVL_DTYPE_F32) {
-            memcpy((float *)dst + r * ld, s, cols * sizeof *s);
-        } else {
-            uint16_t *d = (uint16_t *)dst + r * ld;
-            if (dt == QVL_DTYPE_BF16)
-                for (size_t j = 0; j < cols; j++) d[j] = op_f32_to_bf16(s[j]);
-            else
-                for (size_t j = 0; j < cols; j++) d[j] = op_f32_to_f16(s[j]);
-        }
-    }
-}
-
-/* Merger MLP (fc1 → erf GELU → fc2) over in [rows, 4H] (row stride ld_in) into a sink target: straight into it
- * when it is float32, else through the staging buffer and converted. */
+/* Merger MLP (fc1 → erf GELU → fc2) over in [rows, 4H] (row stride ld_in) into a sink target (host memory):
+ * straight into it when it is float32 and the backend's memory is the host's, else through the staging buffer
+ * and the backend's store_rows. */
 static void merger_to(qvl_ctx *c, const merger_w *mw, const float *in, size_t ld_in, size_t rows, void *dst,
                       size_t ld, qvl_dtype dt) {
-    if (dt == QVL_DTYPE_F32) {
+    const backend *be = c->be;
+    if (dt == QVL_DTYPE_F32 && be->host_memory) {
         mlp_rows(c, &mw->fc1, &mw->fc2, BE_ACT_GELU_ERF, in, ld_in, NULL, rows, dst, ld, 0);
         return;
     }
-    const size_t hid = (size_t)mw->fc1.w.rows, O = (size_t)mw->fc2.w.rows, step = mlp_step(rows, (size_t)c->be->m_align),
-                 es = sizeof(uint16_t); /* bf16 / f16 */
+    const size_t hid = (size_t)mw->fc1.w.rows, O = (size_t)mw->fc2.w.rows, step = mlp_step(rows, (size_t)be->m_align),
+                 es = dt == QVL_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     for (size_t r = 0; r < rows; r += step) {
         const size_t m = rows - r < step ? rows - r : step;
         linear_run(c, &mw->fc1, in + r * ld_in, ld_in, m, c->mlp, hid, 0, BE_ACT_GELU_ERF);
         linear_run(c, &mw->fc2, c->mlp, hid, m, c->stage, O, 0, BE_ACT_NONE);
-        store_rows(c->stage, m, O, (unsigned char *)dst + r * ld * es, ld, dt);
+        be->store_rows(be, c->stage, O, m, O, (unsigned char *)dst + r * ld * es, ld, dt, c->pool);
     }
 }
 
@@ -492,10 +532,11 @@ static int ln_hands_over(const qvl_ctx *c, const linear *l, size_t S) {
 /* LayerNorm of the residual stream into c->a, in the backend's operand layout when `packed`. */
 static void block_norm(qvl_ctx *c, const layernorm *n, size_t S, int packed) {
     const size_t H = (size_t)c->m->cfg.hidden;
+    const float *w = model_vec(c->m, n->w), *b = model_vec(c->m, n->b);
     if (packed)
-        c->be->layernorm_packed(c->be, c->x, H, c->a, S, H, n->w, n->b, c->m->cfg.ln_eps, c->gemm_ws, c->pool);
+        c->be->layernorm_packed(c->be, c->x, H, c->a, S, H, w, b, c->m->cfg.ln_eps, c->gemm_ws, c->pool);
     else
-        c->be->layernorm(c->x, H, c->a, H, S, H, n->w, n->b, c->m->cfg.ln_eps, c->pool);
+        c->be->layernorm(c->be, c->x, H, c->a, H, S, H, w, b, c->m->cfg.ln_eps, c->pool);
 }
 
 static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) {
@@ -516,14 +557,14 @@ static void block_forward(qvl_ctx *c, const block_w *b, size_t S, size_t n_seg) 
     block_norm(c, &b->norm1, S, p1);
     t1 = now_ms(), pf->norm_ms += t1 - t0, t0 = t1;
     if (fused) {
-        be->qkv_rope(be, &b->qkv.packed, c->a, H, p1 ? c->a : NULL, (int)S, b->qkv.b, c->cos_t, c->sin_t, c->qkv,
-                     c->gemm_ws, c->max_k, c->pool);
+        be->qkv_rope(be, &b->qkv.packed, c->a, H, p1 ? c->a : NULL, (int)S, model_vec(c->m, b->qkv.b), c->cos_t,
+                     c->sin_t, c->qkv, c->gemm_ws, c->max_k, c->pool);
         count_linear(c, &b->qkv, S);
         t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
     } else {
         linear_io(c, &b->qkv, c->a, H, p1 ? c->a : NULL, S, c->qkv, 3 * H, NULL, 0, BE_ACT_NONE);
         t1 = now_ms(), pf->gemm_ms += t1 - t0, t0 = t1;
-        rope_apply(c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->pool);
+        be->rope(be, c->qkv, 3 * H, S, k->heads, k->head_dim, c->cos_t, c->sin_t, c->pool);
         t1 = now_ms(), pf->pos_rope_ms += t1 - t0, t0 = t1;
     }
     be_attn at = {.q = c->qkv, .k = c->qkv + H, .v = c->qkv + 2 * H, .ldq = 3 * H, .ldk = 3 * H, .ldv = 3 * H,
@@ -578,13 +619,14 @@ static qvl_status run_chain(qvl_ctx *c, size_t S, size_t n_seg, const tower_sink
         block_forward(c, &c->m->blocks[i], S, n_seg);
         c->prof.attention_flops += seg_flops;
         snprintf(name, sizeof name, "blk%d", i);
-        tap(c, name, c->x, S, H);
+        tap_be(c, name, c->x, S, H);
         for (int d = 0; d < k->n_deepstack; d++) {
             if (k->deepstack_index[d] != i || !sinks_want(sinks, n_sinks, 1 + d)) continue;
             if (ctx_cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before DeepStack merger %d", d);
             const merger_w *mw = &c->m->deepstack[d];
             double t0 = now_ms();
-            c->be->layernorm(c->x, H * mm, c->a, H * mm, T, H * mm, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
+            c->be->layernorm(c->be, c->x, H * mm, c->a, H * mm, T, H * mm, model_vec(c->m, mw->norm.w),
+                             model_vec(c->m, mw->norm.b), k->ln_eps, c->pool);
             snprintf(name, sizeof name, "deepstack%d", d);
             mergers_out(c, mw, 1 + d, sinks, n_sinks, name);
             c->prof.merger_ms += now_ms() - t0;
@@ -594,23 +636,11 @@ static qvl_status run_chain(qvl_ctx *c, size_t S, size_t n_seg, const tower_sink
     if (ctx_cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before the merger");
     const merger_w *mw = &c->m->merger;
     double t0 = now_ms();
-    c->be->layernorm(c->x, H, c->a, H, S, H, mw->norm.w, mw->norm.b, k->ln_eps, c->pool);
+    c->be->layernorm(c->be, c->x, H, c->a, H, S, H, model_vec(c->m, mw->norm.w), model_vec(c->m, mw->norm.b),
+                     k->ln_eps, c->pool);
     mergers_out(c, mw, 0, sinks, n_sinks, "merged");
     c->prof.merger_ms += now_ms() - t0;
     return QVL_OK;
-}
-
-typedef struct add_job {
-    float *x;
-    const float *y;
-    size_t cols;
-} add_job;
-
-/* x[r, :] += y[r, :] for rows [r0, r1). */
-static void add_rows(void *ctx, long r0, long r1, int thread) {
-    (void)thread;
-    const add_job *j = ctx;
-    for (size_t i = (size_t)r0 * j->cols; i < (size_t)r1 * j->cols; i++) j->x[i] = j->x[i] + j->y[i];
 }
 
 qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *item_rows, size_t n_rows,
@@ -627,23 +657,32 @@ qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *ite
     memset(&c->prof, 0, sizeof c->prof);
     if (ctx_cancelled(c)) return err_fail(err, QVL_ERR_CANCELLED, "encode cancelled before it started");
     double start = now_ms(), t0 = start;
-    if (pixels) {
-        linear_run(c, &c->m->patch, pixels, (size_t)k->row_len, S, c->x, H, 0, BE_ACT_NONE);
+    const size_t RL = (size_t)k->row_len;
+    const backend *be = c->be;
+    if (!be->host_memory) { /* the rows into the backend's memory, then one GEMM over them */
+        size_t r = 0;
+        for (size_t i = 0; i < (pixels ? 1 : n_grids); i++) {
+            const size_t n = pixels ? S : qvl_patch_rows(&grids[i], 1);
+            be->upload(be, c->in + r * RL, pixels ? pixels : item_rows[i], n * RL * sizeof(float));
+            r += n;
+        }
+        linear_run(c, &c->m->patch, c->in, RL, S, c->x, H, 0, BE_ACT_NONE);
+    } else if (pixels) {
+        linear_run(c, &c->m->patch, pixels, RL, S, c->x, H, 0, BE_ACT_NONE);
     } else { /* each item's rows where they are (the patch GEMM's bits do not depend on how M is split) */
         size_t r = 0;
         for (size_t i = 0; i < n_grids; i++) {
             const size_t n = qvl_patch_rows(&grids[i], 1);
-            linear_run(c, &c->m->patch, item_rows[i], (size_t)k->row_len, n, c->x + r * H, H, 0, BE_ACT_NONE);
+            linear_run(c, &c->m->patch, item_rows[i], RL, n, c->x + r * H, H, 0, BE_ACT_NONE);
             r += n;
         }
     }
     c->prof.patch_ms = now_ms() - t0;
-    tap(c, "patch", c->x, S, H);
+    tap_be(c, "patch", c->x, S, H);
     t0 = now_ms();
     build_tables(c, grids, n_grids, 1);
-    tap(c, "pos", c->pos, S, H);
-    add_job aj = {c->x, c->pos, H};
-    pool_for(c->pool, (long)S, 0, add_rows, &aj);
+    tap(c, "pos", c->pos_h, S, H);
+    be->add_rows(be, c->x, H, c->pos, H, S, H, c->pool);
     c->prof.pos_rope_ms += now_ms() - t0;
     qvl_status s = run_chain(c, S, n_seg, sinks, n_sinks, err);
     c->prof.total_ms = now_ms() - start;
@@ -710,7 +749,7 @@ qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const 
     size_t S = n_rows, H = (size_t)k->hidden;
     memset(&c->prof, 0, sizeof c->prof);
     double start = now_ms();
-    memcpy(c->x, hidden, S * H * sizeof(float));
+    c->be->upload(c->be, c->x, hidden, S * H * sizeof(float));
     build_tables(c, grids, n_grids, 0);
     tower_sink sink = {.t0 = 0, .n = S / ((size_t)k->merge * k->merge), .ld = (size_t)k->out_hidden,
                        .dtype = QVL_DTYPE_F32};
@@ -718,6 +757,6 @@ qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const 
     for (int d = 0; d < k->n_deepstack; d++) sink.dst[1 + d] = c->tap ? c->ds : NULL;
     qvl_status s = run_chain(c, S, n_seg, &sink, 1, err);
     c->prof.total_ms = now_ms() - start;
-    if (s == QVL_OK && !through_merger) memcpy(out, c->x, S * H * sizeof(float));
+    if (s == QVL_OK && !through_merger) c->be->download(c->be, out, c->x, S * H * sizeof(float));
     return s;
 }

@@ -19,7 +19,7 @@
 #include "core/convert.h"
 #include "core/cpu.h"
 #include "cpu/bf16.h"
-#include "model/tables.h" /* rope_apply */
+#include "cpu/ops.h" /* op_rope */
 #include "testutil.h"
 
 static int hw;    /* the AMX set is usable here (CPU, OS permission and the start-up check) */
@@ -208,11 +208,11 @@ static void ln_packed_case(size_t rows, size_t cols) {
     char what[96];
     for (size_t e = 0; e < n; e++) {
         const backend *be = tab[e];
-        if (!be->layernorm_packed || !backend_runs(be)) continue;
+        if (!be->layernorm_packed || !be->host_memory || !backend_runs(be)) continue;
         const size_t pb = be->packed_size((int)rows, (int)cols);
         uint16_t *ref = aligned_alloc(64, pb), *got = aligned_alloc(64, pb);
         void *ws = malloc(be->linear_ws(16, (int)cols));
-        be->layernorm(x, ldx, y, cols, rows, cols, w, b, 1e-6f, NULL);
+        be->layernorm(be, x, ldx, y, cols, rows, cols, w, b, 1e-6f, NULL);
         memset(ref, 0xa5, pb);
         gemm_amx_pack_a_emulated(y, cols, (int)rows, 0, (int)cols, (int)(cols + 31) / 32, 1, ref);
         static const int nts[] = {1, 2, 16};
@@ -396,7 +396,7 @@ static void packer_case(int mr, int K, int ns) {
 
 /* The AMX entries' attention half on their own operands — qkv packed in the rotary order (pack_qkv), qkv_rope
  * (the rotary embedding in the GEMM's epilogue, Q, K, V in bf16), the attention reading them and writing proj's
- * operand — against the same entry's f32 path: linear into f32, rope_apply, the attention into f32, and the
+ * operand — against the same entry's f32 path: linear into f32, op_rope, the attention into f32, and the
  * packer's rounding of its output. The same bytes (the operand and the attention's f32 output compared too),
  * with and without the attention's scratch, with A as f32 rows and as the GEMM's layout, on 1, 2 and 16 threads;
  * every byte of the outputs written (poisoned first). Segments end inside 16-row groups and 128-row blocks. */
@@ -416,7 +416,7 @@ static void attn_half_case(int heads, int hd, const int *cu, int n_seg, int hw_o
     char what[160];
     for (size_t e = 0; e < n; e++) {
         const backend *be = tab[e];
-        if (!be->qkv_rope || !backend_runs(be) || (hw_only && be->test_only)) continue;
+        if (!be->qkv_rope || !be->host_memory || !backend_runs(be) || (hw_only && be->test_only)) continue;
         const size_t wb = be->pack_size(N, K, QVL_DTYPE_F32, BE_ARITH_BF16), pb = be->packed_size(S, H);
         void *w0 = aligned_alloc(64, wb), *w1 = aligned_alloc(64, wb), *ws = malloc(be->linear_ws(16, K));
         void *aws = malloc(be->attention_ws(hd, 16)), *scratch = malloc((size_t)S * N * 4);
@@ -428,7 +428,7 @@ static void attn_half_case(int heads, int hd, const int *cu, int n_seg, int hw_o
               wr.rope_hd == hd);
         /* the reference: the f32 path of the same entry */
         be->linear(be, &wp, A, (size_t)K, S, bias, qkv, (size_t)N, 0, BE_ACT_NONE, ws, K, tu_pool(2));
-        rope_apply(qkv, (size_t)N, (size_t)S, heads, hd, co, si, NULL);
+        op_rope(qkv, (size_t)N, (size_t)S, heads, hd, co, si, NULL);
         for (size_t i = 0; i < (size_t)S * N; i++) q_ref[i] = bf16_round_ftz(qkv[i]);
         be_attn at = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .ldq = (size_t)N, .ldk = (size_t)N, .ldv = (size_t)N,
                       .out = o_ref, .ldo = (size_t)H, .n_heads = heads, .head_dim = hd, .cu = cu, .n_seg = n_seg,
