@@ -70,6 +70,17 @@ for clip in video_h264_bframes.mkv video_editlist.mp4; do
     if cmp -s <(data_of "$T/st.safetensors") <(data_of "$T/wh.safetensors"); then ok; else
         bad "$clip: the streamed encode's tensors differ from the whole encode's"
     fi
+    # --preprocess-only streams too: its rows written a temporal patch at a time are those of one piece
+    expect 0 "rows of $clip in pieces" "$QVL" encode --preprocess-only --max-batch-rows 16 --video-max-pixels 65536 \
+        "$SRC/tests/data/video/$clip" -o "$T/rows16.safetensors"
+    if [[ $clip == video_editlist.mp4 ]]; then
+        has "rows read again whole" "$T/out" '^item 0: .*, decode [0-9.]+ ms, preprocess [0-9.]+ ms$'
+    else
+        has "rows streamed" "$T/out" '^item 0: .*grid 4x4x4, 16 tokens, streamed: decode \+ preprocess [0-9.]+ ms$'
+    fi
+    if cmp -s <(data_of "$T/rows16.safetensors") <(data_of "$T/rows.safetensors"); then ok; else
+        bad "$clip: the rows written in pieces differ from the rows of one piece"
+    fi
 done
 expect 2 "--max-batch-rows with --pixels" "$QVL" encode --model "$T/m" --pixels "$T/rows.safetensors" \
     --max-batch-rows 16 -o "$T/wh.safetensors"

@@ -168,7 +168,9 @@ static void plane_name(char *buf, size_t cap, int i, size_t k) {
 }
 
 /* An input encoded as a stream (qvl_encode_stream): its planes written to the file part by part, as item{i}.merged
- * and item{i}.deepstack{k}, filled side by side (qvl_st_writer_group); the item's info kept from the first part. */
+ * and item{i}.deepstack{k}, filled side by side (qvl_st_writer_group); or preprocessed as one
+ * (qvl_preprocess_stream, --preprocess-only): its rows as item{i}.pixel_values. The item's info kept from the
+ * first part. */
 typedef struct streamed {
     qvl_st_writer *w;
     int i;
@@ -180,30 +182,51 @@ typedef struct streamed {
     int write_failed;
 } streamed;
 
+/* At a stream's first part: its info kept (with copies of the arrays it points to, valid during the call only) and
+ * its n tensors [rows, cols] declared. 0, or 1 when that failed (write_failed). */
+static int stream_begin(streamed *so, const qvl_item_info *info, size_t n, const char *const *names, size_t rows,
+                        size_t cols) {
+    so->info = *info;
+    so->indices = malloc((info->n_frames > 0 ? (size_t)info->n_frames : 1) * sizeof *so->indices);
+    so->timestamps = malloc((info->n_timestamps ? info->n_timestamps : 1) * sizeof *so->timestamps);
+    if (!so->indices || !so->timestamps) return so->write_failed = 1;
+    if (info->n_frames > 0) memcpy(so->indices, info->frame_indices, (size_t)info->n_frames * sizeof *so->indices);
+    if (info->n_timestamps) memcpy(so->timestamps, info->timestamps, info->n_timestamps * sizeof *so->timestamps);
+    so->info.frame_indices = so->indices, so->info.timestamps = so->timestamps;
+    const int64_t shape[2] = {(int64_t)rows, (int64_t)cols};
+    if (qvl_st_writer_group(so->w, n, names, "F32", shape, 2, NULL) != QVL_OK) return so->write_failed = 1;
+    so->grouped = 1;
+    return 0;
+}
+
 static int on_part(void *user, const qvl_item_info *info, const qvl_chunk *c) {
     streamed *so = user;
     if (so->parts++ == 0) {
-        so->info = *info;
-        so->indices = malloc((info->n_frames > 0 ? (size_t)info->n_frames : 1) * sizeof *so->indices);
-        so->timestamps = malloc((info->n_timestamps ? info->n_timestamps : 1) * sizeof *so->timestamps);
-        if (!so->indices || !so->timestamps) return so->write_failed = 1;
-        if (info->n_frames > 0) memcpy(so->indices, info->frame_indices, (size_t)info->n_frames * sizeof *so->indices);
-        if (info->n_timestamps) memcpy(so->timestamps, info->timestamps, info->n_timestamps * sizeof *so->timestamps);
-        so->info.frame_indices = so->indices, so->info.timestamps = so->timestamps;
         char names[1 + QVL_MAX_DEEPSTACK][48];
         const char *np[1 + QVL_MAX_DEEPSTACK];
         for (size_t k = 0; k < info->n_planes && k <= QVL_MAX_DEEPSTACK; k++) {
             plane_name(names[k], sizeof names[k], so->i, k);
             np[k] = names[k];
         }
-        const int64_t shape[2] = {(int64_t)info->n_tokens, (int64_t)info->out_cols};
-        if (qvl_st_writer_group(so->w, info->n_planes, np, "F32", shape, 2, NULL) != QVL_OK) return so->write_failed = 1;
-        so->grouped = 1;
+        if (stream_begin(so, info, info->n_planes, np, info->n_tokens, info->out_cols)) return 1;
     }
     for (size_t k = 0; k < info->n_planes; k++)
         if (qvl_st_writer_data_to(so->w, k, (const unsigned char *)c->data + k * c->plane_stride,
                                   c->n_tokens * info->out_cols * sizeof(float), NULL) != QVL_OK)
             return so->write_failed = 1;
+    return 0;
+}
+
+static int on_rows(void *user, const qvl_item_info *info, const qvl_rows_chunk *c) {
+    streamed *so = user;
+    if (so->parts++ == 0) {
+        char name[48];
+        snprintf(name, sizeof name, "item%d.pixel_values", so->i);
+        const char *np[1] = {name};
+        if (stream_begin(so, info, 1, np, info->n_rows, c->row_len)) return 1;
+    }
+    if (qvl_st_writer_data_to(so->w, 0, c->rows, c->n_rows * c->row_len * sizeof(float), NULL) != QVL_OK)
+        return so->write_failed = 1;
     return 0;
 }
 
@@ -306,13 +329,15 @@ int encode_media(media_opts *o) {
             qvl_free(ent.file);
         }
         /* Without a cache entry to store (which takes the whole output), an input is encoded as a stream: a long
-         * video's rows and output are never held whole, and its tokens are in the file as they are made. */
+         * video's rows and output are never held whole, and its tokens (or with --preprocess-only its rows) are in
+         * the file as they are made. */
         streamed so = {w, i, 0, 0, {0}, NULL, NULL, 0};
-        int stream = !hit && ctx && !cache && !o->preprocess_only, overlapped = 0;
+        int stream = !hit && (o->preprocess_only || (ctx && !cache)), overlapped = 0;
         double t_stream = 0;
         if (stream) {
             t_stream = cli_now_ms();
-            const qvl_status s = qvl_encode_stream(ctx, &it, &pl, on_part, &so, &err);
+            const qvl_status s = o->preprocess_only ? qvl_preprocess_stream(NULL, &it, &pl, on_rows, &so, &err)
+                                                    : qvl_encode_stream(ctx, &it, &pl, on_part, &so, &err);
             t_stream = cli_now_ms() - t_stream;
             if (s == QVL_OK && !so.write_failed) {
                 info = so.info;
@@ -320,7 +345,8 @@ int encode_media(media_opts *o) {
                  * again whole, has its own decode and preprocess times; what is left of the call is its encode) */
                 overlapped = info.decode_ms == 0 && info.preprocess_ms == 0;
                 if (overlapped) info.encode_ms = t_stream;
-                else if (info.encode_ms == 0) info.encode_ms = t_stream - info.decode_ms - info.preprocess_ms;
+                else if (info.encode_ms == 0 && !o->preprocess_only)
+                    info.encode_ms = t_stream - info.decode_ms - info.preprocess_ms;
             } else {
                 if (so.grouped) qvl_st_writer_drop(w, NULL); /* its tensors taken back (a write failure is sticky) */
                 /* read again whole, as a plan reads it, when it was sampled again after parts were written (the
@@ -377,7 +403,7 @@ int encode_media(media_opts *o) {
         if (hit) meta(w, "cache", i, "hit");
         if (ok && have_key) meta(w, "key", i, key);
         char name[48];
-        if (ok && o->preprocess_only) {
+        if (ok && o->preprocess_only && !stream) {
             snprintf(name, sizeof name, "item%d.pixel_values", i);
             put_f32(w, name, qvl_plan_rows(plan, 0), info.n_rows, 3 * (size_t)o->pp.temporal_patch *
                     (size_t)o->pp.patch * (size_t)o->pp.patch);
@@ -392,7 +418,11 @@ int encode_media(media_opts *o) {
         /* Progress on stderr as each input is done, where the report (stdout) goes elsewhere: on a terminal the
          * report's line says the same. A stream's decode, preprocess and encode overlap: its one time is theirs. */
         char times[160];
-        if (overlapped) snprintf(times, sizeof times, "streamed: decode + preprocess + encode %.1f ms", info.encode_ms);
+        if (overlapped)
+            snprintf(times, sizeof times, "streamed: decode + preprocess%s %.1f ms", o->preprocess_only ? "" : " + encode",
+                     info.encode_ms);
+        else if (o->preprocess_only)
+            snprintf(times, sizeof times, "decode %.1f ms, preprocess %.1f ms", info.decode_ms, info.preprocess_ms);
         else snprintf(times, sizeof times, "decode %.1f ms, preprocess %.1f ms, encode %.1f ms", info.decode_ms,
                       info.preprocess_ms, info.encode_ms);
         if (!o->quiet && progress) {
