@@ -93,7 +93,8 @@ typedef enum qvl_status {
     QVL_ERR_BACKEND = 8,     /* a compute backend failed */
     QVL_ERR_INTERNAL = 9,    /* a bug in qvl: please report */
     QVL_ERR_CANCELLED = 10,  /* the context's cancel flag was raised (qvl_ctx_cancel) */
-    QVL_ERR_NONFINITE = 11   /* a NaN or infinity in input rows, in the weights, or in the tower's output */
+    QVL_ERR_NONFINITE = 11,  /* a NaN or infinity in input rows, in the weights, or in the tower's output */
+    QVL_ERR_RESAMPLED = 12   /* a streamed video was sampled again after parts of it were told: read it whole */
 } qvl_status;
 
 /* Short stable name of a status ("ok", "invalid argument", ...). Never NULL. */
@@ -938,9 +939,10 @@ typedef int (*qvl_stream_fn)(void *user, const qvl_item_info *info, const qvl_ch
  * (both polled on this thread: between parts, and every 20 ms while it waits for rows). A video whose stream ends
  * before the frame count of its header is sampled again over the frames it has, as qvl_plan_create does: when that
  * is found before the first part is told the item is read again and encoded whole (the same tokens as
- * qvl_plan_encode), after it QVL_ERR_FORMAT saying so (parts told stay told); so is a read done again (a skipping
- * read given up, video.c) whose frames differ from those of the parts told, which a plan never sees (it keeps only
- * the last read's rows). Limits are the ctx's lowered by
+ * qvl_plan_encode), after it QVL_ERR_RESAMPLED saying so (the parts told are not the item's: a caller that wrote
+ * them takes them back and reads the item whole, with a plan); so is a read done again (a skipping read given up,
+ * video.c) whose frames differ from those of the parts told, which a plan never sees (it keeps only the last
+ * read's rows). No other failure is QVL_ERR_RESAMPLED. Limits are the ctx's lowered by
  * params->limits, as for a plan of this one item. Uses the ctx (its scratch and pool) for the call: one call at a
  * time per ctx. */
 QVL_API qvl_status qvl_encode_stream(qvl_ctx *ctx, const qvl_item *item, const qvl_plan_params *params,

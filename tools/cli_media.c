@@ -349,11 +349,9 @@ int encode_media(media_opts *o) {
                     info.encode_ms = t_stream - info.decode_ms - info.preprocess_ms;
             } else {
                 if (so.grouped) qvl_st_writer_drop(w, NULL); /* its tensors taken back (a write failure is sticky) */
-                /* read again whole, as a plan reads it, when it was sampled again after parts were written (the
-                 * library's QVL_ERR_FORMAT says so in these words; any other failure stands) */
-                if (s == QVL_ERR_FORMAT && so.grouped && !so.write_failed &&
-                    (strstr(err.message, "is sampled again over the frames it has") ||
-                     strstr(err.message, "the stream gave other frames"))) {
+                /* read again whole, as a plan reads it, when it was sampled again after parts were written (any
+                 * other failure stands) */
+                if (s == QVL_ERR_RESAMPLED && so.grouped && !so.write_failed) {
                     stream = 0; /* sampled again after parts were written: read again and encoded whole, as a plan */
                 } else {
                     info.status = so.write_failed ? QVL_ERR_IO : s;

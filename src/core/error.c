@@ -19,6 +19,7 @@ const char *qvl_status_name(qvl_status s) {
     case QVL_ERR_INTERNAL: return "internal error";
     case QVL_ERR_CANCELLED: return "cancelled";
     case QVL_ERR_NONFINITE: return "non-finite value";
+    case QVL_ERR_RESAMPLED: return "sampled again";
     }
     return "unknown status";
 }
@@ -41,7 +42,7 @@ void err_clear(qvl_error *err) {
 /* A failure already recorded: a known non-OK status with a message. An err that holds a status but no message
  * (a caller's uninitialised struct, or a status assigned by hand) is not one, so it does not hide this cause. */
 static int holds_failure(const qvl_error *err) {
-    return err->status > QVL_OK && err->status <= QVL_ERR_NONFINITE && err->message[0] != '\0' &&
+    return err->status > QVL_OK && err->status <= QVL_ERR_RESAMPLED && err->message[0] != '\0' &&
            memchr(err->message, '\0', sizeof err->message) != NULL;
 }
 

@@ -357,11 +357,11 @@ static qvl_status stream_end(stream *st, qvl_status s, const qvl_error *e, int e
     }
     const char *whole = st->fn ? "encode it whole (qvl_plan_encode)" : "plan it whole (qvl_plan_create)";
     if (st->resampled == 1)
-        return err_fail(err, QVL_ERR_FORMAT, "%s: the stream ended before the frame count of its header after %zu of "
+        return err_fail(err, QVL_ERR_RESAMPLED, "%s: the stream ended before the frame count of its header after %zu of "
                         "its %zu tokens were told, and is sampled again over the frames it has: %s", st->label, told,
                         st->info.n_tokens, whole);
     if (st->resampled)
-        return err_fail(err, QVL_ERR_FORMAT, "%s: read again after %zu of its %zu tokens were told, the stream gave "
+        return err_fail(err, QVL_ERR_RESAMPLED, "%s: read again after %zu of its %zu tokens were told, the stream gave "
                         "other frames: %s", st->label, told, st->info.n_tokens, whole);
     if (!st->begun) return encode_whole(st, st->plan, err); /* an item not streamed, or one that failed first */
     qvl_item_info info;

@@ -661,6 +661,7 @@ static void test_nonfinite_rows(qvl_model *m) {
     const char *nan_at[] = {"row 3, column 7 is NaN", NULL};
     CHECK(is_err(qvl_encode(ctx, px, 16, &g, 1, out, NULL, &err), &err, QVL_ERR_NONFINITE, nan_at));
     CHECK(strcmp(qvl_status_name(QVL_ERR_NONFINITE), "non-finite value") == 0);
+    CHECK(strcmp(qvl_status_name(QVL_ERR_RESAMPLED), "sampled again") == 0);
     px[3 * row_len + 7] = 0;
     px[15 * row_len + 1535] = -INFINITY;
     qvl_item it;

@@ -432,7 +432,7 @@ static int stream_case(qvl_ctx *ctx, const qvl_item *it, qvl_output_layout layou
     told t = {0};
     const qvl_status s = qvl_encode_stream(ctx, it, &pp, on_told, &t, &serr);
     int parts = t.calls;
-    if (ws == QVL_OK && s == QVL_ERR_FORMAT && t.calls > 0 && t.bad == 0 &&
+    if (ws == QVL_OK && s == QVL_ERR_RESAMPLED && t.calls > 0 && t.bad == 0 &&
         strstr(serr.message, "the stream ended before the frame count of its header after") != NULL) {
         parts = -2; /* sampled again after parts were told: the caller knows which clips may */
     } else if (s != ws) {
@@ -626,7 +626,7 @@ static int rows_case(qvl_ctx *ctx, const qvl_item *it, size_t cap, const char *w
     rows_told t = {0};
     const qvl_status s = qvl_preprocess_stream(ctx, it, &pp, on_rows, &t, &serr);
     int parts = t.calls;
-    if (info.status == QVL_OK && s == QVL_ERR_FORMAT && t.calls > 0 && t.bad == 0 &&
+    if (info.status == QVL_OK && s == QVL_ERR_RESAMPLED && t.calls > 0 && t.bad == 0 &&
         strstr(serr.message, "is sampled again over the frames it has: plan it whole (qvl_plan_create)") != NULL) {
         parts = -2;
     } else if (s != info.status) {

@@ -468,9 +468,9 @@ static void prep_stream(srv_state *s, srv_job *j) {
     /* Sampled again after pieces were encoded (a container whose header counts more frames than it holds: the
      * frames it has are sampled anew, as a plan does): no answer has read it yet, so it is planned and encoded
      * whole instead, as before it was streamed (an answer that has begun stops short: its tokens were others). */
-    if (st == QVL_ERR_FORMAT && j->streamed && j->http == 200 && j->answering) /* a retry is read whole */
+    if (st == QVL_ERR_RESAMPLED && j->streamed && j->http == 200 && j->answering) /* a retry is read whole */
         snprintf(s->whole[s->whole_next++ % SRV_WHOLE_KEYS], QVL_KEY_HEX, "%s", j->key);
-    if (st == QVL_ERR_FORMAT && j->streamed && j->http == 200 && !j->answering && !s->stop) {
+    if (st == QVL_ERR_RESAMPLED && j->streamed && j->http == 200 && !j->answering && !s->stop) {
         j->streamed = 0, j->ring = 0, j->http = 0, j->tok_done = 0;
         j->state = J_PREPPING;
         free(j->out), j->out = NULL;
@@ -502,7 +502,7 @@ static void prep_stream(srv_state *s, srv_job *j) {
         snprintf(m, sizeof m, "%s", msg);
         if (!piece_failed && st == QVL_ERR_CANCELLED) /* nobody waits any more, or the server stops */
             MET(s, s->metrics.decodes_cancelled++);
-        if (!piece_failed && st == QVL_ERR_FORMAT && j->streamed && j->answering) { /* sampled again: see above */
+        if (!piece_failed && st == QVL_ERR_RESAMPLED && j->streamed && j->answering) { /* sampled again: see above */
             http = 503;
             snprintf(m, sizeof m, "its container counts more frames than it holds, and it was sampled again over the "
                      "frames it has after its answer began: sent again, it is encoded whole");

@@ -43,6 +43,7 @@ int srv_http_of_status(qvl_status s) {
     case QVL_ERR_LIMIT: return 413;
     case QVL_ERR_UNSUPPORTED: return 415;
     case QVL_ERR_CANCELLED: return 503;
+    case QVL_ERR_RESAMPLED: return 503; /* sent again, it is read whole */
     case QVL_ERR_NOMEM: case QVL_ERR_BACKEND: case QVL_ERR_INTERNAL: return 500;
     default: return 422; /* format, io, shape, invalid argument: the item could not be decoded */
     }
