@@ -18,9 +18,9 @@ static const char bench_help[] =
     "                 [--repeat N] [--isa auto|avx2|avx512|amx] [--precision f32|bf16|auto]\n"
     "\n"
     "Time qvl_encode on synthetic pixel rows (deterministic) at each square image size, a video and a batch of\n"
-    "images in one call. Reports the median of --repeat runs after one warm-up, the per-phase breakdown, achieved\n"
-    "GFLOP/s (GEMM + attention FLOPs) and the share of the peak of the unit the kernels run on, measured here\n"
-    "with a loop of its instruction: f32 FMA, or for bf16 VDPBF16PS (AVX512-BF16) or TDPBF16PS (AMX tiles);\n"
+    "images in one call. Reports the median of --repeat runs after one warm-up, that run's per-phase breakdown,\n"
+    "achieved GFLOP/s (GEMM + attention FLOPs) and the share of the peak of the unit the kernels run on, measured\n"
+    "here with a loop of its instruction: f32 FMA, or for bf16 VDPBF16PS (AVX512-BF16) or TDPBF16PS (AMX tiles);\n"
     "none for the portable kernel sets (plain C), which get no share.\n"
     "\n"
     "Options:\n"
@@ -192,8 +192,14 @@ typedef struct bench_case {
     size_t n_grids;
 } bench_case;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
+/* One timed run: its wall time and the context's profile of it. */
+typedef struct bench_run {
+    double ms;
+    qvl_profile p;
+} bench_run;
+
+static int cmp_run(const void *a, const void *b) {
+    double x = ((const bench_run *)a)->ms, y = ((const bench_run *)b)->ms;
     return (x > y) - (x < y);
 }
 
@@ -313,8 +319,7 @@ int cmd_bench(int argc, char **argv) {
             st ^= st << 13, st ^= st >> 7, st ^= st << 17;
             px[i] = (float)((st >> 40) & 0xffff) / 32767.5f - 1.0f;
         }
-        double times[1000];
-        qvl_profile best = {0};
+        static bench_run runs[1000];
         for (long r = -1; r < repeat; r++) {
             double t0 = cli_now_ms();
             if (qvl_encode(ctx, px, S, b->grids, b->n_grids, out, in.n_deepstack ? ds : NULL, &err) != QVL_OK) {
@@ -323,22 +328,23 @@ int cmd_bench(int argc, char **argv) {
             }
             double t = cli_now_ms() - t0;
             if (r < 0) continue;
-            times[r] = t;
-            qvl_profile p;
-            qvl_ctx_get_profile(ctx, &p);
-            if (r == 0 || p.total_ms < best.total_ms) best = p;
+            runs[r].ms = t;
+            qvl_ctx_get_profile(ctx, &runs[r].p);
         }
         /* Activations of this case: the input rows, every scratch buffer, the outputs. */
         size_t act = S * (size_t)in.row_len * sizeof(float) + qvl_ctx_scratch_size(ctx) +
                      n_tok * (size_t)in.out_hidden * sizeof(float) * (size_t)(1 + in.n_deepstack);
         if (act > act_max) act_max = act;
-        qsort(times, (size_t)repeat, sizeof times[0], cmp_double);
+        /* the median run, and its phases: the phases of one run add up to its time (those of the fastest run
+         * would not match the median beside them) */
+        qsort(runs, (size_t)repeat, sizeof runs[0], cmp_run);
+        const qvl_profile ph = runs[repeat / 2].p;
         const double peak_after = measure_peak(nt, unit), peak = 0.5 * (peak_before + peak_after);
-        double med = times[repeat / 2], flops = best.gemm_flops + best.attention_flops;
+        double med = runs[repeat / 2].ms, flops = ph.gemm_flops + ph.attention_flops;
         double gfs = flops / (med * 1e-3) * 1e-9;
         /* GEMM time: the block GEMMs, the patch embedding and the mergers (whose LayerNorm is counted in). */
-        const double gemm_gfs = best.gemm_flops / ((best.gemm_ms + best.patch_ms + best.merger_ms) * 1e-3) * 1e-9;
-        const double attn_gfs = best.attention_ms > 0 ? best.attention_flops / (best.attention_ms * 1e-3) * 1e-9 : 0;
+        const double gemm_gfs = ph.gemm_flops / ((ph.gemm_ms + ph.patch_ms + ph.merger_ms) * 1e-3) * 1e-9;
+        const double attn_gfs = ph.attention_ms > 0 ? ph.attention_flops / (ph.attention_ms * 1e-3) * 1e-9 : 0;
         char pct[3][16] = {"     -", "-", "-"}; /* %peak of the whole, the GEMMs, attention */
         if (peak > 0) {
             snprintf(pct[0], sizeof pct[0], "%6.1f%%", 100 * gfs / peak);
@@ -346,8 +352,8 @@ int cmd_bench(int argc, char **argv) {
             snprintf(pct[2], sizeof pct[2], "%.0f%%", 100 * attn_gfs / peak);
         }
         printf("%-16s %7zu %7zu %10.1f %9.1f %7s | %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", b->name, S, n_tok, med,
-               gfs, pct[0], best.patch_ms, best.pos_rope_ms, best.gemm_ms, best.attention_ms, best.norm_ms,
-               best.merger_ms);
+               gfs, pct[0], ph.patch_ms, ph.pos_rope_ms, ph.gemm_ms, ph.attention_ms, ph.norm_ms,
+               ph.merger_ms);
         printf("%-16s %7s %7s %10s GEMM %.1f GFLOP/s (%s), attention %.1f GFLOP/s (%s), %.1f GFLOP total", "", "", "",
                "", gemm_gfs, pct[1], attn_gfs, pct[2], flops * 1e-9);
         if (peak > 0) printf("; peak %.1f before, %.1f after", peak_before, peak_after);
