@@ -138,6 +138,11 @@ struct backend {
     void (*store_rows)(const backend *be, const float *src, size_t lds, size_t rows, size_t cols, void *dst, size_t ld,
                        qvl_dtype dt, thread_pool *pool);
     int host_memory; /* 1: its memory is the host's (see above) */
+    /* Optional (NULL: its operations cannot fail): whether an operation or transfer on the calling thread failed
+     * since the last call, which the operations cannot return themselves (a GPU's launch, copy or allocation errors
+     * surface later): QVL_OK, or the failure's status (QVL_ERR_BACKEND, QVL_ERR_NOMEM) with its cause in err. The
+     * load asks after packing, the tower after every encode. */
+    qvl_status (*status)(const backend *be, qvl_error *err);
     int kernel; /* the backend's own kernel-set index (private to its implementation) */
     int set;    /* its bf16 kernel set (private to its implementation) */
     int test_only; /* a model of other hardware (the emulated AMX set): tests only, never selected */

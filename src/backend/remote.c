@@ -7,8 +7,9 @@
  * downloads, the row operations), as a GPU backend needs.
  *
  * A host pointer passed where the backend's memory is expected (a missed upload) is used as it is, so the encode
- * still completes, and is counted (backend_remote_strays): the tests check the count, and the operation's name is
- * printed once. */
+ * still completes, and is counted (backend_remote_strays): the entries' status reports it, as a GPU backend reports
+ * a failure its operations could not return, so the load or encode fails with QVL_ERR_BACKEND naming the first
+ * operation. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -18,19 +19,29 @@
 
 #include "backend/backend.h"
 #include "backend/remote.h"
+#include "core/error.h"
 
 #define REMOTE_OFFSET ((uintptr_t)1 << 47)
 
 static atomic_long strays;
+static _Atomic(const char *) first_stray; /* the operation of the first */
 
 long backend_remote_strays(void) { return atomic_load(&strays); }
+
+static qvl_status r_status(const backend *be, qvl_error *err) {
+    const long n = atomic_load(&strays);
+    if (n == 0) return QVL_OK;
+    return err_fail(err, QVL_ERR_BACKEND, "backend %s: %ld host addresses were handed to its operations where its own "
+                    "memory was expected (the first to %s)", be->name, n, atomic_load(&first_stray));
+}
 
 /* The host address behind a remote one (NULL stays NULL). */
 static void *host_of(const void *p, const char *what) {
     if (!p) return NULL;
     if ((uintptr_t)p < REMOTE_OFFSET) {
-        if (atomic_fetch_add(&strays, 1) == 0)
-            fprintf(stderr, "remote backend: %s got a host address where its own memory was expected\n", what);
+        const char *none = NULL;
+        atomic_compare_exchange_strong(&first_stray, &none, what);
+        atomic_fetch_add(&strays, 1);
         return (void *)p;
     }
     return (void *)((uintptr_t)p - REMOTE_OFFSET);
@@ -156,7 +167,7 @@ static backend remote_wrap(be_cpu_entry e, const char *name) {
     b.host_memory = 0;
     b.pack = r_pack, b.linear = r_linear, b.attention = r_attention, b.layernorm = r_layernorm, b.rope = r_rope;
     b.add_rows = r_add_rows, b.alloc = r_alloc, b.release = r_release, b.upload = r_upload, b.download = r_download;
-    b.store_rows = r_store_rows;
+    b.store_rows = r_store_rows, b.status = r_status;
     b.linear_packed = in->linear_packed ? r_linear_packed : NULL;
     b.layernorm_packed = in->layernorm_packed ? r_layernorm_packed : NULL;
     b.pack_qkv = in->pack_qkv ? r_pack_qkv : NULL;

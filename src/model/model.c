@@ -291,6 +291,7 @@ static qvl_status load_weights(qvl_model *m, int n_threads, qvl_error *err) {
     if (s == QVL_OK && !bounce) s = err_fail(err, QVL_ERR_NOMEM, "cannot allocate %zu bytes to read weights", most);
     if (s == QVL_OK) s = pool_create(&pool, n_threads, err);
     if (s == QVL_OK) s = load_pass(m, ls, n, off, bounce, pool, st, err);
+    if (s == QVL_OK && m->be->status) s = m->be->status(m->be, err); /* the packing and uploads went well */
     pool_destroy(pool);
     free(bounce);
     XXH3_freeState(st);

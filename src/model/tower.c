@@ -685,6 +685,7 @@ qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *ite
     be->add_rows(be, c->x, H, c->pos, H, S, H, c->pool);
     c->prof.pos_rope_ms += now_ms() - t0;
     qvl_status s = run_chain(c, S, n_seg, sinks, n_sinks, err);
+    if (s == QVL_OK && be->status) s = be->status(be, err);
     c->prof.total_ms = now_ms() - start;
     return s;
 }
@@ -758,5 +759,6 @@ qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const 
     qvl_status s = run_chain(c, S, n_seg, &sink, 1, err);
     c->prof.total_ms = now_ms() - start;
     if (s == QVL_OK && !through_merger) c->be->download(c->be, out, c->x, S * H * sizeof(float));
+    if (s == QVL_OK && c->be->status) s = c->be->status(c->be, err);
     return s;
 }

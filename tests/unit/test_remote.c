@@ -5,7 +5,8 @@
  * hand-over: LayerNorm and MLP operands, qkv with the rotary embedding in its epilogue, the attention into proj's
  * operand; BF16X2 mergers). Cases: qvl_encode of an image and a video together (merged, DeepStack), every tap,
  * the tower's sinks in bf16 and f16 and a float32 sink with a row stride, items' rows where they are, a smaller
- * encode on a context a larger one laid out, the same grids twice (tables kept), and qvl_run_blocks. */
+ * encode on a context a larger one laid out, the same grids twice (tables kept), and qvl_run_blocks. A host address
+ * handed to a remote entry's operation fails the load or encode (the entry's status: QVL_ERR_BACKEND). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
