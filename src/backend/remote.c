@@ -1,7 +1,8 @@
 /* remote.c — tests only: backends whose memory is not the host's, as a GPU's is not. Each wraps a CPU entry and
- * runs its kernels, but hands out addresses 2^47 bytes above the host memory they stand for: no user-space host
- * address is that high (x86-64 and AArch64 user space stays below 2^47 unless asked), and there they are not
- * canonical, so a read or write through one faults at once. Every operation takes such addresses back down before
+ * runs its kernels, but hands out addresses 2^52 bytes above the host memory they stand for: no user-space host
+ * address is that high (x86-64 user space stays below 2^47 unless asked, AArch64's below 2^48), and there an
+ * address is not canonical on x86-64 (with 4-level paging) and outside both translation ranges on AArch64 (bits
+ * 48-55 set; top-byte-ignore covers only 56-63), so a read or write through one faults at once. Every operation takes such addresses back down before
  * it calls the wrapped entry. So a forward pass that gives the same bits on a remote entry as on the entry it wraps
  * has reached the backend's memory only through its operations (the tower's whole seam: allocations, uploads,
  * downloads, the row operations), as a GPU backend needs.
@@ -21,7 +22,13 @@
 #include "backend/remote.h"
 #include "core/error.h"
 
-#define REMOTE_OFFSET ((uintptr_t)1 << 47)
+#if UINTPTR_MAX > 0xffffffffu
+#define REMOTE_OFFSET ((uintptr_t)1 << 52)
+static int is_remote(const void *p) { return (uintptr_t)p >= REMOTE_OFFSET; }
+#else /* a 32-bit address space has none to spare: the host's addresses, and no stray can be told */
+#define REMOTE_OFFSET ((uintptr_t)0)
+static int is_remote(const void *p) { return p != NULL; }
+#endif
 
 static atomic_long strays;
 static _Atomic(const char *) first_stray; /* the operation of the first */
@@ -38,7 +45,7 @@ static qvl_status r_status(const backend *be, qvl_error *err) {
 /* The host address behind a remote one (NULL stays NULL). */
 static void *host_of(const void *p, const char *what) {
     if (!p) return NULL;
-    if ((uintptr_t)p < REMOTE_OFFSET) {
+    if (!is_remote(p)) {
         const char *none = NULL;
         atomic_compare_exchange_strong(&first_stray, &none, what);
         atomic_fetch_add(&strays, 1);
