@@ -58,7 +58,7 @@ typedef struct be_attn {
     float *out;
     size_t ldo;
     int n_heads, head_dim;
-    const int *cu; /* cu[0] = 0 ... cu[n_seg] = S: segment boundaries */
+    const int *cu; /* host: cu[0] = 0 ... cu[n_seg] = S, the segment boundaries */
     int n_seg;
     float scale;
     void *scratch; /* free for the call (attn_args.scratch), or NULL */
@@ -78,7 +78,7 @@ struct backend {
     int m_align;
     /* Bytes for a [N, K] weight stored as `dtype`, packed for arithmetic `ar` (0 when N or K <= 0). */
     size_t (*pack_size)(int N, int K, qvl_dtype dtype, be_arith ar);
-    /* Pack B [N, K] (row stride ldb, stored dtype, may be unaligned) into buf; 0, or -1 for a bad shape. */
+    /* Pack host B [N, K] (row stride ldb, stored dtype, may be unaligned) into buf; 0, or -1 for a bad shape. */
     int (*pack)(const backend *be, be_weight *out, void *buf, const void *B, qvl_dtype dtype, size_t ldb, int N, int K,
                 be_arith ar, thread_pool *pool);
     /* Workspace bytes of linear() on n_threads threads for weights with K <= max_k. */
@@ -129,8 +129,9 @@ struct backend {
                      thread_pool *pool);
     /* Memory. alloc: `bytes` of the backend's memory, 64-byte aligned, or NULL (out of memory); release(NULL) does
      * nothing. upload / download: `bytes` from host src into the backend's dst / from the backend's src into host
-     * dst, done when they return. store_rows: rows [rows, cols] of float32 in the backend's memory (row stride lds)
-     * into host dst (row stride ld elements) as `dt` (f32, or bf16 / f16 rounded to nearest even). */
+     * dst. store_rows: rows [rows, cols] of float32 in the backend's memory (row stride lds) into host dst (row
+     * stride ld elements) as `dt` (f32, or bf16 / f16 rounded to nearest even). All three are done when they
+     * return: the host reads dst, and may reuse src, right after. */
     void *(*alloc)(const backend *be, size_t bytes);
     void (*release)(const backend *be, void *p);
     void (*upload)(const backend *be, void *dst, const void *src, size_t bytes);
@@ -140,8 +141,9 @@ struct backend {
     int host_memory; /* 1: its memory is the host's (see above) */
     /* Optional (NULL: its operations cannot fail): whether an operation or transfer on the calling thread failed
      * since the last call, which the operations cannot return themselves (a GPU's launch, copy or allocation errors
-     * surface later): QVL_OK, or the failure's status (QVL_ERR_BACKEND, QVL_ERR_NOMEM) with its cause in err. The
-     * load asks after packing, the tower after every encode. */
+     * surface later): QVL_OK, or the failure's status (QVL_ERR_BACKEND, QVL_ERR_NOMEM) with its cause in err; the
+     * call clears it. The load asks after packing, the tower at the end of every encode that ran an operation,
+     * failed or not (a failure is then the encode's own, and the backend's is cleared). */
     qvl_status (*status)(const backend *be, qvl_error *err);
     int kernel; /* the backend's own kernel-set index (private to its implementation) */
     int set;    /* its bf16 kernel set (private to its implementation) */

@@ -10,7 +10,8 @@
  * A host pointer passed where the backend's memory is expected (a missed upload) is used as it is, so the encode
  * still completes, and is counted (backend_remote_strays): the entries' status reports it, as a GPU backend reports
  * a failure its operations could not return, so the load or encode fails with QVL_ERR_BACKEND naming the first
- * operation. */
+ * operation. Unlike a GPU's, the count is the process's and never cleared: after one stray every load and encode
+ * on a remote entry fails, which is what a test wants. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>

@@ -303,6 +303,7 @@ size_t tower_scratch_bytes(const qvl_ctx *c, size_t rows, int stage) {
 }
 
 qvl_status tower_reserve(qvl_ctx *c, size_t max_rows, int stage, qvl_error *err) {
+    stage = stage || !c->be->host_memory; /* such a backend's outputs always go through the staging buffer */
     if (c->block && max_rows <= c->cap_rows && (c->cap_stage || !stage)) return QVL_OK;
     if (c->block) { /* grow to cover both what is held and what is asked */
         if (c->cap_rows > max_rows) max_rows = c->cap_rows;
@@ -643,6 +644,16 @@ static qvl_status run_chain(qvl_ctx *c, size_t S, size_t n_seg, const tower_sink
     return QVL_OK;
 }
 
+/* An encode's status `s` after its backend operations: the backend's own failure where s is QVL_OK, and the
+ * backend's state cleared either way (a failure left behind would be the next call's). */
+static qvl_status backend_check(const backend *be, qvl_status s, qvl_error *err) {
+    if (!be->status) return s;
+    qvl_error ignored;
+    err_clear(&ignored);
+    const qvl_status b = be->status(be, s == QVL_OK ? err : &ignored);
+    return s == QVL_OK ? b : s;
+}
+
 qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *item_rows, size_t n_rows,
                         const qvl_grid *grids, size_t n_grids, const tower_sink *sinks, size_t n_sinks,
                         qvl_error *err) {
@@ -684,8 +695,7 @@ qvl_status tower_encode(qvl_ctx *c, const float *pixels, const float *const *ite
     tap(c, "pos", c->pos_h, S, H);
     be->add_rows(be, c->x, H, c->pos, H, S, H, c->pool);
     c->prof.pos_rope_ms += now_ms() - t0;
-    qvl_status s = run_chain(c, S, n_seg, sinks, n_sinks, err);
-    if (s == QVL_OK && be->status) s = be->status(be, err);
+    qvl_status s = backend_check(be, run_chain(c, S, n_seg, sinks, n_sinks, err), err);
     c->prof.total_ms = now_ms() - start;
     return s;
 }
@@ -759,6 +769,6 @@ qvl_status qvl_run_blocks(qvl_ctx *c, const float *hidden, size_t n_rows, const 
     qvl_status s = run_chain(c, S, n_seg, &sink, 1, err);
     c->prof.total_ms = now_ms() - start;
     if (s == QVL_OK && !through_merger) c->be->download(c->be, out, c->x, S * H * sizeof(float));
-    if (s == QVL_OK && c->be->status) s = c->be->status(c->be, err);
+    s = backend_check(c->be, s, err);
     return s;
 }

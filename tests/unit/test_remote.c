@@ -101,20 +101,24 @@ static void run_entry(const char *dir, const backend *be, result *r) {
     CHECK(qvl_encode(c, px, S, g2, 2, merged, ds, &err) == QVL_OK);
     put(r, merged, T * O * sizeof(float));
     for (int d = 0; d < nd; d++) put(r, ds[d], T * O * sizeof(float));
-    /* the same grids again: the tables as built last time */
-    CHECK(qvl_encode(c, px, S, g2, 2, merged, ds, &err) == QVL_OK);
+    /* the same grids again: the tables as built last time; the DeepStack features not asked for (the taps get them
+     * through the context's own buffer) */
+    CHECK(qvl_encode(c, px, S, g2, 2, merged, NULL, &err) == QVL_OK);
     put(r, merged, T * O * sizeof(float));
     qvl_ctx_set_tap(c, NULL, NULL);
 
-    /* the tower's own sinks: items' rows where they are; bf16, f16, and float32 rows with a stride */
+    /* the tower's own sinks, two of them (tokens [0, 6) and [6, T)): items' rows where they are; bf16, f16, and
+     * float32 rows with a stride */
     const float *item_rows[2] = {px, px + (size_t)24 * RL};
     static const qvl_dtype dts[] = {QVL_DTYPE_BF16, QVL_DTYPE_F16, QVL_DTYPE_F32};
     for (size_t i = 0; i < 3; i++) {
         const size_t ld = dts[i] == QVL_DTYPE_F32 ? O + 5 : O, es = dts[i] == QVL_DTYPE_F32 ? 4 : 2;
         unsigned char *out = calloc((size_t)(1 + nd) * T * ld, es);
-        tower_sink sink = {.t0 = 0, .n = T, .ld = ld, .dtype = dts[i]};
-        for (int d = 0; d <= nd; d++) sink.dst[d] = out + (size_t)d * T * ld * es;
-        CHECK(tower_encode(c, NULL, item_rows, S, g2, 2, &sink, 1, &err) == QVL_OK);
+        tower_sink sinks[2] = {{.t0 = 0, .n = 6, .ld = ld, .dtype = dts[i]},
+                               {.t0 = 6, .n = T - 6, .ld = ld, .dtype = dts[i]}};
+        for (int d = 0; d <= nd; d++)
+            for (int q = 0; q < 2; q++) sinks[q].dst[d] = out + ((size_t)d * T + sinks[q].t0) * ld * es;
+        CHECK(tower_encode(c, NULL, item_rows, S, g2, 2, sinks, 2, &err) == QVL_OK);
         put(r, out, (size_t)(1 + nd) * T * ld * es);
         free(out);
     }
@@ -140,7 +144,7 @@ static void run_entry(const char *dir, const backend *be, result *r) {
 
 static void pair(const char *dir, const char *host_name, const char *remote_name) {
     const backend *h = entry(host_name), *rm = entry(remote_name);
-    CHECK(h && rm && h->host_memory && rm && !rm->host_memory);
+    CHECK(h && rm && h->host_memory && !rm->host_memory);
     if (!h || !rm) return;
     /* its memory is where no host address is (in a 64-bit address space) */
     void *p = rm->alloc(rm, 64);
