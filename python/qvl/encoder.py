@@ -708,7 +708,9 @@ class Encoder:
         Anything else is one chunk. The chunks are in order, back to back, and the same bits as :meth:`encode`'s
         (concat layout). The encode runs on a thread of its own, holding this Encoder as an encode does, and waits
         while two chunks are not yet taken; leaving the loop early (``break``, an exception, closing the generator)
-        stops it after the piece in progress. An item that fails raises :class:`QvlError`."""
+        stops it after the piece in progress. An item that fails raises :class:`QvlError`; a video sampled again
+        after chunks were yielded (its container counts more frames than it holds) raises it with status
+        ``ERR_RESAMPLED`` (12): the chunks yielded are not its, and :meth:`encode` reads it whole."""
         np_dtype = _DTYPES[dtype][1] if dtype in _DTYPES else None
 
         def run(put: Any) -> Any:
@@ -978,7 +980,8 @@ def preprocess_chunks(item: Item, model_dir: str | os.PathLike | None = None, *,
     rows (default 4096), so that a long video's rows are never held whole; anything else as one chunk. The same rows
     as :func:`preprocess`, in order and back to back. ``model_dir`` and ``options`` as for :func:`preprocess`. The
     read runs on a thread of its own and waits while two chunks are not yet taken; leaving the loop early stops it.
-    An item that fails raises :class:`QvlError`."""
+    An item that fails raises :class:`QvlError`; a video sampled again after chunks were yielded raises it with status
+    ``ERR_RESAMPLED`` (12): the chunks yielded are not its, and :func:`preprocess` reads it whole."""
     pp, vp, dp = _preprocess_struct(os.fspath(model_dir) if model_dir is not None else None, options)
     pl = _lib.init(_lib.PlanParams)
     pl.preprocess, pl.video, pl.decode = ctypes.pointer(pp), ctypes.pointer(vp), ctypes.pointer(dp)

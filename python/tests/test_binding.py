@@ -193,6 +193,16 @@ def test_preprocess_chunks(enc: qvl.Encoder, model_dir: str) -> None:
     it = qvl.preprocess_chunks(clip, model_dir=model_dir, max_batch_rows=1)
     assert next(it).row0 == 0
     it.close()  # stops the read
+    # a video sampled again after its first chunk (its header counts more frames than it holds): the chunks yielded
+    # are not its, and the error's status says so (qvl.preprocess reads it whole)
+    edl = data("tests/data/video/video_editlist.mp4")
+    got = []
+    with pytest.raises(qvl.QvlError) as e:
+        for p in qvl.preprocess_chunks(edl, model_dir=model_dir, max_batch_rows=1):
+            got.append(p)
+    assert got and e.value.status == _lib.ERR_RESAMPLED and e.value.status_name == "sampled again", e.value
+    [again] = qvl.preprocess([edl], model_dir=model_dir)
+    assert isinstance(again, qvl.Preprocessed) and again.pixel_values.shape[0] == got[0].total, again
     with pytest.raises(qvl.QvlError):
         list(qvl.preprocess_chunks(b"not an image"))
     with pytest.raises(ValueError):
