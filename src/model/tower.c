@@ -733,8 +733,10 @@ qvl_status qvl_encode(qvl_ctx *c, const float *pixels, size_t n_rows, const qvl_
     sink.dst[0] = merged;
     /* A DeepStack feature the caller skips still reaches the tap, through c->ds: reserve first, so that c->ds
      * exists on a context's first encode (before, it was NULL then, and those features were silently skipped). */
-    if (c->tap && k->n_deepstack > 0 && sink.n > 0 && qvl_patch_rows(grids, n_grids) == n_rows)
+    if (c->tap && k->n_deepstack > 0 && sink.n > 0 && qvl_patch_rows(grids, n_grids) == n_rows) {
+        TRY(limits_check_grids(&c->lim, grids, n_grids, err)); /* before any scratch is sized for them */
         TRY(tower_reserve(c, n_rows, 0, err));
+    }
     for (int d = 0; d < k->n_deepstack; d++)
         sink.dst[1 + d] = deepstack && deepstack[d] ? deepstack[d] : c->tap ? c->ds : NULL;
     TRY(tower_encode(c, pixels, NULL, n_rows, grids, n_grids, &sink, 1, err));

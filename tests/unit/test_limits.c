@@ -462,6 +462,10 @@ static void test_encode_elsewhere(qvl_model *m, qvl_ctx *low) {
     qvl_ctx_free(call20);
 }
 
+static void no_tap(void *user, const char *stage, const float *data, size_t rows, size_t cols) {
+    (void)user, (void)stage, (void)data, (void)rows, (void)cols;
+}
+
 /* A grid of 268 M rows handed to qvl_encode: refused from the grid alone, before the scratch for it is sized or any
  * pixel is read (the 16-float buffer behind it would be overrun otherwise); then a ctx whose limits were lowered. */
 static void test_encode_limits(qvl_model *m) {
@@ -497,6 +501,12 @@ static void test_encode_limits(qvl_model *m) {
     qvl_grid wide = {1, 2, 16};
     const char *item[] = {"32 patch rows", "max_item_patches = 24", NULL};
     CHECK(is_err(qvl_encode(ctx, px, 32, &wide, 1, o, NULL, &err), &err, QVL_ERR_LIMIT, item));
+    /* with a tap set, which has qvl_encode reserve early (the DeepStack features the caller skips reach the tap
+     * through the ctx's scratch), the grids are still checked before any scratch is sized for them */
+    qvl_ctx_set_tap(ctx, no_tap, NULL);
+    CHECK(is_err(qvl_encode(ctx, px, 40, two, 2, o, NULL, &err), &err, QVL_ERR_LIMIT, call));
+    CHECK(qvl_ctx_scratch_size(ctx) == 0);
+    qvl_ctx_set_tap(ctx, NULL, NULL);
     CHECK(qvl_encode(ctx, px, 24, &two[1], 1, o, NULL, &err) == QVL_OK);
 
     /* plans on that ctx: the plan's own limits lower the ctx's, never raise them */
