@@ -200,6 +200,8 @@ const backend *backend_cpu_entry(be_cpu_entry e);
 int backend_amx_usable(void);
 /* Every backend of the table (tests): *n entries; some may not run on this CPU (backend_runs). */
 const backend *const *backend_table(size_t *n);
+/* The table's entry named `name` ("portable", "amx-emulated", "remote", ...), or NULL. */
+const backend *backend_find(const char *name);
 int backend_runs(const backend *be);
 
 #endif

@@ -59,15 +59,9 @@ static void *remote_of(const void *p) { return p ? (void *)((uintptr_t)p + REMOT
 
 static const backend *inner(const backend *be) { return backend_cpu_entry((be_cpu_entry)be->inner); }
 
-static void *r_alloc(const backend *be, size_t bytes) {
-    (void)be;
-    return remote_of(aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64));
-}
+static void *r_alloc(const backend *be, size_t bytes) { return remote_of(inner(be)->alloc(inner(be), bytes)); }
 
-static void r_release(const backend *be, void *p) {
-    (void)be;
-    free(host_of(p, "release"));
-}
+static void r_release(const backend *be, void *p) { inner(be)->release(inner(be), host_of(p, "release")); }
 
 static void r_upload(const backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;

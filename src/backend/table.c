@@ -1,6 +1,7 @@
 /* table.c — every backend entry a load can run on: the CPU entries (backend_cpu.c; backend_select picks among those
  * this CPU runs) and, tests only, the remote entries (remote.c). A GPU backend is a new entry here. */
 #include <pthread.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "backend/remote.h"
@@ -27,4 +28,12 @@ const backend *const *backend_table(size_t *n) {
     pthread_once(&once, init);
     *n = n_table;
     return table;
+}
+
+const backend *backend_find(const char *name) {
+    size_t n;
+    const backend *const *t = backend_table(&n);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(t[i]->name, name) == 0) return t[i];
+    return NULL;
 }

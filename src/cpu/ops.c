@@ -148,8 +148,8 @@ static void rope_rows(void *ctx, long r0, long r1, int thread) {
     }
 }
 
-void op_rope(float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t,
-                const float *sin_t, thread_pool *pool) {
+void op_rope(float *qkv, size_t ld, size_t rows, int heads, int head_dim, const float *cos_t, const float *sin_t,
+             thread_pool *pool) {
     rope_job j = {qkv, ld, heads, head_dim, cos_t, sin_t};
     pool_for(pool, (long)rows, 0, rope_rows, &j);
 }

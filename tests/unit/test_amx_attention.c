@@ -272,10 +272,7 @@ int main(void) {
     hw = usable;
     exact = backend_amx_exact();
     simd = QVL_WITH_X86 && cpu_has_avx512bf16();
-    size_t n;
-    const backend *const *t = backend_table(&n);
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(t[i]->name, "amx-emulated") == 0) be_emu = t[i];
+    be_emu = backend_find("amx-emulated");
     CHECK(be_emu != NULL);
     printf("test_amx_attention: AMX-BF16 on this CPU: %s; AVX-512 parts over the model: %s\n", status,
            simd ? "yes" : "no (no AVX512-BF16)");

@@ -44,14 +44,6 @@
 #define QVL_TEST_UNDER_EMULATOR 0
 #endif
 
-static const backend *entry(const char *name) {
-    size_t n;
-    const backend *const *t = backend_table(&n);
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(t[i]->name, name) == 0) return t[i];
-    return NULL;
-}
-
 typedef struct run {
     const backend *be;
     pu_bf16_stage st[64];
@@ -147,9 +139,9 @@ static void run_fixture(const char *path, const backend *amx_emu, const backend 
 }
 
 int main(int argc, char **argv) {
-    const backend *amx_emu = entry("amx-emulated"), *vdp = entry("avx512bf16"), *amx = entry("amx");
+    const backend *amx_emu = backend_find("amx-emulated"), *vdp = backend_find("avx512bf16"), *amx = backend_find("amx");
     CHECK(amx_emu != NULL && amx_emu->precision == QVL_PRECISION_BF16);
-    if (!vdp || !backend_runs(vdp)) vdp = entry("portable-bf16"); /* the VDPBF16PS arithmetic, same bits */
+    if (!vdp || !backend_runs(vdp)) vdp = backend_find("portable-bf16"); /* the VDPBF16PS arithmetic, same bits */
     CHECK(vdp != NULL);
     if (amx && !backend_runs(amx)) amx = NULL;
     if (!amx_emu || !vdp) return tu_finish("test_parity_amx");

@@ -18,14 +18,6 @@
 #include "model/tower.h"
 #include "testutil.h"
 
-static const backend *entry(const char *name) {
-    size_t n;
-    const backend *const *t = backend_table(&n);
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(t[i]->name, name) == 0) return t[i];
-    return NULL;
-}
-
 /* Every tap's name, shape and bytes folded into one FNV-1a digest, and the count. */
 typedef struct taps {
     uint64_t h;
@@ -143,7 +135,7 @@ static void run_entry(const char *dir, const backend *be, result *r) {
 }
 
 static void pair(const char *dir, const char *host_name, const char *remote_name) {
-    const backend *h = entry(host_name), *rm = entry(remote_name);
+    const backend *h = backend_find(host_name), *rm = backend_find(remote_name);
     CHECK(h && rm && h->host_memory && !rm->host_memory);
     if (!h || !rm) return;
     /* its memory is where no host address is (in a 64-bit address space) */
