@@ -6,6 +6,13 @@
  *     costs the tile unit apart from any wait for its data (measured 2026-12-06 on an Emerald Rapids VM: 4
  *     loads per 4 products ran at 66 % of the peak, 2 at 82 %: a load takes the unit about half a product's time,
  *     so a 2 x 2 block of accumulators, one load per product, cannot pass about two thirds of it);
+ *   - "blocks": gemm_amx.c's tile loop as it runs in the tower: a 128-row A block (four row pairs of 36 K tiles,
+ *     288 KiB) against one column pair's panels (72 KiB), the accumulators zeroed per block and, with "stored",
+ *     stored after its last K step (4 tiles; "stored 1": one tile) as the GEMM must; measured 2026-12-08 on an
+ *     AMX VM (docs/PERFORMANCE.md "Session 46"): 60 % of the peak unstored, 47-48 % stored, 50 % with one tile —
+ *     each block's store costs the tile unit about a fifth of a 36-step block, whatever the store's address;
+ *   - "store": the cost of storing after a chain of k K steps of the 2 x 2 block with no loads (tiles 4-7 held):
+ *     ns per chain alone, with one tile stored and with the four;
  *   - "chunked": the structure gemm_amx.c had until session 35: a weight chunk of KC tiles per panel, used by P row pairs in turn, each
  *     loading its accumulators from a 32 x 32 f32 block (zeroing them on the first chunk) and storing them back,
  *     over NB column pairs of weights (NB x 2 x 36 KiB streamed), with or without the next chunk prefetched
@@ -59,6 +66,60 @@ static double stream(const uint16_t *a, size_t na, const uint16_t *b, size_t nb,
         ib = ib + 2 >= nb ? 0 : ib + 2;
     }
     return tflop(4 * steps, wall_now() - t0);
+}
+
+/* gemm_amx.c's block loop (block()), with no epilogue and no prefetch: np row pairs of a (row tile g's KB tiles at
+ * a + g·KB·512) each against the column pair b (panel 0's KB tiles, then panel 1's), nb times; the accumulators
+ * zeroed per block and `stored` of them (0, 1 or 4) stored after its last step. */
+static double blocks(const uint16_t *a, int np, const uint16_t *b, int nb, int stored, float *cs) {
+    const uint16_t *b0 = b, *b1 = b + KB * 512;
+    const double t0 = wall_now();
+    for (int n = 0; n < nb; n++)
+        for (int ir = 0; ir < np; ir++) {
+            const uint16_t *a0 = a + (size_t)(2 * ir) * KB * 512, *a1 = a0 + KB * 512;
+            float *c = cs + (size_t)ir * 1024;
+            AMX_ZERO(0);
+            AMX_ZERO(1);
+            AMX_ZERO(2);
+            AMX_ZERO(3);
+            for (int t = 0; t < KB; t++) {
+                AMX_LOADD(4, a0 + (size_t)t * 512, 64);
+                AMX_LOADD(6, b0 + (size_t)t * 512, 64);
+                AMX_LOADD(7, b1 + (size_t)t * 512, 64);
+                AMX_DPBF16PS(0, 4, 6);
+                AMX_DPBF16PS(1, 4, 7);
+                AMX_LOADD(5, a1 + (size_t)t * 512, 64);
+                AMX_DPBF16PS(2, 5, 6);
+                AMX_DPBF16PS(3, 5, 7);
+            }
+            if (stored > 0) AMX_STORED(0, c, 128);
+            if (stored > 1) {
+                AMX_STORED(1, c + 16, 128);
+                AMX_STORED(2, c + 512, 128);
+                AMX_STORED(3, c + 528, 128);
+            }
+        }
+    return tflop((long)nb * np * KB * 4, wall_now() - t0);
+}
+
+/* ns per chain of k K steps of the 2 x 2 block on held operand tiles 4-7, then `stored` (0, 1 or 4) tiles stored. */
+static double store_cost(int k, int stored, long iters, float *cs) {
+    const double t0 = wall_now();
+    for (long i = 0; i < iters; i++) {
+        for (int q = 0; q < k; q++) {
+            AMX_DPBF16PS(0, 4, 6);
+            AMX_DPBF16PS(1, 4, 7);
+            AMX_DPBF16PS(2, 5, 6);
+            AMX_DPBF16PS(3, 5, 7);
+        }
+        if (stored > 0) AMX_STORED(0, cs, 64);
+        if (stored > 1) {
+            AMX_STORED(1, cs + 256, 64);
+            AMX_STORED(2, cs + 512, 64);
+            AMX_STORED(3, cs + 768, 64);
+        }
+    }
+    return (wall_now() - t0) / (double)iters * 1e9;
 }
 
 /* What a tile load costs the tile unit by itself: the peak loop's four TDPBF16PS with `per` loads of an L1-resident
@@ -169,6 +230,21 @@ int main(void) {
         const double g = unused_loads(a, per, 1000000);
         printf("loads    %d per 4 TDPBF16PS into a tile no product reads     %6.0f GFLOP/s  %3.0f %%\n", per, g,
                100.0 * g / pk);
+    }
+    for (int stored = 0; stored <= 4; stored += stored ? 3 : 1) {
+        blocks(a, 4, b, 200, stored, cs);
+        const double g = blocks(a, 4, b, 4000, stored, cs);
+        printf("blocks   4 row pairs x 36 K tiles, stored %d                  %6.0f GFLOP/s  %3.0f %%\n", stored, g,
+               100.0 * g / pk);
+    }
+    AMX_LOADD(4, a, 64);
+    AMX_LOADD(5, a + 512, 64);
+    AMX_LOADD(6, a + 1024, 64);
+    AMX_LOADD(7, a + 1536, 64);
+    for (int k = 1; k <= 64; k *= 4) {
+        const long it = 4000000 / k;
+        const double t0 = store_cost(k, 0, it, cs), t1 = store_cost(k, 1, it, cs), t4 = store_cost(k, 4, it, cs);
+        printf("store    after %2d K steps: %7.1f ns a chain, %7.1f with 1 tile stored, %7.1f with 4\n", k, t0, t1, t4);
     }
     const int ch[][4] = {{8, 4, 1, 0}, {8, 4, 108, 0}, {8, 4, 108, 1}, {16, 4, 108, 1}, {36, 4, 108, 1}, {8, 8, 108, 1}};
     for (size_t i = 0; i < sizeof ch / sizeof *ch; i++) {

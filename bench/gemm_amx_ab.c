@@ -4,8 +4,10 @@
  * (the 27B tower's qkv, proj, fc1, fc2 with their epilogues; bf16 weights), ITERS pairs of calls, which one goes
  * first alternating; prints the median and quartiles of the per-pair time ratio old / new (> 1: the new kernel is
  * faster) and each kernel's median and best GFLOP/s. Built by bench/amx_ab.sh gemm, which compiles the other
- * revision's gemm_amx.c with its three global symbols renamed old_*; not a test, and exit status 77 where AMX is not
- * usable. Usage: gemm_amx_ab [M [THREADS [ITERS [SHAPES]]]] (default 784 2 40 qkv,proj,fc1,fc2). */
+ * revision's gemm_amx.c with its global symbols renamed old_*; not a test, and exit status 77 where AMX is not
+ * usable. The shapes "projp", "fc1p", "fc2p" are the tower's hand-overs on AMX (gemm_amx_run_packed): A already in
+ * the tiles' layout (proj from the attention, fc1 from LN2, fc2 from fc1), fc1 writing fc2's operand instead of f32
+ * rows. Usage: gemm_amx_ab [M [THREADS [ITERS [SHAPES]]]] (default 784 2 40 qkv,proj,fc1,fc2). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,16 +22,27 @@
 void old_gemm_amx_run(const be_weight *w, const float *A, size_t lda, int M, const float *bias, float *C, size_t ldc,
                       int accumulate, be_act act, void *ws, int max_k, thread_pool *pool);
 size_t old_gemm_amx_workspace_size(int n_threads, int max_k);
+void old_gemm_amx_run_packed(const be_weight *w, const float *A, size_t lda, const uint16_t *Ap, int M,
+                             const float *bias, float *C, size_t ldc, uint16_t *Cp, int accumulate, be_act act,
+                             void *ws, int max_k, thread_pool *pool);
 
-typedef struct shape { const char *name; int n, k; be_act act; int acc; } shape;
-static const shape shapes[] = {{"qkv", 3456, 1152, BE_ACT_NONE, 0}, {"proj", 1152, 1152, BE_ACT_NONE, 1},
-                               {"fc1", 4304, 1152, BE_ACT_GELU_TANH, 0}, {"fc2", 1152, 4304, BE_ACT_NONE, 1}};
+/* packed: A in the tiles' layout; packed_out: the result into the next GEMM's operand layout */
+typedef struct shape { const char *name; int n, k; be_act act; int acc, packed, packed_out; } shape;
+static const shape shapes[] = {{"qkv", 3456, 1152, BE_ACT_NONE, 0, 0, 0},
+                               {"proj", 1152, 1152, BE_ACT_NONE, 1, 0, 0},
+                               {"fc1", 4304, 1152, BE_ACT_GELU_TANH, 0, 0, 0},
+                               {"fc2", 1152, 4304, BE_ACT_NONE, 1, 0, 0},
+                               {"projp", 1152, 1152, BE_ACT_NONE, 1, 1, 0},
+                               {"fc1p", 4304, 1152, BE_ACT_GELU_TANH, 0, 1, 1},
+                               {"fc2p", 1152, 4304, BE_ACT_NONE, 1, 1, 0}};
 
 typedef struct gemm_job {
     const shape *sh;
     const be_weight *w;
     const float *A, *bias;
     float *C;
+    const uint16_t *Ap;
+    uint16_t *Cp;
     int M, max_k;
     void *ws;
     thread_pool *pool;
@@ -38,7 +51,12 @@ typedef struct gemm_job {
 static void run_one(void *ctx, int which) {
     const gemm_job *j = ctx;
     const int K = j->w->K, N = j->w->N;
-    if (which)
+    if (j->sh->packed) {
+        float *C = j->Cp ? NULL : j->C;
+        (which ? gemm_amx_run_packed : old_gemm_amx_run_packed)(j->w, NULL, 0, j->Ap, j->M, j->bias, C, (size_t)N,
+                                                                j->Cp, j->sh->acc, j->sh->act, j->ws, j->max_k,
+                                                                j->pool);
+    } else if (which)
         gemm_amx_run(j->w, j->A, (size_t)K, j->M, j->bias, j->C, (size_t)N, j->sh->acc, j->sh->act, j->ws, j->max_k,
                      j->pool);
     else
@@ -63,7 +81,12 @@ int main(int argc, char **argv) {
     thread_pool *p = pool_of(nt);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const shape *sh = &shapes[s];
-        if (only && !strstr(only, sh->name)) continue;
+        if (only) { /* a name of the comma-separated list, whole */
+            const size_t n = strlen(sh->name);
+            const char *f = only;
+            while ((f = strstr(f, sh->name)) && ((f != only && f[-1] != ',') || (f[n] && f[n] != ','))) f++;
+            if (!f) continue;
+        }
         const int N = sh->n, K = sh->k;
         float *A = malloc((size_t)M * K * 4), *C = calloc((size_t)M * N, 4), *bias = malloc((size_t)N * 4);
         uint16_t *B = malloc((size_t)N * K * 2);
@@ -81,13 +104,21 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < (size_t)N * K; i++) B[i] = bf16_round(lcg(&st));
         for (int i = 0; i < N; i++) bias[i] = 0.01f * (float)(i % 7);
         if (gemm_amx_pack(&w, panels, B, QVL_DTYPE_BF16, (size_t)K, N, K, NULL) != 0) return 1;
-        gemm_job job = {sh, &w, A, bias, C, M, max_k, ws, p};
+        uint16_t *Ap = sh->packed ? aligned_alloc(64, gemm_amx_packed_size(M, K)) : NULL;
+        uint16_t *Cp = sh->packed_out ? aligned_alloc(64, gemm_amx_packed_size(M, N)) : NULL;
+        if ((sh->packed && !Ap) || (sh->packed_out && !Cp)) {
+            fprintf(stderr, "gemm_amx_ab: out of memory\n");
+            return 1;
+        }
+        if (Ap) gemm_amx_pack_a(A, (size_t)K, M, 0, K, (K + 31) / 32, 1, Ap);
+        gemm_job job = {sh, &w, A, bias, C, Ap, Cp, M, max_k, ws, p};
         ab_pairs(iters, run_one, &job, ratio, t_old, t_new);
         const double gf = 2.0 * M * N * K * 1e-9;
         printf("%-5s M %5d N %5d K %5d threads %d: time old/new median %.3f (quartiles %.3f %.3f); GFLOP/s old "
                "%.0f (best %.0f), new %.0f (best %.0f)\n", sh->name, M, N, K, nt, ratio[iters / 2], ratio[iters / 4],
                ratio[3 * iters / 4], gf / t_old[iters / 2], gf / t_old[0], gf / t_new[iters / 2], gf / t_new[0]);
         fflush(stdout);
+        free(Ap), free(Cp);
         free(A), free(C), free(bias), free(B), free(panels), free(ws), free(ratio), free(t_old), free(t_new);
     }
     return 0;
