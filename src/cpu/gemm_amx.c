@@ -7,15 +7,15 @@
  * cpu_amx_usable()) and over the C model of the instructions (amx_emulated.c includes this file with
  * QVL_AMX_EMULATE; the functions are then gemm_amx_*_emulated and the packer portable).
  *
- * Driver: items are (M block of up to AMX_MC rows, N block of a 32-column multiple), handed out dynamically to the
- * pool's threads. N is split by plan_nc: where the threads have fewer than 8 M blocks each, the split whose items
+ * Driver: items are (M block of up to m_block's rows: AMX_MC, or AMX_MC_WIDE where K is short, N block of a
+ * 32-column multiple), handed out dynamically to the pool's threads. N is split by plan_nc: where the threads have fewer than 8 M blocks each, the split whose items
  * the pool finishes first in a simulation of its hand-out (an 882-row MLP chunk is 7 M blocks: on 2 threads one
  * thread had 4 and the other 3; now 2 N blocks make 14 items); else as few N blocks as give every thread two items.
  * Per item, the block's rows of A are rounded and packed once, whole K, into 16 x 32 bf16 tiles (1 KiB each, zero
  * past M and K; in the per-thread workspace, sized for the model's widest K). Then for each 32-column pair of
  * weight panels (read in place), each 32-row pair of the block runs the whole K with its four accumulators
- * resident in the tiles (zeroed, never loaded: one tile store each at the end), into the pair's sums (128 x 32
- * f32, 16 KiB). The A block stays in L2, the panel pair in L2 after the first row pair brought it in, and the
+ * resident in the tiles (zeroed, never loaded: one tile store each at the end), into the pair's sums (up to 256 x
+ * 32 f32, 32 KiB). The A block stays in L2, the panel pair in L2 after the first row pair brought it in, and the
  * next column pair's panels are prefetched towards L2 meanwhile (each weight byte comes from L3 or memory once per
  * M block). A pair's epilogue (bias, activation, residual; from its sums into C) runs a row at a time between the
  * next pair's K steps, so the vector units work while the tile unit does (two sums buffers per thread); the last
@@ -42,6 +42,8 @@
 
 enum {
     AMX_MC = BF16_AMX_MC, /* rows per M block (8 A row tiles; with K = 4608 a 1.2 MB A block, L2-resident) */
+    AMX_MC_WIDE = 2 * AMX_MC, /* rows per M block where K <= AMX_WIDE_K (BF16 weights): the same A bytes at most */
+    AMX_WIDE_K = 2304,
     AMX_KT = 32,          /* k per tile (16 pairs) */
     PLAN_MAX_THREADS = POOL_FINISH_THREADS_MAX, /* the N split is planned by simulation up to this many threads */
     EPI_AHEAD = 8,         /* rows of C prefetched ahead of the epilogue */
@@ -57,13 +59,26 @@ enum {
 #define TB0 6
 #define TB1 7
 
-#define AMX_SCRATCH_BYTES ((size_t)AMX_MC * 32 * 4) /* the M block's sums for one 32-column pair */
+#define AMX_SCRATCH_BYTES ((size_t)AMX_MC_WIDE * 32 * 4) /* an M block's sums for one 32-column pair */
 
-/* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16; twice that for BF16X2's two terms) and
- * two column pairs' sums (one being written out while the next is computed). */
+/* Rows per M block of a weight: AMX_MC_WIDE where K <= AMX_WIDE_K and the weights are plain BF16 (its A block then
+ * holds no more bytes than AMX_MC rows of the widest K: L2-resident), else AMX_MC. Each column pair's panels come
+ * from L3 once per M block, and the block's first row pair waits on them; with twice the rows, half as often
+ * (docs/PERFORMANCE.md "Session 46": the tower's K = 1152 GEMMs 1.04-1.08x at 784 rows, 2 threads; K = 4304,
+ * whose A block would then outgrow L2, 0.73x, so not there). The blocking never changes a result. */
+static int m_block(const be_weight *w) {
+    return w->K <= AMX_WIDE_K && w->arith != BE_ARITH_BF16X2 ? AMX_MC_WIDE : AMX_MC;
+}
+
+/* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16, twice that for BF16X2's two terms; or
+ * AMX_MC_WIDE rows of K <= AMX_WIDE_K) and two column pairs' sums (one being written out while the next is
+ * computed). */
 static size_t thread_bytes(int max_k) {
-    const size_t kp = (size_t)((max_k > 0 ? max_k : 1) + AMX_KT - 1) / AMX_KT * AMX_KT;
-    return 2 * (size_t)AMX_MC * kp * 2 + 2 * AMX_SCRATCH_BYTES;
+    const int k = max_k > 0 ? max_k : 1, kw = k < AMX_WIDE_K ? k : AMX_WIDE_K;
+    const size_t kp = (size_t)(k + AMX_KT - 1) / AMX_KT * AMX_KT, kpw = (size_t)(kw + AMX_KT - 1) / AMX_KT * AMX_KT;
+    const size_t a = 2 * (size_t)AMX_MC * kp > (size_t)AMX_MC_WIDE * kpw ? 2 * (size_t)AMX_MC * kp
+                                                                         : (size_t)AMX_MC_WIDE * kpw;
+    return a * 2 + 2 * AMX_SCRATCH_BYTES;
 }
 
 #if QVL_AMX_EMULATE /* one definition, in the build every platform has (the layout is the same in both) */
@@ -143,7 +158,7 @@ typedef struct amx_job {
     size_t ldc;
     int accumulate;
     be_act act;
-    int nb_m, nc;
+    int nb_m, nc, mb; /* M blocks of mb rows, N blocks of nc columns */
     size_t thread_bytes;
     unsigned char *ws;
     const uint16_t *Ap; /* A packed by the caller (gemm_amx_run_packed), or NULL: packed here per item */
@@ -423,7 +438,7 @@ static void block(int kt, const uint16_t *a0, const uint16_t *a1, size_t as, int
 static void amx_task(void *ctx, long it, int thread) {
     const amx_job *j = ctx;
     const be_weight *w = j->w;
-    const int i0 = (int)(it % j->nb_m) * AMX_MC, mc = j->M - i0 < AMX_MC ? j->M - i0 : AMX_MC;
+    const int i0 = (int)(it % j->nb_m) * j->mb, mc = j->M - i0 < j->mb ? j->M - i0 : j->mb;
     const int j0 = (int)(it / j->nb_m) * j->nc, nc = w->N - j0 < j->nc ? w->N - j0 : j->nc;
     const int KB = (w->K + AMX_KT - 1) / AMX_KT;
     unsigned char *ws = j->ws + (size_t)thread * j->thread_bytes;
@@ -486,7 +501,7 @@ static void amx_task(void *ctx, long it, int thread) {
 }
 
 typedef struct plan_items {
-    int M, N, nc, nb_m;
+    int M, N, nc, nb_m, mb;
 } plan_items;
 
 /* Item i of a split in gemm_amx_run's order (M block i % nb_m of N block i / nb_m): its 16-row tiles times its
@@ -494,34 +509,34 @@ typedef struct plan_items {
 static double plan_item_work(const void *ctx, long i) {
     const plan_items *q = ctx;
     const int b = (int)(i % q->nb_m), j0 = (int)(i / q->nb_m) * q->nc;
-    const int rows = q->M - b * AMX_MC < AMX_MC ? q->M - b * AMX_MC : AMX_MC;
+    const int rows = q->M - b * q->mb < q->mb ? q->M - b * q->mb : q->mb;
     const int cols = q->N - j0 < q->nc ? q->N - j0 : q->nc;
     return (double)((rows + 15) / 16) * ((cols + 15) / 16 + 2);
 }
 
-/* How long the pool takes over the items of M in blocks of AMX_MC rows and N in blocks of nc columns
+/* How long the pool takes over the items of M in blocks of mb rows and N in blocks of nc columns
  * (pool_finish_time). */
-static double plan_time(int M, int N, int nc, int nt) {
-    const plan_items q = {M, N, nc, (M + AMX_MC - 1) / AMX_MC};
+static double plan_time(int M, int N, int nc, int nt, int mb) {
+    const plan_items q = {M, N, nc, (M + mb - 1) / mb, mb};
     return pool_finish_time(nt, (long)q.nb_m * ((N + nc - 1) / nc), plan_item_work, &q);
 }
 
 /* Columns per N block. With few M blocks a thread (fewer than 8), the split whose items the threads finish first
  * (plan_time; the fewest N blocks among those within 2 %: each N block packs its A rows again); else, and on
  * more than PLAN_MAX_THREADS threads, as few N blocks as give every thread two items. */
-static int plan_nc(int M, int N, int nt) {
-    const int n32 = (N + 31) / 32, nb_m = (M + AMX_MC - 1) / AMX_MC;
+static int plan_nc(int M, int N, int nt, int mb) {
+    const int n32 = (N + 31) / 32, nb_m = (M + mb - 1) / mb;
     if (nt < 2 || nt > PLAN_MAX_THREADS || nb_m >= 8 * nt) {
         int nb_n = (2 * nt + nb_m - 1) / nb_m;
         nb_n = nb_n < 1 ? 1 : nb_n > n32 ? n32 : nb_n;
         return (n32 + nb_n - 1) / nb_n * 32;
     }
     int best = n32 * 32;
-    double best_t = plan_time(M, N, best, nt);
+    double best_t = plan_time(M, N, best, nt, mb);
     for (int nb = 2; nb <= n32 && nb * nb_m <= 16 * nt; nb++) {
         const int nc = (n32 + nb - 1) / nb * 32;
         if (nc == best) continue;
-        const double t = plan_time(M, N, nc, nt);
+        const double t = plan_time(M, N, nc, nt, mb);
         if (t < best_t * 0.98) best = nc, best_t = t;
     }
     return best;
@@ -531,8 +546,8 @@ void AMX_NAME(gemm_amx_run_packed)(const be_weight *w, const float *A, size_t ld
                                    const float *bias, float *C, size_t ldc, uint16_t *Cp, int accumulate, be_act act,
                                    void *ws, int max_k, thread_pool *pool) {
     if (M <= 0 || w->N <= 0) return;
-    const int nb_m = (M + AMX_MC - 1) / AMX_MC, nc = plan_nc(M, w->N, pool_size(pool));
-    amx_job j = {w, A, lda, M, bias, C, ldc, accumulate, act, nb_m, nc, thread_bytes(max_k),
+    const int mb = m_block(w), nb_m = (M + mb - 1) / mb, nc = plan_nc(M, w->N, pool_size(pool), mb);
+    amx_job j = {w, A, lda, M, bias, C, ldc, accumulate, act, nb_m, nc, mb, thread_bytes(max_k),
                  (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), Ap, Cp, NULL, NULL, NULL};
     /* M-block-major within an N block, so items running close in time share B panels. */
     pool_run(pool, (long)nb_m * ((w->N + nc - 1) / nc), amx_task, &j);
@@ -542,8 +557,8 @@ void AMX_NAME(gemm_amx_run_qkv)(const be_weight *w, const float *A, size_t lda, 
                                 const float *bias, const float *cos_t, const float *sin_t, uint16_t *qkv16, void *ws,
                                 int max_k, thread_pool *pool) {
     if (M <= 0 || w->N <= 0 || !w->rope_hd) return;
-    const int nb_m = (M + AMX_MC - 1) / AMX_MC, nc = plan_nc(M, w->N, pool_size(pool));
-    amx_job j = {w, A, lda, M, bias, NULL, 0, 0, BE_ACT_NONE, nb_m, nc, thread_bytes(max_k),
+    const int mb = m_block(w), nb_m = (M + mb - 1) / mb, nc = plan_nc(M, w->N, pool_size(pool), mb);
+    amx_job j = {w, A, lda, M, bias, NULL, 0, 0, BE_ACT_NONE, nb_m, nc, mb, thread_bytes(max_k),
                  (unsigned char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63), Ap, NULL, qkv16, cos_t, sin_t};
     pool_run(pool, (long)nb_m * ((w->N + nc - 1) / nc), amx_task, &j);
 }
