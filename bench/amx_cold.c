@@ -3,7 +3,9 @@
  * Per shape (the 27B tower's qkv, proj, fc1, fc2 with their epilogues, bf16 weights), COPIES packed copies of the
  * same weight: a round of COPIES calls on copy 0 (hot) and a round over the copies in turn (cold: COPIES x 8-10 MB,
  * past what the caches keep), alternated for ROUNDS rounds (the tile rate of a shared VM wanders within seconds);
- * prints each one's GFLOP/s and the time ratio cold / hot (1: the weights' traffic costs nothing). Not a test;
+ * prints each one's GFLOP/s and the time ratio cold / hot (1: the weights' traffic costs nothing). The hot copy
+ * (2.6-9.9 MB) is past L2 too, and each M block reads its column pairs' panels again, so this compares L3 with
+ * memory, not L2 with L3: amx_loads' "blocks" rows show what the L3 stream costs the tile loop. Not a test;
  * exit status 77 where AMX is not usable. Usage: amx_cold [M [THREADS [COPIES [ROUNDS]]]] (default 784 2 40 6). */
 #include <stdint.h>
 #include <stdio.h>
