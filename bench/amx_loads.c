@@ -6,11 +6,14 @@
  *     costs the tile unit apart from any wait for its data (measured 2026-12-06 on an Emerald Rapids VM: 4
  *     loads per 4 products ran at 66 % of the peak, 2 at 82 %: a load takes the unit about half a product's time,
  *     so a 2 x 2 block of accumulators, one load per product, cannot pass about two thirds of it);
- *   - "blocks": gemm_amx.c's tile loop as it runs in the tower: a 128-row A block (four row pairs of 36 K tiles,
- *     288 KiB) against one column pair's panels (72 KiB), the accumulators zeroed per block and, with "stored",
- *     stored after its last K step (4 tiles; "stored 1": one tile) as the GEMM must; measured 2026-12-08 on an
- *     AMX VM (docs/PERFORMANCE.md "Session 46"): 60 % of the peak unstored, 47-48 % stored, 50 % with one tile —
- *     each block's store costs the tile unit about a fifth of a 36-step block, whatever the store's address;
+ *   - "blocks": gemm_amx.c's tile loop as it runs in the tower: an A block of 4 (128 rows) or 8 row pairs of 36 K
+ *     tiles against a column pair's panels (72 KiB: one pair, or 64 pairs cycled, 4.6 MB, from L3 as in the
+ *     tower), the accumulators zeroed per block and, with "stored", stored after its last K step (4 tiles; 1: one
+ *     tile) as the GEMM must; "+ a store a step": one scalar store per K step as well (the GEMM's epilogue stores
+ *     rows between its K steps). Measured 2026-12-08 on an AMX VM (docs/PERFORMANCE.md "Session 46"): 58-66 % of
+ *     the peak unstored, 45-50 % stored, 56-61 % stored with a store a step; with the panels from L3 39-44 %
+ *     (4 row pairs) against 45-57 % (8): the per-block store after a long run of tile work, and the weight stream,
+ *     are what the loop loses;
  *   - "store": the cost of storing after a chain of k K steps of the 2 x 2 block with no loads (tiles 4-7 held):
  *     ns per chain alone, with one tile stored and with the four;
  *   - "chunked": the structure gemm_amx.c had until session 35: a weight chunk of KC tiles per panel, used by P row pairs in turn, each
@@ -69,15 +72,18 @@ static double stream(const uint16_t *a, size_t na, const uint16_t *b, size_t nb,
 }
 
 /* gemm_amx.c's block loop (block()), with no epilogue and no prefetch: np row pairs of a (row tile g's KB tiles at
- * a + g·KB·512) each against the column pair b (panel 0's KB tiles, then panel 1's), nb times; the accumulators
- * zeroed per block and `stored` of them (0, 1 or 4) stored after its last step. */
-static double blocks(const uint16_t *a, int np, const uint16_t *b, int nb, int stored, float *cs) {
-    const uint16_t *b0 = b, *b1 = b + KB * 512;
+ * a + g·KB·512) each against a column pair of b (panel 0's KB tiles, then panel 1's; pair n % nbp of nbp back to
+ * back), nb column pairs in all; the accumulators zeroed per block and `stored` of them (0, 1 or 4) stored after
+ * its last step; with step_store, one scalar store per K step into cs's far end. */
+static double blocks(const uint16_t *a, int np, const uint16_t *b, int nbp, int nb, int stored, int step_store,
+                     float *cs) {
+    volatile float *sink = cs + 16 * 1024 - 64;
     const double t0 = wall_now();
-    for (int n = 0; n < nb; n++)
+    for (int n = 0; n < nb; n++) {
+        const uint16_t *b0 = b + (size_t)(n % nbp) * 2 * KB * 512, *b1 = b0 + KB * 512;
         for (int ir = 0; ir < np; ir++) {
             const uint16_t *a0 = a + (size_t)(2 * ir) * KB * 512, *a1 = a0 + KB * 512;
-            float *c = cs + (size_t)ir * 1024;
+            float *c = cs + (size_t)(ir % 4) * 1024;
             AMX_ZERO(0);
             AMX_ZERO(1);
             AMX_ZERO(2);
@@ -91,6 +97,7 @@ static double blocks(const uint16_t *a, int np, const uint16_t *b, int nb, int s
                 AMX_LOADD(5, a1 + (size_t)t * 512, 64);
                 AMX_DPBF16PS(2, 5, 6);
                 AMX_DPBF16PS(3, 5, 7);
+                if (step_store) sink[t & 63] = (float)t;
             }
             if (stored > 0) AMX_STORED(0, c, 128);
             if (stored > 1) {
@@ -99,6 +106,7 @@ static double blocks(const uint16_t *a, int np, const uint16_t *b, int nb, int s
                 AMX_STORED(3, c + 528, 128);
             }
         }
+    }
     return tflop((long)nb * np * KB * 4, wall_now() - t0);
 }
 
@@ -231,10 +239,13 @@ int main(void) {
         printf("loads    %d per 4 TDPBF16PS into a tile no product reads     %6.0f GFLOP/s  %3.0f %%\n", per, g,
                100.0 * g / pk);
     }
-    for (int stored = 0; stored <= 4; stored += stored ? 3 : 1) {
-        blocks(a, 4, b, 200, stored, cs);
-        const double g = blocks(a, 4, b, 4000, stored, cs);
-        printf("blocks   4 row pairs x 36 K tiles, stored %d                  %6.0f GFLOP/s  %3.0f %%\n", stored, g,
+    /* row pairs, column pairs cycled, tiles stored per block, a store a K step */
+    const int bl[][4] = {{4, 1, 0, 0}, {4, 1, 1, 0}, {4, 1, 4, 0}, {4, 1, 4, 1}, {4, 64, 4, 1}, {8, 64, 4, 1}};
+    for (size_t i = 0; i < sizeof bl / sizeof *bl; i++) {
+        blocks(a, bl[i][0], b, bl[i][1], 200, bl[i][2], bl[i][3], cs);
+        const double g = blocks(a, bl[i][0], b, bl[i][1], 16000 / bl[i][0], bl[i][2], bl[i][3], cs);
+        printf("blocks   %d row pairs, column pairs %2d%s, stored %d%s  %6.0f GFLOP/s  %3.0f %%\n", bl[i][0], bl[i][1],
+               bl[i][1] > 1 ? " (L3)" : "     ", bl[i][2], bl[i][3] ? " + a store a step" : "                 ", g,
                100.0 * g / pk);
     }
     AMX_LOADD(4, a, 64);
