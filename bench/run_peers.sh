@@ -295,10 +295,13 @@ elif want ov; then
         if ! /usr/bin/time -f '%M' -o "$WORK/ov-$op.rss" "$PY" "$here/ov_tower.py" --model "$MODEL" --sizes "$SIZES" \
             --video "$VIDEO" --batch "$BATCH" --threads "$THREADS" --repeat "$REPEAT" --precision "$op" --check 2>&1 |
             tee "$WORK/ov-$op.full.log" | grep -E '^ov_tower' | tee "$log"; then
-            meta "openvino_failed_$op" "bench/ov_tower.py --precision $op failed: $(tail -1 "$WORK/ov-$op.full.log")"
-            continue
+            # e.g. a large grid's export killed for memory: the cases it finished before are still rows, without
+            # a peak RSS (the file's is the failed case's)
+            meta "openvino_failed_$op" "bench/ov_tower.py --precision $op failed (the cases it finished are kept): $(tail -1 "$WORK/ov-$op.full.log")"
+            rm -f "$WORK/ov-$op.rss"
         fi
-        rss=$(awk '/^[0-9]+$/ { printf "%.1f", $1 / 1024 }' "$WORK/ov-$op.rss")
+        rss=""
+        [ ! -f "$WORK/ov-$op.rss" ] || rss=$(awk '/^[0-9]+$/ { printf "%.1f", $1 / 1024 }' "$WORK/ov-$op.rss")
         conv=""
         while read -r line; do
             c=$(echo "$line" | sed -n 's/.*case=\([a-z0-9x]*\).*/\1/p')
