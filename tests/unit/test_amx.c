@@ -507,12 +507,15 @@ int main(void) {
             for (size_t k = 0; k < sizeof ks / sizeof *ks; k++, c++)
                 gemm_case(ms[i], ns[j], ks[k], c % 3 == 0 ? QVL_DTYPE_F32 : c % 3 == 1 ? QVL_DTYPE_BF16 : QVL_DTYPE_F16,
                           c % 2 == 0, (be_act)(c % 3), c % 4 == 1, c % 5 == 2);
-    gemm_case(130, 300, 800, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1, 0); /* two M blocks, a partial one of 2 rows */
-    gemm_case(130, 300, 800, QVL_DTYPE_BF16, 0, BE_ACT_NONE, 0, 1);
-    gemm_case(300, 40, 64, QVL_DTYPE_F32, 0, BE_ACT_GELU_ERF, 0, 0);      /* three M blocks, 8-column tail */
+    /* M blocks are 256 rows where K <= 2304 and the weights are plain BF16, else 128 (gemm_amx.c m_block) */
+    gemm_case(130, 300, 800, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1, 0); /* one block of 130 rows */
+    gemm_case(130, 300, 800, QVL_DTYPE_BF16, 0, BE_ACT_NONE, 0, 1);      /* split: two blocks, one of 2 rows */
+    gemm_case(300, 40, 64, QVL_DTYPE_F32, 0, BE_ACT_GELU_ERF, 0, 0);      /* two blocks, 8-column tail */
     gemm_case(40, 96, 4304, QVL_DTYPE_BF16, 1, BE_ACT_NONE, 1, 0);        /* the 27B fc2's K (not a tile multiple) */
-    /* seven M blocks, the last of 114 rows (an MLP chunk of 882 rows): on 2 threads the plan splits N in two, and
-     * K of two tiles is shorter than a row pair's epilogue rows */
+    gemm_case(272, 40, 2304, QVL_DTYPE_BF16, 1, BE_ACT_NONE, 1, 0);       /* the longest K of 256-row blocks: 256 + 16 */
+    gemm_case(259, 33, 2305, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 0, 0);  /* one past it: 128 + 128 + 3 */
+    /* an MLP chunk of 882 rows: four blocks, the last of 114 rows; K of two tiles is shorter than a row pair's
+     * epilogue rows */
     gemm_case(882, 256, 64, QVL_DTYPE_BF16, 1, BE_ACT_GELU_TANH, 1, 0);
     gemm_case(33, 70, 1536, QVL_DTYPE_BF16, 0, BE_ACT_NONE, 0, 1);        /* the patch embedding's K, split */
     split_specials();
