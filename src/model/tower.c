@@ -209,7 +209,7 @@ static void *carve(carver *cv, size_t count, size_t elem) {
  * GEMM's bits (its K blocking alone fixes the summation order). Chunks are multiples of the backend's M block
  * (m_align rows: 42 for the f32 and AVX512-BF16 sets, 128 for AMX), so no chunk adds partial tiles or streams the
  * weights more often than one call over all rows would: at most MLP_ROWS rounded down to m_align (882 rows for
- * 42, 896 for 128). */
+ * 42, 896 for 128). (AMX's fc1, K <= 2304, runs 256-row blocks: an 896-row chunk ends in a half one.) */
 enum { MLP_ROWS = 896 };
 
 /* Rows per chunk for `rows` rows: as few chunks as the cap allows, near-even, each rounded up to `align`. */
