@@ -8,9 +8,10 @@
  * QVL_AMX_EMULATE; the functions are then gemm_amx_*_emulated and the packer portable).
  *
  * Driver: items are (M block of up to m_block's rows: AMX_MC, or AMX_MC_WIDE where K is short, N block of a
- * 32-column multiple), handed out dynamically to the pool's threads. N is split by plan_nc: where the threads have fewer than 8 M blocks each, the split whose items
- * the pool finishes first in a simulation of its hand-out (an 882-row MLP chunk is 7 M blocks: on 2 threads one
- * thread had 4 and the other 3; now 2 N blocks make 14 items); else as few N blocks as give every thread two items.
+ * 32-column multiple), handed out dynamically to the pool's threads. N is split by plan_nc: where the threads have
+ * fewer than 8 M blocks each, the split whose items the pool finishes first in a simulation of its hand-out (7
+ * blocks on 2 threads: one thread had 4 and the other 3; 2 N blocks make 14 items); else as few N blocks as give
+ * every thread two items.
  * Per item, the block's rows of A are rounded and packed once, whole K, into 16 x 32 bf16 tiles (1 KiB each, zero
  * past M and K; in the per-thread workspace, sized for the model's widest K). Then for each 32-column pair of
  * weight panels (read in place), each 32-row pair of the block runs the whole K with its four accumulators
@@ -42,7 +43,7 @@
 
 enum {
     AMX_MC = BF16_AMX_MC, /* rows per M block (8 A row tiles; with K = 4608 a 1.2 MB A block, L2-resident) */
-    AMX_MC_WIDE = 2 * AMX_MC, /* rows per M block where K <= AMX_WIDE_K (BF16 weights): the same A bytes at most */
+    AMX_MC_WIDE = 2 * AMX_MC, /* rows per M block where K <= AMX_WIDE_K (BF16 weights; thread_bytes relies on 2x) */
     AMX_WIDE_K = 2304,
     AMX_KT = 32,          /* k per tile (16 pairs) */
     PLAN_MAX_THREADS = POOL_FINISH_THREADS_MAX, /* the N split is planned by simulation up to this many threads */
@@ -70,15 +71,12 @@ static int m_block(const be_weight *w) {
     return w->K <= AMX_WIDE_K && w->arith != BE_ARITH_BF16X2 ? AMX_MC_WIDE : AMX_MC;
 }
 
-/* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16, twice that for BF16X2's two terms; or
- * AMX_MC_WIDE rows of K <= AMX_WIDE_K) and two column pairs' sums (one being written out while the next is
- * computed). */
+/* Per thread: the A block (AMX_MC rows x max_k rounded to tiles, bf16; twice that for BF16X2's two terms, which
+ * also holds AMX_MC_WIDE = 2 x AMX_MC rows of BF16 for K <= max_k) and two column pairs' sums (one being written
+ * out while the next is computed). */
 static size_t thread_bytes(int max_k) {
-    const int k = max_k > 0 ? max_k : 1, kw = k < AMX_WIDE_K ? k : AMX_WIDE_K;
-    const size_t kp = (size_t)(k + AMX_KT - 1) / AMX_KT * AMX_KT, kpw = (size_t)(kw + AMX_KT - 1) / AMX_KT * AMX_KT;
-    const size_t a = 2 * (size_t)AMX_MC * kp > (size_t)AMX_MC_WIDE * kpw ? 2 * (size_t)AMX_MC * kp
-                                                                         : (size_t)AMX_MC_WIDE * kpw;
-    return a * 2 + 2 * AMX_SCRATCH_BYTES;
+    const size_t kp = (size_t)((max_k > 0 ? max_k : 1) + AMX_KT - 1) / AMX_KT * AMX_KT;
+    return 2 * (size_t)AMX_MC * kp * 2 + 2 * AMX_SCRATCH_BYTES;
 }
 
 #if QVL_AMX_EMULATE /* one definition, in the build every platform has (the layout is the same in both) */
